@@ -1,0 +1,90 @@
+# dlock: make test is the one test command (README, .ci/run).
+GO      ?= go
+PKGS    ?= ./...
+TIMEOUT ?= 20m
+
+.PHONY: test check servers conformance unit images up down test-docker
+
+## test: install missing servers, vet, and run every test against real servers;
+## then, when a Docker engine answers, the same servers in containers (test-docker).
+test: servers check
+	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set)"
+	$(GO) test -count=1 -timeout $(TIMEOUT) $(PKGS)
+	@$(MAKE) --no-print-directory test-docker
+
+## check: go vet and gofmt.
+check:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
+
+## servers: install the backend servers (Debian packages) if missing.
+servers:
+	@bash scripts/install-servers.sh
+
+## unit: the tests that need no server.
+unit:
+	$(GO) test -short -count=1 $(PKGS)
+
+## conformance: every driver's conformance suite on the local provider, then on the
+## docker provider (skipped, saying so, when no Docker engine answers, unless forced), and a table
+## of driver x provider x subtest counts. DLOCK_TEST_BACKEND=docker (or local) runs
+## that provider only; CONFORMANCE_PROVIDERS="local docker" sets the list.
+## Raw go test -json output: conformance-<provider>.out.
+CONFORMANCE_PROVIDERS ?= $(or $(DLOCK_TEST_BACKEND),local docker)
+conformance:
+	@$(GO) build -o bin/conftable ./internal/testserver/conftable
+	@status=0; runs=""; \
+	for p in $(CONFORMANCE_PROVIDERS); do \
+	  case $$p in \
+	  local) $(MAKE) --no-print-directory servers || exit 1 ;; \
+	  docker) if [ -z "$(DLOCK_TEST_BACKEND)" ] && ! docker info >/dev/null 2>&1; then \
+	      echo "conformance: docker provider skipped: no Docker engine answers (docker info failed)"; continue; fi ;; \
+	  esac; \
+	  echo "conformance: $$p provider"; \
+	  DLOCK_TEST_BACKEND=$$p $(GO) test -count=1 -timeout $(TIMEOUT) -json -run 'TestConformance' ./driver/... \
+	    | bin/conftable -record conformance-$$p.out -provider $$p || status=1; \
+	  runs="$$runs $$p=conformance-$$p.out"; \
+	done; \
+	[ -z "$$runs" ] || bin/conftable $$runs || status=1; \
+	exit $$status
+
+## test-docker: when a Docker engine answers, build the images (make images), then run
+## the harness's own tests and every driver's conformance suite on the docker provider;
+## without an engine, say so and pass.
+test-docker:
+	@if docker info >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory images && \
+	  echo "test-docker: internal/testserver on the docker provider" && \
+	  DLOCK_TEST_BACKEND=docker $(GO) test -count=1 -timeout $(TIMEOUT) ./internal/testserver/ && \
+	  DLOCK_TEST_BACKEND=docker $(MAKE) --no-print-directory conformance; \
+	else \
+	  echo "test-docker: skipped: no Docker engine answers (docker info failed); the docker provider was not tested"; \
+	fi
+
+# Compose: the v2 plugin (docker compose) if the docker CLI has it, else docker-compose.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+COMPOSE_PROJECT ?= dlock
+
+## images: build redis:7.0, memcached:1.6 and zookeeper:3.8 from this machine's
+## Debian packages, offline (docker/README-containers.md); up to date images are kept.
+images: servers
+	@bash docker/build-images.sh
+
+## up: start every backend on fixed loopback ports (docker-compose.yml) and wait
+## until they answer; . docker/compose.env points the tests at them.
+up:
+	$(COMPOSE) -p $(COMPOSE_PROJECT) up -d
+	@bash docker/wait-up.sh
+	@echo "backends are up; point the tests and examples at them with: . docker/compose.env"
+
+## down: stop and remove the backends of make up, with their volumes.
+down:
+	$(COMPOSE) -p $(COMPOSE_PROJECT) down -v --remove-orphans
+
+## demo: install missing servers, build bin/dlock able to start them (-tags demoservers),
+## and run its demo: workers contending for locks on every backend, on local servers.
+.PHONY: demo
+demo: servers
+	$(GO) build -tags demoservers -o bin/dlock ./cmd/dlock
+	./bin/dlock demo -start-servers

@@ -1,0 +1,201 @@
+// Package driver defines the interface that dlock backends implement.
+//
+// Users never import this package: they hold a lock.Locker and *lock.Lease.
+// A backend implements Driver (single attempts at grant, release and
+// refresh) and, where its backend allows, some of the optional capabilities
+// below, which package lock detects by type assertion:
+//
+//   - Notifier: the backend can tell waiters that a key was released
+//     (Redis pub/sub), so lock retries at once instead of polling.
+//   - Queuer: the backend queues waiters itself (ZooKeeper sequential nodes),
+//     so lock hands the whole wait to the driver.
+//   - BatchRefresher: many leases can be refreshed in one round trip.
+//   - Sharer: the backend supports shared (read) leases beside exclusive ones.
+//
+// Everything that is the same for every backend lives in lock, not here:
+// validation common to all backends, retries and backoff, the renewal
+// scheduler, the local validity deadline, Done channels, Close bookkeeping
+// and error wrapping. A driver never retries, never sleeps to wait for a key,
+// and never starts a goroutine per lease.
+//
+// # Errors
+//
+// Drivers report outcomes with the sentinels of this package, checked with
+// errors.Is: ErrHeld (the key is held by someone else; wrap it in a
+// *HeldError to pass a retry hint), ErrNotHeld (the caller's grant is gone)
+// and ErrInvalid (the input cannot be carried by this backend). Any other
+// error is a backend failure (network, server); lock wraps it with the key.
+// Context errors are returned as they are (possibly wrapped), never hidden.
+//
+// # Lifetimes
+//
+// A Lease's validity is bounded by Validity, counted from the moment the
+// grant or refresh request was sent. Backends whose grants live as long as a
+// session (ZooKeeper) report the session timeout as Validity and implement
+// Refresh as a check that the grant still exists, which proves the session
+// alive at that moment; they also call Lease.Lost as soon as they learn the
+// session or the grant is gone. lock needs no other special case for them.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors for drivers; package lock maps them to its own.
+var (
+	// ErrHeld: the key is held by another owner; the attempt changed nothing.
+	ErrHeld = errors.New("driver: key is held")
+	// ErrNotHeld: the caller's grant does not exist any more (expired,
+	// released, deleted or taken by another owner). Nothing was changed.
+	ErrNotHeld = errors.New("driver: lease not held")
+	// ErrInvalid: the input cannot be used with this backend.
+	ErrInvalid = errors.New("driver: invalid input")
+)
+
+// HeldError is an ErrHeld carrying the driver's knowledge of when the key
+// may become free (for example the holder's remaining PTTL).
+type HeldError struct {
+	// RetryAfter is the time after which an attempt may succeed; zero when
+	// unknown.
+	RetryAfter time.Duration
+}
+
+func (e *HeldError) Error() string {
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("%v (free in at most %v)", ErrHeld, e.RetryAfter)
+	}
+	return ErrHeld.Error()
+}
+
+// Is makes errors.Is(err, ErrHeld) hold.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// Mode is the kind of grant asked for.
+type Mode uint8
+
+const (
+	// Exclusive grants exclude every other grant of the key.
+	Exclusive Mode = iota
+	// Shared grants coexist with other Shared grants and exclude Exclusive
+	// ones. Only drivers implementing Sharer are asked for them.
+	Shared
+)
+
+func (m Mode) String() string {
+	if m == Shared {
+		return "shared"
+	}
+	return "exclusive"
+}
+
+// Lease is one grant, or one attempt at a grant, as the driver sees it.
+//
+// Package lock creates it, fills Key, Owner, Mode, TTL and Lost, and passes
+// the same pointer to every call about this grant. The driver fills Token,
+// Validity and Data during Acquire; after Acquire returns, both sides only
+// read the Lease, so no locking is needed on either side.
+type Lease struct {
+	// Key is the user's key, already checked by lock: non-empty, valid
+	// UTF-8, at most lock's maximum length. The driver maps it to backend
+	// names (prefix, hashing, escaping) without collisions.
+	Key string
+	// Owner is unique per attempt: 32 lowercase hex digits. Backends store
+	// it as the grant's value to check ownership on release and refresh.
+	Owner string
+	// Mode is Exclusive unless the driver implements Sharer.
+	Mode Mode
+	// TTL is the requested lease time.
+	TTL time.Duration
+	// Lost, when set, may be called by the driver from any goroutine when it
+	// learns, outside a call from lock, that the grant is gone (session
+	// expiry, a watch firing). Calling it more than once is harmless. It must
+	// not block.
+	Lost func(error)
+
+	// Token is the fencing token: strictly increasing per key across grants.
+	Token uint64
+	// Validity is how long after the request was sent the grant is sure to
+	// last: TTL as applied by the backend (rounded, for instance), or the
+	// session timeout for session-bound backends.
+	Validity time.Duration
+	// Data is the driver's own state for this grant (a node path, say).
+	Data any
+}
+
+// Driver is the interface a backend implements. Its methods make single
+// attempts: they never retry and never wait for a key to become free. All
+// methods are safe for concurrent use. After Close, lock makes no more calls.
+type Driver interface {
+	// Validate checks l.Key, l.TTL and l.Mode for what this backend can
+	// carry, before any I/O. Failures wrap ErrInvalid and say why.
+	Validate(l *Lease) error
+
+	// Acquire makes one attempt to grant l. On success it sets l.Token,
+	// l.Validity and l.Data and returns nil. When the key is held by another
+	// owner it returns an error wrapping ErrHeld (a *HeldError when it knows
+	// more) and leaves no state behind.
+	//
+	// When Acquire fails otherwise (ctx ended, reply lost), the outcome is
+	// unknown; lock then calls Release with the same l, which must remove a
+	// grant that was applied without the caller learning it.
+	Acquire(ctx context.Context, l *Lease) error
+
+	// Release deletes the grant of l.Owner on l.Key, and only that grant, in
+	// one atomic step. It returns ErrNotHeld when there is no such grant.
+	// Release must also work for an l whose Acquire failed with an unknown
+	// outcome (l.Token and l.Data unset): it then finds the grant by l.Owner.
+	Release(ctx context.Context, l *Lease) error
+
+	// Refresh extends the grant of l.Owner on l.Key to ttl from now, and
+	// only that grant, and returns the validity applied (as Lease.Validity
+	// for a grant). It returns ErrNotHeld when there is no such grant;
+	// nothing else is then changed. Refresh must not modify l: lock may run
+	// two refreshes of one lease at once.
+	Refresh(ctx context.Context, l *Lease, ttl time.Duration) (validity time.Duration, err error)
+
+	// Close releases the driver's own resources (subscriptions, background
+	// goroutines, and the client if the driver opened it). Grants still held
+	// are released by lock before Close.
+	Close() error
+}
+
+// Notifier is implemented by drivers whose backend tells when a key is
+// released. lock subscribes before retrying a held key, so a release that
+// happens between the failed attempt and the wait is not missed.
+type Notifier interface {
+	// Subscribe registers interest in releases of key. The returned channel
+	// receives a value (it is buffered; sends never block) each time a
+	// release of key is observed; cancel unsubscribes and must be called.
+	// Implementations share one backend subscription between all waiters.
+	Subscribe(ctx context.Context, key string) (c <-chan struct{}, cancel func(), err error)
+}
+
+// Queuer is implemented by drivers whose backend queues waiters (ZooKeeper
+// sequential nodes). lock calls AcquireWait for blocking Lock calls instead
+// of retrying Acquire.
+type Queuer interface {
+	// AcquireWait joins the key's queue and blocks until l is granted (nil,
+	// with l filled as by Acquire) or ctx ends. On any failure, including ctx
+	// ending, it removes its own queue entry before returning, and returns an
+	// error that wraps ctx.Err() when ctx ended.
+	AcquireWait(ctx context.Context, l *Lease) error
+}
+
+// BatchRefresher is implemented by drivers that refresh many leases in
+// fewer round trips than one per lease.
+type BatchRefresher interface {
+	// RefreshBatch refreshes every lease in ls to ttl, as Refresh would. It
+	// returns the validity applied to the successful ones and one error per
+	// lease (nil for success), in order.
+	RefreshBatch(ctx context.Context, ls []*Lease, ttl time.Duration) (validity time.Duration, errs []error)
+}
+
+// Sharer is implemented by drivers that grant Shared leases: lock offers
+// RLock and TryRLock only on Lockers whose driver implements it. Sharing is
+// a property of the backend's algorithm, so the method only confirms it.
+type Sharer interface {
+	SupportsShared() bool
+}

@@ -1,0 +1,96 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/lock"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, func(t *testing.T) conformance.Harness { return &harness{s: NewStore()} })
+}
+
+type harness struct{ s *Store }
+
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+	l := lock.New(&crashable{memDriver: &memDriver{s: h.s}}, o)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Crash cuts the Locker off from the Store, as a dead process is cut off
+// from a server: every later call fails, nothing is released.
+func (h *harness) Crash(t *testing.T, l lock.Locker) {
+	var c *crashable
+	if !lock.As(l, &c) {
+		t.Fatalf("not a Locker of this harness")
+	}
+	c.dead.Store(true)
+}
+
+func (h *harness) DeleteKey(ctx context.Context, key string) error { h.s.DeleteKey(key); return nil }
+func (h *harness) StealKey(ctx context.Context, key string) error {
+	h.s.StealKey(key, time.Minute)
+	return nil
+}
+func (h *harness) DeleteCounter(ctx context.Context, key string) error {
+	h.s.DeleteCounter(key)
+	return nil
+}
+func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
+	return h.s.Entries(key), nil
+}
+func (h *harness) Caps() conformance.Caps {
+	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true}
+}
+
+// crashable is the memory driver with a switch that makes it behave like a
+// process that died: every call fails as a lost connection would.
+type crashable struct {
+	*memDriver
+	dead atomic.Bool
+}
+
+var errDead = errors.New("connection lost (crashed by the test)")
+
+func (c *crashable) As(target any) bool {
+	if p, ok := target.(**crashable); ok {
+		*p = c
+		return true
+	}
+	return c.memDriver.As(target)
+}
+
+func (c *crashable) Acquire(ctx context.Context, l *driver.Lease) error {
+	if c.dead.Load() {
+		return errDead
+	}
+	return c.memDriver.Acquire(ctx, l)
+}
+
+func (c *crashable) AcquireWait(ctx context.Context, l *driver.Lease) error {
+	if c.dead.Load() {
+		return errDead
+	}
+	return c.memDriver.AcquireWait(ctx, l)
+}
+
+func (c *crashable) Release(ctx context.Context, l *driver.Lease) error {
+	if c.dead.Load() {
+		return errDead
+	}
+	return c.memDriver.Release(ctx, l)
+}
+
+func (c *crashable) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	if c.dead.Load() {
+		return 0, errDead
+	}
+	return c.memDriver.Refresh(ctx, l, ttl)
+}

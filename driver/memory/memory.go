@@ -1,0 +1,218 @@
+// Package memory is dlock's in-process reference driver: the lock
+// algorithm without a network, for examples, for the unit tests of programs
+// that use dlock, and as the model the other drivers are checked against.
+//
+// Lockers made with New over the same *Store exclude each other, like
+// processes sharing one Redis server. A Store honours TTLs (a grant expires
+// unless refreshed), hands out strictly increasing fencing tokens (seeded
+// from the clock in microseconds when the counter is lost, like the network
+// drivers), and queues waiters in arrival order: a release or an expiry
+// wakes the next waiter at once, without polling and without a thundering
+// herd. Shared (read) leases are supported: the Locker is a lock.RWLocker;
+// a writer waits for the readers before it, and readers that arrive after a
+// waiting writer wait for it.
+//
+// # URLs
+//
+//	memory://        the process-wide default Store
+//	memory://NAME    a process-wide Store named NAME, made on first use
+//
+// plus the query parameters every scheme accepts (see lock.Open).
+//
+// # As
+//
+// lock.As gives access to the Store: a *Store target is set to it.
+//
+//	var s *memory.Store
+//	if lock.As(locker, &s) { ... }
+package memory
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// Scheme is the URL scheme this package registers with lock.Open.
+const Scheme = "memory"
+
+func init() { lock.Register(Scheme, open) }
+
+var stores = struct {
+	sync.Mutex
+	m map[string]*Store
+}{m: map[string]*Store{}}
+
+func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	o, _, err := lock.URLOptions(u)
+	if err != nil {
+		return nil, err
+	}
+	if u.Path != "" || u.User != nil || u.Port() != "" {
+		return nil, fmt.Errorf("%w: memory URL %q: want memory:// or memory://NAME", lock.ErrInvalid, u.Redacted())
+	}
+	stores.Lock()
+	s := stores.m[u.Host]
+	if s == nil {
+		s = NewStore()
+		stores.m[u.Host] = s
+	}
+	stores.Unlock()
+	return New(s, o), nil
+}
+
+// New returns a Locker over s. Its Close releases its leases and leaves s
+// as it is.
+func New(s *Store, o *lock.Options) lock.Locker {
+	return lock.New(&memDriver{s: s}, o)
+}
+
+type memDriver struct{ s *Store }
+
+func (d *memDriver) As(target any) bool {
+	if p, ok := target.(**Store); ok { // lock.As(l, &store) passes a **Store
+		*p = d.s
+		return true
+	}
+	return false
+}
+
+func (d *memDriver) SupportsShared() bool { return true }
+
+func (d *memDriver) Validate(l *driver.Lease) error { return nil }
+
+func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queueLocked(l.Key, true)
+	q.entries = append(q.entries, &entry{owner: l.Owner, shared: l.Mode == driver.Shared})
+	i := len(q.entries) - 1
+	if !q.grantable(i) {
+		q.entries = q.entries[:i]
+		s.dropIfEmptyLocked(l.Key, q)
+		return &driver.HeldError{RetryAfter: d.untilFree(q)}
+	}
+	d.grantLocked(l, q.entries[i])
+	return nil
+}
+
+// untilFree is the time until the earliest grant of q expires.
+func (d *memDriver) untilFree(q *queue) time.Duration {
+	var first time.Time
+	for _, e := range q.entries {
+		if e.granted && (first.IsZero() || e.expires.Before(first)) {
+			first = e.expires
+		}
+	}
+	if first.IsZero() {
+		return 0
+	}
+	return max(first.Sub(d.s.now()), time.Millisecond)
+}
+
+func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
+	e.granted = true
+	e.expires = d.s.now().Add(l.TTL)
+	l.Token = d.s.nextTokenLocked(l.Key)
+	l.Validity = l.TTL
+}
+
+func (d *memDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
+	s := d.s
+	s.mu.Lock()
+	q := s.queueLocked(l.Key, true)
+	e := &entry{owner: l.Owner, shared: l.Mode == driver.Shared}
+	q.entries = append(q.entries, e)
+	for {
+		i := q.find(l.Owner)
+		if i < 0 { // removed behind our back (DeleteKey): join again
+			q = s.queueLocked(l.Key, true)
+			q.entries = append(q.entries, e)
+			i = len(q.entries) - 1
+		}
+		if q.grantable(i) {
+			d.grantLocked(l, e)
+			s.mu.Unlock()
+			return nil
+		}
+		changed := q.changed
+		t := time.NewTimer(time.Hour)
+		if wait := d.untilFree(q); wait > 0 {
+			t.Reset(wait)
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.mu.Lock()
+			d.removeLocked(l.Key, l.Owner)
+			s.mu.Unlock()
+			return ctx.Err()
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+		s.mu.Lock()
+		q = s.queueLocked(l.Key, true)
+	}
+}
+
+// removeLocked deletes owner's entry of key and reports whether there was
+// one.
+func (d *memDriver) removeLocked(key, owner string) bool {
+	q := d.s.queueLocked(key, false)
+	if q == nil {
+		return false
+	}
+	defer d.s.dropIfEmptyLocked(key, q)
+	i := q.find(owner)
+	if i < 0 {
+		return false
+	}
+	q.entries = append(q.entries[:i], q.entries[i+1:]...)
+	q.signal()
+	return true
+}
+
+func (d *memDriver) Release(ctx context.Context, l *driver.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	if !d.removeLocked(l.Key, l.Owner) {
+		return driver.ErrNotHeld
+	}
+	return nil
+}
+
+func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queueLocked(l.Key, false)
+	if q == nil {
+		return 0, driver.ErrNotHeld
+	}
+	defer s.dropIfEmptyLocked(l.Key, q)
+	i := q.find(l.Owner)
+	if i < 0 || !q.entries[i].granted {
+		return 0, driver.ErrNotHeld
+	}
+	q.entries[i].expires = s.now().Add(ttl)
+	return ttl, nil
+}
+
+func (d *memDriver) Close() error { return nil }

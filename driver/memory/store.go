@@ -1,0 +1,147 @@
+package memory
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// A Store is the in-process backend that memory Lockers share, as a Redis
+// server is shared by Redis Lockers. Lockers over one Store exclude each
+// other; Lockers over different Stores do not. The zero Store is not ready;
+// use NewStore.
+type Store struct {
+	mu       sync.Mutex
+	keys     map[string]*queue
+	counters map[string]uint64
+	now      func() time.Time
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{keys: map[string]*queue{}, counters: map[string]uint64{}, now: time.Now}
+}
+
+// queue is one key: its holders and waiters in arrival order. An exclusive
+// entry is granted when it is first; a shared entry when no exclusive entry
+// is before it (the ZooKeeper shared-lock recipe).
+type queue struct {
+	entries []*entry
+	changed chan struct{} // closed and replaced on every change
+}
+
+type entry struct {
+	owner   string
+	shared  bool
+	granted bool
+	expires time.Time // for granted entries
+}
+
+func (q *queue) grantable(i int) bool {
+	e := q.entries[i]
+	for _, before := range q.entries[:i] {
+		if !e.shared || !before.shared {
+			return false
+		}
+	}
+	return true
+}
+
+func (q *queue) find(owner string) int {
+	return slices.IndexFunc(q.entries, func(e *entry) bool { return e.owner == owner })
+}
+
+// signal wakes every waiter of q.
+func (q *queue) signal() {
+	close(q.changed)
+	q.changed = make(chan struct{})
+}
+
+// queueLocked returns key's queue after dropping expired grants, creating
+// it if create is set; nil if there is none.
+func (s *Store) queueLocked(key string, create bool) *queue {
+	q := s.keys[key]
+	if q == nil {
+		if !create {
+			return nil
+		}
+		q = &queue{changed: make(chan struct{})}
+		s.keys[key] = q
+	}
+	now := s.now()
+	n := len(q.entries)
+	q.entries = slices.DeleteFunc(q.entries, func(e *entry) bool { return e.granted && !now.Before(e.expires) })
+	if len(q.entries) != n {
+		q.signal()
+	}
+	return q
+}
+
+// dropIfEmptyLocked forgets a key with no entries, so that nothing is left
+// behind.
+func (s *Store) dropIfEmptyLocked(key string, q *queue) {
+	if len(q.entries) == 0 {
+		delete(s.keys, key)
+	}
+}
+
+// nextTokenLocked increments key's fencing counter. A missing counter is
+// seeded from the clock in microseconds, so tokens keep increasing after
+// the counter is lost.
+func (s *Store) nextTokenLocked(key string) uint64 {
+	c, ok := s.counters[key]
+	if !ok {
+		c = uint64(s.now().UnixMicro())
+	}
+	c++
+	s.counters[key] = c
+	return c
+}
+
+// The methods below tamper with the Store behind the Lockers' back, the way
+// a test tampers with a real backend: they are for tests.
+
+// DeleteKey deletes every grant and waiter of key.
+func (s *Store) DeleteKey(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.keys[key]; q != nil {
+		q.entries = nil
+		q.signal()
+		delete(s.keys, key)
+	}
+}
+
+// StealKey replaces the grants of key with one exclusive grant of another
+// owner, lasting ttl.
+func (s *Store) StealKey(key string, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queueLocked(key, true)
+	q.entries = []*entry{{owner: "intruder", granted: true, expires: s.now().Add(ttl)}}
+	q.signal()
+}
+
+// DeleteCounter deletes key's fencing counter, as a backend restart without
+// persistence would.
+func (s *Store) DeleteCounter(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.counters, key)
+}
+
+// Entries returns the owners of key's live grants and waiters, in order.
+func (s *Store) Entries(key string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queueLocked(key, false)
+	if q == nil {
+		return nil
+	}
+	defer s.dropIfEmptyLocked(key, q)
+	owners := make([]string, len(q.entries))
+	for i, e := range q.entries {
+		owners[i] = e.owner
+	}
+	return owners
+}

@@ -1,0 +1,47 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// lock.Do cancels fn's context when the lease is lost, and reports the
+// loss even though fn returned nil.
+func testDoCancelsOnLoss(t *testing.T, h Harness) {
+	ttl := h.Caps().ttl()
+	a, b := h.NewLocker(t, &lock.Options{TTL: ttl}), h.NewLocker(t, nil)
+	k := key(t)
+	ran := false
+	err := lock.Do(ctx(t, 30*time.Second), a, k, func(c context.Context) error {
+		ran = true
+		assertHeld(t, b, k, "Do's lease")
+		if err := h.DeleteKey(ctx(t, 10*time.Second), k); err != nil {
+			t.Fatalf("DeleteKey: %v", err)
+		}
+		select {
+		case <-c.Done():
+			if !errors.Is(context.Cause(c), lock.ErrLost) {
+				t.Errorf("fn's context cause = %v, want ErrLost", context.Cause(c))
+			}
+		case <-time.After(ttl + 2*time.Second):
+			t.Errorf("fn's context not cancelled after the lease was lost")
+		}
+		return nil
+	})
+	if !ran {
+		t.Fatalf("fn did not run: %v", err)
+	}
+	if !errors.Is(err, lock.ErrLost) {
+		t.Errorf("Do: err = %v, want ErrLost", err)
+	}
+	// The ordinary path: fn's error comes back and the key is released.
+	want := errors.New("fn failed")
+	if err := lock.Do(ctx(t, 30*time.Second), a, k, func(context.Context) error { return want }); !errors.Is(err, want) {
+		t.Errorf("Do: err = %v, want fn's error", err)
+	}
+	assertFree(t, b, k, "after Do returned")
+}

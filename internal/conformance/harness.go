@@ -1,0 +1,121 @@
+// Package conformance is the one test suite every dlock driver passes,
+// against a real backend. A driver's conformance_test.go makes a Harness
+// and calls Run:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, func(t *testing.T) conformance.Harness { return newHarness(t) })
+//	}
+//
+// Run has one named subtest per contract item of the design (C1-C11) that a
+// driver can be held to; the capability flags of Caps turn off only what a
+// backend cannot do, never a safety property. Each subtest gets a fresh
+// Harness and unique keys.
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// Harness connects the suite to one backend.
+type Harness interface {
+	// NewLocker returns a Locker with its own connection(s) to the backend,
+	// as a separate process would have. The Locker owns them: its Close
+	// closes them (the suite checks for leaked goroutines after Close). The
+	// harness closes it at test cleanup if the test did not.
+	NewLocker(t *testing.T, o *lock.Options) lock.Locker
+
+	// Crash makes the process behind l die as far as the backend can tell:
+	// its traffic stops and nothing is released. For session-bound backends
+	// the session must end by timeout, not by a clean close.
+	Crash(t *testing.T, l lock.Locker)
+
+	// DeleteKey deletes every grant of key behind the library's back.
+	DeleteKey(ctx context.Context, key string) error
+	// StealKey replaces the grant of key with one of a foreign owner.
+	StealKey(ctx context.Context, key string) error
+	// DeleteCounter deletes key's fencing counter, as a restart without
+	// persistence or an eviction would. Not called unless
+	// Caps.DeletableCounter.
+	DeleteCounter(ctx context.Context, key string) error
+	// Residue lists the backend state of key other than its fencing
+	// counter (lock records, queue entries, nodes); empty when none.
+	Residue(ctx context.Context, key string) ([]string, error)
+
+	Caps() Caps
+}
+
+// Caps describe what a backend can do.
+type Caps struct {
+	// MinTTL is the shortest TTL the driver accepts; tests use it or more.
+	MinTTL time.Duration
+	// Notify: a waiter is told of a release (pub/sub, watches, queues) and
+	// gets the key within a few round trips; without it, within the retry
+	// strategy's cap.
+	Notify bool
+	// SessionBound: grants live as long as a session (ZooKeeper), not a
+	// TTL; SessionTimeout is then the liveness bound.
+	SessionBound   bool
+	SessionTimeout time.Duration
+	// Shared: the Locker is a lock.RWLocker.
+	Shared bool
+	// DeletableCounter: the fencing counter is a backend object that can be
+	// lost (not so for ZooKeeper's czxid).
+	DeletableCounter bool
+}
+
+// ttl returns a short test TTL the driver accepts.
+func (c Caps) ttl() time.Duration { return max(c.MinTTL, time.Second) }
+
+// expiryBound is how long an abandoned grant may survive: its TTL, or the
+// session timeout for session-bound backends.
+func (c Caps) expiryBound(ttl time.Duration) time.Duration {
+	if c.SessionBound {
+		return c.SessionTimeout
+	}
+	return ttl
+}
+
+var keySeq atomic.Int64
+
+// key returns a key unique to this test run.
+func key(t *testing.T) string {
+	return fmt.Sprintf("dlock-conformance/%d/%s/%d", time.Now().UnixNano(), t.Name(), keySeq.Add(1))
+}
+
+// ctx returns a context bounded by d, cancelled at test cleanup.
+func ctx(t *testing.T, d time.Duration) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return c
+}
+
+// mustLock locks key or fails the test.
+func mustLock(t *testing.T, l lock.Locker, k string, opts ...lock.Option) *lock.Lease {
+	t.Helper()
+	lease, err := l.Lock(ctx(t, 10*time.Second), k, opts...)
+	if err != nil {
+		t.Fatalf("Lock(%q): %v", k, err)
+	}
+	return lease
+}
+
+// closedWithin reports whether c is closed within d.
+func closedWithin(c <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-c:
+		return true
+	default:
+	}
+	select {
+	case <-c:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}

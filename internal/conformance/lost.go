@@ -1,0 +1,100 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// C6: a grant deleted behind the holder's back closes Done within one
+// renewal period plus slack, with ErrLost.
+func testDoneOnDelete(t *testing.T, h Harness) {
+	testDoneOnTamper(t, h, "deleted", h.DeleteKey)
+}
+
+// C6: a grant overwritten by another owner closes Done likewise, and the
+// holder's Unlock then leaves the other owner's grant alone.
+func testDoneOnSteal(t *testing.T, h Harness) {
+	testDoneOnTamper(t, h, "stolen", h.StealKey)
+}
+
+func testDoneOnTamper(t *testing.T, h Harness, what string, tamper func(context.Context, string) error) {
+	ttl := h.Caps().ttl()
+	a, b := h.NewLocker(t, &lock.Options{TTL: ttl}), h.NewLocker(t, nil)
+	k := key(t)
+	lease := mustLock(t, a, k)
+	if err := tamper(ctx(t, 10*time.Second), k); err != nil {
+		t.Fatalf("tampering: %v", err)
+	}
+	if !closedWithin(lease.Done(), ttl/3+time.Second) {
+		t.Fatalf("Done still open %v after the grant was %s", ttl/3+time.Second, what)
+	}
+	if err := lease.Err(); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", err)
+	}
+	if err := lease.Unlock(ctx(t, 10*time.Second)); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Unlock of a lost lease: err = %v, want ErrNotHeld", err)
+	}
+	if what == "stolen" {
+		assertHeld(t, b, k, "the other owner's grant")
+		h.DeleteKey(ctx(t, 10*time.Second), k)
+	}
+}
+
+// C6: when the holder's process can no longer reach the backend, its Done
+// closes before another client is granted the key.
+func testDoneBeforeRegrant(t *testing.T, h Harness) {
+	ttl := h.Caps().ttl()
+	a, b := h.NewLocker(t, &lock.Options{TTL: ttl}), h.NewLocker(t, nil)
+	k := key(t)
+	lease := mustLock(t, a, k)
+	lostAt := make(chan time.Time, 1)
+	go func() {
+		<-lease.Done()
+		lostAt <- time.Now()
+	}()
+	h.Crash(t, a)
+	lb, err := b.Lock(ctx(t, h.Caps().expiryBound(ttl)+5*time.Second), k)
+	grantedAt := time.Now()
+	if err != nil {
+		t.Fatalf("B.Lock: %v", err)
+	}
+	defer lb.Unlock(ctx(t, 10*time.Second))
+	select {
+	case at := <-lostAt:
+		if !at.Before(grantedAt) {
+			t.Errorf("A's Done closed %v after B was granted the key", at.Sub(grantedAt))
+		}
+	default:
+		t.Errorf("A's Done still open when B was granted the key")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLost) {
+		t.Errorf("A's Err() = %v, want ErrLost", lease.Err())
+	}
+}
+
+// C6: without renewal, Done closes at the local deadline, which is before
+// TTL has passed since the grant request was sent.
+func testDeadlineWithoutRenewal(t *testing.T, h Harness) {
+	ttl := h.Caps().ttl()
+	a := h.NewLocker(t, nil)
+	k := key(t)
+	start := time.Now()
+	lease := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	bound := h.Caps().expiryBound(ttl)
+	if dl := lease.Deadline(); dl.After(start.Add(bound)) || dl.Before(start.Add(bound/2)) {
+		t.Errorf("Deadline %v after the request; want within (%v, %v]", dl.Sub(start), bound/2, bound)
+	}
+	if !closedWithin(lease.Done(), bound+time.Second) {
+		t.Fatalf("Done still open %v after the grant, with renewal off", bound+time.Second)
+	}
+	if d := time.Since(start); d > bound {
+		t.Errorf("Done closed %v after the request, later than the validity %v", d, bound)
+	}
+	if !errors.Is(lease.Err(), lock.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", lease.Err())
+	}
+}

@@ -1,0 +1,115 @@
+// Package testserver provides the real servers that dlock's driver and
+// conformance tests run against: Redis (single server and a three-master
+// Redis Cluster), memcached (one or more servers) and ZooKeeper (standalone
+// and a three-server ensemble). There are no mocks: every server is a real
+// process or a real container, and faults are injected with signals or the
+// container engine's pause, kill and start.
+//
+// # Provisioning
+//
+// Each Start or Shared function finds a server in this order:
+//
+//  1. An address from the environment: DLOCK_REDIS_ADDR (host:port),
+//     DLOCK_REDIS_CLUSTER_ADDRS, DLOCK_MEMCACHED_ADDR and
+//     DLOCK_ZOOKEEPER_ADDR (comma-separated host:port lists). The harness
+//     does not control such servers: their fault hooks return ErrNoFaults,
+//     and RequireFaults skips the tests that need them.
+//  2. The local binaries (redis-server and redis-cli, memcached, java with
+//     ZooKeeper's jars) started on free loopback ports, each in a fresh
+//     directory under $TMPDIR/dlock-testserver-<pid>, and killed when the
+//     test (or, for shared servers, the test binary) ends.
+//  3. Containers (the "docker" provider, testcontainers-go), when a Docker
+//     engine answers and has or can pull the image; see Containers below.
+//  4. Otherwise the test fails with a message naming what to install, e.g.
+//     "apt-get install redis-server", and why containers did not work.
+//
+// DLOCK_TEST_BACKEND=local or DLOCK_TEST_BACKEND=docker forces that provider
+// (a forced provider that cannot run a server fails the test, never falls
+// back) and ignores the address variables.
+// DLOCK_ZOOKEEPER_CLASSPATH overrides the discovery of ZooKeeper's jars
+// (ZOOKEEPER_HOME, /usr/share/zookeeper, Debian's /usr/share/java), and
+// JAVA_HOME picks the JVM.
+//
+// With -short, every Start and Shared function skips the test.
+//
+// # Providers
+//
+// A Provider starts servers of each Kind and returns them with working
+// fault hooks (a Node per server, wrapped by NewServer). The built-in
+// "local" provider runs processes, the built-in "docker" provider runs
+// containers; RegisterProvider adds others, tried after these two.
+//
+// # Containers
+//
+// The docker provider starts one container per server with testcontainers-go
+// from the images redis:7.0, memcached:1.6 and zookeeper:3.8, or those named
+// by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE and DLOCK_ZOOKEEPER_IMAGE
+// (ContainerImage). A missing image is pulled; on a machine without a
+// registry, `make images` builds images with these tags from the Debian
+// packages installed there (docker/README-containers.md). Each server gets
+// the same configuration as a local one, written into the container, and a
+// command given in full, so official and Debian-built images start alike.
+//
+// Containers use host networking: a server listens on a free loopback port
+// of the host, so Redis Cluster nodes and ZooKeeper peers announce
+// addresses the tests reach, and Restart (docker start of the same
+// container) keeps the address and the container's filesystem, hence the
+// data. (Docker Desktop needs host networking enabled, version 4.34 or
+// later.) The hooks: Pause and Resume are docker pause and unpause (the
+// cgroup freezer: connections are accepted, nothing answers), Kill is
+// docker kill and waits until the container exited, Restart is docker start
+// followed by the readiness probe, Stop is docker stop with a 5 second grace
+// period. LogTail reads the container's output.
+//
+// The engine is found as testcontainers-go finds it (DOCKER_HOST, the Docker
+// context, the default socket); the API version is negotiated (API 1.40,
+// Docker 19.03, at least) or pinned with DOCKER_API_VERSION. testcontainers-go's
+// reaper container (Ryuk) is switched off unless TESTCONTAINERS_RYUK_DISABLED
+// is set, as it needs an image from a registry: containers are removed through
+// the same cleanups as local processes, and the containers of a test binary
+// that died before its cleanups ran are removed by the next test binary (they
+// carry its pid and host name as labels). DLOCK_TESTSERVER_DEBUG=1 sends
+// testcontainers-go's own log to the test log.
+//
+// # Shared and dedicated servers
+//
+// Starting servers is slow (a ZooKeeper ensemble takes seconds), so tests
+// that only need a working server share one per test binary:
+//
+//	func TestMain(m *testing.M) { testserver.Main(m) }
+//
+//	func TestSomething(t *testing.T) {
+//		rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis(t).Addr()})
+//		...
+//	}
+//
+// A shared server starts on first use and is stopped by Main after the last
+// test. Tests sharing it must use distinct keys and must not disturb it: its
+// fault hooks return ErrNoFaults. Without Main, the Shared functions start a
+// dedicated server per test instead.
+//
+// Tests that inject faults start their own, stopped by t.Cleanup:
+//
+//	srv := testserver.StartRedis(t, &testserver.RedisOptions{Persistence: true})
+//	srv.RequireFaults(t) // skip if the server came from DLOCK_REDIS_ADDR
+//	srv.Pause()          // SIGSTOP: requests time out
+//	srv.Resume()         // SIGCONT
+//	srv.Kill()           // SIGKILL: connections are refused
+//	srv.Restart()        // same port, same data directory; returns once ready
+//
+// Groups (Memcached, RedisCluster, ZooKeeper) apply a hook to all nodes;
+// Node(i) addresses one, and ZooKeeper's Leader, WaitLeader and KillLeader
+// find the ensemble's leader.
+//
+// # No leaks
+//
+// Each local server runs in its own process group, killed as a group at
+// cleanup, even when the test failed or panicked. (Containers: see above.) On Linux every server
+// also gets SIGKILL from the kernel when the test binary dies (Pdeathsig),
+// so not even a killed or timed-out test binary leaves servers behind;
+// leftover directories of dead test binaries are removed by the next one.
+// Servers' logs go to a file in their directory; a failed start reports the
+// log's tail, and so does the cleanup of a failed test.
+//
+// The package needs a Unix system; parent-death signals need Linux.
+package testserver

@@ -1,0 +1,25 @@
+//go:build unix && !linux
+
+package testserver
+
+import (
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// sysProcAttr puts the server in its own process group. Outside Linux there
+// is no parent-death signal: servers are killed by the cleanups, and a test
+// binary that is itself killed may leave them running.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
+func spawn(cmd *exec.Cmd) error { return cmd.Start() }
+
+// waitStopped cannot observe the stop outside Linux; it waits briefly so
+// SIGSTOP has been delivered.
+func waitStopped(pid int, timeout time.Duration) error {
+	time.Sleep(50 * time.Millisecond)
+	return nil
+}

@@ -1,0 +1,114 @@
+// Package lock is dlock's portable API for distributed locks: one Locker
+// interface and one Lease type over every backend, each backend a driver
+// package (redisnx, rediswatch, memcached, zookeeper, memory).
+//
+//	locker := redisnx.New(rdb, nil)             // or lock.Open(ctx, os.Getenv("DLOCK_URL"))
+//	lease, err := locker.Lock(ctx, "orders/42") // blocks until held or ctx ends
+//	if err != nil { ... }
+//	defer lease.Unlock(context.Background())
+//	db.WriteIfNewer(lease.Token(), ...)         // fencing token
+//	select { case <-lease.Done(): /* lost: stop work */ ... }
+//
+// Or let Do hold the lock around a function whose context ends if the
+// lease is lost:
+//
+//	err := lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error { ... })
+//
+// # What a lease guarantees
+//
+// A lease is a lock with a time limit (its TTL). While it is held, no other
+// lease on the key is granted, by any Locker on the same backend. Every
+// driver gives the same guarantees, checked by one conformance suite against
+// real servers:
+//
+//   - Release and refresh are owner-checked: Unlock never deletes, and
+//     Refresh never extends, a grant that is not the caller's, even after its
+//     own grant expired and another client took the key.
+//   - Grants carry their expiry atomically; a holder that dies frees the
+//     key within its TTL (ZooKeeper: within the session timeout).
+//   - Token returns a fencing token that strictly increases per key, even
+//     after the backend lost its state.
+//   - Done closes, and Err reports ErrLost, no later than the moment another
+//     client could be granted the key, as judged by the local clock (see
+//     Lease.Deadline).
+//   - A waiting Lock returns promptly when its context ends, and leaves
+//     nothing behind on the backend.
+//
+// No lease-based lock can stop a holder that is paused (by a GC, a VM
+// migration, SIGSTOP) for longer than its TTL from acting as if it still
+// held the lock when it wakes up: its Done channel is closed by then, but it
+// may not look before its next write. That is what fencing tokens are for:
+// a resource that refuses writes carrying a token smaller than one it has
+// seen cannot be corrupted by such a holder.
+//
+// # Renewal
+//
+// By default each lease is renewed automatically every TTL/3 (TTL defaults
+// to DefaultTTL) until it is released; turn that off with
+// Options.DisableAutoRenew or WithAutoRenew(false). One scheduler goroutine
+// per Locker renews all of its leases, in batches where the driver supports
+// it, with at most 16 refresh calls under way. A renewal that fails for a
+// network reason is retried every TTL/10; if none succeeds before the
+// lease's local deadline, the lease is lost. A renewal the backend refuses
+// (the grant is gone) loses the lease at once.
+//
+// The local deadline is the moment the last successful grant or refresh
+// request was sent, plus the validity the backend applied, minus a drift
+// margin of 1% of the validity plus 2 ms. It is measured on the monotonic
+// clock, so wall-clock jumps do not move it.
+//
+// # Waiting
+//
+// Lock retries a held key according to its RetryStrategy (DefaultRetry,
+// an exponential backoff with full jitter), but sooner when it can: drivers
+// that are told of releases (Redis pub/sub) retry at once on the news;
+// drivers that know when the holder's grant expires retry then; drivers that
+// queue waiters (ZooKeeper, memory) hand the waiter the key when its turn
+// comes, in arrival order. Each call gets its own backoff state.
+//
+// # Closing
+//
+// Close releases the leases still held through the Locker, stops its
+// goroutines, makes waiting calls return, and closes the backend client if
+// the Locker opened it (Open does; drivers' New functions take the caller's
+// client and leave it open). Later calls return ErrClosed.
+//
+// # Errors
+//
+// Errors are *Error values naming the operation and the key, wrapping one
+// of the sentinels ErrNotAcquired, ErrNotHeld, ErrLost, ErrClosed and
+// ErrInvalid, and the cause: the backend's error, or the context's.
+// Check them with errors.Is:
+//
+//	lease, err := locker.Lock(ctx, key)
+//	switch {
+//	case errors.Is(err, context.DeadlineExceeded): // waited too long (also ErrNotAcquired)
+//	case errors.Is(err, lock.ErrNotAcquired):      // held elsewhere, or the backend failed
+//	case errors.Is(err, lock.ErrInvalid):          // bad key, TTL or option: a bug to fix
+//	}
+//
+// Invalid input (an empty key, one over MaxKeyLen bytes or not UTF-8, a TTL
+// outside [MinTTL, MaxTTL] or outside what the driver can carry, a malformed
+// URL or an unknown URL parameter) is refused before any I/O. Every key a
+// Locker accepts is used as it is: drivers map keys that their backend
+// cannot carry (Memcached's 250 bytes, ZooKeeper's path syntax) without
+// truncation or collisions.
+//
+// # URLs
+//
+// Open makes a Locker from a URL whose scheme names a driver, so that the
+// backend is a matter of configuration; see Open and each driver's package
+// doc. Import the driver for its side effect:
+//
+//	import _ "github.com/dlock-go/dlock/driver/redisnx"
+//
+// # As
+//
+// As reaches the driver's underlying client, for what this package does not
+// offer; each driver lists what it accepts.
+//
+// # Drivers
+//
+// Backends implement package driver's interfaces and wrap them with New;
+// users never need that package.
+package lock

@@ -1,0 +1,111 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// Sentinel errors. Every error returned by this package and its drivers wraps
+// at most a few of them; check with errors.Is, never by comparing strings.
+var (
+	// ErrNotAcquired: Lock or TryLock did not get the key: it was held,
+	// the retry strategy gave up, the context ended (the error then also
+	// wraps ctx.Err()) or the backend failed (the error also wraps that).
+	ErrNotAcquired = errors.New("lock: not acquired")
+	// ErrNotHeld: Unlock or Refresh found that the caller's grant is gone
+	// (expired, released, deleted, or taken by another owner). Nothing was
+	// changed on the backend.
+	ErrNotHeld = errors.New("lock: not held")
+	// ErrLost: reported by Lease.Err after Done closed because the lease was
+	// lost (expired locally before a refresh succeeded, the backend said it
+	// is gone, or the driver learned so, e.g. a ZooKeeper session expired).
+	ErrLost = errors.New("lock: lease lost")
+	// ErrClosed: the Locker was closed.
+	ErrClosed = errors.New("lock: locker closed")
+	// ErrInvalid: the input (key, TTL, option, URL) was refused before any
+	// I/O. The message says why.
+	ErrInvalid = errors.New("lock: invalid input")
+	// ErrHeld: beside ErrNotAcquired, when the key was held by another
+	// owner at the last attempt (TryLock, or Lock whose retry strategy gave
+	// up). Its absence from an ErrNotAcquired error means the backend failed
+	// or the context ended.
+	ErrHeld = errors.New("lock: held by another owner")
+)
+
+// heldError is the cause for a held key: ErrHeld, with the driver's error
+// (which may say when the key frees up).
+type heldError struct{ err error }
+
+func (e heldError) Error() string   { return e.err.Error() }
+func (e heldError) Unwrap() []error { return []error{ErrHeld, e.err} }
+
+// Error is the error type returned by Locker and Lease methods: the
+// operation, the key, and the causes. errors.Is sees through it to the
+// sentinel and to the backend's or the context's error.
+type Error struct {
+	Op  string // "lock", "trylock", "unlock", "refresh", "renew", ...
+	Key string
+	// Kind is the sentinel: ErrNotAcquired, ErrNotHeld, ErrLost, ErrClosed
+	// or ErrInvalid; nil when only the cause is known (a backend failure in
+	// Unlock or Refresh, which says nothing about whether the lease holds).
+	Kind error
+	// Err is the cause, if any: a backend error, ctx.Err(), a reason.
+	Err error
+}
+
+func (e *Error) Error() string {
+	kind := "lock"
+	if e.Kind != nil {
+		kind = e.Kind.Error()
+	}
+	msg := kind + ": " + e.Op
+	if e.Key != "" {
+		msg += fmt.Sprintf(" %q", e.Key)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel and the cause, for errors.Is and errors.As.
+func (e *Error) Unwrap() []error {
+	var errs []error
+	for _, err := range []error{e.Kind, e.Err} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func newError(op, key string, kind, cause error) error {
+	return &Error{Op: op, Key: key, Kind: kind, Err: cause}
+}
+
+// driverError maps an error from a driver call to an *Error whose Kind is
+// one of this package's sentinels, or other when the driver's error is not
+// one of the driver sentinels that have a match here.
+func driverError(op, key string, err error, other error) error {
+	switch {
+	case errors.Is(err, driver.ErrInvalid):
+		return newError(op, key, ErrInvalid, err)
+	case errors.Is(err, driver.ErrNotHeld):
+		return newError(op, key, ErrNotHeld, err)
+	}
+	return newError(op, key, other, err)
+}
+
+// ctxError is the error for a call whose context ended: it wraps kind and
+// ctx.Err(), and the cancellation cause when there is a distinct one (for
+// instance ErrClosed when the Locker was closed).
+func ctxError(op, key string, kind error, ctx context.Context) error {
+	cause := ctx.Err()
+	if c := context.Cause(ctx); c != nil && c != cause {
+		cause = errors.Join(cause, c)
+	}
+	return newError(op, key, kind, cause)
+}

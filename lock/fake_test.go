@@ -1,0 +1,193 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// fake is an in-process driver with switches to inject faults: failing or
+// slow calls, lost replies, refusals. It keeps grants in a map with
+// expiries, like a TTL backend, and counts calls.
+type fake struct {
+	mu      sync.Mutex
+	grants  map[string]fakeGrant
+	counter uint64
+	subs    map[string][]chan struct{}
+
+	notify bool // offer driver.Notifier
+	batch  bool // offer driver.BatchRefresher
+
+	// Faults, read on every call; set them with setFaults while Lockers run.
+	faults    faults
+	loseReply atomic.Bool // apply the grant, then answer with the ctx error or errLostReply
+
+	acquires, refreshes, releases, batches, subscribes atomic.Int64
+}
+
+type faults struct {
+	refreshErr   func() error // refresh answers this (and changes nothing)
+	releaseErr   func() error
+	acquireDelay time.Duration
+}
+
+func (f *fake) setFaults(fn func(*faults)) {
+	f.mu.Lock()
+	fn(&f.faults)
+	f.mu.Unlock()
+}
+
+func (f *fake) getFaults() faults {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.faults
+}
+
+type fakeGrant struct {
+	owner   string
+	expires time.Time
+}
+
+var errLostReply = errors.New("fake: connection reset after the request was applied")
+
+func newFake() *fake {
+	return &fake{grants: map[string]fakeGrant{}, subs: map[string][]chan struct{}{}}
+}
+
+func (f *fake) Validate(l *driver.Lease) error { return nil }
+
+func (f *fake) Acquire(ctx context.Context, l *driver.Lease) error {
+	f.acquires.Add(1)
+	if d := f.getFaults().acquireDelay; d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	g, ok := f.grants[l.Key]
+	now := time.Now()
+	if ok && now.Before(g.expires) {
+		f.mu.Unlock()
+		return &driver.HeldError{RetryAfter: g.expires.Sub(now)}
+	}
+	f.grants[l.Key] = fakeGrant{owner: l.Owner, expires: now.Add(l.TTL)}
+	f.counter++
+	l.Token, l.Validity = f.counter, l.TTL
+	f.mu.Unlock()
+	if f.loseReply.Load() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errLostReply
+	}
+	return nil
+}
+
+func (f *fake) Release(ctx context.Context, l *driver.Lease) error {
+	f.releases.Add(1)
+	if fn := f.getFaults().releaseErr; fn != nil {
+		if err := fn(); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.grants[l.Key]
+	if !ok || g.owner != l.Owner || !time.Now().Before(g.expires) {
+		return driver.ErrNotHeld
+	}
+	delete(f.grants, l.Key)
+	for _, c := range f.subs[l.Key] {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (f *fake) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	f.refreshes.Add(1)
+	if fn := f.getFaults().refreshErr; fn != nil {
+		if err := fn(); err != nil {
+			return 0, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.grants[l.Key]
+	if !ok || g.owner != l.Owner || !time.Now().Before(g.expires) {
+		return 0, driver.ErrNotHeld
+	}
+	g.expires = time.Now().Add(ttl)
+	f.grants[l.Key] = g
+	return ttl, nil
+}
+
+func (f *fake) Close() error { return nil }
+
+func (f *fake) As(target any) bool {
+	if p, ok := target.(**fake); ok {
+		*p = f
+		return true
+	}
+	return false
+}
+
+// holder returns the owner of key's live grant, or "".
+func (f *fake) holder(key string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.grants[key]
+	if !ok || !time.Now().Before(g.expires) {
+		return ""
+	}
+	return g.owner
+}
+
+func (f *fake) del(key string) {
+	f.mu.Lock()
+	delete(f.grants, key)
+	f.mu.Unlock()
+}
+
+// notifyingFake adds driver.Notifier.
+type notifyingFake struct{ *fake }
+
+func (f notifyingFake) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	f.subscribes.Add(1)
+	c := make(chan struct{}, 1)
+	f.mu.Lock()
+	f.subs[key] = append(f.subs[key], c)
+	f.mu.Unlock()
+	return c, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		s := f.subs[key]
+		for i := range s {
+			if s[i] == c {
+				f.subs[key] = append(s[:i], s[i+1:]...)
+				break
+			}
+		}
+	}, nil
+}
+
+// batchingFake adds driver.BatchRefresher.
+type batchingFake struct{ *fake }
+
+func (f batchingFake) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	f.batches.Add(1)
+	errs := make([]error, len(ls))
+	for i, l := range ls {
+		_, errs[i] = f.fake.Refresh(ctx, l, ttl)
+		f.refreshes.Add(-1) // count batches, not their members
+	}
+	return ttl, errs
+}

@@ -1,0 +1,361 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+	"go.uber.org/goleak"
+)
+
+func bg(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// Renewal runs every TTL/3: over 1.2 s with a 300 ms TTL, about 12
+// refreshes (first at ~100 ms), and the lease stays held.
+func TestRenewalTiming(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{TTL: 300 * time.Millisecond})
+	defer l.Close()
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(75 * time.Millisecond)
+	if n := f.refreshes.Load(); n != 0 {
+		t.Errorf("%d refreshes before TTL/4", n)
+	}
+	time.Sleep(1125 * time.Millisecond)
+	n := f.refreshes.Load()
+	if n < 8 || n > 16 {
+		t.Errorf("%d refreshes in 1.2s with TTL 300ms; want about 12 (every TTL/3)", n)
+	}
+	if lease.Err() != nil || f.holder("k") == "" {
+		t.Errorf("lease lost while renewals succeeded: %v", lease.Err())
+	}
+	if left := time.Until(lease.Deadline()); left < 150*time.Millisecond || left > 300*time.Millisecond {
+		t.Errorf("deadline %v ahead after a renewal; want within (150ms, 300ms]", left)
+	}
+}
+
+// Renewals that keep failing for a network reason end the lease at its
+// local deadline: before TTL has passed since the last grant was sent.
+func TestRenewalFailingUntilDeadline(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{TTL: 300 * time.Millisecond})
+	defer l.Close()
+	start := time.Now()
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.setFaults(func(x *faults) { x.refreshErr = func() error { return errors.New("fake: connection refused") } })
+	select {
+	case <-lease.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("Done not closed while every renewal failed")
+	}
+	lostAfter := time.Since(start)
+	if lostAfter > 300*time.Millisecond {
+		t.Errorf("Done closed %v after the grant; the TTL was 300ms", lostAfter)
+	}
+	if lostAfter < 250*time.Millisecond {
+		t.Errorf("Done closed %v after the grant; too early for a 300ms TTL minus the drift margin", lostAfter)
+	}
+	if !errors.Is(lease.Err(), lock.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", lease.Err())
+	}
+	if n := f.refreshes.Load(); n < 3 {
+		t.Errorf("only %d renewal attempts before the deadline; failed renewals must be retried", n)
+	}
+}
+
+// A renewal the backend refuses (not held) ends the lease at once.
+func TestRenewalNotHeldLosesAtOnce(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{TTL: 3 * time.Second})
+	defer l.Close()
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.del("k")
+	select {
+	case <-lease.Done():
+	case <-time.After(1500 * time.Millisecond): // first renewal at 1s
+		t.Fatal("Done not closed soon after a renewal found the grant gone")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", lease.Err())
+	}
+	if time.Until(lease.Deadline()) < time.Second {
+		t.Errorf("lost with %v left before the deadline: it was not the deadline that ended it", time.Until(lease.Deadline()))
+	}
+}
+
+// Leases granted together are renewed together through a batching driver.
+func TestRenewalUsesBatches(t *testing.T) {
+	f := newFake()
+	l := lock.New(batchingFake{f}, &lock.Options{TTL: 300 * time.Millisecond})
+	defer l.Close()
+	for i := range 50 {
+		if _, err := l.Lock(bg(t), "k"+string(rune('A'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(350 * time.Millisecond) // about three renewal rounds
+	b, single := f.batches.Load(), f.refreshes.Load()
+	if b == 0 || b > 12 {
+		t.Errorf("%d batch calls for 50 leases over ~3 renewal rounds; want a few", b)
+	}
+	if single > 6 {
+		t.Errorf("%d single refreshes beside the batches", single)
+	}
+}
+
+// Without auto-renewal, the lease ends at its local deadline.
+func TestNoAutoRenew(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{DisableAutoRenew: true})
+	defer l.Close()
+	lease, err := l.Lock(bg(t), "k", lock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(time.Second):
+		t.Fatal("lease without renewal outlived its TTL")
+	}
+	if n := f.refreshes.Load(); n != 0 {
+		t.Errorf("%d refreshes with auto-renewal off", n)
+	}
+	// WithAutoRenew(true) overrides the Locker's default.
+	lease, _ = l.Lock(bg(t), "k2", lock.WithTTL(150*time.Millisecond), lock.WithAutoRenew(true))
+	time.Sleep(400 * time.Millisecond)
+	if lease.Err() != nil {
+		t.Errorf("WithAutoRenew(true) lease lost: %v", lease.Err())
+	}
+}
+
+// A Lock waiting on a held key returns promptly when ctx ends, wrapping
+// ErrNotAcquired and the context's error.
+func TestLockCancel(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{Retry: lock.LinearBackoff(10 * time.Second)})
+	defer l.Close()
+	if _, err := l.Lock(bg(t), "k"); err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := l.Lock(c, "k")
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("Lock returned %v after a 100ms deadline", d)
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v; want ErrNotAcquired and DeadlineExceeded", err)
+	}
+}
+
+// A grant applied by the backend whose reply was lost is removed by owner
+// before Lock returns: nothing is left for its TTL to clear.
+func TestLostReplyCleanedUp(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, nil)
+	defer l.Close()
+	f.loseReply.Store(true)
+	_, err := l.Lock(bg(t), "k")
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, errLostReply) {
+		t.Fatalf("err = %v; want ErrNotAcquired wrapping the backend's error", err)
+	}
+	if h := f.holder("k"); h != "" {
+		t.Errorf("grant with a lost reply left on the backend, owned by %s", h)
+	}
+	if f.releases.Load() != 1 {
+		t.Errorf("%d releases; want one clean-up", f.releases.Load())
+	}
+	// The same with a cancelled context while the request is in flight.
+	f.loseReply.Store(false)
+	f.setFaults(func(x *faults) { x.acquireDelay = 50 * time.Millisecond })
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.Lock(c, "k2"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v; want DeadlineExceeded", err)
+	}
+	if f.releases.Load() != 2 {
+		t.Errorf("no clean-up after a cancelled attempt")
+	}
+}
+
+// The holder's remaining time from a HeldError is honoured when it is
+// sooner than the backoff.
+func TestRetryAfterHint(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{Retry: lock.LinearBackoff(10 * time.Second), DisableAutoRenew: true})
+	defer l.Close()
+	if _, err := l.Lock(bg(t), "k", lock.WithTTL(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Unlock(bg(t))
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("waited %v for a key whose holder had 100ms left", d)
+	}
+}
+
+// With a Notifier, a waiter is woken by the release, not by its backoff.
+func TestNotifierWakesWaiter(t *testing.T) {
+	f := newFake()
+	l := lock.New(notifyingFake{f}, &lock.Options{Retry: lock.LinearBackoff(10 * time.Second)})
+	defer l.Close()
+	held, err := l.Lock(bg(t), "k", lock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		lease, err := l.Lock(bg(t), "k")
+		if err == nil {
+			lease.Unlock(bg(t))
+		}
+		got <- time.Now()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	released := time.Now()
+	held.Unlock(bg(t))
+	select {
+	case at := <-got:
+		if d := at.Sub(released); d > 500*time.Millisecond {
+			t.Errorf("waiter woke %v after the release", d)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("waiter not woken by the release notification")
+	}
+	if f.subscribes.Load() != 1 {
+		t.Errorf("%d subscriptions; want one for the waiting call", f.subscribes.Load())
+	}
+}
+
+// A backend failure in Unlock is not reported as ErrNotHeld; the lease
+// stays, renewal stops, and a second Unlock can succeed.
+func TestUnlockBackendFailure(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, nil)
+	defer l.Close()
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	f.setFaults(func(x *faults) {
+		x.releaseErr = func() error {
+			if fail.Load() {
+				return errors.New("fake: timeout")
+			}
+			return nil
+		}
+	})
+	err = lease.Unlock(bg(t))
+	if err == nil || errors.Is(err, lock.ErrNotHeld) {
+		t.Fatalf("Unlock on a failing backend: err = %v; want the backend error, not ErrNotHeld", err)
+	}
+	if lease.Err() != nil {
+		t.Errorf("lease ended by a failed Unlock: %v", lease.Err())
+	}
+	fail.Store(false)
+	if err := lease.Unlock(bg(t)); err != nil {
+		t.Errorf("second Unlock: %v", err)
+	}
+	if f.holder("k") != "" {
+		t.Error("key still held after a successful Unlock")
+	}
+	if !errors.Is(lease.Err(), lock.ErrNotHeld) {
+		t.Errorf("Err() after Unlock = %v; want ErrNotHeld (released)", lease.Err())
+	}
+}
+
+// Refresh by hand moves the deadline and the TTL later renewals use.
+func TestManualRefresh(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{DisableAutoRenew: true})
+	defer l.Close()
+	lease, err := l.Lock(bg(t), "k", lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Refresh(bg(t), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if lease.TTL() != time.Minute || time.Until(lease.Deadline()) < 50*time.Second {
+		t.Errorf("after Refresh(1m): TTL %v, deadline in %v", lease.TTL(), time.Until(lease.Deadline()))
+	}
+	if err := lease.Refresh(bg(t), 0); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("Refresh(0): %v; want ErrInvalid", err)
+	}
+}
+
+// Close releases held leases, fails waiting and later calls with
+// ErrClosed, and leaves no goroutine.
+func TestCloseFake(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	f := newFake()
+	l := lock.New(notifyingFake{f}, &lock.Options{TTL: time.Second})
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(bg(t), "k")
+		waiting <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-waiting; !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("waiting Lock: %v; want ErrClosed", err)
+	}
+	if f.holder("k") != "" {
+		t.Error("Close did not release the held lease")
+	}
+	if !errors.Is(lease.Err(), lock.ErrClosed) {
+		t.Errorf("lease Err() = %v; want ErrClosed", lease.Err())
+	}
+	if _, err := l.TryLock(bg(t), "k"); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("TryLock after Close: %v", err)
+	}
+}
+
+// Invalid Options surface on the first call, wrapped in ErrInvalid.
+func TestInvalidOptions(t *testing.T) {
+	l := lock.New(newFake(), &lock.Options{TTL: time.Nanosecond})
+	defer l.Close()
+	if _, err := l.TryLock(bg(t), "k"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("TryLock with Options.TTL 1ns: %v; want ErrInvalid", err)
+	}
+}
+
+func TestDoReturnsLockError(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, nil)
+	defer l.Close()
+	ran := false
+	err := lock.Do(bg(t), l, "", func(context.Context) error { ran = true; return nil })
+	if ran || !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("Do with an empty key: ran=%v err=%v", ran, err)
+	}
+}

@@ -1,0 +1,172 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// OpenFunc opens a Locker for a URL of one scheme. The Locker it returns
+// owns the clients it made: its Close closes them.
+type OpenFunc func(ctx context.Context, u *url.URL) (Locker, error)
+
+var registry struct {
+	sync.RWMutex
+	m map[string]OpenFunc
+}
+
+// Register makes a URL scheme available to Open. Driver packages call it
+// from init, so importing a driver (even as _) is enough. Register panics if
+// the scheme is empty, open is nil, or the scheme is registered twice, as
+// database/sql.Register does: these are programming errors.
+func Register(scheme string, open OpenFunc) {
+	if scheme == "" || open == nil {
+		panic("lock: Register with an empty scheme or a nil OpenFunc")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if registry.m == nil {
+		registry.m = map[string]OpenFunc{}
+	}
+	if _, dup := registry.m[scheme]; dup {
+		panic("lock: Register called twice for scheme " + scheme)
+	}
+	registry.m[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registry.RLock()
+	defer registry.RUnlock()
+	s := make([]string, 0, len(registry.m))
+	for k := range registry.m {
+		s = append(s, k)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// Open returns a Locker for a URL such as
+//
+//	redisnx://user:pass@host:6379/0?ttl=10s
+//	memcached://h1:11211,h2:11211
+//	zookeeper://h1:2181,h2:2181/app/locks
+//	memory://
+//
+// The scheme picks the driver, which must be imported (for its init) by the
+// program. Every scheme accepts the query parameters
+//
+//	ttl=DURATION      default lease time, e.g. 15s (Options.TTL)
+//	autorenew=BOOL    automatic renewal, default true (Options.DisableAutoRenew)
+//
+// and the parameters its driver documents. Unknown parameters, malformed
+// URLs and unknown schemes are errors wrapping ErrInvalid. The Locker owns
+// the clients it opened: Close closes them.
+func Open(ctx context.Context, rawURL string) (Locker, error) {
+	return OpenWith(ctx, rawURL, nil)
+}
+
+// OpenWith is Open with Options for what a URL does not carry: the Logger,
+// the Retry strategy and the ReleaseTimeout of o replace the Locker's when
+// set. TTL and auto-renewal come from the URL (ttl=, autorenew=), so that
+// configuration alone decides them; o's TTL and DisableAutoRenew are
+// ignored.
+func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
+	l, err := open(ctx, rawURL)
+	if err != nil || o == nil {
+		return l, err
+	}
+	var lk *locker
+	switch v := l.(type) {
+	case *locker:
+		lk = v
+	case *rwLocker:
+		lk = v.locker
+	default:
+		return l, nil
+	}
+	// No call has been made on the new Locker yet: its options are ours.
+	if o.Logger != nil {
+		lk.opts.Logger = o.Logger
+	}
+	if o.Retry != nil {
+		lk.opts.Retry = o.Retry
+	}
+	if o.ReleaseTimeout < 0 {
+		l.Close()
+		return nil, fmt.Errorf("%w: Options.ReleaseTimeout %v is negative", ErrInvalid, o.ReleaseTimeout)
+	}
+	if o.ReleaseTimeout > 0 {
+		lk.opts.ReleaseTimeout = o.ReleaseTimeout
+	}
+	return l, nil
+}
+
+func open(ctx context.Context, rawURL string) (Locker, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: malformed URL: %v", ErrInvalid, err)
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("%w: URL %q has no scheme (want one of %s)", ErrInvalid, redact(u), strings.Join(Schemes(), ", "))
+	}
+	registry.RLock()
+	open := registry.m[u.Scheme]
+	registry.RUnlock()
+	if open == nil {
+		return nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s); is the driver package imported, e.g. _ \"github.com/dlock-go/dlock/driver/%s\"?",
+			ErrInvalid, u.Scheme, strings.Join(Schemes(), ", "), strings.TrimSuffix(u.Scheme, "s"))
+	}
+	return open(ctx, u)
+}
+
+// redact hides a URL's password for error messages.
+func redact(u *url.URL) string { return u.Redacted() }
+
+// URLOptions reads the query parameters that every scheme accepts (see
+// Open) into Options, and returns the driver's own parameters, named in
+// driverParams, for the driver to read. Any other parameter, a repeated
+// parameter, or a malformed value gives an error wrapping ErrInvalid. It is
+// for driver packages' OpenFuncs.
+func URLOptions(u *url.URL, driverParams ...string) (*Options, url.Values, error) {
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: URL query: %v", ErrInvalid, err)
+	}
+	o := &Options{}
+	rest := url.Values{}
+	for name, vals := range q {
+		if len(vals) != 1 {
+			return nil, nil, fmt.Errorf("%w: URL parameter %q given %d times", ErrInvalid, name, len(vals))
+		}
+		v := vals[0]
+		switch {
+		case name == "ttl":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: URL parameter ttl=%q: %v", ErrInvalid, v, err)
+			}
+			if err := checkTTL(d); err != nil {
+				return nil, nil, fmt.Errorf("%w: URL parameter ttl: %v", ErrInvalid, err)
+			}
+			o.TTL = d
+		case name == "autorenew":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: URL parameter autorenew=%q: want true or false", ErrInvalid, v)
+			}
+			o.DisableAutoRenew = !b
+		case slices.Contains(driverParams, name):
+			rest.Set(name, v)
+		default:
+			known := append([]string{"ttl", "autorenew"}, driverParams...)
+			return nil, nil, fmt.Errorf("%w: unknown URL parameter %q for scheme %s (known: %s)", ErrInvalid, name, u.Scheme, strings.Join(known, ", "))
+		}
+	}
+	return o, rest, nil
+}

@@ -1,0 +1,99 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+func init() {
+	lock.Register("faketest", func(ctx context.Context, u *url.URL) (lock.Locker, error) {
+		o, rest, err := lock.URLOptions(u, "flavour")
+		if err != nil {
+			return nil, err
+		}
+		if f := rest.Get("flavour"); f != "" && f != "plain" {
+			return nil, errors.New("bad flavour")
+		}
+		return lock.New(newFake(), o), nil
+	})
+}
+
+func TestOpen(t *testing.T) {
+	l, err := lock.Open(context.Background(), "faketest://?ttl=2s&autorenew=false&flavour=plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.TTL() != 2*time.Second {
+		t.Errorf("TTL %v; want 2s from the URL", lease.TTL())
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"faketest://?tll=2s", `unknown URL parameter "tll"`},
+		{"faketest://?ttl=forever", "ttl"},
+		{"faketest://?ttl=1ns", "out of range"},
+		{"faketest://?autorenew=maybe", "autorenew"},
+		{"faketest://?ttl=1s&ttl=2s", "given 2 times"},
+		{"nosuch://host", `forgotten import`},
+		{"://bad", "malformed URL"},
+		{"no-scheme", "no scheme"},
+		{"faketest://?a=%zz", "query"},
+	} {
+		_, err := lock.Open(context.Background(), tc.url)
+		if !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("Open(%q): err = %v; want ErrInvalid", tc.url, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) && !(tc.want == "forgotten import" && strings.Contains(err.Error(), "imported")) {
+			t.Errorf("Open(%q): err = %q; want it to mention %q", tc.url, err, tc.want)
+		}
+	}
+}
+
+func TestRegisterTwicePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("second Register of a scheme did not panic")
+		}
+	}()
+	lock.Register("faketest", func(context.Context, *url.URL) (lock.Locker, error) { return nil, nil })
+}
+
+func TestOpenWith(t *testing.T) {
+	var logged strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logged, nil))
+	l, err := lock.OpenWith(context.Background(), "faketest://?ttl=300ms", &lock.Options{Logger: logger, Retry: lock.NoRetry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var f *fake
+	if !lock.As(l, &f) {
+		t.Fatal("As did not reach the fake driver")
+	}
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Lock(bg(t), "k"); !errors.Is(err, lock.ErrHeld) {
+		t.Errorf("Lock with NoRetry from OpenWith on a held key: %v; want ErrHeld at once", err)
+	}
+	f.del("k") // the next renewal finds the grant gone and logs the loss
+	<-lease.Done()
+	if !strings.Contains(logged.String(), "lease lost") {
+		t.Errorf("the Logger given to OpenWith logged %q; want the lost lease", logged.String())
+	}
+}

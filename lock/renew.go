@@ -1,0 +1,294 @@
+package lock
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// The renewal scheduler: one per Locker, however many leases it holds.
+//
+// It keeps every live lease in a heap ordered by the next moment it must
+// look at it: the renewal time (TTL/3 after the last successful grant or
+// refresh was sent) for auto-renewed leases, else the local deadline. Due
+// renewals are handed, grouped, to at most maxWorkers worker goroutines;
+// a driver that implements driver.BatchRefresher refreshes each group in one
+// call. A lease whose deadline passes before a refresh succeeds is lost
+// then, whatever its refresh is doing.
+type scheduler struct {
+	lk    *locker
+	batch driver.BatchRefresher
+
+	mu      sync.Mutex
+	h       leaseHeap
+	jobs    []renewJob
+	workers int
+	stopped bool
+	wake    chan struct{}
+	ctx     context.Context // cancelled by stop
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // loop, workers, background releases
+}
+
+const (
+	maxWorkers    = 16   // concurrent refresh calls per Locker
+	maxBatch      = 1000 // leases per RefreshBatch call
+	maxSingleJob  = 32   // leases per job for drivers without batches
+	minRetryDelay = 5 * time.Millisecond
+)
+
+type renewJob struct {
+	ttl    time.Duration
+	leases []*Lease
+}
+
+func newScheduler(lk *locker) *scheduler {
+	s := &scheduler{lk: lk, wake: make(chan struct{}, 1)}
+	s.batch, _ = lk.d.(driver.BatchRefresher)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.loop()
+	return s
+}
+
+// schedule (re)computes when to look at l next, from its current state.
+func (s *scheduler) schedule(l *Lease) {
+	l.mu.Lock()
+	ended, renew := l.err != nil, l.autoRenew && !l.unlocking
+	deadline, renewAt, ttl := l.deadline, l.start.Add(l.ttl/3), l.ttl
+	l.mu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ended || s.stopped {
+		s.removeLocked(l)
+		return
+	}
+	due := deadline
+	if renew && !l.renewing {
+		if !l.retryAt.IsZero() {
+			renewAt = l.retryAt
+		}
+		if renewAt.Before(due) {
+			due = renewAt
+		}
+	}
+	l.due, l.deadlineCopy, l.ttlCopy = due, deadline, ttl
+	l.renewDue = renew && !l.renewing
+	if l.idx >= 0 {
+		heap.Fix(&s.h, l.idx)
+	} else {
+		heap.Push(&s.h, l)
+	}
+	if s.h[0] == l {
+		s.poke()
+	}
+}
+
+func (s *scheduler) remove(l *Lease) {
+	s.mu.Lock()
+	s.removeLocked(l)
+	s.mu.Unlock()
+}
+
+func (s *scheduler) removeLocked(l *Lease) {
+	if l.idx >= 0 {
+		heap.Remove(&s.h, l.idx)
+	}
+}
+
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *scheduler) loop() {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		expired, next := s.collect(time.Now())
+		for _, l := range expired {
+			l.lose(errors.New("the local validity deadline passed without a successful refresh"), true)
+		}
+		t.Reset(next)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// collect takes the leases due at now: expired ones are returned, renewals
+// are queued as jobs. It returns how long to sleep until the next one.
+func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	groups := map[time.Duration][]*Lease{}
+	for len(s.h) > 0 {
+		l := s.h[0]
+		// Renewals a little ahead of time are taken with the due ones, so
+		// that leases granted close together are refreshed together.
+		ahead := time.Duration(0)
+		if l.renewDue {
+			ahead = l.ttlCopy / 30
+		}
+		if l.due.After(now.Add(ahead)) {
+			break
+		}
+		if !now.Before(l.deadlineCopy) {
+			heap.Pop(&s.h)
+			expired = append(expired, l)
+			continue
+		}
+		// Renew, and keep watching the deadline meanwhile.
+		l.renewing, l.renewDue, l.due = true, false, l.deadlineCopy
+		heap.Fix(&s.h, 0)
+		groups[l.ttlCopy] = append(groups[l.ttlCopy], l)
+	}
+	size := maxSingleJob
+	if s.batch != nil {
+		size = maxBatch
+	}
+	for ttl, ls := range groups {
+		for len(ls) > 0 {
+			n := min(len(ls), size)
+			s.jobs = append(s.jobs, renewJob{ttl: ttl, leases: ls[:n:n]})
+			ls = ls[n:]
+		}
+	}
+	for s.workers < maxWorkers && s.workers < len(s.jobs) && !s.stopped {
+		s.workers++
+		s.wg.Add(1)
+		go s.work()
+	}
+	next = time.Hour
+	if len(s.h) > 0 {
+		next = max(s.h[0].due.Sub(now), 0)
+	}
+	return expired, next
+}
+
+// work runs queued renewal jobs until none is left.
+func (s *scheduler) work() {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		if len(s.jobs) == 0 || s.stopped {
+			s.workers--
+			s.mu.Unlock()
+			return
+		}
+		j := s.jobs[0]
+		s.jobs = s.jobs[1:]
+		s.mu.Unlock()
+		s.run(j)
+	}
+}
+
+func (s *scheduler) run(j renewJob) {
+	// No refresh is useful past the earliest deadline of the job.
+	deadline := j.leases[0].Deadline()
+	for _, l := range j.leases[1:] {
+		if d := l.Deadline(); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	defer cancel()
+	dls := make([]*driver.Lease, len(j.leases))
+	for i, l := range j.leases {
+		dls[i] = l.dl
+	}
+	start := time.Now()
+	errs := make([]error, len(j.leases))
+	var validity time.Duration
+	if s.batch != nil && len(dls) > 1 {
+		validity, errs = s.batch.RefreshBatch(ctx, dls, j.ttl)
+		if len(errs) != len(dls) {
+			err := fmt.Errorf("driver returned %d results for a batch of %d", len(errs), len(dls))
+			errs = make([]error, len(dls))
+			for i := range errs {
+				errs[i] = err
+			}
+		}
+	} else {
+		for i, dl := range dls {
+			validity, errs[i] = s.lk.d.Refresh(ctx, dl, j.ttl)
+		}
+	}
+	for i, l := range j.leases {
+		s.mu.Lock()
+		l.renewing = false
+		l.retryAt = time.Time{}
+		if errs[i] != nil && !errors.Is(errs[i], driver.ErrNotHeld) {
+			l.retryAt = time.Now().Add(max(j.ttl/10, minRetryDelay))
+			s.lk.logWarn("renewal failed; retrying", l.dl.Key, errs[i])
+		}
+		s.mu.Unlock()
+		if err := l.refreshed(ctx, "renew", j.ttl, start, validity, errs[i]); err != nil && !errors.Is(err, ErrNotHeld) {
+			s.schedule(l) // retry at retryAt, or lose at the deadline
+		}
+	}
+}
+
+// releaseInBackground deletes a lost lease's grant, if the backend still has
+// it, without holding anyone up. Close waits for it.
+func (s *scheduler) releaseInBackground(dl *driver.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, s.lk.opts.ReleaseTimeout)
+		defer cancel()
+		if err := s.lk.d.Release(ctx, dl); err != nil && !errors.Is(err, driver.ErrNotHeld) {
+			s.lk.logWarn("release of a lost lease failed", dl.Key, err)
+		}
+	}()
+}
+
+// stop ends the loop and the workers and waits for them.
+func (s *scheduler) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.jobs = nil
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+}
+
+// leaseHeap orders leases by due time.
+type leaseHeap []*Lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*Lease)
+	l.idx = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.idx = -1
+	*h = old[:len(old)-1]
+	return l
+}

@@ -1,0 +1,82 @@
+package lock
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// A RetryStrategy decides how long Lock waits between attempts on a held
+// key. Each Lock call asks it for a fresh Backoff, so two calls never share
+// a retry budget or a backoff state.
+//
+// Lock may retry sooner than the Backoff says: at once when the driver tells
+// of a release, or when the holder's grant expires (drivers that know it).
+type RetryStrategy interface {
+	NewBackoff() Backoff
+}
+
+// A Backoff is the retry state of one Lock call. Next returns the wait
+// before the next attempt, or false to give up (Lock then returns an error
+// wrapping ErrNotAcquired). It is used by one goroutine only.
+type Backoff interface {
+	Next() (time.Duration, bool)
+}
+
+type strategyFunc func() Backoff
+
+func (f strategyFunc) NewBackoff() Backoff { return f() }
+
+type backoffFunc func() (time.Duration, bool)
+
+func (f backoffFunc) Next() (time.Duration, bool) { return f() }
+
+// NoRetry makes Lock try once, like TryLock.
+func NoRetry() RetryStrategy {
+	return strategyFunc(func() Backoff {
+		return backoffFunc(func() (time.Duration, bool) { return 0, false })
+	})
+}
+
+// LinearBackoff retries every d, without limit. Values below 1 ms are
+// raised to 1 ms so that a waiter cannot spin on the backend.
+func LinearBackoff(d time.Duration) RetryStrategy {
+	d = max(d, time.Millisecond)
+	return strategyFunc(func() Backoff {
+		return backoffFunc(func() (time.Duration, bool) { return d, true })
+	})
+}
+
+// ExponentialBackoff retries without limit after waits drawn uniformly
+// from [0, b) ("full jitter"), where b starts at base and doubles per
+// attempt up to maxWait. Full jitter spreads contenders out, so that they do
+// not retry in lockstep. Values below 1 ms are raised to 1 ms, and maxWait
+// to at least base.
+func ExponentialBackoff(base, maxWait time.Duration) RetryStrategy {
+	base = max(base, time.Millisecond)
+	maxWait = max(maxWait, base)
+	return strategyFunc(func() Backoff {
+		b := base
+		return backoffFunc(func() (time.Duration, bool) {
+			d := time.Duration(rand.Int64N(int64(b))) + 1
+			if b < maxWait {
+				b = min(2*b, maxWait)
+			}
+			return d, true
+		})
+	})
+}
+
+// LimitRetry stops s after n retries (n+1 attempts in all). n <= 0 means
+// no retry at all.
+func LimitRetry(s RetryStrategy, n int) RetryStrategy {
+	return strategyFunc(func() Backoff {
+		inner, left := s.NewBackoff(), n
+		return backoffFunc(func() (time.Duration, bool) {
+			if left <= 0 {
+				return 0, false
+			}
+			left--
+			return inner.Next()
+		})
+	})
+}
