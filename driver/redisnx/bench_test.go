@@ -1,0 +1,147 @@
+package redisnx
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The benchmarks run against the test binary's shared local redis-server.
+// Compare them within one run, with medians over several counts:
+//
+//	go test -run '^$' -bench . -count 5 ./driver/redisnx/
+//
+// Targets: LockUnlock (TryLock then Unlock, uncontended) within 1.2x of two
+// Pings; Handoff (from Unlock returning to the waiter's Lock returning)
+// within 3 Pings. Handoff also reports ping-ns, a PING sent from the same
+// idle state as the hand-off (a client that slept for a while), and
+// LockUnlockVsPing measures both sides in one loop, so that load from
+// other processes affects them alike.
+
+func benchClient(b *testing.B) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis(b).Addr()})
+	b.Cleanup(func() { c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func benchKey(name string) string { return fmt.Sprintf("bench/%s/%d", name, time.Now().UnixNano()) }
+
+func median(d []time.Duration) float64 {
+	slices.Sort(d)
+	return float64(d[len(d)/2].Nanoseconds())
+}
+
+// BenchmarkPing is one PING round trip, the unit of the other figures.
+func BenchmarkPing(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockUnlock is an uncontended TryLock and Unlock: two round trips.
+func BenchmarkLockUnlock(b *testing.B) {
+	l := New(benchClient(b), nil)
+	b.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	key := benchKey("lockunlock")
+	for b.Loop() {
+		lease, err := l.TryLock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLockUnlockVsPing alternates two PINGs and a TryLock+Unlock on one
+// connection each and reports the median of each (2ping-ns, lockunlock-ns)
+// and their ratio.
+func BenchmarkLockUnlockVsPing(b *testing.B) {
+	c := benchClient(b)
+	l := New(benchClient(b), nil)
+	b.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	key := benchKey("vsping")
+	var pings, locks []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		c.Ping(ctx)
+		c.Ping(ctx)
+		t1 := time.Now()
+		lease, err := l.TryLock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		pings, locks = append(pings, t1.Sub(t0)), append(locks, time.Since(t1))
+	}
+	p, lu := median(pings), median(locks)
+	b.ReportMetric(p, "2ping-ns")
+	b.ReportMetric(lu, "lockunlock-ns")
+	b.ReportMetric(lu/p, "ratio")
+}
+
+// BenchmarkHandoff times a release to a waiting client: from the holder's
+// Unlock returning to the waiter's Lock returning. Its ns/op is the median
+// hand-off of the run; ping-ns the median of a PING sent just before each
+// Unlock, after the same idle wait.
+func BenchmarkHandoff(b *testing.B) {
+	c := benchClient(b)
+	holder, waiter := New(benchClient(b), nil), New(benchClient(b), nil)
+	b.Cleanup(func() { holder.Close(); waiter.Close() })
+	ctx := context.Background()
+	key := benchKey("handoff")
+	// A slow retry strategy, so that only the release message wakes the
+	// waiter in time.
+	slow := lock.WithRetry(lock.LinearBackoff(time.Minute))
+	var lat, pings []time.Duration
+	for b.Loop() {
+		held, err := holder.TryLock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, unlocked := make(chan time.Time, 1), make(chan struct{})
+		go func() {
+			defer close(unlocked)
+			l, err := waiter.Lock(ctx, key, slow)
+			got <- time.Now()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			l.Unlock(ctx)
+		}()
+		time.Sleep(2 * time.Millisecond) // the waiter is waiting
+		t0 := time.Now()
+		c.Ping(ctx)
+		pings = append(pings, time.Since(t0))
+		time.Sleep(2 * time.Millisecond) // the holder is idle, like the waiter
+		if err := held.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		released := time.Now()
+		lat = append(lat, (<-got).Sub(released))
+		<-unlocked
+	}
+	h, p := median(lat), median(pings)
+	b.ReportMetric(h, "ns/op")
+	b.ReportMetric(p, "ping-ns")
+	b.ReportMetric(h/p, "pings")
+}

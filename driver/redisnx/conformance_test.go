@@ -1,0 +1,84 @@
+package redisnx
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestConformance(t *testing.T) {
+	addr := testserver.SharedRedis(t).Addr()
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		return newHarness(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) })
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	addrs := testserver.SharedRedisCluster(t).Addrs()
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		return newHarness(t, func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) })
+	})
+}
+
+// harness tampers with the server through a raw client of its own.
+type harness struct {
+	dial func() redis.UniversalClient
+	raw  redis.UniversalClient
+}
+
+func newHarness(t *testing.T, dial func() redis.UniversalClient) *harness {
+	h := &harness{dial: dial, raw: dial()}
+	t.Cleanup(func() { h.raw.Close() })
+	return h
+}
+
+// NewLocker returns a Locker that owns its client, as one opened from a URL.
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+	var ro *Options
+	if o != nil {
+		ro = &Options{Options: *o}
+	}
+	l := newLocker(h.dial(), ro, true)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Crash closes the Locker's client: all its traffic fails, nothing is
+// released.
+func (h *harness) Crash(t *testing.T, l lock.Locker) {
+	var c redis.UniversalClient
+	if !lock.As(l, &c) {
+		t.Fatalf("not a redisnx Locker")
+	}
+	c.Close()
+}
+
+func (h *harness) DeleteKey(ctx context.Context, key string) error {
+	return h.raw.Del(ctx, lockKey(DefaultPrefix, key)).Err()
+}
+
+func (h *harness) StealKey(ctx context.Context, key string) error {
+	return h.raw.Set(ctx, lockKey(DefaultPrefix, key), "intruder", time.Minute).Err()
+}
+
+func (h *harness) DeleteCounter(ctx context.Context, key string) error {
+	return h.raw.Del(ctx, lockKey(DefaultPrefix, key)+counterSuffix).Err()
+}
+
+func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
+	lk := lockKey(DefaultPrefix, key)
+	n, err := h.raw.Exists(ctx, lk).Result()
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	return []string{lk}, nil
+}
+
+func (h *harness) Caps() conformance.Caps {
+	return conformance.Caps{Notify: true, DeletableCounter: true}
+}

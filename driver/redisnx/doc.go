@@ -1,0 +1,159 @@
+// Package redisnx is dlock's Redis driver: a lock is a Redis key set with
+// SET NX PX to its owner's token, released and refreshed by Lua scripts that
+// act only if the key still holds that token. It works with a single server,
+// Sentinel (a failover client), Redis Cluster and a Ring, through the
+// caller's go-redis client:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	locker := redisnx.New(rdb, nil) // a lock.Locker
+//
+// or from a URL with lock.Open (see URLs). It needs Redis 5 or later
+// (tested with 7.0).
+//
+// # Algorithm
+//
+// The lock on key K is the Redis key "dlock:{K}" (the prefix is
+// Options.Prefix). Its value is the owner token of the grant alone, 32 hex
+// digits, and nothing else: a plain SET NX lock on the same Redis key (the
+// seeds' scripts, redsync, redislock) excludes a dlock lease and is excluded
+// by it, so the two can share keys during a migration.
+//
+//   - Grant (acquire.lua, one round trip): SET key token NX PX ttl; if that
+//     succeeds, INCR the fencing counter "dlock:{K}:fence" and return it as
+//     the lease's token. A missing counter (never used, or lost with the
+//     server's data) is seeded from the server's TIME in microseconds, so
+//     tokens keep increasing after a restart that lost the data. A refused
+//     grant returns the holder's PTTL, and Lock retries no later than that.
+//   - Release (release.lua, one round trip): if GET key equals the token,
+//     DEL it and PUBLISH on the channel "dlock:{K}:rel".
+//   - Refresh (refresh.lua, one round trip): if GET key equals the token,
+//     PEXPIRE it. Lock's renewal scheduler refreshes many leases at once
+//     through RefreshBatch: one script per group of keys (all keys on a
+//     single server, one hash slot on a Cluster, one shard of a Ring), at
+//     most 100 keys each, all in one pipeline, which go-redis sends to every
+//     server at once in one round trip each.
+//
+// Scripts are sent with EVALSHA, and once more with EVAL when the server
+// does not know them (NOSCRIPT, after a restart or SCRIPT FLUSH).
+//
+// The braces make K the hash tag: the lock key, its counter and its
+// tombstones (below) are in one Cluster slot, as a script needs. A key that
+// starts with '}' would give an empty tag, which Redis ignores; such a key is
+// stored with the byte 0xff before it (never part of a valid UTF-8 key, so
+// no collision). Every key lock accepts works, binary bytes included.
+//
+// TTLs are applied in whole milliseconds (PX); a lease's validity is the
+// TTL so truncated, counted by lock from the moment the request was sent,
+// before the server applied it.
+//
+// # Waiting
+//
+// A Lock call that finds the key held subscribes to its release channel
+// and retries at once when a release is published, or when the holder's
+// PTTL runs out (expiry publishes nothing), or when the retry strategy says
+// so, whichever comes first. All waiters of a Locker share one pub/sub
+// connection (one per shard for a Ring): a channel is subscribed while some
+// waiter waits on its key and for 2 s after, so a busy key is not
+// subscribed anew for every waiter. Subscribe returns once the server
+// confirmed the subscription (or after 250 ms without), so the retry lock
+// makes right after it cannot miss a release. A connection silent for 5 s is
+// pinged; if it fails, or the ping gets no answer within 5 s more, it is
+// replaced, and every waiter is woken once when its subscription is back,
+// since it may have missed a release meanwhile. A Ring's hub follows its
+// shard client; a shard removed from the Ring keeps its (failing) hub until
+// Close.
+//
+// On a Cluster, releases use classic PUBLISH, which the Cluster forwards to
+// every node, so one connection to any node hears all of them; the price is
+// a message on the cluster bus per release and node.
+//
+// # Lost replies
+//
+// A grant whose reply is lost (a timeout, a broken connection, go-redis
+// resending the request after a read timeout) may have been applied. lock
+// then calls Release with the attempt's owner token, which deletes the key
+// if the grant was applied and leaves a tombstone "dlock:{K}:void:TOKEN",
+// living as long as the lease's TTL, that makes every copy of the grant
+// request still on its way refuse itself, whatever order the server runs
+// them in. A grant request that reaches the server twice is granted to its
+// owner both times (with a new token), not refused as held. A clean-up that
+// cannot reach the server (lock gives it Options.ReleaseTimeout) leaves the
+// key to its TTL.
+//
+// go-redis does not interrupt a command in flight when its context is
+// cancelled, only when its deadline passes and the client's
+// ContextTimeoutEnabled is set; otherwise it waits for ReadTimeout. A Lock
+// that waits for a held key returns at once when its context ends; one whose
+// request is in flight against a stalled server returns after ReadTimeout.
+//
+// # Failure modes
+//
+// A lease is only as safe as the Redis primary that granted it:
+//
+//   - Failover with asynchronous replication: a grant acknowledged by the
+//     old primary may not have reached the replica promoted in its place, so
+//     another client can be granted the same key while the first still
+//     holds it; the counter on the new primary may lag too, so a token can
+//     be handed out twice. WAIT, or min-replicas-to-write, narrows the
+//     window without closing it.
+//   - Restart without persistence: every lock and counter is lost. Locks
+//     held are gone (another client can take the key at once); tokens stay
+//     increasing, because the counter is seeded again from the clock, which
+//     has moved on by more than one microsecond per grant since the old
+//     counter was seeded. With appendfsync everysec, up to a second of
+//     grants can be lost likewise.
+//   - Clock jumps on the server: a key's expiry is an absolute time on the
+//     server's wall clock, so a clock stepped forward expires keys early,
+//     before the holders' local deadlines (lock cannot see that), and one
+//     stepped back keeps them longer. A counter seeded while the clock is
+//     behind may start below tokens already issued.
+//   - Eviction: under maxmemory with an allkeys policy, a lock key or a
+//     counter can be evicted; use noeviction or volatile-* for lock servers.
+//
+// Fencing is what keeps a guarded resource safe in these cases and when a
+// holder pauses past its lease: a resource that refuses writes whose token is
+// below one it has seen turns a second holder into a refused write. It
+// covers restarts and evictions (seeded counters), not a failover that lost
+// counter updates or a clock that went back before a seeding.
+//
+// # URLs
+//
+//	redisnx://[user:password@]host:port[/db][?params]
+//	redisnx://host1:port1,host2:port2,...[?params]    Redis Cluster
+//	redisnxs://...                                     the same over TLS
+//
+// A URL with several addresses makes a Cluster client; with one, a
+// single-server client. The host defaults to localhost:6379, the port to
+// 6379; with several hosts give every host its port, as net/url requires. Parameters, besides those of every scheme (see lock.Open):
+//
+//	prefix=STRING   key prefix (default "dlock:"), without '{' or '}'
+//	tls=BOOL        TLS with the system's roots, as redisnxs:// (default false)
+//	cluster=BOOL    a Cluster client even for one seed address
+//
+// The Locker owns the client it makes: Close closes it. The client connects
+// on first use.
+//
+// # As
+//
+// lock.As reaches the go-redis client: a *redis.UniversalClient target is
+// set to it, and a **redis.Client, **redis.ClusterClient or **redis.Ring
+// target when the client is of that type.
+//
+//	var rdb redis.UniversalClient
+//	if lock.As(locker, &rdb) { ... }
+//
+// # Errors
+//
+// Backend failures reach the caller wrapped by lock, naming the key, with
+// go-redis's error inside (errors.Is(err, redis.ErrClosed), for instance).
+// Invalid options (a prefix with braces, a nil client) are reported by the
+// Locker's first call as lock.ErrInvalid. Unlock can report lock.ErrNotHeld
+// for a release that did happen when go-redis resent it after a read
+// timeout: the second run finds the key gone.
+//
+// # Names
+//
+// For user key K and prefix P, all Redis names are P{K}... (see above);
+// lock keys end in '}', counters in ":fence", tombstones in 32 hex digits,
+// so no name of one key is a name of another.
+package redisnx

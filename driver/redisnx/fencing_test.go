@@ -1,0 +1,53 @@
+package redisnx
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/redis/go-redis/v9"
+)
+
+// Tokens keep increasing across a server restart that lost every key: the
+// counter is seeded again from the server's clock.
+func TestFencingAcrossRestartWithoutPersistence(t *testing.T) {
+	srv := testserver.StartRedis(t, &testserver.RedisOptions{Persistence: false})
+	srv.RequireFaults(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	l := newTestLocker(t, c, nil)
+	k := testKey(t)
+	ctx := tctx(t, 30*time.Second)
+
+	var last uint64
+	for range 5 {
+		lease, err := l.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		if lease.Token() <= last {
+			t.Fatalf("token %d after %d", lease.Token(), last)
+		}
+		last = lease.Token()
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("after the restart: DBSIZE = %d, %v; want an empty server", n, err)
+	}
+	lease, err := l.TryLock(ctx, k) // also runs the script on an empty script cache
+	if err != nil {
+		t.Fatalf("TryLock after the restart: %v", err)
+	}
+	defer lease.Unlock(ctx)
+	if lease.Token() <= last {
+		t.Errorf("token after a restart without persistence %d, not greater than %d before it", lease.Token(), last)
+	}
+}

@@ -1,0 +1,144 @@
+package redisnx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// testKey returns a key unique to this test run.
+func testKey(t testing.TB) string {
+	return fmt.Sprintf("redisnx-test/%d/%s", time.Now().UnixNano(), t.Name())
+}
+
+func tctx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sharedClient returns a client of the shared single server, closed at
+// cleanup.
+func sharedClient(t testing.TB, o *redis.Options) *redis.Client {
+	if o == nil {
+		o = &redis.Options{}
+	}
+	o.Addr = testserver.SharedRedis(t).Addr()
+	c := redis.NewClient(o)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// sharedCluster returns a client of the shared Cluster, closed at cleanup.
+func sharedCluster(t testing.TB) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testserver.SharedRedisCluster(t).Addrs()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// topologies runs fn against the single server and against the Cluster.
+func topologies(t *testing.T, fn func(t *testing.T, c redis.UniversalClient)) {
+	t.Run("single", func(t *testing.T) { fn(t, sharedClient(t, nil)) })
+	t.Run("cluster", func(t *testing.T) { fn(t, sharedCluster(t)) })
+}
+
+// newTestLocker returns a Locker over c, closed at cleanup.
+func newTestLocker(t testing.TB, c redis.UniversalClient, o *Options) lock.Locker {
+	l := New(c, o)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// counter counts the scripts a client runs (EVAL and EVALSHA), and the
+// pipelines that hold some.
+type counter struct{ cmds, batched, pipelines atomic.Int64 }
+
+func isScript(cmd redis.Cmder) bool { return cmd.Name() == "eval" || cmd.Name() == "evalsha" }
+
+func (h *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd) {
+			h.cmds.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := int64(0)
+		for _, c := range cmds {
+			if isScript(c) {
+				n++
+			}
+		}
+		if n > 0 {
+			h.pipelines.Add(1)
+			h.cmds.Add(n)
+			h.batched.Add(n)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// pubsubClients returns the ids of the connections named name that hold
+// subscriptions.
+func pubsubClients(t testing.TB, c *redis.Client, name string) []string {
+	t.Helper()
+	list, err := c.ClientList(tctx(t, 10*time.Second)).Result()
+	if err != nil {
+		t.Fatalf("CLIENT LIST: %v", err)
+	}
+	var ids []string
+	for _, line := range strings.Split(list, "\n") {
+		f := map[string]string{}
+		for _, kv := range strings.Fields(line) {
+			k, v, _ := strings.Cut(kv, "=")
+			f[k] = v
+		}
+		if f["name"] == name && f["sub"] != "" && f["sub"] != "0" {
+			ids = append(ids, f["id"])
+		}
+	}
+	return ids
+}
+
+// eventually polls cond every 10ms until it holds or d passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+func isNotAcquired(err error) bool { return errors.Is(err, lock.ErrNotAcquired) }
+
+// cloneClient returns a new client of the same kind and servers as c, with
+// the connection name name, closed at cleanup.
+func cloneClient(t testing.TB, c redis.UniversalClient, name string) redis.UniversalClient {
+	var n redis.UniversalClient
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		n = redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Options().Addrs, ClientName: name})
+	case *redis.Client:
+		n = redis.NewClient(&redis.Options{Addr: c.Options().Addr, ClientName: name})
+	default:
+		t.Fatalf("cloneClient: %T", c)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}

@@ -1,0 +1,53 @@
+package redisnx
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSlot(t *testing.T) {
+	for key, want := range map[string]int{
+		"123456789":            12739, // CRC16/XMODEM check value 0x31c3
+		"{user1000}.following": slot("user1000"),
+		"foo{}{bar}":           slot("foo{}{bar}"),
+		"":                     0,
+	} {
+		if got := slot(key); got != want {
+			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+	// The server agrees, for lock keys of odd user keys.
+	c := sharedCluster(t)
+	ctx := tctx(t, 10*time.Second)
+	for _, k := range []string{"a", "}x", "}", "{", "a}b", "{x}", "nul\x00", "é", "x}:fence"} {
+		lk := lockKey(DefaultPrefix, k)
+		want, err := c.ClusterKeySlot(ctx, lk).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		if got := slot(lk); int64(got) != want {
+			t.Errorf("slot(%q) = %d, server says %d", lk, got, want)
+		}
+		if s := c.ClusterKeySlot(ctx, lk+counterSuffix).Val(); s != want {
+			t.Errorf("key %q: counter in slot %d, lock in %d", k, s, want)
+		}
+		if s := c.ClusterKeySlot(ctx, lk+voidInfix+ownerA).Val(); s != want {
+			t.Errorf("key %q: tombstone in slot %d, lock in %d", k, s, want)
+		}
+	}
+}
+
+// Distinct user keys never share a Redis name, of any kind.
+func TestNamesDistinct(t *testing.T) {
+	keys := []string{"a", "b", "}a", "a}", "{a", "a{", "}", "{", "{}", "}{", "a:fence", "a}:fence", "a}:void:" + ownerA, "\u00ff"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		lk := lockKey(DefaultPrefix, k)
+		for _, n := range []string{lk, lk + counterSuffix, lk + voidInfix + ownerA} {
+			if prev, dup := seen[n]; dup {
+				t.Errorf("keys %q and %q share the name %q", prev, k, n)
+			}
+			seen[n] = k
+		}
+	}
+}

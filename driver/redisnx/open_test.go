@@ -1,0 +1,163 @@
+package redisnx
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		addrs   string
+		user    string
+		pass    string
+		db      int
+		cluster bool
+		tls     bool
+		prefix  string
+	}{
+		{url: "redisnx://localhost:6379", addrs: "localhost:6379", prefix: DefaultPrefix},
+		{url: "redisnx://", addrs: "localhost:6379", prefix: DefaultPrefix},
+		{url: "redisnx://h", addrs: "h:6379", prefix: DefaultPrefix},
+		{url: "redisnx://u:p%40ss@h:7000/3", addrs: "h:7000", user: "u", pass: "p@ss", db: 3, prefix: DefaultPrefix},
+		{url: "redisnx://:secret@h:7000/", addrs: "h:7000", pass: "secret", prefix: DefaultPrefix},
+		{url: "redisnx://[::1]:7000", addrs: "[::1]:7000", prefix: DefaultPrefix},
+		{url: "redisnx://a:1,b:2,c:3", addrs: "a:1,b:2,c:3", cluster: true, prefix: DefaultPrefix},
+		{url: "redisnx://a:1?cluster=true", addrs: "a:1", cluster: true, prefix: DefaultPrefix},
+		{url: "redisnxs://h:6380", addrs: "h:6380", tls: true, prefix: DefaultPrefix},
+		{url: "redisnx://h:6380?tls=true&prefix=app:locks:", addrs: "h:6380", tls: true, prefix: "app:locks:"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		_, q, err := lock.URLOptions(u, urlParams...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		c, err := parseURL(u, q)
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		if got := strings.Join(c.addrs, ","); got != tc.addrs || c.user != tc.user || c.password != tc.pass ||
+			c.db != tc.db || c.cluster != tc.cluster || (c.tls != nil) != tc.tls || c.prefix != tc.prefix {
+			t.Errorf("%s: got %+v", tc.url, c)
+		}
+	}
+}
+
+func TestOpenRefusesBadURLs(t *testing.T) {
+	for _, u := range []string{
+		"redisnx://h:6379?ttl=nope",
+		"redisnx://h:6379?bogus=1",
+		"redisnx://h:6379?prefix=a{b",
+		"redisnx://h:6379?prefix=",
+		"redisnx://h:6379?cluster=maybe",
+		"redisnx://a:1,b:2?cluster=false",
+		"redisnx://a:1,b:2/1",
+		"redisnx://h:6379/x",
+		"redisnx://h:6379/-1",
+		"redisnx://h:0",
+		"redisnx://h:99999",
+		"redisnx://:6379",
+		"redisnxs://h:6379?tls=false",
+		"redisnx://h:6379?tls=maybe",
+		"redisnx://h:6379#frag",
+		"redisnx:h:6379",
+	} {
+		l, err := lock.Open(t.Context(), u)
+		if !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("Open(%q): err = %v, want ErrInvalid", u, err)
+		}
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// A Locker opened from a URL owns its client, reached with lock.As, and
+// closes it; TLS is configured when asked for.
+func TestOpen(t *testing.T) {
+	addr := testserver.SharedRedis(t).Addr()
+	l, err := lock.Open(t.Context(), "redisnx://"+addr+"/0?ttl=5s&prefix=opentest:")
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	var c *redis.Client
+	if !lock.As(l, &c) || c.Options().Addr != addr || c.Options().TLSConfig != nil {
+		t.Fatalf("As(*redis.Client): %v", c)
+	}
+	k := testKey(t)
+	lease, err := l.TryLock(tctx(t, 10*time.Second), k)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if lease.TTL() != 5*time.Second {
+		t.Errorf("TTL %v, want 5s from the URL", lease.TTL())
+	}
+	raw := sharedClient(t, nil)
+	if n := raw.Exists(tctx(t, 10*time.Second), lockKey("opentest:", k)).Val(); n != 1 {
+		t.Errorf("no lock key under the URL's prefix")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := c.Ping(tctx(t, 10*time.Second)).Err(); !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("the Locker's client after Close: %v, want closed", err)
+	}
+	if n := raw.Exists(tctx(t, 10*time.Second), lockKey("opentest:", k)).Val(); n != 0 {
+		t.Errorf("Close left the lease's key")
+	}
+
+	l, err = lock.Open(t.Context(), "redisnxs://"+addr)
+	if err != nil {
+		t.Fatalf("Open TLS: %v", err)
+	}
+	defer l.Close()
+	if !lock.As(l, &c) || c.Options().TLSConfig == nil {
+		t.Errorf("redisnxs: no TLS configuration")
+	}
+}
+
+// New leaves the caller's client open; As reaches it; bad options are
+// reported by the first call.
+func TestNew(t *testing.T) {
+	c := sharedClient(t, nil)
+	l := New(c, &Options{Prefix: "newtest:"})
+	var u redis.UniversalClient
+	var cc *redis.ClusterClient
+	if !lock.As(l, &u) || u != c || lock.As(l, &cc) {
+		t.Errorf("As: UniversalClient %v, ClusterClient %v", u, cc)
+	}
+	lease, err := l.TryLock(tctx(t, 10*time.Second), testKey(t))
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !errors.Is(lease.Err(), lock.ErrClosed) {
+		t.Errorf("lease after Close: %v", lease.Err())
+	}
+	if err := c.Ping(tctx(t, 10*time.Second)).Err(); err != nil {
+		t.Errorf("the caller's client after Close: %v", err)
+	}
+
+	for name, l := range map[string]lock.Locker{
+		"prefix with braces": New(c, &Options{Prefix: "a{b}"}),
+		"nil client":         New(nil, nil),
+	} {
+		if _, err := l.TryLock(t.Context(), "k"); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%s: TryLock: %v, want ErrInvalid", name, err)
+		}
+		l.Close()
+	}
+}

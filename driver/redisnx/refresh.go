@@ -1,0 +1,127 @@
+package redisnx
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// Refresh runs refresh.lua on one key: compare-and-PEXPIRE, one round trip.
+func (d *redisDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	px, validity := ms(ttl)
+	res, err := refreshScript.Run(ctx, d.client, []string{lockKey(d.prefix, l.Key)}, px, l.Owner).Int64Slice()
+	if err != nil {
+		return 0, fmt.Errorf("redisnx: refresh: %w", err)
+	}
+	if len(res) != 1 || res[0] != 1 {
+		return 0, driver.ErrNotHeld
+	}
+	return validity, nil
+}
+
+// maxScriptKeys bounds the keys of one refresh script, so that a large batch
+// does not block the server for long in one script.
+const maxScriptKeys = 100
+
+// RefreshBatch refreshes ls in one pipeline holding one refresh.lua call per
+// group of keys that one script may touch: all keys for a single server,
+// one Cluster slot, or one Ring shard. go-redis sends a pipeline to each
+// server in one round trip, to all servers at once. Only when a server does
+// not know the script (NOSCRIPT) is a second round trip made, with EVAL.
+func (d *redisDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	px, validity := ms(ttl)
+	groups := d.group(ls)
+	cmds := make([]*redis.Cmd, len(groups))
+	run := func(gs []int, eval bool) {
+		pipe := d.client.Pipeline()
+		for _, gi := range gs {
+			keys, args := d.refreshArgs(ls, groups[gi], px)
+			if eval {
+				cmds[gi] = refreshScript.Eval(ctx, pipe, keys, args...)
+			} else {
+				cmds[gi] = refreshScript.EvalSha(ctx, pipe, keys, args...)
+			}
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command below
+	}
+	all := make([]int, len(groups))
+	for i := range all {
+		all[i] = i
+	}
+	run(all, false)
+	var again []int
+	for gi, c := range cmds {
+		if isNoScript(c.Err()) {
+			again = append(again, gi)
+		}
+	}
+	if len(again) > 0 {
+		run(again, true)
+	}
+
+	errs := make([]error, len(ls))
+	for gi, g := range groups {
+		res, err := cmds[gi].Int64Slice()
+		if err == nil && len(res) != len(g) {
+			err = fmt.Errorf("unexpected reply %v for %d keys", res, len(g))
+		}
+		for k, i := range g {
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("redisnx: refresh: %w", err)
+			case res[k] != 1:
+				errs[i] = driver.ErrNotHeld
+			}
+		}
+	}
+	return validity, errs
+}
+
+func (d *redisDriver) refreshArgs(ls []*driver.Lease, g []int, px int64) ([]string, []any) {
+	keys := make([]string, len(g))
+	args := make([]any, 1, len(g)+1)
+	args[0] = px
+	for k, i := range g {
+		keys[k] = lockKey(d.prefix, ls[i].Key)
+		args = append(args, ls[i].Owner)
+	}
+	return keys, args
+}
+
+// group splits the indexes of ls into groups whose keys one script may
+// touch, of at most maxScriptKeys each.
+func (d *redisDriver) group(ls []*driver.Lease) [][]int {
+	byKey := map[any][]int{}
+	var order []any
+	for i, l := range ls {
+		var k any
+		switch d.topo {
+		case cluster:
+			k = slot(lockKey(d.prefix, l.Key))
+		case ring:
+			c, err := d.client.(*redis.Ring).GetShardClientForKey(lockKey(d.prefix, l.Key))
+			if err != nil {
+				k = i // no shard known: a group of its own, which will fail alone
+			} else {
+				k = c
+			}
+		}
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	var groups [][]int
+	for _, k := range order {
+		g := byKey[k]
+		for len(g) > 0 {
+			n := min(len(g), maxScriptKeys)
+			groups = append(groups, g[:n:n])
+			g = g[n:]
+		}
+	}
+	return groups
+}
