@@ -1,0 +1,159 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// minimalRules is the ACL rule set the package doc says is enough on a
+// standalone server; clusterRules is what a Cluster needs on top.
+var (
+	minimalRules = strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +incr +del +pexpire +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*")
+	clusterRules = strings.Fields("+cluster|slots")
+)
+
+// Every operation works as a user allowed only the commands, keys and
+// channels the package doc lists, and no command is refused on the way.
+func TestMinimalPermissions(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "dlock-min", ACLRules: minimalRules})
+		admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		defer admin.Close()
+		exercise(t, userURL(srv.Username, srv.Password, []string{srv.Addr()}, ""))
+		assertNothingRefused(t, admin, srv.Username)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		c := testserver.SharedRedisCluster(t)
+		admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+		defer admin.Close()
+		user, pass := aclUser(t, admin, append(append([]string{}, minimalRules...), clusterRules...)...)
+		exercise(t, userURL(user, pass, c.Addrs(), ""))
+		assertNothingRefused(t, admin, user)
+	})
+}
+
+// exercise runs every driver operation through Lockers opened from u:
+// grants, a held key, auto-renewal of several leases (batched), a Refresh,
+// a waiter woken by a release, Unlock and Close.
+func exercise(t *testing.T, u string) {
+	ctx := testCtx(t)
+	a, err := lock.Open(ctx, u+"?ttl=300ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := lock.Open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var leases []*lock.Lease
+	for range 3 {
+		lease, err := a.TryLock(ctx, testKey(t))
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		leases = append(leases, lease)
+	}
+	k := leases[0].Key()
+	if _, err := b.TryLock(ctx, k); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock on a held key: %v", err)
+	}
+	time.Sleep(700 * time.Millisecond) // two TTLs: only renewals keep them
+	for _, l := range leases {
+		if err := l.Err(); err != nil {
+			t.Fatalf("lease lost despite auto-renewal: %v", err)
+		}
+	}
+	if err := leases[1].Refresh(ctx, time.Second); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(ctx, k, lock.WithRetry(lock.LinearBackoff(time.Hour)))
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := leases[0].Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("waiter not woken by the release")
+	}
+	for _, l := range []lock.Locker{a, b} {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+}
+
+// aclUser makes an ACL user with rules on every master of the Cluster
+// behind admin, deleted at cleanup, and returns its name and password.
+func aclUser(t *testing.T, admin *redis.ClusterClient, rules ...string) (user, pass string) {
+	t.Helper()
+	user, pass = "dlock-rediswatch-"+randHex(4), randHex(12)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	args := append([]string{"reset", "on", ">" + pass, "~*", "&*", "+@all"}, rules...)
+	err := admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		return node.ACLSetUser(ctx, user, args...).Err()
+	})
+	if err != nil {
+		t.Fatalf("ACL SETUSER: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return node.ACLDelUser(ctx, user).Err()
+		})
+	})
+	return user, pass
+}
+
+// assertNothingRefused fails if any node's ACL LOG lists a refusal for
+// user: a command, key or channel it was not allowed.
+func assertNothingRefused(t *testing.T, admin redis.UniversalClient, user string) {
+	t.Helper()
+	forEachNode(t, admin, func(ctx context.Context, node *redis.Client) {
+		entries, err := node.ACLLog(ctx, 1000).Result()
+		if err != nil {
+			t.Errorf("%s: ACL LOG: %v", node.Options().Addr, err)
+		}
+		for _, e := range entries {
+			if e.Username == user {
+				t.Errorf("%s: %s refused %q to the driver's user (%s) %d time(s)", node.Options().Addr, e.Reason, e.Object, e.Context, e.Count)
+			}
+		}
+	})
+}
+
+// forEachNode runs fn on the standalone server or every Cluster master.
+func forEachNode(t *testing.T, admin redis.UniversalClient, fn func(ctx context.Context, node *redis.Client)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	switch c := admin.(type) {
+	case *redis.ClusterClient:
+		if err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { fn(ctx, node); return nil }); err != nil {
+			t.Errorf("ForEachMaster: %v", err)
+		}
+	case *redis.Client:
+		fn(ctx, c)
+	}
+}

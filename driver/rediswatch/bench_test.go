@@ -1,0 +1,229 @@
+package rediswatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The benchmarks run against the test binary's shared local redis-server
+// and three-master Cluster. Compare figures within one run:
+//
+//	go test -run '^$' -bench . -count 5 ./driver/rediswatch/
+//
+// LockUnlock and AcquireRelease time four PINGs in a row on the same
+// client before every operation (the minimum: four round trips, two per
+// transaction, WATCH with the reads, then MULTI/EXEC), and report the
+// median operation as ns/op, its ratio to the median of those four PINGs
+// as "ratio" (target: at most 1.2) and to one PING as "pings" (so at most
+// 4.8). Timing the PINGs next to each operation makes load on the machine
+// weigh on both alike. AcquireRelease is LockUnlock without package lock:
+// the driver's transactions alone. Handoff (from the holder's Unlock
+// returning to the waiter's Lock returning: the release message plus a
+// two-round-trip grant) is reported against one PING before each.
+
+func benchClient(b *testing.B, topology string) redis.UniversalClient {
+	var r redis.UniversalClient
+	if topology == "cluster" {
+		r = redis.NewClusterClient(&redis.ClusterOptions{Addrs: testserver.SharedRedisCluster(b).Addrs()})
+	} else {
+		r = redis.NewClient(&redis.Options{Addr: testserver.SharedRedis(b).Addr()})
+	}
+	b.Cleanup(func() { r.Close() })
+	return r
+}
+
+type pinger interface {
+	Ping(ctx context.Context) *redis.StatusCmd
+}
+
+// pingerFor is rdb, or on a Cluster the client of the master serving key.
+func pingerFor(b *testing.B, rdb redis.UniversalClient, key string) pinger {
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb
+	}
+	node, err := c.MasterForKey(context.Background(), DefaultPrefix+"{"+key+"}")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return node
+}
+
+// timed returns how long fn took.
+func timed(b *testing.B, fn func() error) time.Duration {
+	start := time.Now()
+	if err := fn(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// pingsTimed returns how long n PINGs in a row took.
+func pingsTimed(b *testing.B, p pinger, n int) time.Duration {
+	ctx := context.Background()
+	return timed(b, func() error {
+		for range n {
+			if err := p.Ping(ctx).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// report sets ns/op to the median op, "pings" to its ratio to one PING,
+// and, for rtts > 1, "ratio" to its ratio to rtts PINGs in a row: pings
+// holds the times of rtts PINGs in a row.
+func report(b *testing.B, ops, pings []time.Duration, rtts int) {
+	op, ping := median(ops), median(pings)
+	b.ReportMetric(float64(op.Nanoseconds()), "ns/op")
+	b.ReportMetric(float64(op)/float64(ping)*float64(rtts), "pings")
+	if rtts > 1 {
+		b.ReportMetric(float64(op)/float64(ping), "ratio")
+	}
+}
+
+func topologies(b *testing.B, fn func(b *testing.B, topology string)) {
+	for _, t := range []string{"standalone", "cluster"} {
+		b.Run(t, func(b *testing.B) { fn(b, t) })
+	}
+}
+
+// BenchmarkPing is one PING round trip, the unit of the other figures (on
+// a Cluster, to one master).
+func BenchmarkPing(b *testing.B) {
+	topologies(b, func(b *testing.B, topology string) {
+		p := pingerFor(b, benchClient(b, topology), "bench/ping")
+		ctx := context.Background()
+		for b.Loop() {
+			if err := p.Ping(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkLockUnlock is an uncontended Lock and Unlock: four round trips.
+func BenchmarkLockUnlock(b *testing.B) {
+	topologies(b, func(b *testing.B, topology string) {
+		rdb := benchClient(b, topology)
+		l := New(rdb, &Options{Options: lock.Options{DisableAutoRenew: true}})
+		b.Cleanup(func() { l.Close() })
+		ctx := context.Background()
+		key := fmt.Sprintf("bench/lockunlock/%d", time.Now().UnixNano())
+		p := pingerFor(b, rdb, key)
+		ops, pings := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			pings = append(pings, pingsTimed(b, p, 4))
+			ops = append(ops, timed(b, func() error {
+				lease, err := l.Lock(ctx, key)
+				if err != nil {
+					return err
+				}
+				return lease.Unlock(ctx)
+			}))
+		}
+		report(b, ops, pings, 4)
+	})
+}
+
+// BenchmarkAcquireRelease is the driver's grant and release transactions
+// alone, without lock's bookkeeping around them (owner token, lease,
+// renewal scheduler): the four round trips of the algorithm.
+func BenchmarkAcquireRelease(b *testing.B) {
+	topologies(b, func(b *testing.B, topology string) {
+		rdb := benchClient(b, topology)
+		d := newDriver(rdb, DefaultPrefix, false)
+		b.Cleanup(func() { d.Close() })
+		ctx := context.Background()
+		key := fmt.Sprintf("bench/acquirerelease/%d", time.Now().UnixNano())
+		p := pingerFor(b, rdb, key)
+		ops, pings := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			pings = append(pings, pingsTimed(b, p, 4))
+			l := &driver.Lease{Key: key, Owner: "0123456789abcdef0123456789abcdef", TTL: time.Minute}
+			ops = append(ops, timed(b, func() error {
+				if err := d.Acquire(ctx, l); err != nil {
+					return err
+				}
+				return d.Release(ctx, l)
+			}))
+		}
+		report(b, ops, pings, 4)
+	})
+}
+
+// notifyingBackoff tells when Lock has found the key held and starts to
+// wait, and then waits an hour: only the release message wakes it in time.
+type notifyingBackoff chan struct{}
+
+func (n notifyingBackoff) NewBackoff() lock.Backoff { return n }
+
+func (n notifyingBackoff) Next() (time.Duration, bool) {
+	select {
+	case n <- struct{}{}:
+	default:
+	}
+	return time.Hour, true
+}
+
+// BenchmarkHandoff times a release to a waiting client, on its own client:
+// from the holder's Unlock returning to the waiter's Lock returning.
+func BenchmarkHandoff(b *testing.B) {
+	topologies(b, func(b *testing.B, topology string) {
+		ra, rb := benchClient(b, topology), benchClient(b, topology)
+		holder := New(ra, &Options{Options: lock.Options{DisableAutoRenew: true}})
+		waiter := New(rb, &Options{Options: lock.Options{DisableAutoRenew: true}})
+		b.Cleanup(func() { holder.Close(); waiter.Close() })
+		ctx := context.Background()
+		key := fmt.Sprintf("bench/handoff/%d", time.Now().UnixNano())
+		p := pingerFor(b, rb, key)
+		waiting := make(notifyingBackoff, 1)
+		type result struct {
+			at  time.Time
+			err error
+		}
+		ops, pings := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			pings = append(pings, pingsTimed(b, p, 1))
+			held, err := holder.Lock(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, unlocked := make(chan result, 1), make(chan struct{})
+			go func() {
+				defer close(unlocked)
+				l, err := waiter.Lock(ctx, key, lock.WithRetry(waiting))
+				got <- result{time.Now(), err}
+				if err == nil {
+					l.Unlock(ctx)
+				}
+			}()
+			<-waiting // subscribed, and found the key held after that
+			if err := held.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			released := time.Now()
+			r := <-got
+			if r.err != nil {
+				b.Fatal(r.err)
+			}
+			ops = append(ops, r.at.Sub(released))
+			<-unlocked
+		}
+		report(b, ops, pings, 1)
+	})
+}

@@ -1,0 +1,121 @@
+package rediswatch
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestConformance runs the suite as an ACL user denied @scripting, then
+// checks that no script command was even attempted.
+func TestConformance(t *testing.T) {
+	srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "dlock", ACLRules: []string{"-@scripting"}})
+	u := &url.URL{Scheme: Scheme, User: url.UserPassword(srv.Username, srv.Password), Host: srv.Addr()}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	conformance.Run(t, func(t *testing.T) conformance.Harness { return &harness{url: u.String(), admin: admin} })
+	assertNoScripts(t, admin, srv.Username, srv.Password)
+}
+
+// TestConformanceCluster runs the suite on the three-master Cluster, as a
+// user denied @scripting on every node.
+func TestConformanceCluster(t *testing.T) {
+	c := testserver.SharedRedisCluster(t)
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { admin.Close() })
+	user, pass := scriptlessUser(t, admin)
+	u := &url.URL{Scheme: Scheme, User: url.UserPassword(user, pass), Host: strings.Join(c.Addrs(), ",")}
+	conformance.Run(t, func(t *testing.T) conformance.Harness { return &harness{url: u.String(), admin: admin} })
+	assertNoScripts(t, admin, user, pass)
+}
+
+// harness tampers through admin, a client of the default user.
+type harness struct {
+	url   string
+	admin redis.UniversalClient
+}
+
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+	u := h.url
+	if o != nil && o.TTL != 0 {
+		u += "?ttl=" + o.TTL.String()
+	}
+	l, err := lock.Open(context.Background(), u)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// Crash closes the Locker's client: its traffic stops, nothing is released.
+func (h *harness) Crash(t *testing.T, l lock.Locker) {
+	var c redis.UniversalClient
+	if !lock.As(l, &c) {
+		t.Fatalf("not a rediswatch Locker")
+	}
+	c.Close()
+}
+
+// names maps keys to Redis names as the driver does.
+var names = newDriver(nil, DefaultPrefix, false)
+
+func (h *harness) DeleteKey(ctx context.Context, key string) error {
+	return h.admin.Del(ctx, names.lockKey(key)).Err()
+}
+
+func (h *harness) StealKey(ctx context.Context, key string) error {
+	return h.admin.Set(ctx, names.lockKey(key), "foreign-owner", time.Minute).Err()
+}
+
+func (h *harness) DeleteCounter(ctx context.Context, key string) error {
+	return h.admin.Del(ctx, counterKey(names.lockKey(key))).Err()
+}
+
+// Residue lists the lock key and any tombstone (a clean-up after a lost
+// grant reply leaves one for the lease's TTL).
+func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
+	lk := names.lockKey(key)
+	node := h.admin
+	if c, ok := h.admin.(*redis.ClusterClient); ok {
+		n, err := c.MasterForKey(ctx, lk)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	}
+	var left []string
+	if n, err := node.Exists(ctx, lk).Result(); err != nil {
+		return nil, err
+	} else if n > 0 {
+		left = append(left, lk)
+	}
+	iter := node.Scan(ctx, 0, globEscape(tombstone(lk, ""))+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		left = append(left, iter.Val())
+	}
+	return left, iter.Err()
+}
+
+// globEscape quotes the characters special to Redis's glob patterns.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`\*?[]^-`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func (h *harness) Caps() conformance.Caps {
+	return conformance.Caps{Notify: true, DeletableCounter: true}
+}

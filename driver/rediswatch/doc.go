@@ -1,0 +1,190 @@
+// Package rediswatch is dlock's Redis driver for servers that run no
+// scripts: every lock operation is an optimistic transaction (WATCH,
+// MULTI, EXEC) of plain commands, and no EVAL, EVALSHA or FCALL is ever
+// sent. It works as an ACL user denied @scripting, and through proxies
+// and managed services that refuse scripts but pass transactions.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+//	locker := rediswatch.New(rdb, nil)
+//	lease, err := locker.Lock(ctx, "orders/42")
+//
+// # When to choose it
+//
+// Prefer redisnx where scripts may run: it grants, releases and refreshes
+// in one round trip each, where this driver needs two, and its operations
+// are never aborted by contention. Choose rediswatch when scripting is
+// denied (an ACL without @scripting, a managed service or proxy that
+// refuses EVAL, a policy against server-side code). It needs a server, or
+// a proxy, that keeps WATCH, MULTI and EXEC on one connection; proxies
+// that multiplex many clients' commands onto shared connections do not.
+//
+// # Names on the server
+//
+// The two drivers use the same names and exclude each other. For a key K
+// and the prefix P (default "dlock:", without braces):
+//
+//	P{K}               the lock: the holder's owner token, with a PX expiry
+//	P{K}:fence         the fencing counter
+//	P{K}:rel           the release channel (pub/sub)
+//	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
+//
+// A plain "SET P{K} value NX PX ms" lock (redsync, redislock) on the same
+// name excludes this driver's leases too, and is waited for. The braces
+// make K the Redis Cluster hash tag, so a lock, its counter and its
+// tombstones share a slot. Keys are used as they are, any bytes, without
+// collisions; a key that starts with "}" (which would make the hash tag
+// empty) is carried as "\xff" followed by the key, as redisnx does.
+//
+// # Algorithm and round trips
+//
+// Each operation pins one connection (on a Cluster, to the master of the
+// key's slot) and sends WATCH pipelined with its reads, then either a
+// MULTI/EXEC transaction or UNWATCH:
+//
+//	grant    1: WATCH counter tombstone; GET lock; GET counter; TIME
+//	         2: MULTI; SET lock owner NX PX ttl; SET counter clock (or INCR counter); EXEC
+//	            (or UNWATCH; PTTL lock when GET found the key held)
+//	release  1: WATCH lock; GET lock
+//	         2: MULTI; DEL lock; PUBLISH channel ""; EXEC   (UNWATCH if GET != owner)
+//	refresh  1: WATCH lock; GET lock
+//	         2: MULTI; PEXPIRE lock ttl; EXEC               (UNWATCH if GET != owner)
+//	batch    1: WATCH lock1..lockN; MGET lock1..lockN
+//	refresh  2: MULTI; PEXPIRE for each lease still held; EXEC
+//
+// So grant, release and refresh take two round trips each, and an
+// uncontended Lock plus Unlock four: the least a read-check-write
+// transaction can take without scripts, since what it writes depends on
+// what it read. (go-redis's Watch helper would send WATCH as a round trip
+// of its own; the driver pipelines it with the reads instead.)
+// Auto-renewal refreshes all of a Locker's due leases in two round trips on
+// a standalone server; on a Cluster a transaction cannot span slots, so a
+// batch is one transaction per slot, eight at a time. A waiter subscribes
+// with one round trip on the Locker's pub/sub connection. After a Cluster
+// slot moved, the first operation on it costs one more try and round trip;
+// clients other than *redis.Client and *redis.ClusterClient (a Ring, say)
+// pay one more round trip per operation, for go-redis's own WATCH that
+// picks the shard.
+//
+// The fencing token is the server's clock in microseconds (TIME), or the
+// counter plus one when that is more: the grant sets the counter to the
+// clock when it is behind, and increments it otherwise. Tokens therefore
+// keep increasing when the counter is lost (a restart without persistence,
+// an eviction) or set back (a failover to a replica that lagged), as long
+// as the server's clock moved forward. This is redisnx's rule too, so
+// mixed fleets share the counter. WATCH on the counter keeps that
+// read-then-write safe and aborts the grant when another grant, which
+// moves the counter, came first.
+//
+// The grant watches the counter but not the lock key: SET NX makes the
+// grant itself conditional on the server, and the counter's write in the
+// same transaction keeps token order equal to grant order. Watching the lock
+// key would abort grants attempted just as the holder's grant expires,
+// because Redis (since 6.0.9) counts a watched key's expiry as a change,
+// and that is exactly when waiters retry: at the holder's PTTL. When SET
+// NX finds the key taken inside the transaction (by a plain SET NX lock;
+// a grant of this driver or redisnx would have moved the counter), the
+// counter still moves on, which fencing allows.
+//
+// # Aborted transactions
+//
+// EXEC is aborted when a watched key changed after WATCH: for a grant,
+// another client was granted the key first; for a release or refresh, the
+// lease's own concurrent Refresh touched the key, the grant expired, or
+// someone overwrote it. An aborted grant is a failed attempt, reported to
+// lock as a held key without a retry hint, so TryLock fails with
+// lock.ErrNotAcquired and Lock retries after a notification or its
+// backoff. An aborted release or refresh is retried at once, since only
+// the holder writes a held key: at most MaxAttempts transactions per call,
+// and then the call fails with an error wrapping ErrConflict (a backend
+// failure to lock, not lock.ErrNotHeld). Nothing spins. Stats counts every
+// abort.
+//
+// # Waiting
+//
+// A Locker opens one pub/sub connection on the first wait, shares it
+// between all its waiters and keeps it until Close; each key's channel is
+// subscribed while someone waits for it. A waiter also retries a millisecond after the holder's
+// PTTL, read with the failed grant, and at its retry backoff. After the
+// pub/sub connection reconnects, every waiter is woken once, since a
+// release may have been published while it was down; a connection that
+// stops answering (a partition) is found by a PING within ten seconds and
+// replaced.
+//
+// # Failure modes
+//
+//   - A lost grant reply (timeout, cancelled context, broken connection):
+//     lock releases by owner token. If the transaction was never sent,
+//     that costs nothing. If it was, the clean-up sets the attempt's
+//     tombstone for the lease's TTL and deletes a grant it finds; the
+//     grant watches the tombstone, so an EXEC still on its way is aborted
+//     when it arrives. A release whose reply is lost reports the error;
+//     the key stays held until its TTL or a retried Unlock.
+//   - The server: a restart without persistence, a failover to a replica
+//     that had not yet received the grant, or eviction of the lock key
+//     (any maxmemory-policy but noeviction may evict it) loses grants, and
+//     another client can be granted the key before the holder's next
+//     renewal finds out. Fencing tokens keep increasing across such losses
+//     (see above), so a guarded resource that checks them refuses the
+//     stale holder. Use noeviction and persistence where it matters.
+//   - Clocks: the TTL runs on the server's clock; the lease's local
+//     deadline on the client's monotonic clock, less lock's drift margin.
+//   - A Cluster slot being migrated answers ASK or TRYAGAIN for multi-key
+//     transactions; the operation fails with that error until the
+//     migration ends (lock retries renewals).
+//   - Servers before Redis 6.0.9 do not abort EXEC when a watched key
+//     expires; the driver checks the replies of DEL and PEXPIRE, so a grant
+//     that expired between GET and EXEC is reported gone there too.
+//
+// # Permissions
+//
+// The commands sent are WATCH, UNWATCH, MULTI, EXEC, GET, MGET, SET, PTTL,
+// TIME, INCR, DEL, PEXPIRE, PUBLISH, SUBSCRIBE, UNSUBSCRIBE and PING, on
+// keys and channels that start with the prefix, plus go-redis's connection
+// set-up. The ACL rules
+//
+//	-@all +@connection +@transaction +get +mget +set +pttl +time +incr
+//	+del +pexpire +publish +subscribe +unsubscribe ~dlock:* &dlock:*
+//
+// are enough on a standalone server; a Cluster client also needs
+// +cluster|slots to learn the topology. (The tests run with exactly these.)
+//
+// # URLs
+//
+//	rediswatch://[user:password@]host[:port][/db]
+//	rediswatchs://[user:password@]host[:port][/db]       TLS
+//	rediswatch://[user:password@]host:port,host:port,...  a Redis Cluster
+//
+// The port defaults to 6379 and the database to 0 (a Cluster has only 0).
+// Several hosts mean a Cluster; Go's URL parser wants a port on the last
+// one, and IPv6 literals in brackets only work as a single host. Query
+// parameters, besides those of every scheme (see lock.Open):
+//
+//	prefix=STRING   the name prefix (default "dlock:"; no braces)
+//	tls=BOOL        TLS on rediswatch:// too (default false)
+//	cluster=BOOL    a Cluster even with a single seed host
+//
+// These are redisnx's parameters too. Unknown parameters are errors. The
+// Locker owns the client it opens, and its Close closes it. For anything
+// else (client certificates, Sentinel, timeouts, pool sizes), make the
+// client yourself and use New.
+//
+// # As
+//
+// lock.As reaches the client and the driver's counters:
+//
+//	var rdb redis.UniversalClient      // always
+//	var c *redis.Client                // when the client is one
+//	var cc *redis.ClusterClient        // when the client is one
+//	var s rediswatch.Stats             // a snapshot of the counters
+//	lock.As(locker, &rdb)
+//
+// # Errors
+//
+// Operations return the errors of lock (see its package doc), whose causes
+// are go-redis's errors and, for a Release or Refresh that gave up on a key
+// that kept changing, ErrConflict. Invalid input (a TTL below a
+// millisecond, a prefix with braces, a nil client, a malformed URL, an
+// unknown URL parameter) is refused with lock.ErrInvalid before any I/O.
+// TTLs are applied in whole milliseconds, rounded down, and the lease's
+// validity says so.
+package rediswatch

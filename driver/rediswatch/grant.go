@@ -1,0 +1,143 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// execSent marks, in driver.Lease.Data, an Acquire that sent its
+// transaction: only then can a grant exist that the caller did not learn
+// of, and only then does the clean-up Release that follows a failure need
+// to reach the server.
+type execSent struct{}
+
+// Acquire makes one attempt at the grant, in two round trips:
+//
+//	WATCH counter tombstone; GET lock; GET counter; TIME
+//	MULTI; SET lock owner NX PX ttl; SET counter clock | INCR counter; EXEC
+//
+// When GET finds the key held, it sends UNWATCH and PTTL instead of the
+// transaction and returns a *driver.HeldError with the holder's PTTL. When the
+// transaction is aborted (the counter changed after WATCH: another client
+// was granted the key first) or its SET NX finds the key taken meanwhile,
+// it returns a *driver.HeldError without a hint; lock retries, as for a
+// held key.
+//
+// The token is the server's clock in microseconds, or the counter plus one
+// when that is more (redisnx's rule): the counter is set to the clock when
+// it is behind, and incremented otherwise, so tokens keep increasing when
+// the counter was lost (restart, eviction) or lags (a promoted replica).
+//
+// The lock key is not watched: NX makes the grant conditional on the
+// server, and INCR in the same transaction keeps token order and grant
+// order the same. Watching it would abort grants attempted as the
+// holder's grant expires (Redis counts a watched key's expiry as a
+// change), which is exactly when waiters retry, at the holder's PTTL. A
+// SET NX that fails inside the transaction still moves the counter on,
+// which fencing allows. The tombstone is watched so that this EXEC, if it
+// reaches the server after the caller gave up on it, is aborted by the
+// clean-up Release (see there).
+func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	l.Data = nil
+	lk := d.lockKey(l.Key)
+	ck := counterKey(lk)
+	ttl := px(l.TTL)
+	var (
+		granted bool
+		token   int64
+	)
+	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		var (
+			get     *redis.StringCmd
+			counter *redis.StringCmd
+			now     *redis.TimeCmd
+		)
+		err := watchAndRead(ctx, tx, []string{ck, tombstone(lk, l.Owner)}, func(p redis.Pipeliner) {
+			get = p.Get(ctx, lk)
+			counter = p.Get(ctx, ck)
+			now = p.Time(ctx)
+		})
+		if err != nil {
+			return err
+		}
+		if get.Err() == nil {
+			// The UNWATCH costs a round trip anyway: read the PTTL with it,
+			// rather than on every grant.
+			return heldFor(unwatchPTTL(ctx, tx, lk))
+		}
+		var last int64 // a missing counter counts as 0
+		if counter.Err() == nil {
+			if last, err = strconv.ParseInt(counter.Val(), 10, 64); err != nil {
+				unwatch(ctx, tx)
+				return fmt.Errorf("rediswatch: fencing counter %q holds %q, not an integer", ck, counter.Val())
+			}
+		}
+		clock := now.Val().UnixMicro()
+		l.Data = execSent{}
+		d.hook("grant", lk)
+		var (
+			set  *redis.Cmd
+			incr *redis.IntCmd
+		)
+		err = exec(ctx, tx, func(p redis.Pipeliner) {
+			set = p.Do(ctx, "set", lk, l.Owner, "nx", "px", ttl.Milliseconds())
+			if last+1 < clock {
+				p.Set(ctx, ck, clock, 0)
+			} else {
+				incr = p.Incr(ctx, ck)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		granted = set.Err() == nil // a refused SET NX replies nil
+		if token = clock; incr != nil {
+			token = incr.Val()
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errAborted):
+		d.stats.grantAborts.Add(1)
+		return &driver.HeldError{}
+	case err != nil:
+		return withCtx(ctx, err)
+	case !granted:
+		return &driver.HeldError{}
+	}
+	l.Token = uint64(token)
+	l.Validity = ttl
+	return nil
+}
+
+// unwatchPTTL releases the watch and reads lock's PTTL, in one round trip;
+// -1 when it has no expiry or cannot be read.
+func unwatchPTTL(ctx context.Context, tx *redis.Tx, lk string) time.Duration {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unwatchTimeout)
+	defer cancel()
+	var pttl *redis.DurationCmd
+	if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "unwatch")
+		pttl = p.PTTL(ctx, lk)
+		return nil
+	}); err != nil {
+		return -1
+	}
+	return pttl.Val()
+}
+
+// heldFor is the error for a key held for pttl more (as PTTL reports it:
+// whole milliseconds, rounded down; negative without an expiry). The hint
+// is a millisecond later, when the key is surely free.
+func heldFor(pttl time.Duration) error {
+	if pttl < 0 {
+		return &driver.HeldError{}
+	}
+	return &driver.HeldError{RetryAfter: pttl + time.Millisecond}
+}

@@ -1,0 +1,82 @@
+package rediswatch
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+var keySeq atomic.Int64
+
+// testKey returns a key unique to this test run.
+func testKey(t *testing.T) string {
+	return fmt.Sprintf("rediswatch-test/%d/%s/%d", time.Now().UnixNano(), t.Name(), keySeq.Add(1))
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// standalone returns a client of the shared server (default user), closed
+// at cleanup.
+func standalone(t *testing.T) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis(t).Addr()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// cluster returns a client of the shared Cluster, closed at cleanup.
+func cluster(t *testing.T) *redis.ClusterClient {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testserver.SharedRedisCluster(t).Addrs()})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// clients runs fn with a standalone and a Cluster client.
+func clients(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
+	t.Run("standalone", func(t *testing.T) { fn(t, standalone(t)) })
+	t.Run("cluster", func(t *testing.T) { fn(t, cluster(t)) })
+}
+
+// newTestLocker returns a Locker over rdb without auto-renewal, closed at
+// cleanup, and its driver.
+func newTestLocker(t *testing.T, rdb redis.UniversalClient, o *Options) (lock.Locker, *watchDriver) {
+	if o == nil {
+		o = &Options{}
+	}
+	o.DisableAutoRenew = true
+	l := New(rdb, o)
+	t.Cleanup(func() { l.Close() })
+	var d *watchDriver
+	if !lock.As(l, &d) {
+		t.Fatalf("As(*watchDriver) failed")
+	}
+	return l, d
+}
+
+func stats(t *testing.T, l lock.Locker) Stats {
+	var s Stats
+	if !lock.As(l, &s) {
+		t.Fatalf("As(*Stats) failed")
+	}
+	return s
+}
+
+// userURL is a rediswatch URL for user at addrs.
+func userURL(user, pass string, addrs []string, query string) string {
+	u := url.URL{Scheme: Scheme, User: url.UserPassword(user, pass), Host: strings.Join(addrs, ","), RawQuery: query}
+	return u.String()
+}
+
+type driverLease = driver.Lease

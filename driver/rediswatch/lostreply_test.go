@@ -1,0 +1,77 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// After an Acquire with an unknown outcome, the clean-up Release removes a
+// grant that was applied, and aborts one still on its way: here the grant's
+// EXEC reaches the server only after the clean-up ran.
+func TestCleanupAfterLostGrantReply(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := testCtx(t)
+		d := newDriver(rdb, DefaultPrefix, false)
+		defer d.Close()
+
+		// The EXEC arrives late: the clean-up sets the tombstone first and
+		// finds no grant; the EXEC is aborted.
+		l := &driver.Lease{Key: testKey(t), Owner: owner(), TTL: 10 * time.Second}
+		late := func(op, lk string) {
+			cleanup := *l // as lock passes it: Token unset, Data as Acquire left it
+			if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("clean-up before the EXEC: err = %v, want ErrNotHeld", err)
+			}
+		}
+		d.beforeExec.Store(&late)
+		if err := d.Acquire(ctx, l); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("Acquire whose EXEC came after the clean-up: err = %v, want an aborted (held) attempt", err)
+		}
+		d.beforeExec.Store(nil)
+		lk := d.lockKey(l.Key)
+		if n := rdb.Exists(ctx, lk).Val(); n != 0 {
+			t.Errorf("the late EXEC granted the key after the clean-up")
+		}
+		if pttl := rdb.PTTL(ctx, tombstone(lk, l.Owner)).Val(); pttl <= 0 || pttl > 10*time.Second {
+			t.Errorf("tombstone PTTL %v, want within the lease's TTL", pttl)
+		}
+
+		// The EXEC was applied but its reply lost: the clean-up deletes the
+		// grant.
+		l = &driver.Lease{Key: testKey(t), Owner: owner(), TTL: 10 * time.Second}
+		if err := d.Acquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		cleanup := *l
+		cleanup.Token = 0
+		if err := d.Release(ctx, &cleanup); err != nil {
+			t.Fatalf("clean-up of an applied grant: %v", err)
+		}
+		if n := rdb.Exists(ctx, d.lockKey(l.Key)).Val(); n != 0 {
+			t.Errorf("the clean-up left the grant")
+		}
+	})
+}
+
+// An Acquire that failed before sending its transaction cannot have
+// granted anything: its clean-up needs no round trip.
+func TestCleanupWithoutExecNeedsNoIO(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	rdb.Close()
+	d := newDriver(rdb, DefaultPrefix, false)
+	defer d.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l := &driver.Lease{Key: "k", Owner: owner(), TTL: time.Second}
+	if err := d.Acquire(ctx, l); err == nil || errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("Acquire on a closed client: err = %v", err)
+	}
+	if err := d.Release(context.Background(), l); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("clean-up of an attempt that sent nothing: err = %v, want ErrNotHeld without I/O", err)
+	}
+}

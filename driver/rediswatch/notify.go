@@ -1,0 +1,265 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting: one pub/sub connection per Locker, opened on the first
+// Subscribe, carries every key's release channel. Channels are reference
+// counted: the first waiter on a key subscribes, the last one unsubscribes.
+// A Subscribe returns once the server has processed its SUBSCRIBE (a PING
+// queued behind it has been answered), so a release published after it
+// returns is seen. One goroutine reads the connection and wakes the
+// waiters of each message's channel; it stops in Close.
+//
+// go-redis reconnects and resubscribes after a connection error. A release
+// published meanwhile is lost, so after every reconnection every waiter is
+// woken once and retries. A connection that goes silent (a partition, a
+// paused server) is found by a PING after 5s without traffic, and dropped
+// if the PING is not answered within another 5s.
+
+const (
+	defaultHealthEvery = 5 * time.Second
+	// confirmWait bounds how long Subscribe waits for the server to confirm
+	// the subscription; past it, the waiter still has its retry backoff.
+	confirmWait = 2 * time.Second
+	maxErrWait  = time.Second
+)
+
+var errNotifierClosed = errors.New("rediswatch: locker closed")
+
+type notifier struct {
+	client      redis.UniversalClient
+	healthEvery time.Duration // set before the first subscribe
+	reconnects  atomic.Uint64
+
+	mu     sync.Mutex
+	closed bool
+	ps     *redis.PubSub
+	ctx    context.Context // of the reader's calls (a dial, say); ends in close
+	stop   context.CancelFunc
+	done   chan struct{} // closed when the reader goroutine ends
+	subs   map[string]map[*waiter]struct{}
+	pings  map[string]chan struct{} // PING payload -> closed when answered
+	seq    uint64
+}
+
+type waiter struct{ c chan struct{} }
+
+func newNotifier(client redis.UniversalClient) *notifier {
+	return &notifier{client: client, healthEvery: defaultHealthEvery, subs: map[string]map[*waiter]struct{}{}, pings: map[string]chan struct{}{}}
+}
+
+// Subscribe implements driver.Notifier.
+func (d *watchDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return d.n.subscribe(ctx, channel(d.lockKey(key)))
+}
+
+func (n *notifier) subscribe(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, nil, errNotifierClosed
+	}
+	if n.ps == nil {
+		n.ps = n.client.Subscribe(context.WithoutCancel(ctx))
+		n.ctx, n.stop = context.WithCancel(context.Background())
+		n.done = make(chan struct{})
+		go n.read(n.ctx, n.ps)
+	}
+	set := n.subs[channel]
+	if set == nil {
+		if err := n.ps.Subscribe(ctx, channel); err != nil {
+			// go-redis remembers the channel for resubscription even when
+			// the command could not be sent; make it forget.
+			n.unsubscribeLocked(channel)
+			n.mu.Unlock()
+			return nil, nil, withCtx(ctx, err)
+		}
+		set = map[*waiter]struct{}{}
+		n.subs[channel] = set
+	}
+	w := &waiter{c: make(chan struct{}, 1)}
+	set[w] = struct{}{}
+	n.seq++
+	token := "dlock-sub-" + strconv.FormatUint(n.seq, 10)
+	ack := make(chan struct{})
+	n.pings[token] = ack
+	if err := n.ps.Ping(ctx, token); err != nil {
+		delete(n.pings, token)
+		ack = nil
+	}
+	n.mu.Unlock()
+
+	cancel := sync.OnceFunc(func() { n.unsubscribe(channel, w) })
+	if ack != nil {
+		t := time.NewTimer(confirmWait)
+		defer t.Stop()
+		select {
+		case <-ack:
+		case <-t.C:
+			n.mu.Lock()
+			delete(n.pings, token)
+			n.mu.Unlock()
+		case <-ctx.Done():
+			n.mu.Lock()
+			delete(n.pings, token)
+			n.mu.Unlock()
+			cancel()
+			return nil, nil, ctx.Err()
+		}
+	}
+	return w.c, cancel, nil
+}
+
+func (n *notifier) unsubscribe(channel string, w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	set := n.subs[channel]
+	if _, ok := set[w]; !ok {
+		return
+	}
+	delete(set, w)
+	if len(set) == 0 {
+		delete(n.subs, channel)
+		if !n.closed {
+			n.unsubscribeLocked(channel)
+		}
+	}
+}
+
+func (n *notifier) unsubscribeLocked(channel string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = n.ps.Unsubscribe(ctx, channel)
+}
+
+// read receives from ps until close.
+func (n *notifier) read(ctx context.Context, ps *redis.PubSub) {
+	defer close(n.done)
+	var (
+		healthPending bool          // a health PING is unanswered
+		broken        bool          // the connection failed; not yet back
+		errWait       time.Duration // pause after consecutive errors
+	)
+	for {
+		var (
+			msg any
+			err error
+		)
+		if healthPending {
+			// With a context deadline instead of a timeout, go-redis treats
+			// a read timeout as a dead connection and reconnects.
+			c, cancel := context.WithTimeout(ctx, n.healthEvery)
+			msg, err = ps.Receive(c)
+			cancel()
+		} else {
+			msg, err = ps.ReceiveTimeout(ctx, n.healthEvery)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if !healthPending && errors.As(err, &ne) && ne.Timeout() {
+				healthPending = true
+				c, cancel := context.WithTimeout(ctx, time.Second)
+				_ = ps.Ping(c, "dlock-health")
+				cancel()
+				continue
+			}
+			healthPending, broken = false, true
+			errWait = min(max(2*errWait, 10*time.Millisecond), maxErrWait)
+			t := time.NewTimer(errWait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		healthPending, errWait = false, 0
+		if broken {
+			broken = false
+			n.reconnects.Add(1)
+			n.wakeAll()
+		}
+		switch m := msg.(type) {
+		case *redis.Message:
+			n.wake(m.Channel)
+		case *redis.Pong:
+			n.ack(m.Payload)
+		}
+	}
+}
+
+func (n *notifier) wake(channel string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for w := range n.subs[channel] {
+		w.signal()
+	}
+}
+
+// wakeAll wakes every waiter and lets every pending Subscribe return:
+// after a reconnection their subscriptions are in place again.
+func (n *notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, set := range n.subs {
+		for w := range set {
+			w.signal()
+		}
+	}
+	for token, ack := range n.pings {
+		close(ack)
+		delete(n.pings, token)
+	}
+}
+
+func (n *notifier) ack(token string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ack, ok := n.pings[token]; ok {
+		close(ack)
+		delete(n.pings, token)
+	}
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// close ends the subscription and its goroutine.
+func (n *notifier) close() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	ps := n.ps
+	n.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	n.stop() // ends a dial under way, so that ps.Close need not wait for it
+	err := ps.Close()
+	<-n.done
+	if errors.Is(err, redis.ErrClosed) {
+		err = nil
+	}
+	return err
+}

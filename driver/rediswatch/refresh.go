@@ -1,0 +1,172 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// Refresh extends l's grant to ttl, in two round trips:
+//
+//	WATCH lock; GET lock
+//	MULTI; PEXPIRE lock ttl; EXEC                  (if GET == l.Owner)
+func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	lk := d.lockKey(l.Key)
+	ttl = px(ttl)
+	err := d.ownerTx(ctx, "refresh", lk, l.Owner, nil, func(p redis.Pipeliner) *redis.IntCmd {
+		return pexpire(ctx, p, lk, ttl)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return ttl, nil
+}
+
+func pexpire(ctx context.Context, p redis.Pipeliner, lk string, ttl time.Duration) *redis.IntCmd {
+	cmd := redis.NewIntCmd(ctx, "pexpire", lk, strconv.FormatInt(ttl.Milliseconds(), 10))
+	_ = p.Process(ctx, cmd)
+	return cmd
+}
+
+// maxBatchGroups is how many transactions of one RefreshBatch call run at
+// once (Redis Cluster: one per slot).
+const maxBatchGroups = 8
+
+// RefreshBatch refreshes many leases in two round trips per group of keys
+// that one transaction may watch: all of them on a standalone server, those
+// of one slot on a Cluster (where a transaction cannot span slots, and
+// every key has a slot of its own unless hash tags in the prefix say
+// otherwise), each key alone on other clients.
+//
+//	WATCH lock1 ... lockN; MGET lock1 ... lockN
+//	MULTI; PEXPIRE lock_i ttl (for each lock_i that holds its owner); EXEC
+//
+// A lease whose key does not hold its owner gets driver.ErrNotHeld. If the
+// transaction is aborted (one of the keys changed, say by a concurrent
+// Refresh of one lease), the group's leases are refreshed one at a time,
+// each as by Refresh.
+func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	ttl = px(ttl)
+	errs := make([]error, len(ls))
+	groups := d.groups(ls)
+	if len(groups) == 1 {
+		d.refreshGroup(ctx, ls, groups[0], ttl, errs)
+		return ttl, errs
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxBatchGroups)
+	for _, g := range groups {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			d.refreshGroup(ctx, ls, g, ttl, errs)
+		}()
+	}
+	wg.Wait()
+	return ttl, errs
+}
+
+// groups splits the indexes of ls into groups one transaction can cover.
+func (d *watchDriver) groups(ls []*driver.Lease) [][]int {
+	switch d.client.(type) {
+	case *redis.Client:
+		all := make([]int, len(ls))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	case *redis.ClusterClient:
+		bySlot := map[uint16]int{}
+		var out [][]int
+		for i, l := range ls {
+			s := slot(d.lockKey(l.Key))
+			j, ok := bySlot[s]
+			if !ok {
+				j = len(out)
+				bySlot[s] = j
+				out = append(out, nil)
+			}
+			out[j] = append(out[j], i)
+		}
+		return out
+	default:
+		out := make([][]int, len(ls))
+		for i := range ls {
+			out[i] = []int{i}
+		}
+		return out
+	}
+}
+
+// refreshGroup refreshes ls[idx...] in one transaction, setting errs.
+func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx []int, ttl time.Duration, errs []error) {
+	if len(idx) == 1 {
+		_, errs[idx[0]] = d.Refresh(ctx, ls[idx[0]], ttl)
+		return
+	}
+	keys := make([]string, len(idx))
+	for j, i := range idx {
+		keys[j] = d.lockKey(ls[i].Key)
+	}
+	var (
+		owned   []int // positions in idx of the leases whose key holds their owner
+		applied []*redis.IntCmd
+	)
+	err := d.onConn(ctx, keys[0], func(tx *redis.Tx) error {
+		owned, applied = owned[:0], nil
+		var mget *redis.SliceCmd
+		if err := watchAndRead(ctx, tx, keys, func(p redis.Pipeliner) { mget = p.MGet(ctx, keys...) }); err != nil {
+			return err
+		}
+		for j, v := range mget.Val() {
+			if s, ok := v.(string); ok && s == ls[idx[j]].Owner {
+				owned = append(owned, j)
+			}
+		}
+		if len(owned) == 0 {
+			unwatch(ctx, tx)
+			return nil
+		}
+		d.hook("refresh", keys[0])
+		return exec(ctx, tx, func(p redis.Pipeliner) {
+			for _, j := range owned {
+				applied = append(applied, pexpire(ctx, p, keys[j], ttl))
+			}
+		})
+	})
+	switch {
+	case errors.Is(err, errAborted):
+		d.stats.refreshAborts.Add(1)
+		d.stats.batchFallbacks.Add(1)
+		isOwned := make(map[int]bool, len(owned))
+		for _, j := range owned {
+			isOwned[j] = true
+		}
+		for j, i := range idx {
+			if isOwned[j] {
+				_, errs[i] = d.Refresh(ctx, ls[i], ttl)
+			} else {
+				errs[i] = driver.ErrNotHeld
+			}
+		}
+	case err != nil:
+		for _, i := range idx {
+			errs[i] = withCtx(ctx, err)
+		}
+	default:
+		for _, i := range idx {
+			errs[i] = driver.ErrNotHeld
+		}
+		for n, j := range owned {
+			if applied[n].Val() == 1 {
+				errs[idx[j]] = nil
+			}
+		}
+	}
+}

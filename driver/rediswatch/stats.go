@@ -1,0 +1,43 @@
+package rediswatch
+
+import "sync/atomic"
+
+// Stats counts the events of a Locker's driver that a healthy system keeps
+// rare; get a snapshot with lock.As:
+//
+//	var s rediswatch.Stats
+//	lock.As(locker, &s)
+type Stats struct {
+	// GrantAborts counts grant transactions aborted because the lock key or
+	// its counter changed between WATCH and EXEC (another client took the
+	// key first). Each is one failed attempt that lock retries like a held
+	// key.
+	GrantAborts uint64
+	// ReleaseAborts and RefreshAborts count aborted release and refresh
+	// transactions; each is retried, up to MaxAttempts per call.
+	ReleaseAborts, RefreshAborts uint64
+	// GaveUp counts Release and Refresh calls that failed with ErrConflict.
+	GaveUp uint64
+	// BatchFallbacks counts batch refreshes whose transaction was aborted
+	// and that were redone one lease at a time.
+	BatchFallbacks uint64
+	// Reconnects counts reconnections of the release subscription; every
+	// waiter is woken once after each, since a release may have been
+	// missed meanwhile.
+	Reconnects uint64
+}
+
+type counters struct {
+	grantAborts, releaseAborts, refreshAborts, gaveUp, batchFallbacks atomic.Uint64
+}
+
+func (c *counters) snapshot(n *notifier) Stats {
+	return Stats{
+		GrantAborts:    c.grantAborts.Load(),
+		ReleaseAborts:  c.releaseAborts.Load(),
+		RefreshAborts:  c.refreshAborts.Load(),
+		GaveUp:         c.gaveUp.Load(),
+		BatchFallbacks: c.batchFallbacks.Load(),
+		Reconnects:     n.reconnects.Load(),
+	}
+}

@@ -1,0 +1,178 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// Every operation is one optimistic transaction on one connection:
+//
+//	round trip 1: WATCH <keys>; <reads>          (one pipeline)
+//	round trip 2: MULTI; <writes>; EXEC          (only if the reads allow)
+//	          or: UNWATCH                        (if they do not)
+//
+// go-redis's Watch(ctx, fn, keys...) sends WATCH as a round trip of its
+// own, so the driver pins a connection without it (Client.Watch with no
+// keys) and pipelines WATCH with the reads itself. It then owns the
+// connection's WATCH state: every path ends with EXEC (which discards it on
+// commit and on abort), with UNWATCH, or with an error that makes go-redis
+// drop the connection.
+
+// unwatchTimeout bounds the UNWATCH sent when a transaction is not
+// executed, so that a cancelled caller does not leave a watch armed on a
+// pooled connection (a failed UNWATCH drops the connection instead).
+const unwatchTimeout = 2 * time.Second
+
+// errAborted is an EXEC aborted because a watched key changed.
+var errAborted = errors.New("rediswatch: transaction aborted by a concurrent change")
+
+// onConn runs fn on a connection to the master serving key's slot, with no
+// WATCH sent yet. fn may run again (Cluster redirection), so it must set
+// all of its results afresh on each run.
+func (d *watchDriver) onConn(ctx context.Context, key string, fn func(tx *redis.Tx) error) error {
+	switch c := d.client.(type) {
+	case *redis.Client:
+		return c.Watch(ctx, fn)
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return err
+		}
+		err = node.Watch(ctx, fn)
+		if !isRedirect(err) {
+			return err
+		}
+		// The slot moved: nothing was applied (a command sent to the wrong
+		// node is refused, and a refused command aborts the EXEC). Let
+		// go-redis's Watch follow the redirection, at the cost of its own
+		// WATCH round trip, and refresh the slot map for next time.
+		c.ReloadState(ctx)
+		return c.Watch(ctx, fn, key)
+	default:
+		// Ring and wrappers: go-redis picks the shard and sends WATCH key
+		// first; fn's own WATCH adds the other keys.
+		return d.client.Watch(ctx, fn, key)
+	}
+}
+
+func isRedirect(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}
+
+// watchAndRead sends WATCH keys and the commands queued by reads in one
+// round trip. A missing key (redis.Nil) is a result, not an error. On
+// error the watch is released.
+func watchAndRead(ctx context.Context, tx *redis.Tx, keys []string, reads func(p redis.Pipeliner)) error {
+	args := make([]any, 0, 1+len(keys))
+	args = append(args, "watch")
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	cmds, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, args...)
+		reads(p)
+		return nil
+	})
+	for _, c := range cmds {
+		if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) {
+			err = cerr
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		unwatchAfter(ctx, tx, err)
+		return err
+	}
+	return nil
+}
+
+// unwatchAfter releases the watch after err, if the connection survived
+// it: when the server replied with an error. Any other error (network,
+// context) makes go-redis drop the connection, and with it the watch; an
+// UNWATCH would only dial a new one.
+func unwatchAfter(ctx context.Context, tx *redis.Tx, err error) {
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		unwatch(ctx, tx)
+	}
+}
+
+// unwatch releases the connection's watch when no EXEC follows.
+func unwatch(ctx context.Context, tx *redis.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unwatchTimeout)
+	defer cancel()
+	_ = tx.Unwatch(ctx).Err()
+}
+
+// exec runs MULTI, the commands queued by writes, and EXEC, in one round
+// trip. It returns errAborted when a watched key changed (nothing was
+// applied), and the first failed command's error otherwise; a nil reply
+// (redis.Nil) is a result, not an error.
+func exec(ctx context.Context, tx *redis.Tx, writes func(p redis.Pipeliner)) error {
+	_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		writes(p)
+		return nil
+	})
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		return nil
+	case errors.Is(err, redis.TxFailedErr):
+		return errAborted
+	default:
+		// The EXEC may not have run (a refused MULTI, say): make sure no
+		// watch stays armed on a connection that goes back to the pool.
+		unwatchAfter(ctx, tx, err)
+		return err
+	}
+}
+
+func (d *watchDriver) hook(op, lockKey string) {
+	if f := d.beforeExec.Load(); f != nil {
+		(*f)(op, lockKey)
+	}
+}
+
+// withCtx makes an error that ctx caused say so. go-redis with
+// ContextTimeoutEnabled turns ctx's deadline into a socket deadline, and
+// its "i/o timeout" can come back before ctx's own timer has fired and set
+// ctx.Err(). Then withCtx waits for that timer (it is due), so that the
+// caller finds ctx ended, as lock and its users expect, and the error
+// wraps the context's.
+func withCtx(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, driver.ErrHeld) || errors.Is(err, driver.ErrNotHeld) {
+		return err
+	}
+	cerr := ctx.Err()
+	if cerr == nil {
+		var ne net.Error
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && errors.As(err, &ne) && ne.Timeout() {
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				cerr = ctx.Err()
+			case <-t.C:
+				cerr = context.DeadlineExceeded
+			}
+			t.Stop()
+		}
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
+}
