@@ -1,0 +1,145 @@
+package memcached
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/dlock-go/dlock/driver"
+)
+
+// maxCASAttempts bounds the gets+cas rounds of one Release or Refresh. A
+// cas loses only when the item changed since the gets; it is tried again
+// only if the item then still holds the caller's owner token (a concurrent
+// refresh of the same lease changed it), never for another owner's grant.
+const maxCASAttempts = 10
+
+// Acquire stores the grant with add (atomic: it fails if the key exists)
+// and draws the fencing token with incr. Two round trips; three or four
+// when the counter is missing.
+func (d *mcDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	secs, err := ttlSeconds(l.TTL)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := d.keys(l.Key)
+	start := time.Now()
+	err = d.c.Add(&memcache.Item{Key: k.lock, Value: []byte(l.Owner), Expiration: secs})
+	switch {
+	case errors.Is(err, memcache.ErrNotStored):
+		return &driver.HeldError{}
+	case err != nil:
+		return fmt.Errorf("memcached add: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err // lock releases the grant by owner
+	}
+	token, err := d.nextToken(k.counter)
+	if err != nil {
+		return err
+	}
+	// The token orders grants only if it was drawn while the grant was
+	// sure to live: then no other grant of the key overlapped the incr.
+	v := validity(secs)
+	if el := time.Since(start); el >= v-driftMargin(v) {
+		return fmt.Errorf("memcached: add and incr took %v, longer than the grant's validity %v", el, v)
+	}
+	l.Token, l.Validity, l.Data = token, v, k
+	return nil
+}
+
+// nextToken increments the fencing counter. A missing counter (never
+// made, evicted, or lost in a restart) is created with add, seeded from
+// this host's wall clock in microseconds, so that tokens keep increasing;
+// if another client created it first, its incr is retried.
+func (d *mcDriver) nextToken(counter string) (uint64, error) {
+	for range 3 {
+		n, err := d.c.Increment(counter, 1)
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, memcache.ErrCacheMiss) {
+			return 0, fmt.Errorf("memcached incr: %w", err)
+		}
+		seed := uint64(time.Now().UnixMicro())
+		err = d.c.Add(&memcache.Item{Key: counter, Value: strconv.AppendUint(nil, seed, 10)})
+		if err == nil {
+			return seed, nil
+		}
+		if !errors.Is(err, memcache.ErrNotStored) {
+			return 0, fmt.Errorf("memcached add (fencing counter): %w", err)
+		}
+	}
+	return 0, errors.New("memcached: the fencing counter vanished three times while being created")
+}
+
+// Release deletes the grant if it is the caller's: gets, compare the value
+// with l.Owner, then cas with expiration -1, which memcached applies as an
+// immediate expiry. Two round trips.
+func (d *mcDriver) Release(ctx context.Context, l *driver.Lease) error {
+	return d.casOwned(ctx, "release", d.leaseKeys(l).lock, l.Owner, -1)
+}
+
+// Refresh gives the caller's grant a new expiration: gets, compare, cas.
+// Two round trips.
+func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	secs, err := ttlSeconds(ttl)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, secs); err != nil {
+		return 0, err
+	}
+	return validity(secs), nil
+}
+
+// leaseKeys returns the keys of l, kept in l.Data by Acquire, or computed
+// for a lease whose Acquire did not finish.
+func (d *mcDriver) leaseKeys(l *driver.Lease) keys {
+	if k, ok := l.Data.(keys); ok {
+		return k
+	}
+	return d.keys(l.Key)
+}
+
+// casOwned sets the expiration of key to exptime if its value is owner,
+// atomically: the cas applies only if the item is unchanged since the gets
+// that compared it. It returns driver.ErrNotHeld when the item is missing or
+// belongs to another owner.
+func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime int32) error {
+	for range maxCASAttempts {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		it, err := d.c.Get(key)
+		switch {
+		case errors.Is(err, memcache.ErrCacheMiss):
+			return driver.ErrNotHeld
+		case err != nil:
+			return fmt.Errorf("memcached %s: gets: %w", op, err)
+		case string(it.Value) != owner:
+			return driver.ErrNotHeld
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		it.Expiration = exptime
+		err = d.c.CompareAndSwap(it)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
+			return driver.ErrNotHeld // expired, evicted or deleted since the gets
+		case !errors.Is(err, memcache.ErrCASConflict):
+			return fmt.Errorf("memcached %s: cas: %w", op, err)
+		}
+		// Changed since the gets: look again.
+	}
+	return fmt.Errorf("memcached %s: the item changed under %d consecutive cas attempts; it was left as it was", op, maxCASAttempts)
+}

@@ -1,0 +1,117 @@
+package memcached
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// Scheme is the URL scheme this package registers with lock.Open.
+const Scheme = "memcached"
+
+// DefaultPrefix is prepended to every memcached key when Options.Prefix is
+// empty.
+const DefaultPrefix = "dlock:"
+
+// DefaultRetry is the retry strategy of a waiting Lock when Options.Retry
+// is nil: exponential backoff with full jitter from 1 ms, capped at 2 ms.
+// Memcached cannot tell a waiter that a key was released, so waiters poll;
+// the cap bounds the hand-off delay (about 1.3 ms at the median) and sets
+// the load: each waiter at the cap sends about 600 add requests a second.
+// For many waiters on one key, or a busy server, pass a strategy with a
+// higher cap, e.g. lock.ExponentialBackoff(time.Millisecond, 50*time.Millisecond)
+// for about 40 requests a second per waiter. See the package doc, Waiting.
+var DefaultRetry = lock.ExponentialBackoff(time.Millisecond, 2*time.Millisecond)
+
+// Options configure a memcached Locker. A nil *Options means all defaults;
+// so does each zero field.
+type Options struct {
+	lock.Options
+	// Prefix is prepended to every memcached key this Locker uses
+	// (DefaultPrefix when empty), to keep them apart from an
+	// application's own keys on a shared server. At most 64 bytes, without
+	// spaces or control bytes. Lockers that must exclude each other need the
+	// same Prefix.
+	Prefix string
+}
+
+// New returns a Locker over client. Its Close releases its leases and
+// leaves client open. Options.Retry defaults to DefaultRetry.
+//
+// Every process that locks the same keys must use the same server list in
+// the same order (see the package doc). A Locker whose client was made
+// with memcache.New or a memcache.ServerList keeps each lock and its
+// fencing counter on one server; with another ServerSelector they may land
+// on two.
+//
+// Invalid options (a bad Prefix, a nil client) are reported by the
+// Locker's calls, wrapped in lock.ErrInvalid.
+func New(client *memcache.Client, o *Options) lock.Locker {
+	return newLocker(client, o, false)
+}
+
+// newLocker is New for a client the Locker owns (and closes) or not.
+func newLocker(client *memcache.Client, o *Options, owns bool) lock.Locker {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	if opts.Retry == nil {
+		opts.Retry = DefaultRetry
+	}
+	d := &mcDriver{c: client, owns: owns, prefix: opts.Prefix}
+	if d.prefix == "" {
+		d.prefix = DefaultPrefix
+	}
+	if err := checkPrefix(d.prefix); err != nil {
+		d.err = fmt.Errorf("%w: Options.Prefix: %v", driver.ErrInvalid, err)
+	}
+	if client == nil {
+		d.err = fmt.Errorf("%w: nil *memcache.Client", driver.ErrInvalid)
+	}
+	return lock.New(d, &opts.Options)
+}
+
+// mcDriver implements driver.Driver over a gomemcache client.
+type mcDriver struct {
+	c      *memcache.Client
+	owns   bool   // close c in Close: the Locker made it (Open)
+	prefix string // of every memcached key
+	err    error  // invalid options, reported by Validate
+}
+
+// As sets a **memcache.Client target to the Locker's client.
+func (d *mcDriver) As(target any) bool {
+	if p, ok := target.(**memcache.Client); ok {
+		*p = d.c
+		return true
+	}
+	return false
+}
+
+func (d *mcDriver) keys(key string) keys { return mapKey(d.prefix, key) }
+
+// Validate checks the options, the mode and the TTL. Every key is accepted:
+// keys memcached cannot carry are hashed (see mapKey).
+func (d *mcDriver) Validate(l *driver.Lease) error {
+	if d.err != nil {
+		return d.err
+	}
+	if l.Mode != driver.Exclusive {
+		return fmt.Errorf("%w: memcached grants exclusive leases only", driver.ErrInvalid)
+	}
+	_, err := ttlSeconds(l.TTL)
+	return err
+}
+
+// Close closes the client's idle connections if the Locker opened the
+// client.
+func (d *mcDriver) Close() error {
+	if d.owns {
+		return d.c.Close()
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package memcached
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/dlock-go/dlock/lock"
+)
+
+func init() { lock.Register(Scheme, open) }
+
+// defaultPort is memcached's port, used for servers given without one.
+const defaultPort = "11211"
+
+// ownedMaxIdleConns is MaxIdleConns of the clients Open makes: lock runs up
+// to 16 refreshes at once, beside the caller's own calls.
+const ownedMaxIdleConns = 16
+
+// open is the OpenFunc for memcached://h1:11211[,h2:11211][?prefix=P&timeout=D].
+func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	lo, params, err := lock.URLOptions(u, "prefix", "timeout")
+	if err != nil {
+		return nil, err
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: memcached URL %q: %s", lock.ErrInvalid, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	switch {
+	case u.Opaque != "":
+		return nil, bad("want memcached://host:port[,host:port...]")
+	case u.User != nil:
+		return nil, bad("memcached's text protocol has no authentication; remove the user info")
+	case u.Path != "" && u.Path != "/":
+		return nil, bad("unexpected path %q", u.Path)
+	case u.Fragment != "":
+		return nil, bad("unexpected fragment")
+	}
+	addrs, err := serverAddrs(u.Host)
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	o := &Options{Options: *lo, Prefix: params.Get("prefix")}
+	if params.Has("prefix") {
+		if o.Prefix == "" {
+			return nil, bad("empty prefix")
+		}
+		if err := checkPrefix(o.Prefix); err != nil {
+			return nil, bad("%v", err)
+		}
+	}
+	timeout := time.Duration(0)
+	if v := params.Get("timeout"); params.Has("timeout") {
+		timeout, err = time.ParseDuration(v)
+		if err != nil || timeout <= 0 {
+			return nil, bad("timeout=%q: want a positive duration such as 500ms", v)
+		}
+	}
+	ss := new(memcache.ServerList)
+	if err := ss.SetServers(addrs...); err != nil {
+		return nil, fmt.Errorf("memcached: resolving %s: %w", strings.Join(addrs, ","), err)
+	}
+	c := memcache.NewFromSelector(ss)
+	c.Timeout = timeout
+	c.MaxIdleConns = ownedMaxIdleConns
+	return newLocker(c, o, true), nil
+}
+
+// serverAddrs splits a URL's host list, adding the default port where none
+// is given.
+func serverAddrs(hosts string) ([]string, error) {
+	if hosts == "" {
+		return nil, fmt.Errorf("no server given")
+	}
+	var addrs []string
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("empty server in the list %q", hosts)
+		}
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			host, port = h, defaultPort
+			if strings.Contains(strings.Trim(h, "[]"), ":") && !strings.HasPrefix(h, "[") {
+				return nil, fmt.Errorf("server %q: %v", h, err)
+			}
+			host = strings.Trim(host, "[]")
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("server %q: bad port %q", h, port)
+		}
+		if host == "" {
+			return nil, fmt.Errorf("server %q: no host", h)
+		}
+		addrs = append(addrs, net.JoinHostPort(host, port))
+	}
+	return addrs, nil
+}

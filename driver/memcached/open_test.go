@@ -1,0 +1,68 @@
+package memcached
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/dlock-go/dlock/lock"
+)
+
+func TestOpenURLs(t *testing.T) {
+	ctx := context.Background()
+	for _, u := range []string{
+		"memcached://127.0.0.1:11211",
+		"memcached://127.0.0.1:11211,127.0.0.1:11212/",
+		"memcached://127.0.0.1",
+		"memcached://[::1]:11211",
+		"memcached://localhost:11211?prefix=app:&timeout=250ms&ttl=10s&autorenew=false",
+	} {
+		l, err := lock.Open(ctx, u)
+		if err != nil {
+			t.Errorf("Open(%q): %v", u, err)
+			continue
+		}
+		var c *memcache.Client
+		if !lock.As(l, &c) || c == nil {
+			t.Errorf("Open(%q): lock.As gave no client", u)
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
+	for _, u := range []string{
+		"memcached://",
+		"memcached://h1:11211,,h2:11211",
+		"memcached://h1:0",
+		"memcached://h1:99999",
+		"memcached://h1:port",
+		"memcached://:11211",
+		"memcached://user:pass@h1:11211",
+		"memcached://h1:11211/path",
+		"memcached://h1:11211?unknown=1",
+		"memcached://h1:11211?prefix=",
+		"memcached://h1:11211?prefix=a%20b",
+		"memcached://h1:11211?timeout=0s",
+		"memcached://h1:11211?timeout=soon",
+		"memcached://h1:11211?ttl=1s&ttl=2s",
+		"memcached:h1:11211",
+	} {
+		l, err := lock.Open(ctx, u)
+		if !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("Open(%q): err = %v, want ErrInvalid", u, err)
+		}
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+func TestServerAddrs(t *testing.T) {
+	got, err := serverAddrs("a:1,b,[::1],[::1]:2")
+	want := []string{"a:1", "b:11211", "[::1]:11211", "[::1]:2"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("serverAddrs = %q, %v; want %q", got, err, want)
+	}
+}
