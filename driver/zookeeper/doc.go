@@ -1,0 +1,217 @@
+// Package zookeeper is the dlock driver for Apache ZooKeeper: exclusive
+// and shared (read/write) locks built the way Apache Curator's recipes
+// build them, on one server or an ensemble.
+//
+//	conn, _, err := zk.Connect([]string{"zk1:2181", "zk2:2181"}, 10*time.Second)
+//	locker := zookeeper.New(conn, &zookeeper.Options{SessionTimeout: 10 * time.Second})
+//	// or: locker, err := zookeeper.Dial(ctx, servers, nil)
+//	// or: locker, err := lock.Open(ctx, "zookeeper://zk1:2181,zk2:2181/app/locks")
+//	lease, err := locker.Lock(ctx, "orders/42")
+//
+// The Locker is a lock.RWLocker: RLock and TryRLock grant shared leases.
+//
+// # The recipe
+//
+// A key is a node, Root + "/" + EscapeKey(key), created on demand as a
+// container node (ZooKeeper 3.5.3 or later), which the server deletes once
+// it is empty again. A lock request is an ephemeral sequential child of it,
+//
+//	_c_<owner>-lock-<seq>         exclusive
+//	_c_<owner>-read-lock-<seq>    shared
+//
+// where <owner> is the request's 32 hex digits and <seq> the sequence
+// number ZooKeeper appends. An exclusive request is granted when no child
+// has a smaller sequence number; a shared one when no exclusive child has.
+// A request that is not granted watches only the nearest child that blocks
+// it (an exclusive one its predecessor, a shared one the nearest earlier
+// exclusive one), so a release wakes the next waiter and no herd: waiters
+// are served in arrival order, and a waiting writer is not overtaken by
+// readers that come after it. Ephemeral nodes die with their session, so
+// a crashed holder frees its keys when the server expires its session.
+//
+// The names are those of go-zookeeper's zk.Lock and Curator's
+// InterProcessMutex ("_c_<guid>-lock-<seq>"; both order children by the
+// number after the last "lock-"), so a zk.Lock or Curator mutex on the
+// node of the same key excludes dlock's leases, shared or exclusive, and
+// is excluded by them: those recipes take dlock's read nodes for ordinary
+// lock nodes (they wait for readers), and dlock takes every lock node it
+// did not name itself for an exclusive one (readers wait for them). Do not
+// mix in Curator's InterProcessReadWriteLock: its readers wait only for
+// its own "__WRIT__" nodes, so they would not wait for dlock's writers.
+//
+// "_c_<owner>-" is the protected prefix of Curator's protection mode: when
+// the reply to a create is lost (the connection broke after the server
+// applied it), the driver syncs with the leader, lists the key's children
+// and finds its node by the prefix, rather than leaving it in the queue.
+//
+// # No orphans
+//
+// A node whose owner gave up on it would stay queued as long as its
+// session lives, blocking every later waiter. So every path that gives up
+// on a node deletes it: a waiter whose context ends or that fails, a
+// TryLock that found the key held, a first attempt whose caller stopped
+// waiting while its create was under way (the attempt deletes the node
+// when the create's reply comes), a create whose reply was lost, a failed
+// Unlock, a lease lost while the session may live on. When the deletion
+// itself fails, the Locker's background goroutine retries it for as long
+// as the session may be alive. Close of a Locker made by Dial closes the
+// session, which deletes its nodes at once.
+//
+// # Round trips
+//
+//   - TryLock, TryRLock: 1 when granted, 2 when held. The create and a
+//     listing of the key's children are sent together, and ZooKeeper
+//     answers a session's requests in order, so the listing shows the new
+//     node. The create is a multi of the create and a setData (no data)
+//     of the key node: a multi is one transaction with one zxid, so the
+//     key node's new mzxid is the lock node's czxid, the fencing token,
+//     with no read of the node. When the key is held, the node is deleted.
+//   - Lock, RLock: 1 when the key is free. Otherwise a watch on the
+//     blocker (1 round trip); when it goes, the server notifies the waiter,
+//     which lists the children again (1) and is granted.
+//   - Unlock: 1 (delete).
+//   - Renewal: 1 per lease (exists: the node is still there), or one multi
+//     of check operations per batch of leases (lock batches renewals that
+//     are due together).
+//   - Session upkeep: while a Locker holds or waits for leases, it sends a
+//     sync when no write proved its session alive for a third of the
+//     session timeout (see Sessions and TTLs).
+//
+// Compared with go-zookeeper's zk.Lock (create, then list, then delete:
+// three round trips in a row), Lock+Unlock needs two. bench_test.go
+// measures both against three raw round trips.
+//
+// # Sessions and TTLs
+//
+// A ZooKeeper grant has no expiry of its own: it lives as long as the
+// session that created it, and the server expires a session that it has
+// not heard from for the session timeout. The session timeout is
+// therefore the liveness bound: a crashed holder frees its keys within
+// it, whatever the lease's TTL.
+//
+// Every write or sync that succeeds proves that the session was alive when
+// it was sent, so the server cannot expire it before that moment plus the
+// session timeout; the driver uses only requests that the leader checks
+// the session for (a follower cut off from the leader may still answer
+// reads while the leader expires the session). While a Locker holds or
+// waits for leases, a background goroutine (one per Locker, not per lease)
+// keeps such proof fresh with a sync every third of the session timeout
+// when nothing else provided it, and:
+//
+//   - when the last proof is older than the session timeout minus a
+//     drift margin (1% plus 2 ms), which happens when the connection is
+//     lost, every lease of the Locker ends (Done closes, Err wraps
+//     lock.ErrLost): the server may expire the session any moment now,
+//     and then grant the keys to another client;
+//   - when go-zookeeper reports the session expired, or has replaced it
+//     with a new one, every lease of the old session ends at once (Err
+//     wraps zk.ErrSessionExpired);
+//   - when the connection comes back before the deadline (the session
+//     survives, possibly on another server of the ensemble), the leases go
+//     on, once a check finds that each one's node still exists; a lease
+//     whose node is gone ends.
+//
+// Waiters ride out a lost connection the same way: they keep their node
+// and go on when the connection returns, or queue again if the session
+// expired meanwhile.
+//
+// lock's options map onto this as follows:
+//
+//   - TTL (Options.TTL, lock.WithTTL) sets the renewal period, TTL/3; a
+//     renewal checks that the lease's node still exists, so a node deleted
+//     behind the holder's back ends its lease within TTL/3. A grant's
+//     validity (Lease.Deadline) is the TTL or the session timeout,
+//     whichever is longer: the session is what the lease rests on, and the
+//     background goroutine ends the lease when the session is at risk,
+//     whatever the deadline. (The driver SPI suggests the session timeout
+//     as validity; but lock renews at TTL/3, so a TTL of three session
+//     timeouts or more, such as the default 30s with a 10s session, would
+//     then lose every lease after one session timeout.)
+//   - With auto-renewal off, a lease lasts that validity (the TTL, but at
+//     least the session timeout) unless the session is at risk first; then
+//     the Locker deletes its node.
+//   - The retry strategy (Options.Retry, lock.WithRetry) does not apply:
+//     ZooKeeper queues waiters, and Lock waits in the queue until its
+//     context ends. TryLock makes one attempt.
+//   - ReleaseTimeout and Logger work as everywhere (go-zookeeper's own
+//     messages go to the Logger at debug level, for Lockers from Dial).
+//
+// A Locker from New does not get go-zookeeper's event channel (it stays
+// the caller's): the driver watches conn.State and conn.SessionID every
+// twentieth of the session timeout (at most 100 ms) while it has work,
+// which is how it learns of expiry; a Locker from Dial also hears
+// go-zookeeper's session events as they happen. go-zookeeper does not tell
+// the negotiated session timeout: Dial reads it from the server's connect
+// response, and New must be told it (Options.SessionTimeout), which is
+// why that field is required with New. Overstating it is unsafe: leases
+// would be thought valid after the server expired their session.
+//
+// In an ensemble, sessions survive a leader change when clients reconnect
+// within the session timeout: a new leader restarts every session's timer.
+// Killing the leader while leases are held yields no double grant: each
+// lease either survives or ends (Done closed) before another client can be
+// granted its key (ensemble_test.go). One caveat is ZooKeeper's own: a
+// follower relays its clients' heartbeats to the leader periodically, so
+// the leader's view of a session can lag a little behind the client's.
+//
+// # Fencing
+//
+// The token is the lock node's czxid, the zxid of the transaction that
+// created it. Zxids increase across every write of the whole ensemble,
+// across restarts and leader changes (the epoch is in the high 32 bits),
+// so tokens strictly increase per key, for exclusive and shared grants
+// alike, and there is no counter to lose. What fencing adds: no lock
+// service can stop a holder that was paused (GC, VM migration, SIGSTOP)
+// past its session from acting on a lease it no longer has; its Done is
+// closed by then, but it may write before it looks. A resource that
+// remembers the largest token it has seen and refuses smaller ones turns
+// such a write into a refusal.
+//
+// # Keys and nodes
+//
+// Every key lock accepts maps to one node name, without collisions: see
+// EscapeKey. Options.Root (default DefaultRoot) is the parent of the key
+// nodes; missing ancestors are created as container nodes.
+//
+// # ACLs
+//
+// Options.ACL is the ACL of the nodes the driver creates (default
+// zk.WorldACL(zk.PermAll)). With Options.Username and Options.Password (a
+// ZooKeeper digest identity, also user:password@ in URLs) it defaults to
+// zk.DigestACL(zk.PermAll, user, password). ZooKeeper checks the right to
+// delete a node on its parent, so the ACL on the key nodes is what keeps
+// other identities from deleting lock nodes (or queueing on the key):
+// this holds for key nodes this identity created. Where a key node made
+// by another client lets the identity create children but not write the
+// key node, the driver falls back to a plain create and reads the czxid
+// in the listing's round trip.
+//
+// # URLs
+//
+//	zookeeper://[user:password@]host[:port][,host[:port]...][/root][?params]
+//
+// opens a Locker with Dial. The hosts are one ensemble (default port
+// 2181; IPv6 literals are not accepted by Go's URL parser: use names).
+// The path is Options.Root (DefaultRoot when empty or "/"). user:password
+// is a ZooKeeper digest identity (see ACLs). Parameters:
+//
+//	session_timeout=DURATION  the session timeout to ask for (default 10s)
+//
+// plus those every scheme accepts (ttl, autorenew: see lock.Open). Unknown
+// parameters are errors.
+//
+// # As
+//
+// lock.As(locker, &conn) with conn a *zk.Conn gives the connection.
+//
+// # Errors
+//
+// Errors are lock's (see lock.Error): ErrNotAcquired, ErrNotHeld, ErrLost,
+// ErrClosed and ErrInvalid, wrapping go-zookeeper's errors where the
+// server or the connection failed (zk.ErrNoAuth when an ACL refuses,
+// zk.ErrSessionExpired in the Err of leases lost to an expired session,
+// zk.ErrConnectionClosed, ...). ErrInvalid, before any I/O, for: New with
+// a nil connection or without Options.SessionTimeout; a Root that is not
+// an absolute ZooKeeper path; Username without Password; a malformed URL,
+// host or session_timeout; an unknown URL parameter.
+package zookeeper

@@ -1,0 +1,123 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/go-zookeeper/zk"
+)
+
+// Release deletes the lease's node: one round trip. For a grant whose
+// outcome was unknown (no Data), it finds the node by the owner prefix.
+// When the delete fails for a connection reason, the janitor keeps trying
+// while the session may live.
+func (d *zkDriver) Release(ctx context.Context, l *driver.Lease) error {
+	g, _ := l.Data.(*grant)
+	d.mon.remove(l)
+	if g == nil {
+		kp := d.keyPath(l.Key)
+		n, err := d.deleteOwned(ctx, kp, l.Owner)
+		if err != nil {
+			d.mon.adopt(&orphan{keyPath: kp, owner: l.Owner})
+			return err
+		}
+		if n == 0 {
+			return driver.ErrNotHeld
+		}
+		return nil
+	}
+	if g.session != d.conn.SessionID() {
+		return fmt.Errorf("zookeeper: session %#x of %s ended: %w", g.session, g.path, driver.ErrNotHeld)
+	}
+	err := deleteNode(ctx, d, g.path)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("zookeeper: %s is gone: %w", g.path, driver.ErrNotHeld)
+	default:
+		d.mon.adopt(&orphan{path: g.path})
+		return err
+	}
+}
+
+// Refresh checks that the lease's node still exists: one round trip (an
+// exists, which a follower answers; the monitor's heartbeats prove the
+// session to the leader). It reports the TTL asked for, at least the
+// session timeout, as validity.
+func (d *zkDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	g, _ := l.Data.(*grant)
+	if g == nil {
+		return 0, driver.ErrNotHeld
+	}
+	if g.session != d.conn.SessionID() {
+		d.mon.remove(l)
+		return 0, fmt.Errorf("zookeeper: session %#x of %s ended: %w", g.session, g.path, driver.ErrNotHeld)
+	}
+	ok, st, err := exists(ctx, d, g.path)
+	if err != nil {
+		return 0, err
+	}
+	if !ok || st.EphemeralOwner != g.session {
+		d.mon.remove(l)
+		return 0, fmt.Errorf("zookeeper: %s is gone: %w", g.path, driver.ErrNotHeld)
+	}
+	return d.validity(ttl), nil
+}
+
+// maxMulti bounds the request size of one RefreshBatch multi, well below
+// ZooKeeper's default jute.maxbuffer of 1 MiB.
+const maxMulti = 256 << 10
+
+// RefreshBatch checks many nodes in one multi of check operations per
+// 256 KiB of paths: one round trip, and a request that the leader checks
+// the session for. A multi fails whole when one check fails; the leases of
+// a failed multi are then refreshed one by one.
+func (d *zkDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	errs := make([]error, len(ls))
+	sid := d.conn.SessionID()
+	var (
+		idx  []int
+		ops  []any
+		size int
+	)
+	flush := func() {
+		if len(ops) == 0 {
+			return
+		}
+		batch := ops
+		_, err := write(ctx, d, func() ([]zk.MultiResponse, error) { return d.conn.Multi(batch...) })
+		if err != nil && !ambiguous(err) && ctx.Err() == nil && !errors.Is(err, zk.ErrNoServer) && !errors.Is(err, zk.ErrSessionExpired) {
+			// One check failed (a node is gone): find out which.
+			for _, i := range idx {
+				_, errs[i] = d.Refresh(ctx, ls[i], ttl)
+			}
+		} else {
+			for _, i := range idx {
+				errs[i] = err
+			}
+		}
+		idx, ops, size = nil, nil, 0
+	}
+	for i, l := range ls {
+		g, _ := l.Data.(*grant)
+		if g == nil || g.session != sid {
+			errs[i] = driver.ErrNotHeld
+			if g != nil {
+				d.mon.remove(l)
+			}
+			continue
+		}
+		if size+len(g.path)+16 > maxMulti {
+			flush()
+		}
+		idx = append(idx, i)
+		ops = append(ops, &zk.CheckVersionRequest{Path: g.path, Version: -1})
+		size += len(g.path) + 16
+	}
+	flush()
+	return d.validity(ttl), errs
+}

@@ -1,0 +1,76 @@
+package zookeeper
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// open is the OpenFunc for zookeeper:// URLs (see the package doc).
+func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	servers, o, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return Dial(ctx, servers, o)
+}
+
+// parseURL reads zookeeper://[user:pass@]host[:port][,host[:port]...][/root][?params].
+func parseURL(u *url.URL) ([]string, *Options, error) {
+	bad := func(format string, args ...any) ([]string, *Options, error) {
+		return nil, nil, fmt.Errorf("%w: zookeeper URL %q: %s", lock.ErrInvalid, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if u.Opaque != "" || u.Fragment != "" {
+		return bad("want zookeeper://[user:pass@]host:port[,host:port...][/root]")
+	}
+	lo, params, err := lock.URLOptions(u, "session_timeout")
+	if err != nil {
+		return nil, nil, err
+	}
+	o := &Options{Options: *lo}
+	if v := params.Get("session_timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return bad("session_timeout=%q: want a positive duration such as 10s", v)
+		}
+		if d < time.Millisecond || d > 24*time.Hour {
+			return bad("session_timeout=%v is out of range [1ms, 24h]", d)
+		}
+		o.SessionTimeout = d
+	}
+	if u.Host == "" {
+		return bad("no server")
+	}
+	var servers []string
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return bad("empty server in %q", u.Host)
+		}
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			if strings.Contains(h, ":") {
+				return bad("server %q: %v", h, err)
+			}
+			h = net.JoinHostPort(h, "2181")
+		}
+		servers = append(servers, h)
+	}
+	if u.User != nil {
+		pw, ok := u.User.Password()
+		if u.User.Username() == "" || !ok {
+			return bad("digest authentication wants user:password@")
+		}
+		o.Username, o.Password = u.User.Username(), pw
+	}
+	if u.Path != "" && u.Path != "/" {
+		o.Root = u.Path
+		if err := checkRoot(o.Root); err != nil {
+			return bad("%v", err)
+		}
+	}
+	return servers, o, nil
+}

@@ -1,0 +1,75 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url      string
+		servers  []string
+		root     string
+		user, pw string
+		timeout  time.Duration
+		ttl      time.Duration
+	}{
+		{"zookeeper://h1:2181,h2:2182/app/locks?session_timeout=5s&ttl=15s", []string{"h1:2181", "h2:2182"}, "/app/locks", "", "", 5 * time.Second, 15 * time.Second},
+		{"zookeeper://alice:s3cr%3At@h1/", []string{"h1:2181"}, "", "alice", "s3cr:t", 0, 0},
+		{"zookeeper://127.0.0.1:2181", []string{"127.0.0.1:2181"}, "", "", "", 0, 0},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers, o, err := parseURL(u)
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		if !slices.Equal(servers, tc.servers) || o.Root != tc.root || o.Username != tc.user || o.Password != tc.pw || o.SessionTimeout != tc.timeout || o.TTL != tc.ttl {
+			t.Errorf("%s: servers %v, options %+v", tc.url, servers, o)
+		}
+	}
+}
+
+func TestOpenInvalid(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // refused before any I/O
+	for _, bad := range []string{
+		"zookeeper://",
+		"zookeeper://h1:2181,,h2:2181/x",
+		"zookeeper://h1:abc/x",
+		"zookeeper://h1:2181/x?sessiontimeout=5s",
+		"zookeeper://h1:2181/x?session_timeout=5",
+		"zookeeper://h1:2181/x?session_timeout=-1s",
+		"zookeeper://h1:2181/x?ttl=1ns",
+		"zookeeper://alice@h1:2181/x",
+		"zookeeper://h1:2181/x/",
+		"zookeeper://h1:2181/a//b",
+		"zookeeper://h1:2181/zookeeper/x",
+		"zookeeper://h1:2181/x#frag",
+		"zookeeper:opaque",
+	} {
+		l, err := lock.Open(ctx, bad)
+		if l != nil || !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("Open(%q): err = %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func TestNewWithoutSessionTimeout(t *testing.T) {
+	l := New(nil, nil)
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("TryLock through New without SessionTimeout: err = %v, want ErrInvalid", err)
+	}
+}

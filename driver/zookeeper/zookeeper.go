@@ -1,0 +1,323 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/go-zookeeper/zk"
+)
+
+// Scheme is the URL scheme this package registers with lock.Open.
+const Scheme = "zookeeper"
+
+func init() { lock.Register(Scheme, open) }
+
+// Defaults used when Options or a field of it is left zero.
+const (
+	// DefaultRoot is the parent of every key's node.
+	DefaultRoot = "/dlock"
+	// DefaultSessionTimeout is the session timeout Dial asks for.
+	DefaultSessionTimeout = 10 * time.Second
+)
+
+// Options configure a Locker. A nil *Options means all defaults.
+type Options struct {
+	lock.Options
+
+	// Root is the path under which key nodes live (DefaultRoot when
+	// empty). Missing nodes on the way are created as container nodes.
+	Root string
+
+	// SessionTimeout is, for Dial, the session timeout to ask for
+	// (DefaultSessionTimeout when zero); the driver then uses the one the
+	// server granted. For New it is required: the timeout conn's session
+	// has, that is the one given to zk.Connect, or the server's
+	// maxSessionTimeout if that is lower (go-zookeeper does not tell).
+	// It bounds how long a crashed holder keeps a key.
+	SessionTimeout time.Duration
+
+	// Username and Password, when set, are a ZooKeeper digest identity:
+	// Dial authenticates the connection with it (with New, call
+	// conn.AddAuth("digest", []byte(user+":"+password)) yourself), and
+	// the nodes the driver creates get the ACL zk.DigestACL(zk.PermAll,
+	// Username, Password) unless ACL is set. Since ZooKeeper checks the
+	// right to delete a node on its parent, this keeps other identities
+	// from deleting, or queueing on, the lock nodes of keys whose nodes
+	// this identity created.
+	Username, Password string
+
+	// ACL is the ACL of the nodes the driver creates (key nodes, lock
+	// nodes, missing parents). Default: zk.WorldACL(zk.PermAll), or the
+	// digest ACL above.
+	ACL []zk.ACL
+
+	// Dialer connects Dial to one server (net.DialTimeout when nil); set
+	// it for TLS or a proxy.
+	Dialer zk.Dialer
+}
+
+// New returns a Locker over conn, a go-zookeeper connection that stays
+// the caller's: Close leaves it open. o.SessionTimeout is required (see
+// Options); without it every call fails with lock.ErrInvalid.
+//
+// The driver does not need conn's event channel: it learns of session
+// events by watching conn.State and conn.SessionID while it holds or waits
+// for leases, and from its own requests.
+func New(conn *zk.Conn, o *Options) lock.Locker {
+	d, lo := newDriver(conn, o, nil)
+	if d.optsErr == nil && d.timeout.get() <= 0 {
+		d.optsErr = errors.New("Options.SessionTimeout is required with New: the timeout of conn's session")
+	}
+	return lock.New(d, lo)
+}
+
+// Dial connects to servers (host:port addresses of one ensemble), waits
+// until the session is established or ctx ends, authenticates when
+// o.Username is set, and returns a Locker that owns the connection: its
+// Close closes it, which ends the session.
+func Dial(ctx context.Context, servers []string, o *Options) (lock.Locker, error) {
+	d, lo, err := dial(ctx, servers, o)
+	if err != nil {
+		return nil, err
+	}
+	return lock.New(d, lo), nil
+}
+
+func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.Options, error) {
+	if len(servers) == 0 {
+		return nil, nil, fmt.Errorf("%w: zookeeper: no servers", lock.ErrInvalid)
+	}
+	if o == nil {
+		o = &Options{}
+	}
+	want := o.SessionTimeout
+	if want == 0 {
+		want = DefaultSessionTimeout
+	}
+	if want < 0 {
+		return nil, nil, fmt.Errorf("%w: zookeeper: Options.SessionTimeout %v is negative", lock.ErrInvalid, want)
+	}
+	nt := newNegotiatedTimeout()
+	dialer := o.Dialer
+	if dialer == nil {
+		dialer = net.DialTimeout
+	}
+	var d *zkDriver
+	var dmu sync.Mutex // d is set after Connect, which may already call back
+	wake := make(chan struct{}, 1)
+	conn, _, err := zk.Connect(servers, want,
+		zk.WithDialer(nt.wrapDialer(dialer)),
+		zk.WithLogger(zkLogger{o.Logger}),
+		zk.WithLogInfo(false),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type != zk.EventSession {
+				return // a watch: its waiter hears of it
+			}
+			dmu.Lock()
+			dd := d
+			dmu.Unlock()
+			if dd != nil {
+				dd.mon.poke()
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("zookeeper: %w", err)
+	}
+	fail := func(err error) (*zkDriver, *lock.Options, error) {
+		conn.Close()
+		return nil, nil, err
+	}
+	for conn.State() != zk.StateHasSession {
+		select {
+		case <-ctx.Done():
+			return fail(fmt.Errorf("zookeeper: connecting to %s: %w", strings.Join(servers, ","), ctx.Err()))
+		case <-wake:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if nt.get() <= 0 {
+		return fail(errors.New("zookeeper: the server's connect response carried no session timeout"))
+	}
+	dd, lo := newDriver(conn, o, nt)
+	if dd.optsErr != nil {
+		return fail(fmt.Errorf("%w: zookeeper: %v", lock.ErrInvalid, dd.optsErr))
+	}
+	if o.Username != "" {
+		auth := []byte(o.Username + ":" + o.Password)
+		if _, err := read(ctx, dd, func() (struct{}, error) { return struct{}{}, conn.AddAuth("digest", auth) }); err != nil {
+			dd.mon.close(false, nil)
+			return fail(fmt.Errorf("zookeeper: digest authentication: %w", err))
+		}
+	}
+	dmu.Lock()
+	d = dd
+	dmu.Unlock()
+	return dd, lo, nil
+}
+
+// zkLogger sends go-zookeeper's messages to the Locker's logger, at debug
+// level: they are about connections, which the driver handles.
+type zkLogger struct{ l *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	if z.l != nil {
+		z.l.Debug("zookeeper: " + fmt.Sprintf(format, args...))
+	}
+}
+
+// zkDriver implements driver.Driver, driver.Queuer, driver.BatchRefresher
+// and driver.Sharer.
+type zkDriver struct {
+	conn    *zk.Conn
+	owned   bool // Close closes conn
+	root    string
+	acl     []zk.ACL
+	timeout *negotiatedTimeout
+	optsErr error
+	mon     *monitor
+	calls   sync.WaitGroup // requests under way
+
+	plainCreate atomic.Bool  // create without the setData of the key node (see create)
+	relisted    atomic.Int64 // listings sent with a create that missed it (see join)
+}
+
+var (
+	_ driver.Driver         = (*zkDriver)(nil)
+	_ driver.Queuer         = (*zkDriver)(nil)
+	_ driver.BatchRefresher = (*zkDriver)(nil)
+	_ driver.Sharer         = (*zkDriver)(nil)
+)
+
+// newDriver makes the driver over conn. Dial passes the timeout its
+// connections negotiate (and owns conn); New passes nil: the timeout is
+// o.SessionTimeout.
+func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout) (*zkDriver, *lock.Options) {
+	if o == nil {
+		o = &Options{}
+	}
+	d := &zkDriver{conn: conn, root: o.Root, acl: o.ACL, timeout: negotiated, owned: negotiated != nil}
+	if conn == nil {
+		d.optsErr = errors.New("nil *zk.Conn")
+	}
+	if d.timeout == nil {
+		d.timeout = newNegotiatedTimeout()
+		if o.SessionTimeout > 0 {
+			d.timeout.set(o.SessionTimeout)
+		} else if o.SessionTimeout < 0 {
+			d.optsErr = fmt.Errorf("Options.SessionTimeout %v is negative", o.SessionTimeout)
+		}
+	}
+	if d.root == "" {
+		d.root = DefaultRoot
+	}
+	if err := checkRoot(d.root); err != nil && d.optsErr == nil {
+		d.optsErr = err
+	}
+	if (o.Username == "") != (o.Password == "") && d.optsErr == nil {
+		d.optsErr = errors.New("Options.Username and Options.Password go together")
+	}
+	if d.acl == nil {
+		if o.Username != "" {
+			d.acl = zk.DigestACL(zk.PermAll, o.Username, o.Password)
+		} else {
+			d.acl = zk.WorldACL(zk.PermAll)
+		}
+	}
+	d.mon = newMonitor(d)
+	lo := o.Options
+	return d, &lo
+}
+
+// checkRoot checks that root is an absolute ZooKeeper path.
+func checkRoot(root string) error {
+	if root == "/" {
+		return nil
+	}
+	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") {
+		return fmt.Errorf("root %q: want an absolute path without a trailing slash, like /app/locks", root)
+	}
+	for _, part := range strings.Split(root[1:], "/") {
+		if part == "" || part == "." || part == ".." || EscapeKey(part) != part {
+			return fmt.Errorf("root %q: segment %q is not a valid ZooKeeper node name", root, part)
+		}
+	}
+	if strings.HasPrefix(root+"/", "/zookeeper/") {
+		return fmt.Errorf("root %q is inside ZooKeeper's reserved /zookeeper", root)
+	}
+	return nil
+}
+
+// sessionTimeout is the session's timeout: the liveness bound of a grant.
+func (d *zkDriver) sessionTimeout() time.Duration { return d.timeout.get() }
+
+// validity is what a grant or refresh reports to lock: the TTL asked for,
+// but at least the session timeout (see the package doc, "Sessions and
+// TTLs").
+func (d *zkDriver) validity(ttl time.Duration) time.Duration {
+	return max(ttl, d.sessionTimeout())
+}
+
+func (d *zkDriver) keyPath(key string) string { return keyPath(d.root, key) }
+
+func (d *zkDriver) SupportsShared() bool { return true }
+
+func (d *zkDriver) Validate(l *driver.Lease) error {
+	if d.optsErr != nil {
+		return fmt.Errorf("%w: zookeeper: %v", driver.ErrInvalid, d.optsErr)
+	}
+	if l.Mode != driver.Exclusive && l.Mode != driver.Shared {
+		return fmt.Errorf("%w: zookeeper: unknown mode %v", driver.ErrInvalid, l.Mode)
+	}
+	// Every valid key maps to a node name (EscapeKey); the TTL is any lock
+	// accepts: it sets the renewal period, the session timeout the
+	// liveness bound.
+	return nil
+}
+
+// As sets a **zk.Conn target to the connection. (A **zkDriver target,
+// which only this package's tests can name, gets the driver.)
+func (d *zkDriver) As(target any) bool {
+	switch p := target.(type) {
+	case **zk.Conn:
+		*p = d.conn
+		return true
+	case **zkDriver:
+		*p = d
+		return true
+	}
+	return false
+}
+
+func (d *zkDriver) Close() error {
+	if d.owned {
+		d.mon.close(false, nil)
+		d.conn.Close() // ends the session: ZooKeeper deletes its nodes
+		d.calls.Wait()
+		return nil
+	}
+	// The caller's connection, and its session, live on: give attempts
+	// under way a moment to delete the nodes their callers gave up on,
+	// then try once more to delete the orphans left.
+	d.mon.close(true, func() {
+		done := make(chan struct{})
+		go func() { d.calls.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	})
+	return nil
+}
