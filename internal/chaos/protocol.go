@@ -1,0 +1,104 @@
+package chaos
+
+import (
+	"bufio"
+	"strconv"
+)
+
+// Request is a client request as the Proxy sees it.
+type Request struct {
+	// Cmd is the command: RESP's upper-cased name ("EVALSHA", "EXEC"),
+	// memcached's word ("add", "cas"), ZooKeeper's operation ("create",
+	// "delete", "exists", "ping").
+	Cmd string
+	// Args are the arguments after the command: RESP's, memcached's words.
+	Args []string
+	// Paths are the ZooKeeper paths the request names (every operation of
+	// a multi), or the memcached key; RESP leaves it empty.
+	Paths []string
+	// Mutating is set when applying the request changes the server's
+	// state: RESP writes, scripts and EXEC (not commands queued inside
+	// MULTI), memcached storage commands, ZooKeeper writes and
+	// closeSession.
+	Mutating bool
+}
+
+// Protocol is a wire protocol the Proxy can frame.
+type Protocol struct {
+	Name      string
+	newFramer func() framer
+}
+
+// The protocols of dlock's backends.
+var (
+	RESP      = Protocol{"resp", func() framer { return &respFramer{} }}
+	Memcached = Protocol{"memcached", func() framer { return &mcFramer{} }}
+	ZooKeeper = Protocol{"zookeeper", func() framer { return &zkFramer{} }}
+)
+
+// framer reads one connection's frames. readRequest runs on the request
+// goroutine and readReply on the reply goroutine; each keeps its own state.
+type framer interface {
+	// readRequest reads one request and says whether a reply will follow.
+	// On a parse error (wrapping errParse) frame holds the bytes consumed.
+	readRequest(r *bufio.Reader) (frame []byte, req Request, expectReply bool, err error)
+	// readReply reads one reply. peek returns the oldest request still
+	// awaiting a reply (nil if none), which is the one a reply answers.
+	// answers is false for frames that answer no request (pushes, watch
+	// events).
+	readReply(r *bufio.Reader, peek func() *Request) (frame []byte, answers bool, err error)
+}
+
+// readLine appends one line (through '\n') to buf.
+func readLine(r *bufio.Reader, buf []byte) ([]byte, string, error) {
+	line, err := r.ReadSlice('\n')
+	buf = append(buf, line...)
+	if err == bufio.ErrBufferFull {
+		// A long line: keep reading.
+		for err == bufio.ErrBufferFull {
+			line, err = r.ReadSlice('\n')
+			buf = append(buf, line...)
+		}
+		if err != nil {
+			return buf, "", err
+		}
+		return buf, trimEOL(string(buf)), nil
+	}
+	if err != nil {
+		return buf, "", err
+	}
+	return buf, trimEOL(string(line)), nil
+}
+
+func trimEOL(s string) string {
+	if n := len(s); n > 0 && s[n-1] == '\n' {
+		s = s[:n-1]
+	}
+	if n := len(s); n > 0 && s[n-1] == '\r' {
+		s = s[:n-1]
+	}
+	return s
+}
+
+// readN appends exactly n bytes to buf.
+func readN(r *bufio.Reader, buf []byte, n int) ([]byte, error) {
+	start := len(buf)
+	buf = append(buf, make([]byte, n)...)
+	read := 0
+	for read < n {
+		m, err := r.Read(buf[start+read:])
+		read += m
+		if err != nil && read < n {
+			return buf[:start+read], err
+		}
+	}
+	return buf, nil
+}
+
+func atoi(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, parseErrorf("bad number %q", s)
+	}
+	return n, nil
+}
