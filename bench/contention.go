@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Scenarios 3 and 4: contenders, each with its own client (standing for a
+// process of its own), loop for a fixed time: want the lock, Lock, count
+// the grant, Unlock, at once want it again. In the hot-key scenario they
+// all want one key; in the many-keys one each has its own.
+//
+// A contender's wait is from the moment it wants the lock to its grant,
+// across any Lock calls that failed meanwhile (a peer that gave up after
+// its tries, a caller's patience of 10 s running out): a library that gives
+// up does not hide a starving waiter. Waits still under way when the time
+// is up count as samples ending then (censored: the true waits are
+// longer). A check counts grants that overlapped another one on the key.
+//
+// The baseline is the same number of goroutines, each on its own
+// connection, making cycles of two probe round trips (a lock and an
+// unlock cannot take fewer) for the same time: cycles per second, what the
+// server and the machine allow at that concurrency.
+
+const (
+	scenHotKey   = "3 hot key, %d contenders"
+	scenManyKeys = "4 many keys, %d contenders"
+	patience     = 10 * time.Second
+)
+
+func runHotKey(ctx context.Context, cfg *config, t *table) error {
+	for _, n := range cfg.hotContenders {
+		scen := fmt.Sprintf(scenHotKey, n)
+		for _, backend := range cfg.backends() {
+			if err := baselineThroughput(ctx, cfg, t, scen, backend, n); err != nil {
+				return err
+			}
+			for _, l := range cfg.libs(backend) {
+				key := cfg.key("hotkey", fmt.Sprint(n), l.name)
+				res, err := contend(ctx, l, cfg.addr[backend], n, cfg.hotDur, func(int) string { return key })
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", scen, l.name, err)
+				}
+				t.add(res.row(scen, l, true))
+			}
+		}
+	}
+	return nil
+}
+
+func runManyKeys(ctx context.Context, cfg *config, t *table) error {
+	n := cfg.manyContenders
+	scen := fmt.Sprintf(scenManyKeys, n)
+	for _, backend := range cfg.backends() {
+		if err := baselineThroughput(ctx, cfg, t, scen, backend, n); err != nil {
+			return err
+		}
+		for _, l := range cfg.libs(backend) {
+			base := cfg.key("manykeys", l.name)
+			res, err := contend(ctx, l, cfg.addr[backend], n, cfg.manyDur, func(i int) string { return fmt.Sprintf("%s/%d", base, i) })
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", scen, l.name, err)
+			}
+			t.add(res.row(scen, l, false))
+		}
+	}
+	return nil
+}
+
+type contention struct {
+	dur        time.Duration
+	grants     []int
+	waits      []time.Duration
+	censored   int
+	failures   int
+	overlaps   int64
+	unlockErrs int
+}
+
+func (c *contention) row(scen string, l lib, hot bool) *row {
+	total := 0
+	for _, g := range c.grants {
+		total += g
+	}
+	kind := dlockRow
+	if l.peer {
+		kind = peerRow
+	}
+	figs := []figure{{name: "grants/s", value: float64(total) / c.dur.Seconds(), unit: rate, dir: higherBetter}}
+	if hot {
+		s := summarize(c.waits)
+		p99 := durFig("p99 wait", s.p99, lowerBetter)
+		mx := durFig("max wait", s.max, lowerBetter)
+		if c.censored > 0 {
+			mx.note = fmt.Sprintf("%d still waiting at the end", c.censored)
+		}
+		fewest, most := spread(c.grants)
+		sp := figure{name: "most/fewest grants", unit: ratio, dir: lowerBetter, note: fmt.Sprintf("%d..%d per contender", fewest, most)}
+		if fewest > 0 {
+			sp.value = float64(most) / float64(fewest)
+		} else {
+			sp.value = float64(most)
+			sp.unit = count
+			sp.note = fmt.Sprintf("a contender got none; most %d", most)
+			sp.dir = unranked
+		}
+		figs = append(figs, durFig("median wait", s.median, lowerBetter), p99, mx, sp)
+	}
+	figs = append(figs, figure{name: "failed acquisitions", value: float64(c.failures), unit: count, dir: lowerBetter})
+	if c.overlaps > 0 || c.unlockErrs > 0 {
+		figs = append(figs, figure{name: "OVERLAPPING GRANTS / unlock errors", value: float64(c.overlaps), unit: count,
+			note: fmt.Sprintf("%d unlock errors", c.unlockErrs)})
+	}
+	return &row{scenario: scen, backend: l.backend, lib: l.name, kind: kind, figs: figs}
+}
+
+// contend runs n contenders of l for dur, contender i on key(i).
+func contend(ctx context.Context, l lib, addr string, n int, dur time.Duration, key func(int) string) (*contention, error) {
+	clients := make([]client, n)
+	for i := range clients {
+		c, err := l.open(ctx, addr)
+		if err != nil {
+			for _, c := range clients[:i] {
+				c.Close()
+			}
+			return nil, err
+		}
+		clients[i] = c
+	}
+	var closeOnce sync.Once
+	closeAll := func() {
+		closeOnce.Do(func() {
+			for _, c := range clients {
+				c.Close()
+			}
+		})
+	}
+	defer closeAll()
+
+	res := &contention{dur: dur, grants: make([]int, n)}
+	inCS := make(map[string]*atomic.Int32)
+	for i := range n {
+		if inCS[key(i)] == nil {
+			inCS[key(i)] = new(atomic.Int32)
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		start = time.Now()
+		end   = start.Add(dur)
+	)
+	timer := time.AfterFunc(dur, stop)
+	defer timer.Stop()
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := key(i)
+			cs := inCS[k]
+			var waits []time.Duration
+			grants, failures, censored, unlockErrs := 0, 0, 0, 0
+			var overlaps int64
+			defer func() {
+				mu.Lock()
+				res.waits = append(res.waits, waits...)
+				res.grants[i] = grants
+				res.failures += failures
+				res.censored += censored
+				res.overlaps += overlaps
+				res.unlockErrs += unlockErrs
+				mu.Unlock()
+			}()
+			for {
+				want := time.Now()
+				if !want.Before(end) {
+					return
+				}
+				var h held
+				for {
+					lctx, cancel := context.WithTimeout(runCtx, patience)
+					got, err := c.Lock(lctx, k)
+					cancel()
+					if !time.Now().Before(end) || runCtx.Err() != nil {
+						waits = append(waits, max(end.Sub(want), 0))
+						censored++
+						if err == nil {
+							got.Unlock(context.Background())
+						}
+						return
+					}
+					if err == nil {
+						h = got
+						break
+					}
+					failures++
+				}
+				waits = append(waits, time.Since(want))
+				if cs.Add(1) != 1 {
+					overlaps++
+				}
+				grants++
+				cs.Add(-1)
+				if err := h.Unlock(context.Background()); err != nil {
+					unlockErrs++
+				}
+			}
+		}()
+	}
+	// Contenders blocked in a Lock without a context (zk.Lock) return
+	// when their connection closes.
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(dur + 3*time.Second):
+		closeAll()
+		<-done
+	}
+	return res, nil
+}
+
+// baselineThroughput adds the baseline row of a contention scenario: n
+// goroutines, each with its own probe connection, making cycles of two
+// round trips for cfg.baseDur.
+func baselineThroughput(ctx context.Context, cfg *config, t *table, scen, backend string, n int) error {
+	probes := make([]probe, n)
+	for i := range probes {
+		p, err := openProbe(ctx, backend, cfg.addr[backend])
+		if err != nil {
+			for _, p := range probes[:i] {
+				p.Close()
+			}
+			return err
+		}
+		probes[i] = p
+	}
+	defer func() {
+		for _, p := range probes {
+			p.Close()
+		}
+	}()
+	var (
+		total atomic.Int64
+		wg    sync.WaitGroup
+		errs  = make([]error, n)
+		end   = time.Now().Add(cfg.baseDur)
+	)
+	for i, p := range probes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				if err := p.roundTrip(ctx); err != nil {
+					errs[i] = err
+					return
+				}
+				if err := p.roundTrip(ctx); err != nil {
+					errs[i] = err
+					return
+				}
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	t.add(&row{scenario: scen, backend: backend, lib: fmt.Sprintf("2×%s cycles", probeName[backend]), kind: baselineRow, figs: []figure{
+		{name: "grants/s", value: float64(total.Load()) / cfg.baseDur.Seconds(), unit: rate, dir: higherBetter},
+	}})
+	return nil
+}

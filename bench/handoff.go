@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Scenario 2: hand-off. A holder (one client) holds the key; a waiter
+// (another client, standing for another process) blocks in Lock. After
+// 5 to 10 ms (the waiter is queued, subscribed or polling by then; the
+// random part spreads the release over the pollers' retry phases), one
+// probe round trip is timed from the same idle state (the baseline: the
+// round trip a wake-up costs at best), then after 2 ms more the holder
+// unlocks. The figure is the time from Unlock returning to the waiter's
+// Lock returning. Libraries run one after the other; each stops after
+// cfg.handoffs samples or cfg.handoffBudget, whichever comes first.
+
+const scenHandoff = "2 hand-off"
+
+func runHandoff(ctx context.Context, cfg *config, t *table) error {
+	for _, backend := range cfg.backends() {
+		addr := cfg.addr[backend]
+		pr, err := openProbe(ctx, backend, addr)
+		if err != nil {
+			return err
+		}
+		var rtts []time.Duration
+		var rows []*row
+		for _, l := range cfg.libs(backend) {
+			r, lrtts, err := handoffLib(ctx, cfg, l, addr, pr)
+			if err != nil {
+				pr.Close()
+				return fmt.Errorf("hand-off %s: %w", l.name, err)
+			}
+			rtts = append(rtts, lrtts...)
+			rows = append(rows, r)
+		}
+		pr.Close()
+		s := summarize(rtts)
+		t.add(&row{scenario: scenHandoff, backend: backend, lib: probeName[backend] + " after idle", kind: baselineRow, figs: []figure{
+			durFig("median", s.median, lowerBetter),
+			durFig("p99", s.p99, lowerBetter),
+		}})
+		for _, r := range rows {
+			t.add(r)
+		}
+	}
+	return nil
+}
+
+type waitResult struct {
+	at  time.Time
+	h   held
+	err error
+}
+
+func handoffLib(ctx context.Context, cfg *config, l lib, addr string, pr probe) (*row, []time.Duration, error) {
+	holder, err := l.open(ctx, addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer holder.Close()
+	waiter, err := l.open(ctx, addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer waiter.Close()
+	key := cfg.key("handoff", l.name)
+
+	var lat, rtts []time.Duration
+	failed := 0
+	deadline := time.Now().Add(cfg.handoffBudget)
+	for len(lat) < cfg.handoffs && time.Now().Before(deadline) {
+		h, err := holder.Lock(ctx, key)
+		if err != nil {
+			return nil, nil, err
+		}
+		got := make(chan waitResult, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			w, err := waiter.Lock(wctx, key)
+			got <- waitResult{time.Now(), w, err}
+		}()
+		time.Sleep(5*time.Millisecond + rand.N(5*time.Millisecond))
+		t0 := time.Now()
+		if err := pr.roundTrip(ctx); err != nil {
+			return nil, nil, err
+		}
+		rtt := time.Since(t0)
+		time.Sleep(2 * time.Millisecond)
+		if err := h.Unlock(ctx); err != nil {
+			return nil, nil, fmt.Errorf("unlock: %w", err)
+		}
+		released := time.Now()
+		w := <-got
+		if w.err != nil {
+			failed++ // the waiter gave up (a peer's try limit)
+			continue
+		}
+		lat = append(lat, w.at.Sub(released))
+		rtts = append(rtts, rtt)
+		if err := w.h.Unlock(ctx); err != nil {
+			return nil, nil, fmt.Errorf("waiter's unlock: %w", err)
+		}
+	}
+	s := summarize(lat)
+	kind := dlockRow
+	if l.peer {
+		kind = peerRow
+	}
+	med := durFig("median", s.median, lowerBetter)
+	med.note = fmt.Sprintf("n=%d", s.n)
+	figs := []figure{med, durFig("p99", s.p99, lowerBetter)}
+	if failed > 0 {
+		figs = append(figs, figure{name: "waiter gave up", value: float64(failed), unit: count, dir: lowerBetter})
+	}
+	return &row{scenario: scenHandoff, backend: l.backend, lib: l.name, kind: kind, figs: figs}, rtts, nil
+}

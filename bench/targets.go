@@ -1,0 +1,147 @@
+package main
+
+import "fmt"
+
+// The targets, checked against the table of one run.
+const (
+	uncontendedVsPings = 1.2 // redisnx Lock+Unlock within 1.2× two PINGs
+	handoffRoundTrips  = 3   // hand-off median within 3 round trips
+	hotThroughputShare = 0.8 // Redis drivers keep 0.8× the best peer's grants/s
+	hotP99Share        = 0.25
+	hotSpread          = 3   // most-served within 3× the least-served
+	zkFairSpread       = 1.5 // FIFO-fair: every contender served alike
+	heapPerLease       = 1024
+	// Batch sizes for the renewal target (commands per period at most
+	// leases / batch): redisnx refreshes up to 100 keys per script
+	// (driver/redisnx maxScriptKeys); rediswatch one transaction per
+	// batch of up to 1000 leases (lock's maxBatch).
+	redisnxBatch    = 100
+	rediswatchBatch = 1000
+)
+
+func targets(t *table) []target {
+	var ts []target
+	add := func(name string, measured string, met, ok bool) {
+		ts = append(ts, target{name: name, measured: measured, met: met, missing: !ok})
+	}
+	dur := func(v float64) string { return format(v, duration) }
+
+	// Uncontended.
+	{
+		s := scenUncontended
+		v, ok1 := t.value(s, "redisnx", "median")
+		b, ok2 := t.baseline(s, "redis", "median")
+		add("uncontended: redisnx median <= 1.2 x two PINGs",
+			fmt.Sprintf("%s vs %s: %.2fx", dur(v), dur(b), v/b), v <= uncontendedVsPings*b, ok1 && ok2)
+		p, who, ok3 := t.bestPeer(s, "redis", "median", lowerBetter)
+		add("uncontended: redisnx median <= redsync's and redislock's",
+			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(v), dur(p), who, v/p), v <= p, ok1 && ok3)
+		z, ok4 := t.value(s, "zookeeper", "median")
+		zl, ok5 := t.value(s, "zk.Lock", "median")
+		add("uncontended: zookeeper median <= zk.Lock's",
+			fmt.Sprintf("%s vs %s: %.2fx", dur(z), dur(zl), z/zl), z <= zl, ok4 && ok5)
+	}
+
+	// Hand-off.
+	for _, d := range []struct{ lib, backend string }{{"redisnx", "redis"}, {"rediswatch", "redis"}, {"zookeeper", "zookeeper"}} {
+		v, ok1 := t.value(scenHandoff, d.lib, "median")
+		b, ok2 := t.baseline(scenHandoff, d.backend, "median")
+		add(fmt.Sprintf("hand-off: %s median <= 3 round trips", d.lib),
+			fmt.Sprintf("%s = %.2f x %s", dur(v), v/b, dur(b)), v <= handoffRoundTrips*b, ok1 && ok2)
+	}
+
+	// Hot key, 32 contenders.
+	s := fmt.Sprintf(scenHotKey, 32)
+	for _, lib := range []string{"redisnx", "rediswatch"} {
+		g, ok1 := t.value(s, lib, "grants/s")
+		pg, who, ok2 := t.bestPeer(s, "redis", "grants/s", higherBetter)
+		add(fmt.Sprintf("hot key 32: %s grants/s >= 0.8 x best peer's", lib),
+			fmt.Sprintf("%.0f/s vs %.0f/s (%s): %.2fx", g, pg, who, g/pg), g >= hotThroughputShare*pg, ok1 && ok2)
+		w, ok3 := t.value(s, lib, "p99 wait")
+		pw, who, ok4 := t.bestPeer(s, "redis", "p99 wait", lowerBetter)
+		add(fmt.Sprintf("hot key 32: %s p99 wait <= 1/4 of best peer's", lib),
+			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(w), dur(pw), who, w/pw), w <= hotP99Share*pw, ok3 && ok4)
+		sp, ok5 := spreadOf(t, s, lib)
+		add(fmt.Sprintf("hot key 32: %s most/fewest grants <= 3", lib), sp.text, sp.ratio <= hotSpread, ok5)
+	}
+	{
+		g, ok1 := t.value(s, "zookeeper", "grants/s")
+		pg, ok2 := t.value(s, "zk.Lock", "grants/s")
+		add("hot key 32: zookeeper grants/s >= zk.Lock's",
+			fmt.Sprintf("%.0f/s vs %.0f/s: %.2fx", g, pg, g/pg), g >= pg, ok1 && ok2)
+		sp, ok3 := spreadOf(t, s, "zookeeper")
+		add("hot key 32: zookeeper FIFO-fair (most/fewest <= 1.5)", sp.text, sp.ratio <= zkFairSpread, ok3)
+	}
+
+	// Renewal.
+	small, large := "", ""
+	for _, r := range t.rows {
+		if r.lib == "redisnx" && len(r.scenario) > 0 && r.scenario[0] == '5' {
+			if small == "" {
+				small = r.scenario
+			}
+			large = r.scenario
+		}
+	}
+	for _, d := range []struct {
+		lib   string
+		batch int
+	}{{"redisnx", redisnxBatch}, {"rediswatch", rediswatchBatch}} {
+		n := leasesOf(large)
+		gs, ok1 := t.value(small, d.lib, "goroutines added")
+		gl, ok2 := t.value(large, d.lib, "goroutines added")
+		add(fmt.Sprintf("renewal: %s goroutines do not grow with leases", d.lib),
+			fmt.Sprintf("%.0f at %s, %.0f at %s", gs, leasesText(small), gl, leasesText(large)), gl <= gs+2 && small != large, ok1 && ok2)
+		h, ok3 := t.value(large, d.lib, "heap/lease")
+		add(fmt.Sprintf("renewal: %s heap/lease < 1 KiB at %s", d.lib, leasesText(large)),
+			fmt.Sprintf("%.0f B", h), h < heapPerLease, ok3)
+		c, ok4 := t.value(large, d.lib, "client commands/period")
+		rt, _ := t.value(large, d.lib, "client round trips/period")
+		limit := float64(n) / float64(d.batch)
+		add(fmt.Sprintf("renewal: %s commands/period <= leases/%d at %s", d.lib, d.batch, leasesText(large)),
+			fmt.Sprintf("%.0f commands (%.0f round trips) vs %.0f", c, rt, limit), c <= limit, ok4 && n > 0)
+		for _, sc := range []string{small, large} {
+			l, ok := t.value(sc, d.lib, "leases lost")
+			add(fmt.Sprintf("renewal: %s leases lost = 0 at %s", d.lib, leasesText(sc)), fmt.Sprintf("%.0f", l), l == 0, ok)
+		}
+	}
+	return ts
+}
+
+type spreadResult struct {
+	ratio float64
+	text  string
+}
+
+func spreadOf(t *table, scen, lib string) (spreadResult, bool) {
+	r := t.find(scen, lib)
+	if r == nil {
+		return spreadResult{}, false
+	}
+	f, ok := r.fig("most/fewest grants")
+	if !ok {
+		return spreadResult{}, false
+	}
+	if f.unit != ratio { // a contender got none
+		return spreadResult{ratio: 1e9, text: f.note}, true
+	}
+	return spreadResult{ratio: f.value, text: fmt.Sprintf("%.2fx (%s)", f.value, f.note)}, true
+}
+
+// leasesOf returns the lease count of a renewal scenario's name.
+func leasesOf(scen string) int {
+	var n int
+	var k string
+	fmt.Sscanf(scen, "5 renewal, %d%s", &n, &k)
+	if len(k) > 0 && k[0] == 'k' {
+		n *= 1000
+	}
+	return n
+}
+
+func leasesText(scen string) string {
+	if scen == "" {
+		return "?"
+	}
+	return leaseCount(leasesOf(scen))
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"time"
+)
+
+// Scenario 1: uncontended Lock+Unlock.
+//
+// Per backend, the baseline (two round trips back to back: the floor of a
+// lock and an unlock) and every library take turns, one cycle each per
+// round, in a fresh random order per round, each on its own connection and
+// key: load from elsewhere on the machine weighs on all of them alike.
+// Allocations are counted in a separate pass per library (a cycle's
+// mallocs, from runtime.MemStats, including the library's background
+// goroutines), so that reading the counters does not slow the timed loop.
+
+const scenUncontended = "1 uncontended Lock+Unlock"
+
+func runUncontended(ctx context.Context, cfg *config, t *table) error {
+	for _, backend := range cfg.backends() {
+		if err := uncontendedOn(ctx, cfg, t, backend); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type cycler struct {
+	name    string
+	kind    rowKind
+	run     func(ctx context.Context) error
+	samples []time.Duration
+	allocs  float64
+}
+
+func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) error {
+	addr := cfg.addr[backend]
+	pr, err := openProbe(ctx, backend, addr)
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	cs := []*cycler{{
+		name: "2×" + probeName[backend], kind: baselineRow,
+		run: func(ctx context.Context) error {
+			if err := pr.roundTrip(ctx); err != nil {
+				return err
+			}
+			return pr.roundTrip(ctx)
+		},
+	}}
+	for _, l := range cfg.libs(backend) {
+		c, err := l.open(ctx, addr)
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.name, err)
+		}
+		defer c.Close()
+		key := cfg.key("uncontended", l.name)
+		kind := dlockRow
+		if l.peer {
+			kind = peerRow
+		}
+		cs = append(cs, &cycler{name: l.name, kind: kind, run: func(ctx context.Context) error {
+			h, err := c.Lock(ctx, key)
+			if err != nil {
+				return err
+			}
+			return h.Unlock(ctx)
+		}})
+	}
+
+	warm := max(cfg.cycles/10, 20)
+	order := make([]*cycler, len(cs))
+	copy(order, cs)
+	for i := range warm + cfg.cycles {
+		rand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, c := range order {
+			t0 := time.Now()
+			if err := c.run(ctx); err != nil {
+				return fmt.Errorf("uncontended %s: %w", c.name, err)
+			}
+			if i >= warm {
+				c.samples = append(c.samples, time.Since(t0))
+			}
+		}
+	}
+
+	n := max(cfg.cycles/4, 50)
+	for _, c := range cs {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range n {
+			if err := c.run(ctx); err != nil {
+				return fmt.Errorf("uncontended %s: %w", c.name, err)
+			}
+		}
+		runtime.ReadMemStats(&after)
+		c.allocs = float64(after.Mallocs-before.Mallocs) / float64(n)
+	}
+
+	for _, c := range cs {
+		s := summarize(c.samples)
+		t.add(&row{scenario: scenUncontended, backend: backend, lib: c.name, kind: c.kind, figs: []figure{
+			durFig("median", s.median, lowerBetter),
+			durFig("p99", s.p99, lowerBetter),
+			{name: "allocs/cycle", value: c.allocs, unit: count, dir: lowerBetter},
+		}})
+	}
+	return nil
+}
