@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// openTimeout bounds lock.Open and a single attempt (-wait 0), so that an
+// unreachable backend is reported instead of waited for.
+const openTimeout = 15 * time.Second
+
+// acquired is the outcome of taking the lock.
+type acquired struct {
+	locker lock.Locker
+	lease  *lock.Lease
+	code   int    // exit status when lease is nil
+	msg    string // why, for the "dlock:" line
+}
+
+// acquire opens the backend and takes the lock as -wait says. ctx ends
+// when dlock gets a signal before the lock is granted.
+func (cfg *runConfig) acquire(ctx context.Context) acquired {
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	locker, err := lock.OpenWith(octx, cfg.url, &lock.Options{Logger: cfg.log}) // renewal failures and lost leases go to dlock's log
+	cancel()
+	if err != nil {
+		if errors.Is(err, lock.ErrInvalid) {
+			return acquired{code: exitUsage, msg: err.Error()}
+		}
+		return acquired{code: exitBackend, msg: fmt.Sprintf("opening %s: %v", backendName(cfg.url), err)}
+	}
+	var opts []lock.Option
+	if cfg.ttl > 0 {
+		opts = append(opts, lock.WithTTL(cfg.ttl))
+	}
+	var lease *lock.Lease
+	switch {
+	case cfg.wait.once():
+		actx, cancel := context.WithTimeout(ctx, openTimeout)
+		lease, err = locker.TryLock(actx, cfg.key, opts...)
+		cancel()
+	case cfg.wait.forever:
+		lease, err = locker.Lock(ctx, cfg.key, opts...)
+	default:
+		wctx, cancel := context.WithTimeout(ctx, cfg.wait.d)
+		lease, err = locker.Lock(wctx, cfg.key, opts...)
+		cancel()
+	}
+	if err == nil {
+		return acquired{locker: locker, lease: lease}
+	}
+	locker.Close()
+	a := acquired{code: exitBackend, msg: fmt.Sprintf("%s: %v", backendName(cfg.url), err)}
+	switch {
+	case errors.Is(err, lock.ErrInvalid):
+		a.code, a.msg = exitUsage, err.Error()
+	case ctx.Err() != nil:
+		// A signal ended the wait; the caller picks the status.
+	case errors.Is(err, lock.ErrHeld):
+		// TryLock, or a Lock whose retry strategy gave up, found it held.
+		a.code, a.msg = cfg.conflict, fmt.Sprintf("not acquired: %q is held on %s", cfg.key, backendName(cfg.url))
+	case !cfg.wait.once() && errors.Is(err, context.DeadlineExceeded):
+		a.code, a.msg = cfg.conflict, fmt.Sprintf("not acquired: %q still held on %s after -wait %v", cfg.key, backendName(cfg.url), cfg.wait.d)
+	}
+	return a
+}
+
+// backendName is the URL without its password, for messages.
+func backendName(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "the backend"
+	}
+	return u.Redacted()
+}
+
+// childEnv is the environment of the command: dlock's own, with DLOCK_KEY
+// and DLOCK_TOKEN set to the lease's.
+func childEnv(lease *lock.Lease) []string {
+	env := os.Environ()
+	out := env[:0:0]
+	for _, kv := range env {
+		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "DLOCK_KEY="+lease.Key(), fmt.Sprintf("DLOCK_TOKEN=%d", lease.Token()))
+}
+
+func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }

@@ -1,0 +1,429 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const demoUsage = `Usage: dlock demo [flags]
+
+Runs worker processes that contend for a few keys on every reachable network
+backend, one backend after the other, and checks what the locks promise: no
+two workers ever hold a key at once, and fencing tokens only grow. Prints
+live progress, then a table per backend.
+
+Backends: -url (repeatable), else $DLOCK_URL, else each compiled-in network
+driver on its server's standard port on localhost. With -start-servers the
+demo starts local servers on free ports instead, as the tests do (make demo).
+`
+
+type demoConfig struct {
+	urls         urlsFlag
+	startServers bool
+	workers      int
+	keys         int
+	duration     time.Duration
+	hold         time.Duration
+	ttl          time.Duration
+	log          logFlags
+	out          io.Writer
+	term         bool
+}
+
+func cmdDemo(args []string) int {
+	d := &demoConfig{out: os.Stdout}
+	fs := newFlagSet("demo", demoUsage)
+	fs.Var(&d.urls, "url", "backend URL to include (repeatable; default $DLOCK_URL, else localhost standard ports)")
+	fs.BoolVar(&d.startServers, "start-servers", false, "start local redis-server, memcached and ZooKeeper on free ports for the demo (needs a build with -tags demoservers, as make demo does)")
+	fs.IntVar(&d.workers, "workers", 4, "worker processes per backend")
+	fs.IntVar(&d.keys, "keys", 3, "keys the workers contend for, per backend")
+	fs.DurationVar(&d.duration, "duration", 2500*time.Millisecond, "contention time per backend")
+	fs.DurationVar(&d.hold, "hold", 2*time.Millisecond, "mean time a worker holds a lock")
+	fs.DurationVar(&d.ttl, "ttl", 5*time.Second, "lease TTL")
+	d.log.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(os.Stderr, "dlock demo: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	case d.workers < 2 || d.workers > 64:
+		fmt.Fprintln(os.Stderr, "dlock demo: -workers must be from 2 to 64")
+		return exitUsage
+	case d.keys < 1 || d.keys > 100:
+		fmt.Fprintln(os.Stderr, "dlock demo: -keys must be from 1 to 100")
+		return exitUsage
+	case d.duration <= 0 || d.hold < 0:
+		fmt.Fprintln(os.Stderr, "dlock demo: -duration must be positive and -hold not negative")
+		return exitUsage
+	}
+	log, err := d.log.logger(os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlock demo: %v\n", err)
+		return exitUsage
+	}
+	routeLibraryLogs(log)
+	if d.startServers && !canStartServers {
+		fmt.Fprintln(os.Stderr, "dlock demo: -start-servers needs a dlock built with -tags demoservers, as make demo does:")
+		fmt.Fprintln(os.Stderr, "  go build -tags demoservers -o bin/dlock ./cmd/dlock && bin/dlock demo -start-servers")
+		return exitUsage
+	}
+	d.term = isTerminal(os.Stdout)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return d.run(ctx)
+}
+
+func (d *demoConfig) printf(format string, args ...any) { fmt.Fprintf(d.out, format, args...) }
+
+func (d *demoConfig) run(ctx context.Context) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlock demo: cannot find my own binary to start workers: %v\n", err)
+		return exitBackend
+	}
+	d.printf("dlock demo: %d worker processes contend for %d keys on each backend for %v.\n", d.workers, d.keys, d.duration)
+	d.printf("Each worker enters a shared resource right after each grant and leaves it right before the release:\n")
+	d.printf("a second holder inside is an overlap, a token not above the last one is stale. Both must stay 0.\n\n")
+
+	urls := []string(d.urls)
+	if d.startServers {
+		started, stopServers := d.provision()
+		defer stopServers()
+		urls = append(urls, started...)
+	} else if len(urls) == 0 {
+		if env := os.Getenv("DLOCK_URL"); env != "" {
+			urls = []string{env}
+		} else {
+			for _, b := range compiledIn() {
+				urls = append(urls, b.defaultURL)
+			}
+		}
+	}
+	targets := d.reachable(ctx, urls)
+	if len(targets) == 0 {
+		d.printf("\nNo backend is reachable, so there is nothing to demonstrate.\n")
+		d.printf("Start local servers on free ports for the demo:  %s demo -start-servers   (or: make demo)\n", os.Args[0])
+		d.printf("or point it at yours:  %s demo -url redisnx://HOST:6379 -url memcached://HOST:11211 -url zookeeper://HOST:2181/dlock-demo\n", os.Args[0])
+		d.printf("(servers: apt-get install redis-server memcached zookeeper)\n")
+		return exitBackend
+	}
+
+	dir, err := os.MkdirTemp("", "dlock-demo-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "dlock demo: %v\n", err)
+		return exitBackend
+	}
+	defer os.RemoveAll(dir)
+	runID := randomID()
+	d.printf("\n")
+	var all []*backendStats
+	for _, t := range targets {
+		if ctx.Err() != nil {
+			break
+		}
+		all = append(all, d.runBackend(ctx, self, dir, runID, t))
+	}
+	if ctx.Err() != nil {
+		d.printf("\ninterrupted\n")
+		return exitSignal + int(syscall.SIGINT)
+	}
+	d.printf("\n")
+	writeTable(d.out, all)
+	d.printf("\n")
+	failed := 0
+	for _, s := range all {
+		if !s.ok() {
+			failed++
+			d.printf("%s FAILED: %s\n", s.name, s.why())
+		}
+	}
+	if failed > 0 {
+		return 1
+	}
+	d.printf("%s: no overlapping grants, fencing tokens strictly increasing.\n", plural(len(all), "backend"))
+	d.printf("Wait p50/p99: how long Lock took, from call to grant, while %d workers wanted %d keys.\n", d.workers, d.keys)
+	return exitOK
+}
+
+// provision starts the servers of the compiled-in network backends and
+// returns their URLs.
+func (d *demoConfig) provision() (urls []string, stop func()) {
+	var kinds []serverKind
+	for _, b := range compiledIn() {
+		if !slices.Contains(kinds, b.server) {
+			kinds = append(kinds, b.server)
+		}
+	}
+	if len(kinds) == 0 {
+		return nil, func() {}
+	}
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	d.printf("Starting local servers on free ports: %s ...\n", strings.Join(names, ", "))
+	verbose := d.log.levelName() == "info" || d.log.levelName() == "debug"
+	var mu sync.Mutex
+	addrs, errs, stop := startServers(kinds, func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if !verbose && !strings.HasPrefix(msg, "started ") {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		d.printf("  %s\n", msg)
+	})
+	for _, k := range kinds {
+		if err := errs[k]; err != nil {
+			d.printf("  %s not started: %v\n", k, firstLine(err.Error()))
+		}
+	}
+	for _, b := range compiledIn() {
+		if a := addrs[b.server]; len(a) > 0 {
+			urls = append(urls, b.urlFor(a))
+		}
+	}
+	return urls, stop
+}
+
+// reachable probes urls concurrently and returns the backends that answer,
+// in order, saying what it left out and why.
+func (d *demoConfig) reachable(ctx context.Context, urls []string) []target {
+	d.printf("Backends:\n")
+	errs := make([]error, len(urls))
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		switch s := schemeOf(u); {
+		case s == "memory":
+			errs[i] = errors.New("left out: a memory:// store lives in one process, and the workers are separate processes")
+		case s == "" || !slices.Contains(compiledSchemes(), s):
+			errs[i] = fmt.Errorf("left out: no driver for scheme %q in this binary (have %s)", s, strings.Join(compiledSchemes(), ", "))
+		default:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = probe(ctx, u)
+			}()
+		}
+	}
+	wg.Wait()
+	var out []target
+	for i, u := range urls {
+		name := schemeOf(u)
+		if errs[i] != nil {
+			d.printf("  %-11s %-40s %s\n", name, backendName(u), firstLine(errs[i].Error()))
+			continue
+		}
+		if slices.ContainsFunc(out, func(t target) bool { return t.name == name }) {
+			name = fmt.Sprintf("%s#%d", name, i+1)
+		}
+		d.printf("  %-11s %-40s ok\n", name, backendName(u))
+		out = append(out, target{name: name, url: u})
+	}
+	return out
+}
+
+func compiledSchemes() []string {
+	var s []string
+	for _, b := range compiledIn() {
+		s = append(s, b.scheme)
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
+}
+
+// runBackend runs the workers of one backend and returns their statistics.
+func (d *demoConfig) runBackend(ctx context.Context, self, dir, runID string, t target) *backendStats {
+	st := &backendStats{name: t.name, url: t.url}
+	keys := make([]string, d.keys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("dlock-demo/%s/%s/key-%d", runID, t.name, i+1)
+	}
+	resDir := filepath.Join(dir, strings.ReplaceAll(t.name, "#", "-"))
+	if err := os.Mkdir(resDir, 0o755); err != nil {
+		st.fail("%v", err)
+		return st
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.duration+time.Minute)
+	defer cancel()
+	var procs []*workerProc
+	defer func() { // on failure: stop the workers started so far
+		for _, p := range procs {
+			p.cmd.Process.Kill()
+			p.wait()
+		}
+	}()
+	for range d.workers {
+		p, err := startWorker(wctx, self, st,
+			"-url", t.url, "-keys", strings.Join(keys, ","), "-resources", resDir,
+			"-duration", d.duration.String(), "-hold", d.hold.String(), "-ttl", d.ttl.String(),
+			"-log-level", d.log.levelName())
+		if err != nil {
+			st.fail("starting a worker: %v", err)
+			return st
+		}
+		procs = append(procs, p)
+	}
+	// Start them together, once every worker is connected.
+	ready := time.NewTimer(time.Minute)
+	defer ready.Stop()
+	for _, p := range procs {
+		select {
+		case err := <-p.ready:
+			if err != nil {
+				st.fail("worker: %v", err)
+				return st
+			}
+		case <-ready.C:
+			st.fail("workers not connected after a minute")
+			return st
+		case <-ctx.Done():
+			return st
+		}
+	}
+	begin := time.Now()
+	for _, p := range procs {
+		io.WriteString(p.stdin, "go\n")
+	}
+
+	tick := time.Second
+	if d.term {
+		tick = 100 * time.Millisecond
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for _, p := range procs {
+	wait:
+		for {
+			select {
+			case <-p.done:
+				break wait
+			case <-ticker.C:
+				if d.term {
+					d.printf("%s%s", clearLine, st.progress(time.Since(begin), d.duration))
+				} else if time.Since(begin) < d.duration {
+					d.printf("%s\n", st.progress(time.Since(begin), d.duration))
+				}
+			}
+		}
+	}
+	if d.term {
+		d.printf("%s", clearLine)
+	}
+	st.elapsed = d.duration
+	d.printf("%s\n", st.progress(d.duration, d.duration))
+	for _, p := range procs {
+		if err := p.wait(); err != nil {
+			st.fail("worker %v", err)
+		}
+	}
+	procs = nil
+	for i := range keys {
+		r, err := openResource(filepath.Join(resDir, fmt.Sprint(i)))
+		if err != nil {
+			continue // never entered
+		}
+		if inside, _, err := r.state(); err != nil || inside {
+			st.fail("resource of %s still marked busy after all workers left", keys[i])
+		}
+		r.Close()
+	}
+	return st
+}
+
+// workerProc is one running worker process.
+type workerProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	ready chan error    // first line read: nil if it said ready
+	done  chan struct{} // standard output closed
+	once  sync.Once
+	err   error
+}
+
+func startWorker(ctx context.Context, self string, st *backendStats, args ...string) (*workerProc, error) {
+	cmd := exec.CommandContext(ctx, self, append([]string{demoWorkerCmd}, args...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &workerProc{cmd: cmd, stdin: stdin, ready: make(chan error, 1), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		first := true
+		for sc.Scan() {
+			var ev workerEvent
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				st.fail("worker wrote %q: %v", sc.Text(), err)
+				continue
+			}
+			if first {
+				first = false
+				if !ev.Ready {
+					p.ready <- fmt.Errorf("first line %q is not ready", sc.Text())
+				} else {
+					p.ready <- nil
+				}
+				continue
+			}
+			st.add(ev)
+		}
+		if first {
+			p.ready <- errors.New("exited before it was ready (see its message above)")
+		}
+	}()
+	return p, nil
+}
+
+// wait waits for the process once and returns how it failed, if it did.
+func (p *workerProc) wait() error {
+	p.once.Do(func() {
+		<-p.done
+		if err := p.cmd.Wait(); err != nil {
+			p.err = fmt.Errorf("pid %d: %v", p.cmd.Process.Pid, err)
+		}
+	})
+	return p.err
+}
+
+// plural says "the backend" or "all 3 backends".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "The " + noun
+	}
+	return fmt.Sprintf("All %d %ss", n, noun)
+}

@@ -1,0 +1,169 @@
+// Command dlock runs a command under a distributed lock, on any dlock
+// backend: what flock(1), consul lock or etcdctl lock do for cron jobs and
+// deploys that must not run twice, across machines. It also demonstrates
+// the backends under contention.
+//
+//	dlock run [flags] KEY -- COMMAND [ARGS...]
+//	dlock demo [flags]
+//	dlock help [run|demo]
+//
+// # dlock run
+//
+// run takes the lock KEY on the backend named by -url (or $DLOCK_URL), runs
+// COMMAND while holding it, renews the lease in the background, and
+// releases it when COMMAND exits:
+//
+//	export DLOCK_URL=redisnx://localhost:6379
+//	dlock run -wait 0 nightly-report -- ./report.sh      # skip if already running, like flock -n
+//	dlock run -wait 10m deploy/api -- make deploy         # queue behind another deploy, up to 10 minutes
+//
+// Flags go before KEY; everything after -- is the command, run directly
+// (not through a shell) with dlock's environment plus:
+//
+//	DLOCK_KEY     the key
+//	DLOCK_TOKEN   the lease's fencing token, a decimal integer that strictly
+//	              increases per key across grants: pass it to the resource
+//	              the lock protects, which should refuse writes with a token
+//	              smaller than one it has seen (see package lock)
+//
+// Flags:
+//
+//	-url URL
+//	    The backend (default $DLOCK_URL): redisnx://host:6379,
+//	    rediswatch://host:6379, memcached://h1:11211,h2:11211,
+//	    zookeeper://h1:2181,h2:2181/app/locks, each with the query
+//	    parameters its driver documents (go doc the driver package), and
+//	    ttl= and autorenew= of lock.Open. memory:// works but locks only
+//	    within the one dlock process, so it excludes nothing.
+//	-ttl DURATION
+//	    Lease time (default: the URL's ttl=, else 30s). The lease is renewed
+//	    every TTL/3 while the command runs, so the TTL is how long the key
+//	    stays locked after dlock dies without releasing it. With
+//	    autorenew=false in the URL it is a hard time limit for the command.
+//	-wait 0 | DURATION | forever
+//	    How long to wait for the lock. 0 tries once (flock -n); a duration
+//	    (30s, 10m; a bare number is seconds, as in flock -w) waits that
+//	    long; forever, the default, waits until the lock is granted.
+//	-E N, -conflict-exit-code N
+//	    Exit status when the lock is held elsewhere (default 1, as flock).
+//	-grace DURATION
+//	    After the lease is lost, how long the command has between SIGTERM
+//	    and SIGKILL (default 5s; 0 sends SIGKILL at once).
+//	-v, -log-level LEVEL
+//	    Structured log (log/slog, text) on stderr: debug, info, warn (the
+//	    default), error or off; -v is info. Info logs the grant (token, time
+//	    waited), forwarded signals, the command's exit and the release; warn
+//	    logs a lost lease and a failed release; debug adds the client
+//	    libraries' own messages (go-redis, go-zookeeper), which dlock
+//	    otherwise keeps off the command's stderr.
+//
+// # Waiting
+//
+// While it waits for the lock, and stderr is a terminal, dlock shows what
+// it waits for and for how long on one line that it redraws in place and
+// erases once the lock is granted:
+//
+//	waiting for lock "deploy/api" on redisnx://localhost:6379: 3.2s (gives up after 10m0s)
+//
+// A signal (below) ends the wait; the command then does not run.
+//
+// # Exit status
+//
+//	0-255   the command's own exit status, or 128+N if signal N killed it
+//	1       the lock is held elsewhere: -wait 0 found it held, or -wait
+//	        DURATION ran out (change it with -E)
+//	2       usage: bad flags or arguments, an invalid key, TTL or URL
+//	124     the lease was lost while the command ran, and the command was
+//	        terminated (or the loss was seen as it exited)
+//	125     the backend could not be opened or failed while taking the lock
+//	126     the command was found but could not be started
+//	127     the command was not found
+//	128+N   dlock got signal N while waiting for the lock; the command did
+//	        not run
+//
+// Whenever dlock chooses the status itself, rather than passing on the
+// command's, it writes a line starting with "dlock:" to stderr saying why.
+// The codes can coincide with the command's own (most programs exit 1 on
+// failure): where a script must tell a skipped run from a failed one, give
+// -E a status the command never uses, such as 75 (EX_TEMPFAIL). 124 to 127
+// follow timeout(1) and env(1), and commands rarely use them.
+//
+// # Signals
+//
+// SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to dlock are
+// forwarded to the command's process group; dlock keeps running, holding
+// the lock, until the command exits, and then exits with the command's
+// status (143 for a command that SIGTERM killed). A signal that dlock was
+// started with ignored (SIGHUP under nohup, SIGINT in a background job) is
+// left ignored, for dlock and the command alike.
+//
+// The command runs in a process group of its own, as with timeout(1) and
+// consul lock, for two reasons. Everything the command starts (a shell
+// script's children) is part of the job the lock protects, so a signal
+// meant for the job, and the termination after a lost lease, must reach all
+// of it, not only its first process. And a Ctrl-C on the terminal then
+// reaches the command once, through dlock, rather than twice (once from the
+// terminal, once forwarded). The cost: the command is not in the terminal's
+// foreground process group, so a command that reads from the terminal is
+// stopped (SIGTTIN). dlock is meant for non-interactive jobs.
+//
+// On Linux the command is also killed (SIGKILL) if dlock itself dies, by
+// SIGKILL or the OOM killer, say: nothing would renew the lease any more.
+// Processes the command leaves behind in the background when it exits are
+// not waited for; the lock is released when the command exits.
+//
+// # Lost leases
+//
+// A lease is lost when a renewal finds the grant gone (deleted, or taken by
+// another owner, behind dlock's back), or when no renewal succeeded before
+// the lease's local deadline, about a TTL after the last successful one
+// (the backend unreachable, say). The first is found at the next renewal,
+// within TTL/3; the second before another client could be granted the key,
+// as measured by dlock's clock. dlock then sends SIGTERM to the command's process group,
+// SIGKILL after -grace to what is left of it, and exits with status 124
+// once the command has exited. Until the command stops, another holder may
+// already run: fencing tokens (DLOCK_TOKEN), checked by the resource, are
+// what make that harmless.
+//
+// # dlock demo
+//
+// demo runs worker processes that contend for a few keys on every reachable
+// network backend, one backend after the other, with live progress, and
+// ends with a table per backend: grants, overlaps observed (two workers
+// holding a key at once: must be 0), whether fencing tokens were strictly
+// increasing, and the wait for the lock at the 50th and 99th percentile.
+//
+//	make demo                        # go build -tags demoservers, then dlock demo -start-servers
+//	dlock demo -url redisnx://localhost:6379 -url zookeeper://localhost:2181/demo
+//
+// Each worker is a separate dlock process (the hidden subcommand
+// demo-worker) with its own connections. Right after each grant it enters a
+// file shared by the workers of that key, and right before the release it
+// leaves it; a flock(2) on the file makes each entry and exit atomic. A
+// worker that finds another one inside reports an overlap, and one whose
+// token is not above the highest seen reports a stale token. No clocks are
+// compared between processes.
+//
+// The backends are those of -url (repeatable), else $DLOCK_URL, else every
+// compiled-in network driver on its server's standard port on localhost
+// (6379, 11211, 2181). -start-servers instead starts redis-server, memcached
+// and ZooKeeper on free loopback ports, the way the tests do
+// (internal/testserver, which also honours DLOCK_REDIS_ADDR and its
+// siblings), and stops them at the end. It needs a dlock built with
+// -tags demoservers, as make demo builds it: the test harness, and the
+// container client it links, stay out of the dlock that runs your jobs.
+// memory:// is left out: a memory store lives in one process and the
+// workers are separate processes.
+//
+// Flags: -workers (4), -keys (3), -duration per backend (2.5s), -hold, the
+// mean time a worker holds a lock (2ms), -ttl (5s), -v and -log-level.
+//
+// demo exits 0 when every backend passed, 1 when one did not (an overlap,
+// a stale token, a lost lease, an error), 2 on a usage error, 125 when no
+// backend is reachable, and 130 when interrupted.
+//
+// # Platforms
+//
+// dlock needs a Unix system (process groups, flock); the parent-death
+// signal needs Linux.
+package main

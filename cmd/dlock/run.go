@@ -1,0 +1,128 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"time"
+)
+
+const runUsage = `Usage: dlock run [flags] KEY -- COMMAND [ARGS...]
+
+Runs COMMAND while holding the lock KEY on the backend named by -url or
+$DLOCK_URL, and releases it when COMMAND exits. COMMAND gets DLOCK_KEY and
+DLOCK_TOKEN (the fencing token) in its environment. Flags go before KEY.
+See "go doc github.com/dlock-go/dlock/cmd/dlock" for exit statuses.
+`
+
+// runConfig is a parsed dlock run command line.
+type runConfig struct {
+	url      string
+	key      string
+	argv     []string
+	ttl      time.Duration // 0: the Locker's default (the URL's ttl=, or lock.DefaultTTL)
+	wait     waitFlag
+	conflict int
+	grace    time.Duration
+	log      *slog.Logger
+	stderr   io.Writer
+	term     bool // stderr is a terminal: show the waiting line
+}
+
+func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
+	cfg := &runConfig{wait: waitFlag{forever: true}, conflict: exitConflict, stderr: stderr}
+	fs := newFlagSet("run", runUsage)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.url, "url", os.Getenv("DLOCK_URL"), "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379")
+	fs.DurationVar(&cfg.ttl, "ttl", 0, "lease time, renewed every TTL/3 while COMMAND runs (default: the URL's ttl= or 30s)")
+	fs.Var(&cfg.wait, "wait", "how long to wait for the lock: 0 tries once (like flock -n), a duration or seconds, or forever")
+	conflict := exitCodeFlag(exitConflict)
+	fs.Var(&conflict, "E", "exit status when the lock is held elsewhere (like flock -E)")
+	fs.Var(&conflict, "conflict-exit-code", "same as -E")
+	fs.DurationVar(&cfg.grace, "grace", 5*time.Second, "after a lost lease, time between SIGTERM and SIGKILL to COMMAND (0: SIGKILL at once)")
+	var lf logFlags
+	lf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	cfg.conflict = int(conflict)
+	rest := fs.Args()
+	switch {
+	case len(rest) == 0:
+		return nil, usageError("missing KEY -- COMMAND")
+	case len(rest) == 1 && rest[0] != "--":
+		return nil, usageError("missing -- COMMAND after KEY %q", rest[0])
+	case rest[0] == "--":
+		return nil, usageError("missing KEY before --")
+	case rest[1] != "--":
+		return nil, usageError("want KEY -- COMMAND, got %q after KEY %q (flags go before KEY)", rest[1], rest[0])
+	case len(rest) == 2:
+		return nil, usageError("missing COMMAND after --")
+	}
+	cfg.key, cfg.argv = rest[0], rest[2:]
+	if cfg.url == "" {
+		return nil, usageError("no backend: set -url or DLOCK_URL, e.g. redisnx://localhost:6379")
+	}
+	if cfg.ttl < 0 {
+		return nil, usageError("-ttl %v is negative", cfg.ttl)
+	}
+	if cfg.grace < 0 {
+		return nil, usageError("-grace %v is negative", cfg.grace)
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	cfg.log = log
+	routeLibraryLogs(log)
+	return cfg, nil
+}
+
+type usageErr struct{ msg string }
+
+func (e *usageErr) Error() string { return e.msg }
+
+func usageError(format string, args ...any) error {
+	return &usageErr{fmt.Sprintf(format, args...)}
+}
+
+// cmdRun is dlock run. It returns the exit status.
+func cmdRun(args []string) int {
+	cfg, err := parseRun(args, os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		var ue *usageErr
+		if errors.As(err, &ue) {
+			fmt.Fprintf(os.Stderr, "dlock run: %v\n(dlock run -h for help)\n", err)
+		}
+		return exitUsage // the flag package has printed its own message
+	}
+	cfg.term = isTerminal(os.Stderr)
+	return cfg.run()
+}
+
+// fail prints a "dlock:" line saying why dlock chose code, and returns code.
+func (cfg *runConfig) fail(code int, format string, args ...any) int {
+	fmt.Fprintf(cfg.stderr, "dlock: "+format+"\n", args...)
+	return code
+}
+
+// lookCommand resolves argv[0] before the lock is taken, so that a typo
+// does not hold the key: 127 when not found, 126 when not executable.
+func lookCommand(name string) (string, int, error) {
+	path, err := exec.LookPath(name)
+	switch {
+	case err == nil:
+		return path, 0, nil
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		return "", exitNotFound, err
+	default:
+		return "", exitNoExec, err
+	}
+}

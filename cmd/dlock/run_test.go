@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// backend is a real server for one test, with a URL for dlock and a way to
+// delete a key's grant behind dlock's back.
+type backend struct {
+	url       string
+	deleteKey func(ctx context.Context, key string) error
+}
+
+// realBackend starts a dedicated server for the first network driver
+// compiled into dlock that the test knows how to tamper with. It skips the
+// test with -short.
+func realBackend(t *testing.T) backend {
+	t.Helper()
+	schemes := lock.Schemes()
+	for _, s := range []string{"redisnx", "rediswatch"} {
+		if !slices.Contains(schemes, s) {
+			continue
+		}
+		srv := testserver.StartRedis(t, nil)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		t.Cleanup(func() { rdb.Close() })
+		return backend{
+			url: s + "://" + srv.Addr(),
+			// Both drivers keep the grant of K at "dlock:{K}" (their
+			// documented default layout).
+			deleteKey: func(ctx context.Context, key string) error {
+				n, err := rdb.Del(ctx, "dlock:{"+key+"}").Result()
+				if err == nil && n != 1 {
+					err = fmt.Errorf("DEL dlock:{%s} deleted %d keys", key, n)
+				}
+				return err
+			},
+		}
+	}
+	if slices.Contains(schemes, "memcached") {
+		srv := testserver.StartMemcached(t, nil)
+		return backend{
+			url: "memcached://" + srv.Addr(),
+			// A dedicated server: flushing it deletes the key's grant.
+			deleteKey: func(ctx context.Context, key string) error { return memcachedFlush(ctx, srv.Addr()) },
+		}
+	}
+	t.Skipf("no network driver with a known key layout in this binary (have %v)", schemes)
+	return backend{}
+}
+
+// TestRunExclusion runs several dlock run processes on one key at once:
+// their commands' critical sections must not overlap, and fencing tokens
+// must increase in the order the commands ran.
+func TestRunExclusion(t *testing.T) {
+	b := realBackend(t)
+	dir := t.TempDir()
+	const n = 4
+	var wg sync.WaitGroup
+	results := make([]result, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = runDlock(t, "interval", dir, "run", "-url", b.url, "-wait", "forever", "-ttl", "5s", "exclusion", "--", self(t))
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 0 {
+			t.Errorf("dlock %d: %v", i, r)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "overlaps")); err == nil {
+		t.Errorf("a command found another inside its critical section:\n%s", b)
+	}
+	type interval struct {
+		token      uint64
+		start, end int64
+	}
+	var ivs []interval
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(dir, "intervals"))), "\n") {
+		var key string
+		var iv interval
+		if _, err := fmt.Sscan(line, &key, &iv.token, &iv.start, &iv.end); err != nil || key != "exclusion" {
+			t.Fatalf("bad interval line %q (key %q): %v", line, key, err)
+		}
+		ivs = append(ivs, iv)
+	}
+	if len(ivs) != n {
+		t.Fatalf("%d commands ran, want %d", len(ivs), n)
+	}
+	slices.SortFunc(ivs, func(a, b interval) int { return int(a.start - b.start) })
+	for i := 1; i < n; i++ {
+		prev, cur := ivs[i-1], ivs[i]
+		if cur.start < prev.end {
+			t.Errorf("intervals overlap: [%d, %d] token %d and [%d, %d] token %d", prev.start, prev.end, prev.token, cur.start, cur.end, cur.token)
+		}
+		if cur.token <= prev.token {
+			t.Errorf("token %d ran after token %d: fencing tokens must increase", cur.token, prev.token)
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// holdKey starts a dlock run that holds key until release is called.
+func holdKey(t *testing.T, url, key string) (release func() result) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := dlockCmd(t, "hold", dir, "run", "-url", url, "-wait", "10s", key, "--", self(t))
+	s := start(t, cmd)
+	waitFile(t, filepath.Join(dir, "ready"), 15*time.Second)
+	return func() result {
+		os.WriteFile(filepath.Join(dir, "release"), []byte("x"), 0o644)
+		return finish(t, cmd, s)
+	}
+}
+
+// TestRunConflict checks -wait 0 and -wait DURATION against a key another
+// dlock holds: the conflict status, no command run, and the key usable
+// again once released.
+func TestRunConflict(t *testing.T) {
+	b := realBackend(t)
+	release := holdKey(t, b.url, "conflict")
+	dir := t.TempDir()
+
+	r := runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "0", "conflict", "--", self(t))
+	if r.code != 1 || !strings.Contains(r.stderr, "dlock: not acquired") || !strings.Contains(r.stderr, "held") {
+		t.Errorf("-wait 0 on a held key: %v; want exit 1 and a dlock: line", r)
+	}
+	if r.took > 10*time.Second {
+		t.Errorf("-wait 0 took %v", r.took)
+	}
+	r = runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "0", "-E", "75", "conflict", "--", self(t))
+	if r.code != 75 {
+		t.Errorf("-wait 0 -E 75 on a held key: %v; want exit 75", r)
+	}
+	r = runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "400ms", "-conflict-exit-code", "9", "conflict", "--", self(t))
+	if r.code != 9 || !strings.Contains(r.stderr, "after -wait 400ms") {
+		t.Errorf("-wait 400ms on a held key: %v; want exit 9", r)
+	}
+	if r.took < 400*time.Millisecond {
+		t.Errorf("-wait 400ms gave up after %v", r.took)
+	}
+	// A signal ends a wait: 128+N, and the command does not run.
+	cmd := dlockCmd(t, "ran", dir, "run", "-url", b.url, "conflict", "--", self(t))
+	s := start(t, cmd)
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	if r := finish(t, cmd, s); r.code != 128+int(syscall.SIGINT) || !strings.Contains(r.stderr, "while waiting") {
+		t.Errorf("SIGINT while waiting: %v", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Errorf("the command ran although the lock was held elsewhere")
+	}
+
+	if r := release(); r.code != 0 {
+		t.Fatalf("holder: %v", r)
+	}
+	r = runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "0", "conflict", "--", self(t))
+	if r.code != 0 {
+		t.Errorf("-wait 0 after the holder released: %v", r)
+	}
+	readFile(t, filepath.Join(dir, "ran"))
+}
+
+// TestRunSignals sends signals to dlock while its command runs: they must
+// reach the command, and dlock must exit with the command's status and
+// release the lock.
+func TestRunSignals(t *testing.T) {
+	b := realBackend(t)
+	dir := t.TempDir()
+	cmd := dlockCmd(t, "trap", dir, "run", "-url", b.url, "signals", "--", self(t))
+	s := start(t, cmd)
+	waitFile(t, filepath.Join(dir, "ready"), 15*time.Second)
+	for i, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGHUP, syscall.SIGINT} {
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		// One at a time, so that the record shows each was forwarded.
+		deadline := time.Now().Add(5 * time.Second)
+		for strings.Count(readOptional(filepath.Join(dir, "signals")), "\n") < i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%v did not reach the command within 5s; it saw:\n%s\ndlock's stderr:\n%s", sig, readOptional(filepath.Join(dir, "signals")), s.stderr)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	r := finish(t, cmd, s)
+	if r.code != 3 {
+		t.Errorf("after SIGTERM, whose handler exits 3: %v", r)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, filepath.Join(dir, "signals"))), "\n") {
+		got = append(got, strings.Fields(line)[0])
+	}
+	if want := []string{"SIGUSR1", "SIGHUP", "SIGINT", "SIGTERM"}; !slices.Equal(got, want) {
+		t.Errorf("the command saw %v, want %v", got, want)
+	}
+	if r := runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "0", "signals", "--", self(t)); r.code != 0 {
+		t.Errorf("the lock was not released after the command exited: %v", r)
+	}
+}
+
+func readOptional(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// TestRunLostLease deletes the key behind dlock's back while the command
+// runs: the next renewal finds the grant gone, the command gets SIGTERM,
+// then SIGKILL after -grace if it ignores it, and dlock exits 124.
+func TestRunLostLease(t *testing.T) {
+	b := realBackend(t)
+	const ttl, grace = 2 * time.Second, 1500 * time.Millisecond
+	for _, mode := range []string{"trap", "ignore-term"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			key := "lost-" + mode
+			cmd := dlockCmd(t, mode, dir, "run", "-url", b.url, "-ttl", ttl.String(), "-grace", grace.String(), key, "--", self(t))
+			s := start(t, cmd)
+			waitFile(t, filepath.Join(dir, "ready"), 15*time.Second)
+			if err := b.deleteKey(context.Background(), key); err != nil {
+				t.Fatal(err)
+			}
+			deleted := monoNow()
+			r := finish(t, cmd, s)
+			if r.code != exitLost || !strings.Contains(r.stderr, "lost") {
+				t.Fatalf("%v; want exit %d and a dlock: line about the lost lease", r, exitLost)
+			}
+			fields := strings.Fields(readFile(t, filepath.Join(dir, "signals")))
+			if len(fields) != 2 || fields[0] != "SIGTERM" {
+				t.Fatalf("the command saw %v, want SIGTERM only", fields)
+			}
+			termAt, _ := strconv.ParseInt(fields[1], 10, 64)
+			// Renewal runs every TTL/3: the loss is found within that,
+			// plus a generous second.
+			if d := time.Duration(termAt - deleted); d > ttl/3+time.Second {
+				t.Errorf("SIGTERM came %v after the key was deleted, want within %v", d, ttl/3+time.Second)
+			}
+			if mode == "ignore-term" {
+				// dlock exits only once the command is gone: it was killed,
+				// and not before the grace period.
+				if d := time.Duration(monoNow() - termAt); d < grace {
+					t.Errorf("dlock ended %v after SIGTERM, before the %v grace period", d, grace)
+				}
+			}
+		})
+	}
+}

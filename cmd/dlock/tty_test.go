@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// openPTY returns the two ends of a new pseudo-terminal.
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		m.Close()
+		t.Skipf("unlocking the pty: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		m.Close()
+		t.Skipf("pty number: %v", err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		m.Close()
+		t.Skipf("opening the pty: %v", err)
+	}
+	t.Cleanup(func() { m.Close(); s.Close() })
+	return m, s
+}
+
+// TestWaitingLine: with stderr on a terminal, a waiting dlock run shows
+// what it waits for and for how long, redrawn in place; on a pipe it does
+// not.
+func TestWaitingLine(t *testing.T) {
+	b := realBackend(t)
+	release := holdKey(t, b.url, "tty")
+	defer release()
+
+	master, slave := openPTY(t)
+	dir := t.TempDir()
+	cmd := dlockCmd(t, "ran", dir, "run", "-url", b.url, "-wait", "1500ms", "tty", "--", self(t))
+	cmd.Stderr = slave
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close() // dlock has it; the master then reads EOF (EIO) when dlock exits
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() { io.Copy(&out, master); close(copied) }()
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Wait() }()
+	select {
+	case <-errc:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("dlock did not end within a minute")
+	}
+	select {
+	case <-copied:
+	case <-time.After(5 * time.Second):
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitConflict {
+		t.Errorf("exit %d, want %d; terminal output: %q", code, exitConflict, out.String())
+	}
+	text := out.String()
+	want := fmt.Sprintf("%swaiting for lock %q on %s: ", clearLine, "tty", backendName(b.url))
+	if n := strings.Count(text, want); n < 3 {
+		t.Errorf("the waiting line was drawn %d times in 1.5s, want it redrawn several times; terminal output: %q", n, text)
+	}
+	// The elapsed times shown grow, up to about the 1.5s wait.
+	var shown []float64
+	for _, m := range regexp.MustCompile(`: (\d+\.\d)s \(gives up after 1\.5s\)`).FindAllStringSubmatch(text, -1) {
+		f, _ := strconv.ParseFloat(m[1], 64)
+		shown = append(shown, f)
+	}
+	if len(shown) < 3 || !slices.IsSorted(shown) || shown[len(shown)-1] < 0.8 {
+		t.Errorf("elapsed times shown: %v; want increasing, up to at least 0.8s; terminal output: %q", shown, text)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Errorf("the command ran")
+	}
+
+	// The same on a pipe: no waiting line.
+	r := runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "500ms", "tty", "--", self(t))
+	if r.code != exitConflict || strings.Contains(r.stderr, "waiting for lock") {
+		t.Errorf("on a pipe: %v", r)
+	}
+}
