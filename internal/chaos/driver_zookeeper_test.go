@@ -17,9 +17,13 @@ func init() {
 	register(&target{
 		name: "zookeeper", backend: zkBackend, ttl: time.Second, bound: zkSession,
 		open: openURL("zookeeper://%s/chaos?session_timeout=" + zkSession.String()),
-		// The lock nodes are "_c_<owner>-lock-<seq>"; parents are created
-		// on the way, and refreshes are reads of the node.
-		grantReq:   func(r Request) bool { return strings.HasPrefix(r.Cmd, "create") && zkLockPath(r) },
+		// The lock nodes are "_c_<owner>-lock-<seq>", created by a multi
+		// (create plus a setData of the key node, for the czxid) or by a
+		// plain create; parents are created on the way, and refreshes are
+		// reads of the node.
+		grantReq: func(r Request) bool {
+			return (r.Cmd == "multi" || strings.HasPrefix(r.Cmd, "create")) && zkLockPath(r)
+		},
 		releaseReq: func(r Request) bool { return r.Cmd == "delete" && zkLockPath(r) },
 		refreshReq: func(r Request) bool { return !r.Mutating && r.Cmd != "ping" && zkLockPath(r) },
 	})
