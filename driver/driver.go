@@ -181,6 +181,12 @@ type Queuer interface {
 	// with l filled as by Acquire) or ctx ends. On any failure, including ctx
 	// ending, it removes its own queue entry before returning, and returns an
 	// error that wraps ctx.Err() when ctx ended.
+	//
+	// l.Validity is counted from the start of the call, not from the grant:
+	// lock cannot see when, during the wait, the grant was made. A driver
+	// adds the time that passed before the grant's request was sent (or,
+	// for an in-process grant, before it was made) to the validity the
+	// grant itself carries.
 	AcquireWait(ctx context.Context, l *Lease) error
 }
 

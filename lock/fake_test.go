@@ -30,7 +30,9 @@ type fake struct {
 }
 
 type faults struct {
-	refreshErr   func() error // refresh answers this (and changes nothing)
+	refreshErr   func() error  // refresh answers this (and changes nothing)
+	refreshFail  string        // refresh of this key alone fails with a network error
+	releaseDelay time.Duration // a release's reply comes this late (the grant is deleted at once)
 	releaseErr   func() error
 	acquireDelay time.Duration
 }
@@ -96,6 +98,14 @@ func (f *fake) Release(ctx context.Context, l *driver.Lease) error {
 			return err
 		}
 	}
+	if err := f.release(l); err != nil {
+		return err
+	}
+	time.Sleep(f.getFaults().releaseDelay)
+	return nil
+}
+
+func (f *fake) release(l *driver.Lease) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g, ok := f.grants[l.Key]
@@ -114,6 +124,9 @@ func (f *fake) Release(ctx context.Context, l *driver.Lease) error {
 
 func (f *fake) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	f.refreshes.Add(1)
+	if k := f.getFaults().refreshFail; k != "" && k == l.Key {
+		return 0, errors.New("fake: connection reset")
+	}
 	if fn := f.getFaults().refreshErr; fn != nil {
 		if err := fn(); err != nil {
 			return 0, err

@@ -122,7 +122,14 @@ func (l *Lease) refreshed(ctx context.Context, op string, ttl time.Duration, sta
 		l.lk.sched.schedule(l)
 		return nil
 	case errors.Is(err, driver.ErrNotHeld):
-		l.lose(fmt.Errorf("%s: the backend no longer has the grant: %w", op, err), false)
+		l.mu.Lock()
+		unlocking := l.unlocking
+		l.mu.Unlock()
+		// A refresh that lands after a concurrent Unlock's release finds
+		// the grant gone; Unlock, not the refresh, says how the lease ended.
+		if !unlocking {
+			l.lose(fmt.Errorf("%s: the backend no longer has the grant: %w", op, err), false)
+		}
 		return newError(op, l.dl.Key, ErrNotHeld, err)
 	case ctx.Err() != nil:
 		return ctxError(op, l.dl.Key, nil, ctx)
@@ -156,8 +163,9 @@ func (l *Lease) release(ctx context.Context, op string, reason error) error {
 		}
 		return newError(op, l.dl.Key, ErrNotHeld, err)
 	}
-	l.unlocking = true // the scheduler renews no more
+	l.unlocking = true
 	l.mu.Unlock()
+	l.lk.sched.schedule(l) // renews no more; still ends the lease at its deadline
 
 	err := l.lk.d.Release(ctx, l.dl)
 	switch {

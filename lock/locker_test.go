@@ -359,3 +359,52 @@ func TestDoReturnsLockError(t *testing.T) {
 		t.Errorf("Do with an empty key: ran=%v err=%v", ran, err)
 	}
 }
+
+// Leases renewed in one job keep their own outcomes: a refresh that fails
+// for one lease (validity 0) must not shorten the deadline of another whose
+// refresh succeeded. "z" is granted last so its refresh runs last.
+func TestRenewalFailureStaysWithItsLease(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{TTL: 300 * time.Millisecond})
+	defer l.Close()
+	a, err := l.Lock(bg(t), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := l.Lock(bg(t), "z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.setFaults(func(x *faults) { x.refreshFail = "z" })
+	select {
+	case <-z.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("z not lost while its renewals kept failing")
+	}
+	time.Sleep(200 * time.Millisecond) // past a's first deadline
+	if err := a.Err(); err != nil {
+		t.Fatalf("a lost although all its renewals succeeded: %v", err)
+	}
+}
+
+// A renewal that finds the grant gone because Unlock released it does not
+// report the lease lost: Unlock succeeded, so Err says released. The
+// release's reply is slowed so that the renewal due at TTL/3 runs while
+// the release is under way.
+func TestUnlockStopsRenewal(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{TTL: 300 * time.Millisecond})
+	defer l.Close()
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.setFaults(func(x *faults) { x.releaseDelay = 150 * time.Millisecond })
+	time.Sleep(50 * time.Millisecond) // Unlock's release spans the renewal at TTL/3
+	if err := lease.Unlock(bg(t)); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	if errors.Is(lease.Err(), lock.ErrLost) {
+		t.Fatalf("Err() = %v after a successful Unlock, want released", lease.Err())
+	}
+}

@@ -211,9 +211,12 @@ func (s *scheduler) run(j renewJob) {
 	}
 	start := time.Now()
 	errs := make([]error, len(j.leases))
-	var validity time.Duration
+	// Each lease's own validity: one lease's failed refresh (validity 0)
+	// must not shorten the others'.
+	validity := make([]time.Duration, len(j.leases))
 	if s.batch != nil && len(dls) > 1 {
-		validity, errs = s.batch.RefreshBatch(ctx, dls, j.ttl)
+		var v time.Duration
+		v, errs = s.batch.RefreshBatch(ctx, dls, j.ttl)
 		if len(errs) != len(dls) {
 			err := fmt.Errorf("driver returned %d results for a batch of %d", len(errs), len(dls))
 			errs = make([]error, len(dls))
@@ -221,9 +224,12 @@ func (s *scheduler) run(j renewJob) {
 				errs[i] = err
 			}
 		}
+		for i := range validity {
+			validity[i] = v
+		}
 	} else {
 		for i, dl := range dls {
-			validity, errs[i] = s.lk.d.Refresh(ctx, dl, j.ttl)
+			validity[i], errs[i] = s.lk.d.Refresh(ctx, dl, j.ttl)
 		}
 	}
 	for i, l := range j.leases {
@@ -235,7 +241,7 @@ func (s *scheduler) run(j renewJob) {
 			s.lk.logWarn("renewal failed; retrying", l.dl.Key, errs[i])
 		}
 		s.mu.Unlock()
-		if err := l.refreshed(ctx, "renew", j.ttl, start, validity, errs[i]); err != nil && !errors.Is(err, ErrNotHeld) {
+		if err := l.refreshed(ctx, "renew", j.ttl, start, validity[i], errs[i]); err != nil && !errors.Is(err, ErrNotHeld) {
 			s.schedule(l) // retry at retryAt, or lose at the deadline
 		}
 	}

@@ -98,3 +98,26 @@ func testDeadlineWithoutRenewal(t *testing.T, h Harness) {
 		t.Errorf("Err() = %v, want ErrLost", lease.Err())
 	}
 }
+
+// C6: a waiter that waited longer than its TTL still gets a whole lease:
+// the validity of a grant made after a long wait (a queued wait included)
+// is counted from the grant, not from the start of the Lock call, so its
+// deadline lies ahead and Done stays open.
+func testLongWaitFullLease(t *testing.T, h Harness) {
+	ttl := h.Caps().ttl()
+	a, b := h.NewLocker(t, &lock.Options{TTL: ttl}), h.NewLocker(t, &lock.Options{TTL: ttl})
+	k := key(t)
+	la := mustLock(t, a, k)
+	go func() {
+		time.Sleep(ttl * 3 / 2)
+		la.Unlock(context.Background())
+	}()
+	lb := mustLock(t, b, k)
+	defer lb.Unlock(context.Background())
+	if left := time.Until(lb.Deadline()); left < 100*time.Millisecond {
+		t.Fatalf("granted after a %v wait with TTL %v, the lease's deadline is %v away; want it ahead", ttl*3/2, ttl, left)
+	}
+	if closedWithin(lb.Done(), 200*time.Millisecond) {
+		t.Fatalf("Done closed right after a grant that followed a long wait: %v", lb.Err())
+	}
+}
