@@ -1,0 +1,129 @@
+package redismix
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver/redisnx"
+	"github.com/dlock-go/dlock/driver/rediswatch"
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { testserver.Main(m) }
+
+func lockers(t *testing.T) (nx, watch lock.Locker) {
+	srv := testserver.SharedRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	nx, watch = redisnx.New(rdb, nil), rediswatch.New(rdb, nil)
+	t.Cleanup(func() { nx.Close(); watch.Close() })
+	return nx, watch
+}
+
+// A redisnx holder and a rediswatch holder on the same key exclude each
+// other both ways, share the fencing counter and wake each other's waiters.
+func TestExcludeEachOther(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nx, watch := lockers(t)
+	const k = "redismix/exclude"
+	var last uint64
+	for _, p := range []struct {
+		name          string
+		holder, other lock.Locker
+	}{{"redisnx holds", nx, watch}, {"rediswatch holds", watch, nx}} {
+		lease, err := p.holder.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("%s: TryLock: %v", p.name, err)
+		}
+		if lease.Token() <= last {
+			t.Errorf("%s: token %d after %d: the drivers do not share the counter", p.name, lease.Token(), last)
+		}
+		last = lease.Token()
+		if _, err := p.other.TryLock(ctx, k); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("%s: the other driver's TryLock: err = %v, want ErrNotAcquired", p.name, err)
+		}
+		// A waiter on the other driver, with a backoff far longer than the
+		// test: only the holder's release notification wakes it in time.
+		got := make(chan *lock.Lease, 1)
+		go func() {
+			l, err := p.other.Lock(ctx, k, lock.WithRetry(lock.LinearBackoff(time.Hour)))
+			if err != nil {
+				t.Errorf("%s: waiter: %v", p.name, err)
+			}
+			got <- l
+		}()
+		time.Sleep(100 * time.Millisecond)
+		released := time.Now()
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatalf("%s: Unlock: %v", p.name, err)
+		}
+		select {
+		case l := <-got:
+			if l == nil {
+				t.FailNow()
+			}
+			if d := time.Since(released); d > time.Second {
+				t.Errorf("%s: waiter granted %v after the release; want it woken by the release", p.name, d)
+			}
+			if l.Token() <= last {
+				t.Errorf("%s: waiter's token %d after %d", p.name, l.Token(), last)
+			}
+			last = l.Token()
+			l.Unlock(ctx)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the other driver's waiter not granted after the release", p.name)
+		}
+	}
+}
+
+// Under contention from both drivers at once, no two holders overlap.
+func TestMixedContention(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nx, watch := lockers(t)
+	const k = "redismix/contention"
+	var (
+		inside, overlaps, grants atomic.Int64
+		wg                       sync.WaitGroup
+	)
+	for i := range 8 {
+		l := nx
+		if i%2 == 1 {
+			l = watch
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 15 {
+				lease, err := l.Lock(ctx, k)
+				if err != nil {
+					t.Errorf("Lock: %v", err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				grants.Add(1)
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				if err := lease.Unlock(ctx); err != nil {
+					t.Errorf("Unlock: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d overlapping grants between redisnx and rediswatch holders", n)
+	}
+	if n := grants.Load(); n != 120 {
+		t.Fatalf("%d grants, want 120", n)
+	}
+}
