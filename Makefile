@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: test check servers conformance unit images up down test-docker
+.PHONY: test check servers conformance unit images up down test-docker chaos bench
 
 ## test: install missing servers, vet, and run every test against real servers;
 ## then, when a Docker engine answers, the same servers in containers (test-docker).
@@ -88,3 +88,15 @@ down:
 demo: servers
 	$(GO) build -tags demoservers -o bin/dlock ./cmd/dlock
 	./bin/dlock demo -start-servers
+
+## chaos: every fault scenario against every driver and every broken-algorithm
+## control (make test runs a short selection), then the table of results,
+## also written to chaos-table.txt.
+chaos: servers
+	DLOCK_CHAOS=full DLOCK_CHAOS_TABLE=chaos-table.txt $(GO) test -count=1 -timeout 60m -run 'TestFaults|TestControls' ./internal/chaos/
+
+## bench: dlock against peer libraries and the backends' own round trips, on
+## servers from the test harness; the report goes to bench/results/.
+bench: servers
+	@$(GO) build -o bin/serve ./internal/testserver/cmd/serve
+	bin/serve -kinds redis,memcached,zookeeper -- sh -c 'cd bench && BENCH_COMMAND="make bench" $(GO) run . -out results/'

@@ -73,3 +73,20 @@ func TestNewWithoutSessionTimeout(t *testing.T) {
 		t.Errorf("TryLock through New without SessionTimeout: err = %v, want ErrInvalid", err)
 	}
 }
+
+// Dial refuses options it can check without a server before any I/O: no
+// server listens at the address, so only a check made before connecting
+// can answer ErrInvalid within the context's second.
+func TestDialInvalidBeforeIO(t *testing.T) {
+	for _, o := range []*Options{
+		{Root: "relative/root"},
+		{Username: "alice"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := Dial(ctx, []string{"127.0.0.1:1"}, o)
+		cancel()
+		if !errors.Is(err, lock.ErrInvalid) || errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Dial(%+v) = %v, want ErrInvalid before connecting", *o, err)
+		}
+	}
+}

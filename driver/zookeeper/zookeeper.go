@@ -106,6 +106,9 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	if want < 0 {
 		return nil, nil, fmt.Errorf("%w: zookeeper: Options.SessionTimeout %v is negative", lock.ErrInvalid, want)
 	}
+	if err := checkOptions(o); err != nil { // before any I/O
+		return nil, nil, fmt.Errorf("%w: zookeeper: %v", lock.ErrInvalid, err)
+	}
 	nt := newNegotiatedTimeout()
 	dialer := o.Dialer
 	if dialer == nil {
@@ -153,6 +156,7 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	}
 	dd, lo := newDriver(conn, o, nt)
 	if dd.optsErr != nil {
+		dd.mon.close(false, nil)
 		return fail(fmt.Errorf("%w: zookeeper: %v", lock.ErrInvalid, dd.optsErr))
 	}
 	if o.Username != "" {
@@ -223,11 +227,8 @@ func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout) (*zkDri
 	if d.root == "" {
 		d.root = DefaultRoot
 	}
-	if err := checkRoot(d.root); err != nil && d.optsErr == nil {
+	if err := checkOptions(o); err != nil && d.optsErr == nil {
 		d.optsErr = err
-	}
-	if (o.Username == "") != (o.Password == "") && d.optsErr == nil {
-		d.optsErr = errors.New("Options.Username and Options.Password go together")
 	}
 	if d.acl == nil {
 		if o.Username != "" {
@@ -239,6 +240,21 @@ func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout) (*zkDri
 	d.mon = newMonitor(d)
 	lo := o.Options
 	return d, &lo
+}
+
+// checkOptions checks what Options can be checked without a connection.
+func checkOptions(o *Options) error {
+	root := o.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	if err := checkRoot(root); err != nil {
+		return err
+	}
+	if (o.Username == "") != (o.Password == "") {
+		return errors.New("Options.Username and Options.Password go together")
+	}
+	return nil
 }
 
 // checkRoot checks that root is an absolute ZooKeeper path.
