@@ -22,13 +22,16 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 
+-- The token is the counter plus one, or the server's clock in microseconds
+-- when that is more (the counter was missing: never used, lost with the
+-- server's data or evicted; or set back: a failover to a replica that
+-- lagged). Tokens therefore keep increasing as long as the server's clock
+-- moves forward. rediswatch follows the same rule on the same counter.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local token = redis.call('INCR', KEYS[2])
-if token == 1 then
-  -- The counter was missing (never used, or lost with the server's data):
-  -- start from the server's clock in microseconds, above every token the
-  -- lost counter handed out.
-  local t = redis.call('TIME')
-  token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if token < now then
+  token = now
   redis.call('SET', KEYS[2], t[1] .. string.format('%06d', tonumber(t[2])))
 end
 return token

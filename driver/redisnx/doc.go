@@ -20,9 +20,10 @@
 //
 //   - Grant (acquire.lua, one round trip): SET key token NX PX ttl; if that
 //     succeeds, INCR the fencing counter "dlock:{K}:fence" and return it as
-//     the lease's token. A missing counter (never used, or lost with the
-//     server's data) is seeded from the server's TIME in microseconds, so
-//     tokens keep increasing after a restart that lost the data. A refused
+//     the lease's token, or the server's TIME in microseconds when that is
+//     more (the counter is then set to it): a counter that is missing
+//     (never used, lost with the server's data, evicted) or set back (a
+//     failover to a lagging replica) does not make tokens repeat. A refused
 //     grant returns the holder's PTTL, and Lock retries no later than that.
 //   - Release (release.lua, one round trip): if GET key equals the token,
 //     DEL it and PUBLISH on the channel "dlock:{K}:rel".
@@ -84,7 +85,9 @@
 // cancelled, only when its deadline passes and the client's
 // ContextTimeoutEnabled is set; otherwise it waits for ReadTimeout. A Lock
 // that waits for a held key returns at once when its context ends; one whose
-// request is in flight against a stalled server returns after ReadTimeout.
+// request is in flight against a stalled server returns at its deadline
+// with a client opened from a URL (Open sets ContextTimeoutEnabled), and
+// after ReadTimeout with a client of yours that does not set it.
 //
 // # Failure modes
 //
@@ -93,28 +96,28 @@
 //   - Failover with asynchronous replication: a grant acknowledged by the
 //     old primary may not have reached the replica promoted in its place, so
 //     another client can be granted the same key while the first still
-//     holds it; the counter on the new primary may lag too, so a token can
-//     be handed out twice. WAIT, or min-replicas-to-write, narrows the
-//     window without closing it.
+//     holds it. The counter on the new primary may lag too; tokens still
+//     increase, because a grant takes the server's clock in microseconds
+//     when it is ahead of the counter. WAIT, or min-replicas-to-write,
+//     narrows the window of a double grant without closing it.
 //   - Restart without persistence: every lock and counter is lost. Locks
 //     held are gone (another client can take the key at once); tokens stay
-//     increasing, because the counter is seeded again from the clock, which
-//     has moved on by more than one microsecond per grant since the old
-//     counter was seeded. With appendfsync everysec, up to a second of
+//     increasing, because a token is never below the server's clock in
+//     microseconds, which has moved on since the last grant. With appendfsync everysec, up to a second of
 //     grants can be lost likewise.
 //   - Clock jumps on the server: a key's expiry is an absolute time on the
 //     server's wall clock, so a clock stepped forward expires keys early,
 //     before the holders' local deadlines (lock cannot see that), and one
-//     stepped back keeps them longer. A counter seeded while the clock is
-//     behind may start below tokens already issued.
+//     stepped back keeps them longer. A counter lost while the clock is
+//     behind may start again below tokens already issued.
 //   - Eviction: under maxmemory with an allkeys policy, a lock key or a
 //     counter can be evicted; use noeviction or volatile-* for lock servers.
 //
 // Fencing is what keeps a guarded resource safe in these cases and when a
 // holder pauses past its lease: a resource that refuses writes whose token is
 // below one it has seen turns a second holder into a refused write. It
-// covers restarts and evictions (seeded counters), not a failover that lost
-// counter updates or a clock that went back before a seeding.
+// covers restarts, evictions and failovers that lost counter updates
+// (tokens follow the server's clock), not a server clock that went back.
 //
 // # URLs
 //

@@ -51,3 +51,33 @@ func TestFencingAcrossRestartWithoutPersistence(t *testing.T) {
 		t.Errorf("token after a restart without persistence %d, not greater than %d before it", lease.Token(), last)
 	}
 }
+
+// Tokens keep increasing when the counter is set back, as after a failover
+// to a replica that had not received the latest increments: a grant takes
+// the server's clock when it is ahead of the counter.
+func TestFencingAfterCounterSetBack(t *testing.T) {
+	topologies(t, func(t *testing.T, c redis.UniversalClient) {
+		l := newTestLocker(t, c, nil)
+		k := testKey(t)
+		ctx := tctx(t, 30*time.Second)
+		lease, err := l.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		first := lease.Token()
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		if err := c.Set(ctx, lockKey(DefaultPrefix, k)+counterSuffix, 5, 0).Err(); err != nil {
+			t.Fatalf("setting the counter back: %v", err)
+		}
+		lease, err = l.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock after the counter was set back: %v", err)
+		}
+		defer lease.Unlock(ctx)
+		if lease.Token() <= first {
+			t.Errorf("token %d after the counter was set back, not greater than %d before", lease.Token(), first)
+		}
+	})
+}

@@ -42,10 +42,12 @@ func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if c.cluster {
 		client = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: c.addrs, Username: c.user, Password: c.password, TLSConfig: c.tls,
+			ContextTimeoutEnabled: true, // a Lock's deadline bounds a request in flight
 		})
 	} else {
 		client = redis.NewClient(&redis.Options{
 			Addr: c.addrs[0], Username: c.user, Password: c.password, DB: c.db, TLSConfig: c.tls,
+			ContextTimeoutEnabled: true, // a Lock's deadline bounds a request in flight
 		})
 	}
 	return newLocker(client, o, true), nil

@@ -92,7 +92,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	var c *redis.Client
-	if !lock.As(l, &c) || c.Options().Addr != addr || c.Options().TLSConfig != nil {
+	if !lock.As(l, &c) || c.Options().Addr != addr || c.Options().TLSConfig != nil || !c.Options().ContextTimeoutEnabled {
 		t.Fatalf("As(*redis.Client): %v", c)
 	}
 	k := testKey(t)
