@@ -36,5 +36,6 @@
 // go test runs a short selection; DLOCK_CHAOS=full (make chaos) runs every
 // scenario against every driver and control, and DLOCK_CHAOS_TABLE=FILE
 // writes the table there. go test -short runs only the tests that need no
-// server. SAFETY.md states per backend what is guaranteed and what is not.
+// server. The README's Safety section states per backend what is guaranteed
+// and what is not.
 package chaos
