@@ -202,6 +202,12 @@ func run() int {
 
 	if *out != "" {
 		path := *out
+		if strings.HasSuffix(path, "/") { // a directory, made if missing
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				return 1
+			}
+		}
 		if st, err := os.Stat(path); err == nil && st.IsDir() {
 			host, _ := os.Hostname()
 			path = filepath.Join(path, fmt.Sprintf("bench-%s-%s.txt", started.Format("2006-01-02-150405"), host))
