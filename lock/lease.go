@@ -88,10 +88,15 @@ func (l *Lease) TTL() time.Duration {
 
 // Refresh extends the lease to ttl from now and moves its deadline. It
 // returns an error wrapping ErrNotHeld if the grant is gone (the lease is
-// then lost: Done closes), or one wrapping the backend's or the context's
-// error (the lease and its deadline are then unchanged). Auto-renewed leases rarely need it; it also
-// changes the TTL that later renewals use.
+// then lost: Done closes), ErrClosed after the Locker was closed, or one
+// wrapping the backend's or the context's error (the lease and its deadline
+// are then unchanged). Auto-renewed leases rarely need it; it also changes
+// the TTL that later renewals use. Close waits for a Refresh under way.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if !l.lk.begin() { // Close waits for it; no driver call after Close
+		return newError("refresh", l.dl.Key, ErrClosed, nil)
+	}
+	defer l.lk.calls.Done()
 	if err := checkTTL(ttl); err != nil {
 		return newError("refresh", l.dl.Key, ErrInvalid, err)
 	}
@@ -149,6 +154,10 @@ func (l *Lease) refreshed(ctx context.Context, op string, ttl time.Duration, sta
 // Close release it. Done then closes at the deadline at the latest, and a
 // backend with TTLs frees the key by itself.
 func (l *Lease) Unlock(ctx context.Context) error {
+	if !l.lk.begin() { // Close waits for it; no driver call after Close
+		return newError("unlock", l.dl.Key, ErrClosed, nil)
+	}
+	defer l.lk.calls.Done()
 	return l.release(ctx, "unlock", newError("unlock", l.dl.Key, ErrNotHeld, errors.New("lease released")))
 }
 

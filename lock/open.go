@@ -119,10 +119,26 @@ func open(ctx context.Context, rawURL string) (Locker, error) {
 	open := registry.m[u.Scheme]
 	registry.RUnlock()
 	if open == nil {
-		return nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s); is the driver package imported, e.g. _ \"github.com/dlock-go/dlock/driver/%s\"?",
-			ErrInvalid, u.Scheme, strings.Join(Schemes(), ", "), strings.TrimSuffix(u.Scheme, "s"))
+		return nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s); is the driver package imported? %s",
+			ErrInvalid, u.Scheme, strings.Join(Schemes(), ", "), importHint(u.Scheme))
 	}
 	return open(ctx, u)
+}
+
+// driverPackages are dlock's driver packages, for the hint of an unknown
+// scheme (names only: lock imports no driver).
+var driverPackages = []string{"memory", "redisnx", "rediswatch", "memcached", "zookeeper"}
+
+// importHint names the import that registers scheme, or lists them all.
+func importHint(scheme string) string {
+	const base = "github.com/dlock-go/dlock/driver/"
+	name := strings.TrimSuffix(scheme, "s") // TLS variants: redisnxs://
+	for _, p := range driverPackages {
+		if p == scheme || p == name {
+			return fmt.Sprintf("import _ %q", base+p)
+		}
+	}
+	return fmt.Sprintf("dlock's drivers: %s (under %s)", strings.Join(driverPackages, ", "), base)
 }
 
 // redact hides a URL's password for error messages.

@@ -47,7 +47,9 @@ func TestOpenErrors(t *testing.T) {
 		{"faketest://?ttl=1ns", "out of range"},
 		{"faketest://?autorenew=maybe", "autorenew"},
 		{"faketest://?ttl=1s&ttl=2s", "given 2 times"},
-		{"nosuch://host", `forgotten import`},
+		{"nosuch://host", `dlock's drivers: memory, redisnx, rediswatch, memcached, zookeeper`},
+		{"redisnxs://host", `import _ "github.com/dlock-go/dlock/driver/redisnx"`},
+		{"zookeeper://host", `import _ "github.com/dlock-go/dlock/driver/zookeeper"`},
 		{"://bad", "malformed URL"},
 		{"no-scheme", "no scheme"},
 		{"faketest://?a=%zz", "query"},
@@ -57,7 +59,7 @@ func TestOpenErrors(t *testing.T) {
 			t.Errorf("Open(%q): err = %v; want ErrInvalid", tc.url, err)
 			continue
 		}
-		if !strings.Contains(err.Error(), tc.want) && !(tc.want == "forgotten import" && strings.Contains(err.Error(), "imported")) {
+		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Open(%q): err = %q; want it to mention %q", tc.url, err, tc.want)
 		}
 	}
