@@ -184,7 +184,10 @@
 // this holds for key nodes this identity created. Where a key node made
 // by another client lets the identity create children but not write the
 // key node, the driver falls back to a plain create and reads the czxid
-// in the listing's round trip.
+// in the listing's round trip. With the default digest ACL, the root and
+// its ancestors, when the driver creates them, get the world ACL instead,
+// so Lockers of other identities (or none) can keep their own keys under
+// the same root; an explicit Options.ACL applies to every node created.
 //
 // # URLs
 //

@@ -189,6 +189,19 @@ func TestDigestACL(t *testing.T) {
 		t.Fatalf("TryLock after Unlock: %v", err)
 	}
 	lb.Unlock(ctx)
+
+	// The root the digest identity created stays open to other identities'
+	// keys: the digest ACL guards alice's keys, not the whole root.
+	anon, err := lock.Open(ctx, fmt.Sprintf("zookeeper://%s%s?session_timeout=2s", strings.Join(zkSrv.Addrs(), ","), root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	la, err := anon.TryLock(ctx, k+"-anonymous")
+	if err != nil {
+		t.Fatalf("an anonymous Locker's own key under the root alice created: %v", err)
+	}
+	la.Unlock(ctx)
 }
 
 // TestForeignKeyNode: where a key node made by another client lets this
@@ -202,6 +215,10 @@ func TestForeignKeyNode(t *testing.T) {
 	ctx := context.Background()
 	k := uniqueKey(t)
 	kp := keyPath(testRoot, k)
+	// The root may not exist yet when this test runs alone.
+	if _, err := raw.Create(testRoot, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatal(err)
+	}
 	if _, err := raw.Create(kp, nil, 0, zk.WorldACL(zk.PermCreate|zk.PermRead|zk.PermDelete)); err != nil {
 		t.Fatal(err)
 	}

@@ -136,17 +136,17 @@ func (d *zkDriver) findOwn(ctx context.Context, kp, owner string) (string, error
 // container nodes, which the server deletes once they have had children
 // and have none left.
 func (d *zkDriver) makeParents(ctx context.Context, kp string) error {
-	err := d.mkContainer(ctx, kp)
+	err := d.mkContainer(ctx, kp, d.acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		for i := 1; i < len(kp); i++ {
 			if kp[i] != '/' {
 				continue
 			}
-			if err := d.mkContainer(ctx, kp[:i]); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			if err := d.mkContainer(ctx, kp[:i], d.rootACL); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return err
 			}
 		}
-		err = d.mkContainer(ctx, kp)
+		err = d.mkContainer(ctx, kp, d.acl)
 	}
 	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
 		return fmt.Errorf("zookeeper: creating %s: %w", kp, err)
@@ -154,9 +154,9 @@ func (d *zkDriver) makeParents(ctx context.Context, kp string) error {
 	return nil
 }
 
-func (d *zkDriver) mkContainer(ctx context.Context, path string) error {
+func (d *zkDriver) mkContainer(ctx context.Context, path string, acl []zk.ACL) error {
 	_, err := write(ctx, d, func() (string, error) {
-		return d.conn.CreateContainer(path, nil, zk.FlagContainer, d.acl)
+		return d.conn.CreateContainer(path, nil, zk.FlagContainer, acl)
 	})
 	return err
 }

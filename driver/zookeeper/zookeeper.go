@@ -188,7 +188,8 @@ type zkDriver struct {
 	conn    *zk.Conn
 	owned   bool // Close closes conn
 	root    string
-	acl     []zk.ACL
+	acl     []zk.ACL // of key nodes and lock nodes
+	rootACL []zk.ACL // of the root and its ancestors, when the driver creates them
 	timeout *negotiatedTimeout
 	optsErr error
 	mon     *monitor
@@ -230,7 +231,11 @@ func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout) (*zkDri
 	if err := checkOptions(o); err != nil && d.optsErr == nil {
 		d.optsErr = err
 	}
+	d.rootACL = d.acl
 	if d.acl == nil {
+		// The default digest ACL guards this identity's keys; the root
+		// stays open, so other identities can keep their keys beside them.
+		d.rootACL = zk.WorldACL(zk.PermAll)
 		if o.Username != "" {
 			d.acl = zk.DigestACL(zk.PermAll, o.Username, o.Password)
 		} else {
