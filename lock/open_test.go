@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,8 +75,26 @@ func TestRegisterTwicePanics(t *testing.T) {
 	lock.Register("faketest", func(context.Context, *url.URL) (lock.Locker, error) { return nil, nil })
 }
 
+// syncLog is a log destination safe to read while the Locker writes it.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncLog) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 func TestOpenWith(t *testing.T) {
-	var logged strings.Builder
+	var logged syncLog
 	logger := slog.New(slog.NewTextHandler(&logged, nil))
 	l, err := lock.OpenWith(context.Background(), "faketest://?ttl=300ms", &lock.Options{Logger: logger, Retry: lock.NoRetry()})
 	if err != nil {
@@ -95,6 +114,10 @@ func TestOpenWith(t *testing.T) {
 	}
 	f.del("k") // the next renewal finds the grant gone and logs the loss
 	<-lease.Done()
+	// The loss is logged right after Done closes: wait for it.
+	for deadline := time.Now().Add(2 * time.Second); !strings.Contains(logged.String(), "lease lost") && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if !strings.Contains(logged.String(), "lease lost") {
 		t.Errorf("the Logger given to OpenWith logged %q; want the lost lease", logged.String())
 	}
