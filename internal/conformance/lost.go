@@ -10,7 +10,7 @@ import (
 )
 
 // C6: a grant deleted behind the holder's back closes Done within one
-// renewal period plus slack, with ErrLost.
+// renewal period plus slack (3s), with ErrLost.
 func testDoneOnDelete(t *testing.T, h Harness) {
 	testDoneOnTamper(t, h, "deleted", h.DeleteKey)
 }
@@ -29,8 +29,13 @@ func testDoneOnTamper(t *testing.T, h Harness, what string, tamper func(context.
 	if err := tamper(ctx(t, 10*time.Second), k); err != nil {
 		t.Fatalf("tampering: %v", err)
 	}
-	if !closedWithin(lease.Done(), ttl/3+time.Second) {
-		t.Fatalf("Done still open %v after the grant was %s", ttl/3+time.Second, what)
+	// One renewal period plus a generous slack: a ZooKeeper ensemble may
+	// answer the renewal's read from a follower that has not yet applied
+	// another session's delete. A driver that does not check ownership on
+	// refresh never closes Done at all.
+	bound := ttl/3 + 3*time.Second
+	if !closedWithin(lease.Done(), bound) {
+		t.Fatalf("Done still open %v after the grant was %s", bound, what)
 	}
 	if err := lease.Err(); !errors.Is(err, lock.ErrLost) {
 		t.Errorf("Err() = %v, want ErrLost", err)
