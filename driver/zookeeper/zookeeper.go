@@ -154,11 +154,7 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	if nt.get() <= 0 {
 		return fail(errors.New("zookeeper: the server's connect response carried no session timeout"))
 	}
-	dd, lo := newDriver(conn, o, nt)
-	if dd.optsErr != nil {
-		dd.mon.close(false, nil)
-		return fail(fmt.Errorf("%w: zookeeper: %v", lock.ErrInvalid, dd.optsErr))
-	}
+	dd, lo := newDriver(conn, o, nt) // its option checks passed above, before any I/O
 	if o.Username != "" {
 		auth := []byte(o.Username + ":" + o.Password)
 		if _, err := read(ctx, dd, func() (struct{}, error) { return struct{}{}, conn.AddAuth("digest", auth) }); err != nil {
