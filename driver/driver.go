@@ -7,8 +7,9 @@
 //
 //   - Notifier: the backend can tell waiters that a key was released
 //     (Redis pub/sub), so lock retries at once instead of polling.
-//   - Queuer: the backend queues waiters itself (ZooKeeper sequential nodes),
-//     so lock hands the whole wait to the driver.
+//   - Queuer: the backend queues waiters itself (ZooKeeper sequential nodes,
+//     redisnx's queue), so lock hands the whole wait to the driver, unless
+//     the caller gave a retry strategy.
 //   - BatchRefresher: many leases can be refreshed in one round trip.
 //   - Sharer: the backend supports shared (read) leases beside exclusive ones.
 //
@@ -175,7 +176,8 @@ type Notifier interface {
 
 // Queuer is implemented by drivers whose backend queues waiters (ZooKeeper
 // sequential nodes). lock calls AcquireWait for blocking Lock calls instead
-// of retrying Acquire.
+// of retrying Acquire, unless the call has a retry strategy given
+// explicitly (then it retries Acquire by it).
 type Queuer interface {
 	// AcquireWait joins the key's queue and blocks until l is granted (nil,
 	// with l filled as by Acquire) or ctx ends. On any failure, including ctx

@@ -59,12 +59,16 @@
 //
 // # Waiting
 //
-// Lock retries a held key according to its RetryStrategy (DefaultRetry,
-// an exponential backoff with full jitter), but sooner when it can: drivers
-// that are told of releases (Redis pub/sub) retry at once on the news;
-// drivers that know when the holder's grant expires retry then; drivers that
-// queue waiters (ZooKeeper, memory) hand the waiter the key when its turn
-// comes, in arrival order. Each call gets its own backoff state.
+// Drivers that queue waiters (ZooKeeper, redisnx, memory) hand a waiting
+// Lock the key when its turn comes, in arrival order, and a releaser cannot
+// take the key back ahead of those who waited. Other drivers retry a held
+// key according to the RetryStrategy (DefaultRetry, an exponential backoff
+// with full jitter), but sooner when they can: those told of releases
+// (rediswatch's pub/sub) retry at once on the news; those that know when
+// the holder's grant expires retry then. A RetryStrategy given explicitly
+// (Options.Retry, WithRetry) is followed on every driver, queueing ones
+// included, so that NoRetry and LimitRetry bound a Lock everywhere; such a
+// call is not queued. Each call gets its own backoff state.
 //
 // # Closing
 //

@@ -204,3 +204,46 @@ func (f batchingFake) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 	}
 	return ttl, errs
 }
+
+// queuingFake offers driver.Queuer: AcquireWait counts its calls in waits
+// and waits for the key by polling the fake, as a queue would hand it over.
+type queuingFake struct {
+	*fake
+	waits *atomic.Int64
+}
+
+func (f queuingFake) AcquireWait(ctx context.Context, l *driver.Lease) error {
+	f.waits.Add(1)
+	for {
+		err := f.Acquire(ctx, l)
+		if !errors.Is(err, driver.ErrHeld) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// slowBatchingFake's RefreshBatch takes delay and records the most calls
+// in flight at once.
+type slowBatchingFake struct {
+	*fake
+	delay            time.Duration
+	inFlight, peakIn *atomic.Int64
+}
+
+func (f slowBatchingFake) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	n := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for {
+		p := f.peakIn.Load()
+		if n <= p || f.peakIn.CompareAndSwap(p, n) {
+			break
+		}
+	}
+	time.Sleep(f.delay)
+	return batchingFake{f.fake}.RefreshBatch(ctx, ls, ttl)
+}

@@ -147,11 +147,12 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	var (
 		backoff   Backoff
 		notify    <-chan struct{}
-		subscribe = wait && lk.notifier != nil
+		queue     = wait && lk.queuer != nil && !co.retrySet
+		subscribe = wait && lk.notifier != nil && !queue
 	)
 	for {
 		start := time.Now()
-		if wait && lk.queuer != nil {
+		if queue {
 			err = lk.queuer.AcquireWait(ctx, dl)
 		} else {
 			err = lk.d.Acquire(ctx, dl)
@@ -165,7 +166,7 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 			}
 			// The outcome is unknown: the grant may have been applied and
 			// its reply lost. Remove it by owner so nothing is left behind.
-			if !(wait && lk.queuer != nil) {
+			if !queue {
 				lk.cleanup(dl)
 			}
 			if ctx.Err() != nil {

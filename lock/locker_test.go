@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,6 +117,32 @@ func TestRenewalUsesBatches(t *testing.T) {
 	}
 	if single > 6 {
 		t.Errorf("%d single refreshes beside the batches", single)
+	}
+}
+
+// Through a batching driver, renewals run in a few calls at a time however
+// many leases are due: the Locker's goroutines do not grow with its leases.
+func TestBatchRenewalConcurrencyIsBounded(t *testing.T) {
+	var inFlight, peak atomic.Int64
+	f := slowBatchingFake{fake: newFake(), delay: 20 * time.Millisecond, inFlight: &inFlight, peakIn: &peak}
+	l := lock.New(f, &lock.Options{TTL: 600 * time.Millisecond})
+	defer l.Close()
+	var leases []*lock.Lease
+	for i := range 12000 { // 12 batches of 1000, due together
+		lease, err := l.TryLock(bg(t), fmt.Sprintf("k%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, lease)
+	}
+	time.Sleep(700 * time.Millisecond) // past the first renewal round
+	if p := peak.Load(); p == 0 || p > 4 {
+		t.Errorf("%d RefreshBatch calls in flight at once for 12 due batches; want 1 to 4", p)
+	}
+	for _, lease := range leases {
+		if lease.Err() != nil {
+			t.Fatalf("lease lost: %v", lease.Err())
+		}
 	}
 }
 
@@ -407,4 +434,45 @@ func TestUnlockStopsRenewal(t *testing.T) {
 	if errors.Is(lease.Err(), lock.ErrLost) {
 		t.Fatalf("Err() = %v after a successful Unlock, want released", lease.Err())
 	}
+}
+
+// A Lock on a queueing driver waits in the queue by default, and follows a
+// retry strategy given explicitly (per call or per Locker) with single
+// attempts instead, so that NoRetry bounds it as on any driver.
+func TestExplicitRetryIsNotQueued(t *testing.T) {
+	f := newFake()
+	var waits atomic.Int64
+	q := lock.New(queuingFake{f, &waits}, nil)
+	defer q.Close()
+	ctx := context.Background()
+	held, err := q.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Bounded, so that a broken Lock that queues fails instead of hanging.
+	bounded, cancelB := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelB()
+	before := waits.Load()
+	if _, err := q.Lock(bounded, "k", lock.WithRetry(lock.NoRetry())); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, lock.ErrHeld) {
+		t.Errorf("Lock with NoRetry on a held key: err = %v, want ErrNotAcquired and ErrHeld", err)
+	}
+	pinned := lock.New(queuingFake{f, &waits}, &lock.Options{Retry: lock.LimitRetry(lock.LinearBackoff(time.Millisecond), 2)})
+	defer pinned.Close()
+	if _, err := pinned.Lock(bounded, "k"); !errors.Is(err, lock.ErrHeld) {
+		t.Errorf("Lock with Options.Retry limited to 2 retries: err = %v, want ErrHeld", err)
+	}
+	if n := waits.Load() - before; n != 0 {
+		t.Errorf("AcquireWait called %d times for calls with a retry strategy; want 0", n)
+	}
+
+	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := q.Lock(c, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock without a strategy: err = %v, want the deadline", err)
+	}
+	if n := waits.Load() - before; n != 1 {
+		t.Errorf("AcquireWait called %d times for a Lock without a strategy; want 1", n)
+	}
+	_ = held.Unlock(ctx)
 }

@@ -41,7 +41,11 @@ type Options struct {
 	// Per call, WithAutoRenew overrides it.
 	DisableAutoRenew bool
 	// Retry is the strategy Lock uses between attempts on a held key
-	// (DefaultRetry when nil). Per call, WithRetry overrides it.
+	// (DefaultRetry when nil). Per call, WithRetry overrides it. Drivers
+	// that queue waiters (ZooKeeper, redisnx, memory) queue a Lock call
+	// only when no strategy is given here or by WithRetry: a strategy
+	// given explicitly is followed with single attempts, as TryLock makes,
+	// so that NoRetry or LimitRetry bound the call on every backend.
 	Retry RetryStrategy
 	// ReleaseTimeout bounds background releases (DefaultReleaseTimeout
 	// when zero).
@@ -49,6 +53,8 @@ type Options struct {
 	// Logger receives renewal failures and lost leases. Nil means no
 	// logging.
 	Logger *slog.Logger
+
+	retrySet bool // Retry was given: see Retry
 }
 
 // resolved returns a copy of o with every default filled in, or an error
@@ -64,6 +70,7 @@ func (o *Options) resolved() (Options, error) {
 	if err := checkTTL(r.TTL); err != nil {
 		return r, fmt.Errorf("%w: Options.TTL: %v", ErrInvalid, err)
 	}
+	r.retrySet = r.Retry != nil
 	if r.Retry == nil {
 		r.Retry = DefaultRetry
 	}
@@ -83,6 +90,7 @@ type callOptions struct {
 	ttl       time.Duration
 	autoRenew bool
 	retry     RetryStrategy
+	retrySet  bool // a strategy was given: no queueing (see Options.Retry)
 }
 
 // WithTTL sets the lease time for this call. Useful when one Locker serves
@@ -100,13 +108,15 @@ func WithAutoRenew(on bool) Option {
 }
 
 // WithRetry sets the retry strategy for this Lock call: for instance
-// NoRetry() to try once, or LimitRetry to bound the attempts.
+// NoRetry() to try once, or LimitRetry to bound the attempts. On drivers
+// that queue waiters, the call then makes single attempts instead of
+// queueing (see Options.Retry).
 func WithRetry(s RetryStrategy) Option {
-	return func(c *callOptions) { c.retry = s }
+	return func(c *callOptions) { c.retry, c.retrySet = s, true }
 }
 
 func (lk *locker) callOptions(opts []Option) (callOptions, error) {
-	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry}
+	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry, retrySet: lk.opts.retrySet}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("nil Option")

@@ -16,9 +16,11 @@ import (
 // It keeps every live lease in a heap ordered by the next moment it must
 // look at it: the renewal time (TTL/3 after the last successful grant or
 // refresh was sent) for auto-renewed leases, else the local deadline. Due
-// renewals are handed, grouped, to at most maxWorkers worker goroutines;
-// a driver that implements driver.BatchRefresher refreshes each group in one
-// call. A lease whose deadline passes before a refresh succeeds is lost
+// renewals are handed, grouped, to at most maxWorkers worker goroutines
+// (maxBatchWorkers for a driver that implements driver.BatchRefresher,
+// which refreshes each group of up to maxBatch leases in one call, one
+// round trip per server: a few such calls at once keep up with any number
+// of leases). A lease whose deadline passes before a refresh succeeds is lost
 // then, whatever its refresh is doing.
 type scheduler struct {
 	lk    *locker
@@ -30,16 +32,21 @@ type scheduler struct {
 	workers int
 	stopped bool
 	wake    chan struct{}
-	ctx     context.Context // cancelled by stop
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // loop, workers, background releases
+	// wakeAt is when the loop's timer fires next: schedule wakes the loop
+	// only for a lease due before it, so that a Lock+Unlock cycle on a
+	// Locker holding nothing else does not wake it every time.
+	wakeAt time.Time
+	ctx    context.Context // cancelled by stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // loop, workers, background releases
 }
 
 const (
-	maxWorkers    = 16   // concurrent refresh calls per Locker
-	maxBatch      = 1000 // leases per RefreshBatch call
-	maxSingleJob  = 32   // leases per job for drivers without batches
-	minRetryDelay = 5 * time.Millisecond
+	maxWorkers      = 16   // concurrent refresh calls per Locker
+	maxBatchWorkers = 4    // concurrent RefreshBatch calls per Locker
+	maxBatch        = 1000 // leases per RefreshBatch call
+	maxSingleJob    = 32   // leases per job for drivers without batches
+	minRetryDelay   = 5 * time.Millisecond
 )
 
 type renewJob struct {
@@ -48,7 +55,7 @@ type renewJob struct {
 }
 
 func newScheduler(lk *locker) *scheduler {
-	s := &scheduler{lk: lk, wake: make(chan struct{}, 1)}
+	s := &scheduler{lk: lk, wake: make(chan struct{}, 1), wakeAt: time.Now().Add(time.Hour)}
 	s.batch, _ = lk.d.(driver.BatchRefresher)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
@@ -85,7 +92,8 @@ func (s *scheduler) schedule(l *Lease) {
 	} else {
 		heap.Push(&s.h, l)
 	}
-	if s.h[0] == l {
+	if s.h[0] == l && due.Before(s.wakeAt) {
+		s.wakeAt = due // the loop sets it again when it wakes
 		s.poke()
 	}
 }
@@ -166,7 +174,11 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 			ls = ls[n:]
 		}
 	}
-	for s.workers < maxWorkers && s.workers < len(s.jobs) && !s.stopped {
+	limit := maxWorkers
+	if s.batch != nil {
+		limit = maxBatchWorkers
+	}
+	for s.workers < limit && s.workers < len(s.jobs) && !s.stopped {
 		s.workers++
 		s.wg.Add(1)
 		go s.work()
@@ -175,6 +187,7 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 	if len(s.h) > 0 {
 		next = max(s.h[0].due.Sub(now), 0)
 	}
+	s.wakeAt = now.Add(next)
 	return expired, next
 }
 
