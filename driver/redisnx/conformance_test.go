@@ -70,13 +70,21 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 	return h.raw.Del(ctx, lockKey(DefaultPrefix, key)+counterSuffix).Err()
 }
 
+// Residue lists the lock key and the queue's keys that exist. Tombstones
+// are not residue: they expire with the TTL.
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	lk := lockKey(DefaultPrefix, key)
-	n, err := h.raw.Exists(ctx, lk).Result()
-	if err != nil || n == 0 {
-		return nil, err
+	var out []string
+	for _, k := range []string{lk, lk + queueSuffix, lk + entriesSuffix} {
+		n, err := h.raw.Exists(ctx, k).Result()
+		if err != nil {
+			return out, err
+		}
+		if n > 0 {
+			out = append(out, k)
+		}
 	}
-	return []string{lk}, nil
+	return out, nil
 }
 
 func (h *harness) Caps() conformance.Caps {

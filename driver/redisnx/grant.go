@@ -12,17 +12,26 @@ import (
 // anything, so that the clean-up Release that follows needs no round trip.
 type notSent struct{}
 
-// Acquire runs acquire.lua: SET NX PX and the fencing counter, one round trip.
+// viaQueue marks, in driver.Lease.Data, a grant made by wait.lua or handed
+// over through the queue: its queue entry holds the token until the
+// release deletes it.
+type viaQueue struct{}
+
+// Acquire runs acquire.lua: SET PX if the key is free and no one is queued,
+// and the fencing counter, one round trip.
 func (d *redisDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	return d.acquire(ctx, l, names(d.prefix, l.Key, l.Owner))
+}
+
+// acquire is Acquire with the key's names (see names) already made.
+func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys []string) error {
 	l.Data = nil
 	if err := ctx.Err(); err != nil {
 		l.Data = notSent{}
 		return err
 	}
-	lk := lockKey(d.prefix, l.Key)
 	px, validity := ms(l.TTL)
-	n, err := acquireScript.Run(ctx, d.client,
-		[]string{lk, lk + counterSuffix, lk + voidInfix + l.Owner}, l.Owner, px).Int64()
+	n, err := acquireScript.Run(ctx, d.client, keys, l.Owner, px).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: grant: %w", err)
@@ -38,26 +47,31 @@ func (d *redisDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	}
 }
 
-// Release runs release.lua: compare-and-delete plus PUBLISH, one round trip.
-// After a grant with an unknown outcome (no token), it also leaves a
-// tombstone that refuses copies of that grant request still on their way.
+// Release runs release.lua: compare-and-delete, then the hand-over to the
+// first waiter queued or a PUBLISH, one round trip. After a grant with an
+// unknown outcome (no token), it also leaves a tombstone that refuses
+// copies of that grant request still on their way.
 func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 	if _, ok := l.Data.(notSent); ok {
 		return driver.ErrNotHeld
 	}
-	lk := lockKey(d.prefix, l.Key)
-	keys := []string{lk}
-	args := []any{l.Owner, lk + channelSuffix}
+	n := names(d.prefix, l.Key, l.Owner)
+	keys := []string{n[0], n[1], n[3], n[4]}
+	_, queued := l.Data.(viaQueue)
+	args := []any{l.Owner, n[0] + channelSuffix, 0}
+	if queued || l.Token == 0 {
+		args[2] = 1
+	}
 	if l.Token == 0 {
 		px, _ := ms(l.TTL)
-		keys = append(keys, lk+voidInfix+l.Owner)
+		keys = append(keys, n[2])
 		args = append(args, max(px, 1))
 	}
-	n, err := releaseScript.Run(ctx, d.client, keys, args...).Int64()
+	r, err := releaseScript.Run(ctx, d.client, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("redisnx: release: %w", err)
 	}
-	if n != 1 {
+	if r != 1 {
 		return driver.ErrNotHeld
 	}
 	return nil

@@ -1,6 +1,11 @@
 package redisnx
 
-import "strings"
+import (
+	"encoding/hex"
+	"strings"
+
+	"github.com/google/uuid"
+)
 
 // The Redis names of a user key K, with prefix P (DefaultPrefix unless
 // Options.Prefix says otherwise):
@@ -8,7 +13,10 @@ import "strings"
 //	P{K}                lock key: the owner token while held, with PX
 //	P{K}:fence          fencing counter
 //	P{K}:rel            release channel (pub/sub)
+//	Pinbox:ID           a Locker's inbox channel, for hand-overs (ID: 32 hex)
 //	P{K}:void:OWNER     tombstone of an attempt abandoned after a lost reply
+//	P{K}:q              queue of blocking Lock calls (sorted set)
+//	P{K}:w              their entries (hash), see prelude.lua
 //
 // The braces make K the Redis Cluster hash tag, so that a lock key, its
 // counter and its tombstones share a slot and one script can touch them all.
@@ -16,7 +24,8 @@ import "strings"
 // No two user keys share a name, and no name of one key equals a name of
 // another kind: P{K} is injective in K (P is fixed and K is delimited by the
 // braces); lock keys end in '}', counters in ":fence", tombstones in 32 hex
-// digits, so the kinds cannot meet; channels live in their own namespace.
+// digits, queues in ":q" and ":w", so the kinds cannot meet; channels live
+// in their own namespace.
 //
 // Redis hashes a key whose hash tag is empty ("{}") as a whole, which would
 // put P{}x} and P{}x}:fence in different slots. A key that starts with '}'
@@ -27,7 +36,25 @@ const (
 	counterSuffix = ":fence"
 	channelSuffix = ":rel"
 	voidInfix     = ":void:"
+	queueSuffix   = ":q"
+	entriesSuffix = ":w"
+	// inboxInfix names a hub's inbox channel: P + "inbox:" + 32 hex digits.
+	inboxInfix = "inbox:"
 )
+
+// newInboxID returns 32 random hex digits.
+func newInboxID() string {
+	u := uuid.New()
+	return hex.EncodeToString(u[:])
+}
+
+// names are the Redis keys of one lock that the granting scripts take, in
+// their KEYS order: lock key, counter, tombstone of the attempt, queue,
+// queue entries.
+func names(prefix, key, owner string) []string {
+	lk := lockKey(prefix, key)
+	return []string{lk, lk + counterSuffix, lk + voidInfix + owner, lk + queueSuffix, lk + entriesSuffix}
+}
 
 // lockKey returns the Redis key of the lock on key.
 func lockKey(prefix, key string) string {

@@ -3,6 +3,8 @@ package redisnx
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,7 +103,7 @@ func (n *notifier) hub(lk string) (*hub, error) {
 		} else {
 			sub = func() *redis.PubSub { return n.d.client.Subscribe(context.Background()) }
 		}
-		h = newHub(sub)
+		h = newHub(sub, n.d.prefix+inboxInfix+newInboxID())
 		n.hubs[shard] = h
 	}
 	return h, nil
@@ -124,6 +126,10 @@ func (n *notifier) close() {
 // ever waits on the network.
 type hub struct {
 	newPubSub func() *redis.PubSub
+	// inbox is the channel on which this hub's queued waiters are handed
+	// keys ("OWNER TOKEN"): a hand-over reaches this connection alone,
+	// not every Locker subscribed to the key's release channel.
+	inbox     string
 	pingEvery time.Duration
 	poke      chan struct{} // wakes the writer
 	done      chan struct{} // closed by close
@@ -136,9 +142,15 @@ type hub struct {
 	closed bool
 }
 
-// channel is the state of one release channel on the current connection.
+// channel is the state of one channel on the current connection: a key's
+// release channel, or the hub's inbox.
 type channel struct {
-	waiters map[chan struct{}]struct{}
+	waiters map[chan struct{}]struct{} // Subscribe's
+	// queued are AcquireWait's waiters, by owner, each registered on its
+	// key's release channel and on the inbox. A hand-over on the inbox
+	// ("OWNER TOKEN") is sent to its owner alone, with the token; other
+	// news (a release with no one queued, a reconnection) to all, as 0.
+	queued map[string]chan uint64
 	// subscribed: the last command sent for this channel on the current
 	// connection was SUBSCRIBE. pending: commands sent on it whose reply
 	// has not come yet. The subscription is in force when subscribed and
@@ -151,9 +163,12 @@ type channel struct {
 	idleSince  time.Time     // when the last waiter left
 }
 
-func newHub(newPubSub func() *redis.PubSub) *hub {
+func (c *channel) empty() bool { return len(c.waiters) == 0 && len(c.queued) == 0 }
+
+func newHub(newPubSub func() *redis.PubSub, inbox string) *hub {
 	h := &hub{
 		newPubSub: newPubSub,
+		inbox:     inbox,
 		pingEvery: pingEvery,
 		poke:      make(chan struct{}, 1),
 		done:      make(chan struct{}),
@@ -171,12 +186,45 @@ func newHub(newPubSub func() *redis.PubSub) *hub {
 func (h *hub) add(ch string, w chan struct{}) <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	c := h.channelLocked(ch)
+	c.waiters[w] = struct{}{}
+	return h.readyLocked(c)
+}
+
+// confirmed reports whether ch and the inbox are subscribed and confirmed.
+func (h *hub) confirmed(ch string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, in := h.chans[ch], h.chans[h.inbox]
+	return c != nil && c.confirmed && in != nil && in.confirmed
+}
+
+// addQueued registers the queued waiter owner on the release channel ch
+// and on the inbox: the returned channel receives its token when the key
+// is handed to it, and 0 on other news. The other results are closed once
+// the subscriptions of ch and of the inbox are confirmed, or nil if they
+// are.
+func (h *hub) addQueued(ch, owner string) (w chan uint64, readyCh, readyInbox <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w = make(chan uint64, 1)
+	c := h.channelLocked(ch)
+	c.queued[owner] = w
+	in := h.channelLocked(h.inbox)
+	in.queued[owner] = w
+	return w, h.readyLocked(c), h.readyLocked(in)
+}
+
+func (h *hub) channelLocked(ch string) *channel {
 	c := h.chans[ch]
 	if c == nil {
-		c = &channel{waiters: map[chan struct{}]struct{}{}, ready: make(chan struct{})}
+		c = &channel{waiters: map[chan struct{}]struct{}{}, queued: map[string]chan uint64{}, ready: make(chan struct{})}
 		h.chans[ch] = c
 	}
-	c.waiters[w] = struct{}{}
+	return c
+}
+
+func (h *hub) readyLocked(c *channel) <-chan struct{} {
 	if c.confirmed {
 		return nil
 	}
@@ -190,12 +238,26 @@ func (h *hub) add(ch string, w chan struct{}) <-chan struct{} {
 func (h *hub) remove(ch string, w chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := h.chans[ch]
-	if c == nil {
-		return
+	if c := h.chans[ch]; c != nil {
+		delete(c.waiters, w)
+		h.leftLocked(c)
 	}
-	delete(c.waiters, w)
-	if len(c.waiters) == 0 {
+}
+
+// removeQueued unregisters the queued waiter owner.
+func (h *hub) removeQueued(ch, owner string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range []string{ch, h.inbox} {
+		if c := h.chans[name]; c != nil {
+			delete(c.queued, owner)
+			h.leftLocked(c)
+		}
+	}
+}
+
+func (h *hub) leftLocked(c *channel) {
+	if c.empty() {
 		c.idleSince = time.Now()
 		h.wakeWriter()
 	}
@@ -214,6 +276,47 @@ func (c *channel) wakeLocked() {
 		select {
 		case w <- struct{}{}:
 		default:
+		}
+	}
+	for _, w := range c.queued {
+		send(w, 0)
+	}
+}
+
+// send puts v in w without blocking: a token replaces a 0 waiting there.
+// Only the hub sends, under its lock, so the second attempt cannot fail
+// but for a token already there, which stays.
+func send(w chan uint64, v uint64) {
+	select {
+	case w <- v:
+		return
+	default:
+	}
+	if v == 0 {
+		return
+	}
+	select {
+	case old := <-w:
+		if old != 0 {
+			v = old
+		}
+	default:
+	}
+	select {
+	case w <- v:
+	default:
+	}
+}
+
+// handOverLocked takes a message of the inbox, "OWNER TOKEN": the key was
+// handed to that owner's waiter, which gets the token.
+func (c *channel) handOverLocked(payload string) {
+	owner, tok, _ := strings.Cut(payload, " ")
+	if w := c.queued[owner]; w != nil {
+		if n, err := strconv.ParseUint(tok, 10, 64); err == nil && n > 0 {
+			send(w, n)
+		} else {
+			send(w, 0)
 		}
 	}
 }
@@ -253,11 +356,11 @@ func (h *hub) plan(now time.Time) (ps *redis.PubSub, gen uint64, sub, unsub []st
 	next = time.Hour
 	for name, c := range h.chans {
 		switch {
-		case len(c.waiters) > 0 && !c.subscribed:
+		case !c.empty() && !c.subscribed:
 			sub = append(sub, name)
 			c.subscribed = true
 			c.pending++
-		case len(c.waiters) == 0 && c.subscribed:
+		case c.empty() && c.subscribed:
 			if idle := now.Sub(c.idleSince); idle < linger {
 				next = min(next, linger-idle)
 				continue
@@ -269,7 +372,7 @@ func (h *hub) plan(now time.Time) (ps *redis.PubSub, gen uint64, sub, unsub []st
 				c.confirmed = false
 				c.ready = make(chan struct{})
 			}
-		case len(c.waiters) == 0 && c.pending == 0:
+		case c.empty() && c.pending == 0:
 			delete(h.chans, name)
 		}
 	}
@@ -327,7 +430,7 @@ func (h *hub) read(ps *redis.PubSub, gen uint64) (worked bool) {
 		worked, pinged = true, false
 		switch m := msg.(type) {
 		case *redis.Message:
-			h.released(gen, m.Channel)
+			h.released(gen, m.Channel, m.Payload)
 		case *redis.Subscription:
 			h.answered(gen, m.Channel)
 		}
@@ -339,11 +442,16 @@ func isTimeout(err error) bool {
 	return errors.As(err, &t) && t.Timeout()
 }
 
-// released wakes the waiters of ch.
-func (h *hub) released(gen uint64, ch string) {
+// released passes a message of ch to its waiters.
+func (h *hub) released(gen uint64, ch, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if c := h.chans[ch]; c != nil && gen == h.gen {
+	c := h.chans[ch]
+	switch {
+	case c == nil || gen != h.gen:
+	case ch == h.inbox:
+		c.handOverLocked(payload)
+	default:
 		c.wakeLocked()
 	}
 }
@@ -393,7 +501,7 @@ func (h *hub) reconnect(gen uint64) {
 	h.ps = h.newPubSub()
 	h.gen++
 	for name, c := range h.chans {
-		if len(c.waiters) == 0 {
+		if c.empty() {
 			delete(h.chans, name)
 			continue
 		}

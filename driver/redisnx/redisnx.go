@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -57,7 +58,7 @@ const (
 	ring                    // Ring: independent shards chosen by key
 )
 
-// redisDriver implements driver.Driver, driver.Notifier and
+// redisDriver implements driver.Driver, driver.Queuer, driver.Notifier and
 // driver.BatchRefresher over go-redis.
 type redisDriver struct {
 	client redis.UniversalClient
@@ -66,6 +67,7 @@ type redisDriver struct {
 	topo   topology
 	bad    error // set when the configuration is unusable; Validate reports it
 	notify *notifier
+	bg     sync.WaitGroup // leave.lua runs that outlived their Lock call
 }
 
 var (
@@ -148,6 +150,7 @@ func (d *redisDriver) As(target any) bool {
 // closes the client.
 func (d *redisDriver) Close() error {
 	d.notify.close()
+	d.bg.Wait()
 	if d.owned && d.client != nil {
 		if err := d.client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
 			return fmt.Errorf("redisnx: closing the client: %w", err)

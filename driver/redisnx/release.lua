@@ -1,20 +1,23 @@
--- Delete the lock KEYS[1] if owner ARGV[1] holds it, and announce the
--- release on channel ARGV[2].
+-- Delete the lock KEYS[1] if owner ARGV[1] holds it, and hand it to the
+-- first live waiter of its queue, or announce the release on channel
+-- ARGV[2] when none is queued.
 --
--- KEYS[1] lock key; KEYS[2] (clean-up only) tombstone of the attempt
--- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] (clean-up only)
--- tombstone lifetime in ms
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue
+-- entries; KEYS[5] (clean-up only) tombstone of the attempt
+-- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] "1" when the grant
+-- may have come through the queue (its entry holds the token); ARGV[4]
+-- (clean-up only) tombstone
+-- lifetime in ms
 --
 -- Returns 1 when the grant was deleted, 0 when the owner did not hold it.
 
 -- Clean-up after a lost reply: copies of the grant request that reach the
 -- server after this point find the tombstone and change nothing.
-if KEYS[2] then
-  redis.call('SET', KEYS[2], '', 'PX', ARGV[3])
+if KEYS[5] then
+  redis.call('SET', KEYS[5], '', 'PX', ARGV[4])
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
-  return 1
+-- A grant handed over through the queue left its token in the entries.
+if ARGV[3] == '1' then
+  redis.call('HDEL', KEYS[4], ARGV[1])
 end
-return 0
+return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[1])

@@ -127,3 +127,40 @@ func TestMixedContention(t *testing.T) {
 		t.Fatalf("%d grants, want 120", n)
 	}
 }
+
+// A redisnx Lock waiting in redisnx's queue is woken by a rediswatch
+// release (which publishes on the key's channel and knows nothing of the
+// queue) at once, not at its next queue renewal, a second later.
+func TestQueuedWaiterWokenByWatchRelease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nx, watch := lockers(t)
+	const k = "redismix/queued"
+	for i := range 3 {
+		held, err := watch.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		got := make(chan *lock.Lease, 1)
+		go func() {
+			l, err := nx.Lock(ctx, k) // no retry strategy: queued
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- l
+		}()
+		time.Sleep(200 * time.Millisecond) // queued, past its first renewal's reach
+		released := time.Now()
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		l := <-got
+		if l == nil {
+			t.FailNow()
+		}
+		if d := time.Since(released); d > 700*time.Millisecond {
+			t.Errorf("round %d: queued redisnx waiter granted %v after a rediswatch release; want it woken by the release, well before its renewal (1s)", i, d)
+		}
+		l.Unlock(ctx)
+	}
+}

@@ -1,0 +1,18 @@
+-- Take owner ARGV[1] out of the queue of the lock KEYS[1], when its Lock
+-- call ends without the key (cancelled, timed out, failed). If the key was
+-- handed to it meanwhile, give it to the next waiter, or free it.
+--
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
+-- attempt, KEYS[4] queue, KEYS[5] queue entries
+-- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] tombstone lifetime
+-- in ms (0: none; the waiter leaves one when a request of its own may still
+-- be on its way, so that the copy changes nothing)
+--
+-- Returns 1 when the key was the owner's and was passed on, else 0.
+
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[3], '', 'PX', ARGV[3])
+end
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
+return release(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[2], ARGV[1])

@@ -1,0 +1,46 @@
+-- Queue owner ARGV[1] for the lock KEYS[1], or renew its queue entry, and
+-- grant it the key when its turn has come. A blocking Lock runs it when it
+-- starts to wait and then at least once per heartbeat; the release that
+-- hands it the key tells it at once on its inbox.
+--
+-- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
+-- attempt, KEYS[4] queue, KEYS[5] queue entries
+-- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] the inbox channel of the
+-- owner's Locker, ARGV[4] queue entry lifetime in ms
+--
+-- Returns {1, token} when this run granted the key to the owner; {3, token}
+-- when a release handed it to the owner before this run; {2, PTTL} while it
+-- waits (PTTL of the holder; -1 when it has no expiry); {0, 0} when this
+-- attempt was abandoned (its clean-up ran first).
+
+local owner = ARGV[1]
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  return {0, 0}
+end
+local cur = redis.call('GET', KEYS[1])
+if cur == owner then
+  -- Handed over by a release, or granted by an earlier copy of this request.
+  local e = redis.call('HGET', KEYS[5], owner)
+  if e and string.sub(e, 1, 1) == 'g' then
+    return {3, tonumber(string.sub(e, 2))}
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local token = next_token(KEYS[2])
+  redis.call('HSET', KEYS[5], owner, 'g' .. string.format('%d', token))
+  return {1, token}
+end
+
+local now = now_us()
+if not redis.call('ZSCORE', KEYS[4], owner) then
+  redis.call('ZADD', KEYS[4], string.format('%d', now), owner)
+end
+redis.call('HSET', KEYS[5], owner,
+  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+keep_queue(KEYS[4], KEYS[5], ARGV[4])
+if not cur then
+  local head, token = handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], owner)
+  if head == owner then
+    return {1, token}
+  end
+end
+return {2, redis.call('PTTL', KEYS[1])}
