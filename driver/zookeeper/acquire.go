@@ -34,28 +34,132 @@ func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 // wait for it to go. A lost connection is waited out, keeping the node
 // (its session survives a reconnection within the session timeout; if it
 // does not, the node is gone and the waiter queues again). When ctx ends
-// or on any other failure, the node is deleted before returning. Round
-// trips: 1 when the key is free; else 1 to set the watch, and after the
-// release the server's notification and 1 more listing.
+// or on any other failure, the node is deleted before returning (when ctx
+// ends while the create is under way, as soon as its reply comes). Round
+// trips: 1 when the key is free (the create's reply shows the node alone);
+// else 1 to list the queue, 1 to set the watch, and after the release the
+// server's notification and 1 more listing.
+//
+// The requests are made by one goroutine (see queue), in a row, and the
+// call waits for it or for ctx. So a hand-off (the watch fires, the waiter
+// lists the queue and finds itself first) starts no goroutine: on a loaded
+// machine, a contended key's throughput is the hand-offs' latency.
 func (d *zkDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 	t0 := time.Now()
 	d.mon.waiting(1)
 	defer d.mon.waiting(-1)
 	kp := d.keyPath(l.Key)
-	listed := time.Now()
-	n, v, err := d.first(ctx, l, kp, true)
-	if err != nil {
-		return err
+	q := &queue{done: make(chan struct{})}
+	d.calls.Add(1)
+	go func() {
+		defer d.calls.Done()
+		d.queue(ctx, l, kp, q)
+	}()
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		q.mu.Lock()
+		select {
+		case <-q.done: // done meanwhile: the result stands
+		default:
+			q.abandoned = true
+		}
+		abandoned, path := q.abandoned, q.path
+		q.mu.Unlock()
+		if abandoned {
+			// The goroutine deletes a node it makes from now on; this
+			// one is ours to delete.
+			if path != "" {
+				d.discard(kp, l.Owner, path)
+			}
+			return ctx.Err()
+		}
 	}
-	for {
+	if q.err != nil {
+		return q.err
+	}
+	// lock counts the validity from the start of this call; the grant's
+	// starts at the listing that granted it.
+	d.grant(l, q.n, q.listed.Sub(t0)+d.validity(l.TTL))
+	return nil
+}
+
+// queue is the state AcquireWait shares with its goroutine.
+type queue struct {
+	done chan struct{} // closed with the outcome: n and listed, or err
+	n    node
+	// listed is when the listing that granted n was sent.
+	listed time.Time
+	err    error
+
+	mu        sync.Mutex
+	path      string // the node the goroutine holds in the queue, if any
+	abandoned bool   // AcquireWait returned: ctx ended
+}
+
+// hold records that the goroutine holds the node at path ("" for none)
+// and reports false when the caller has gone: then the node is the
+// goroutine's to delete.
+func (q *queue) hold(path string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.path = path
+	return !q.abandoned
+}
+
+// finish hands the outcome to AcquireWait.
+func (q *queue) finish(n node, listed time.Time, err error) {
+	q.mu.Lock()
+	q.n, q.listed, q.err = n, listed, err
+	close(q.done)
+	q.mu.Unlock()
+}
+
+// queue is AcquireWait's goroutine: it makes the requests, with
+// go-zookeeper's blocking calls in a row (ctx only for pauses and for
+// waiting on the watch), and finishes q with the grant or with a failure,
+// having deleted its node on a failure. When ctx ends it just stops:
+// AcquireWait, which sees ctx end too, deletes the node it held (and the
+// goroutine deletes one it makes after that).
+func (d *zkDriver) queue(ctx context.Context, l *driver.Lease, kp string, q *queue) {
+	bg := context.WithoutCancel(ctx) // requests run to the end
+	var (
+		n      node
+		v      verdict
+		err    error
+		listed time.Time
+	)
+	fail := func(err error) {
+		if ctx.Err() != nil {
+			return // AcquireWait deletes the node
+		}
+		d.discard(kp, l.Owner, n.path)
+		q.finish(node{}, time.Time{}, err)
+	}
+	for queued := false; ; {
+		if ctx.Err() != nil {
+			return // AcquireWait deletes the node
+		}
+		if !queued {
+			listed = time.Now()
+			if n, v, err = d.firstMoves(ctx, l, kp, true); err != nil {
+				if ctx.Err() == nil {
+					q.finish(node{}, time.Time{}, err) // firstMoves deleted the node
+				}
+				return
+			}
+			if !q.hold(n.path) {
+				d.discard(kp, l.Owner, n.path)
+				return
+			}
+			queued = true
+		}
 		if v.granted {
 			if err = d.ensureProof(ctx, n.session); err == nil {
-				// lock counts the validity from the start of this call; the
-				// grant's starts at the listing that granted it.
-				d.grant(l, n, listed.Sub(t0)+d.validity(l.TTL))
-				return nil
+				q.finish(n, listed, nil)
+				return
 			}
-		} else if ch, werr := d.watch(ctx, kp+"/"+v.watch); werr != nil {
+		} else if ch, werr := d.watch(bg, kp+"/"+v.watch); werr != nil {
 			err = werr
 		} else if ch != nil {
 			select {
@@ -63,27 +167,26 @@ func (d *zkDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 				// Deleted, changed, or the watch ended with the session or
 				// the connection: the next listing tells.
 			case <-ctx.Done():
-				d.discard(kp, l.Owner, n.path)
-				return ctx.Err()
+				return
 			}
 		}
 		for { // list the queue again, waiting out a lost connection
 			if err != nil && !(transient(err) && d.pause(ctx)) {
-				d.discard(kp, l.Owner, n.path)
-				return errors.Join(err, ctx.Err())
+				fail(err)
+				return
 			}
 			listed = time.Now()
-			if v, err = d.inspect(ctx, kp, &n); err == nil {
+			if v, err = d.inspect(bg, kp, &n); err == nil {
 				break
 			}
 		}
 		if !v.present {
 			// The node is gone: its session expired, or another client
 			// deleted it. Queue again, at the back.
-			listed = time.Now()
-			if n, v, err = d.first(ctx, l, kp, true); err != nil {
-				return err
+			if !q.hold("") {
+				return
 			}
+			queued = false
 		}
 	}
 }
@@ -142,6 +245,10 @@ func (d *zkDriver) firstMoves(ctx context.Context, l *driver.Lease, kp string, w
 		n, err := d.join(ctx, l, kp, wait)
 		if err != nil {
 			return node{}, verdict{}, err
+		}
+		if n.alone && n.listing == nil {
+			// The only child: granted, as a listing would show.
+			return n, verdict{present: true, granted: true}, nil
 		}
 		v, err := d.inspect(bg, kp, &n)
 		for err != nil && wait && transient(err) && d.pause(ctx) {

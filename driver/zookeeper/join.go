@@ -19,6 +19,9 @@ type node struct {
 	// listing, when set, is the listing of the queue sent right behind the
 	// create (see join); inspect uses it once.
 	listing *future[[]string]
+	// alone: the create's reply showed the node as the key node's only
+	// child, so nothing blocks it.
+	alone bool
 }
 
 // join creates l's node in the queue of the key node kp: an ephemeral
@@ -37,20 +40,32 @@ func (d *zkDriver) join(ctx context.Context, l *driver.Lease, kp string, persist
 		if attempt > 0 && err != nil && !errors.Is(err, zk.ErrNoNode) && !d.pause(ctx) {
 			return node{}, ctx.Err()
 		}
-		// Send the create and, right behind it, a listing of the queue:
-		// ZooKeeper answers a session's requests in the order sent, so the
-		// listing sees the new node, and the two cost one round trip. The
-		// create (in its own goroutine) is queued first unless the
-		// scheduler interleaves the goroutines otherwise; inspect then
-		// lists again.
-		c := start(d, true, func() (node, error) { return d.create(prefix, kp) })
-		runtime.Gosched()
-		listing := &future[[]string]{done: make(chan struct{})}
-		listing.v, _, listing.err = d.conn.Children(kp)
-		close(listing.done)
-		<-c.done
-		n := c.v
-		err = c.err
+		var (
+			n       node
+			listing *future[[]string]
+		)
+		if persist {
+			// A waiter sends the create by itself: the multi's reply tells
+			// whether the node is the key node's only child (see create),
+			// granted then without a listing; a waiter behind others lists
+			// the queue next (see firstMoves), without a goroutine for the
+			// create, whose reply it waits for anyway.
+			n, err = run(d, true, func() (node, error) { return d.create(prefix, kp) })
+		} else {
+			// Send the create and, right behind it, a listing of the queue:
+			// ZooKeeper answers a session's requests in the order sent, so
+			// the listing sees the new node, and the two cost one round
+			// trip. The create (in its own goroutine) is queued first unless
+			// the scheduler interleaves the goroutines otherwise; inspect
+			// then lists again.
+			c := start(d, true, func() (node, error) { return d.create(prefix, kp) })
+			runtime.Gosched()
+			listing = &future[[]string]{done: make(chan struct{})}
+			listing.v, _, listing.err = d.conn.Children(kp)
+			close(listing.done)
+			<-c.done
+			n, err = c.v, c.err
+		}
 		switch {
 		case err == nil:
 			n.listing = listing
@@ -107,8 +122,9 @@ func (d *zkDriver) create(prefix, kp string) (node, error) {
 				return node{}, err
 			}
 			n := node{path: res[0].String}
-			if res[1].Stat != nil && d.conn.SessionID() == sid {
-				n.czxid, n.session = res[1].Stat.Mzxid, sid
+			if st := res[1].Stat; st != nil && d.conn.SessionID() == sid {
+				n.czxid, n.session = st.Mzxid, sid
+				n.alone = st.NumChildren == 1
 			}
 			return n, nil
 		}
