@@ -93,8 +93,20 @@ func (h *harness) Crash(t *testing.T, l lock.Locker) {
 
 func (h *harness) kp(key string) string { return keyPath(testRoot, key) }
 
-func (h *harness) DeleteKey(ctx context.Context, key string) error {
+// children lists the nodes of key's queue after a sync: in an ensemble the
+// raw connection's server may not yet have applied a grant that another
+// server answered, and a stale listing would leave that grant in place
+// (DeleteKey) or miss it (Residue).
+func (h *harness) children(key string) ([]string, error) {
+	if _, err := h.raw.Sync(h.kp(key)); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return nil, err
+	}
 	children, _, err := h.raw.Children(h.kp(key))
+	return children, err
+}
+
+func (h *harness) DeleteKey(ctx context.Context, key string) error {
+	children, err := h.children(key)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -126,7 +138,7 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 }
 
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
-	children, _, err := h.raw.Children(h.kp(key))
+	children, err := h.children(key)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil
 	}
