@@ -17,6 +17,11 @@ const (
 	// batch of up to 1000 leases (lock's maxBatch).
 	redisnxBatch    = 100
 	rediswatchBatch = 1000
+	// driver/memcached's targets: Lock+Unlock within 1.2x of its four
+	// round trips (add, incr, gets, cas) priced at a version round trip;
+	// hand-off median under 2 ms with the default backoff.
+	memcachedRoundTrips = 4
+	memcachedHandoffMax = 2e6 // ns
 )
 
 func targets(t *table) []target {
@@ -40,6 +45,16 @@ func targets(t *table) []target {
 		zl, ok5 := t.value(s, "zk.Lock", "median")
 		add("uncontended: zookeeper median <= zk.Lock's",
 			fmt.Sprintf("%s vs %s: %.2fx", dur(z), dur(zl), z/zl), z <= zl, ok4 && ok5)
+		m, ok6 := t.value(s, "memcached", "median")
+		mb, ok7 := t.baseline(s, "memcached", "median") // two version round trips
+		rt := mb / 2
+		add("uncontended: memcached median <= 1.2 x its 4 round trips",
+			fmt.Sprintf("%s vs 4 x %s: %.2fx", dur(m), dur(rt), m/(memcachedRoundTrips*rt)),
+			m <= uncontendedVsPings*memcachedRoundTrips*rt, ok6 && ok7)
+	}
+	{
+		v, ok := t.value(scenHandoff, "memcached", "median")
+		add("hand-off: memcached median < 2ms (polling)", dur(v), v < memcachedHandoffMax, ok)
 	}
 
 	// Hand-off.
