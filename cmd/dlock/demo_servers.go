@@ -3,11 +3,6 @@
 package main
 
 import (
-	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,8 +20,7 @@ const canStartServers = true
 // and, should dlock die first, by the kernel (parent-death signal). The
 // DLOCK_*_ADDR variables of testserver name external servers instead.
 func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serverKind][]string, errs map[serverKind]error, stop func()) {
-	initTesting()
-	scope := &serverScope{logf: logf}
+	scope := testserver.NewScope("dlock-demo", logf)
 	addrs, errs = map[serverKind][]string{}, map[serverKind]error{}
 	var (
 		mu sync.Mutex
@@ -37,7 +31,7 @@ func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serv
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			a, err := scope.start(func(tb testing.TB) []string {
+			a, err := scope.Start(func(tb testing.TB) []string {
 				switch k {
 				case serverRedis:
 					return testserver.StartRedis(tb, nil).Addrs()
@@ -60,82 +54,5 @@ func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serv
 		}()
 	}
 	wg.Wait()
-	return addrs, errs, scope.run
-}
-
-// initTesting makes testing.Short usable outside "go test": testserver
-// calls it to skip server tests under -short.
-var initTesting = sync.OnceFunc(func() {
-	testing.Init()
-	flag.CommandLine.Parse(nil)
-})
-
-// serverScope is the testing.TB that testserver's Start functions get in
-// this program: they use it as a Lifetime (Cleanup, Logf) and to report
-// failure (Fatal, Skip), which ends the start with an error here. The
-// embedded TB is nil; no other method is called (a call would panic, and
-// start turns that into an error too).
-//
-// testserver exports its Start functions for testing.TB only; a start
-// function taking its Lifetime would make this adapter unnecessary.
-type serverScope struct {
-	testing.TB
-	logf func(string, ...any)
-
-	mu       sync.Mutex
-	cleanups []func()
-}
-
-// scopeAbort is the panic value of Fatal and Skip.
-type scopeAbort struct{ msg string }
-
-func (s *serverScope) start(f func(testing.TB) []string) (addrs []string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if a, ok := r.(scopeAbort); ok {
-				err = fmt.Errorf("%s", a.msg)
-			} else {
-				err = fmt.Errorf("starting the server: %v", r)
-			}
-		}
-	}()
-	return f(s), nil
-}
-
-func (s *serverScope) Helper()       {}
-func (s *serverScope) Name() string  { return "dlock-demo" }
-func (s *serverScope) Failed() bool  { return false }
-func (s *serverScope) Skipped() bool { return false }
-func (s *serverScope) Cleanup(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cleanups = append(s.cleanups, f)
-}
-func (s *serverScope) Log(args ...any)                 { s.logf("%s", fmt.Sprint(args...)) }
-func (s *serverScope) Logf(format string, args ...any) { s.logf(format, args...) }
-func (s *serverScope) Error(args ...any)               { s.Fatal(args...) }
-func (s *serverScope) Errorf(format string, args ...any) {
-	s.Fatalf(format, args...)
-}
-func (s *serverScope) Fatal(args ...any) { panic(scopeAbort{fmt.Sprint(args...)}) }
-func (s *serverScope) Fatalf(format string, args ...any) {
-	panic(scopeAbort{fmt.Sprintf(format, args...)})
-}
-func (s *serverScope) FailNow()                         { panic(scopeAbort{"failed"}) }
-func (s *serverScope) Skip(args ...any)                 { s.Fatal(args...) }
-func (s *serverScope) Skipf(format string, args ...any) { s.Fatalf(format, args...) }
-func (s *serverScope) SkipNow()                         { panic(scopeAbort{"skipped"}) }
-
-// run stops the servers, last started first, and removes the directory
-// that testserver keeps them in ($TMPDIR/dlock-testserver-<pid>, empty by
-// then).
-func (s *serverScope) run() {
-	s.mu.Lock()
-	fs := s.cleanups
-	s.cleanups = nil
-	s.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
-	os.Remove(filepath.Join(os.TempDir(), "dlock-testserver-"+strconv.Itoa(os.Getpid())))
+	return addrs, errs, scope.Stop
 }

@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -39,11 +40,11 @@ import (
 // kinds maps a -kinds name to its address variable and its start function.
 var kinds = map[string]struct {
 	env   string
-	start func(TB) []string
+	start func(testing.TB) []string
 }{
-	"redis":     {testserver.EnvRedisAddr, func(tb TB) []string { return testserver.StartRedis(tb, nil).Addrs() }},
-	"memcached": {testserver.EnvMemcachedAddr, func(tb TB) []string { return testserver.StartMemcached(tb, nil).Addrs() }},
-	"zookeeper": {testserver.EnvZooKeeperAddr, func(tb TB) []string { return testserver.StartZooKeeper(tb, nil).Addrs() }},
+	"redis":     {testserver.EnvRedisAddr, func(tb testing.TB) []string { return testserver.StartRedis(tb, nil).Addrs() }},
+	"memcached": {testserver.EnvMemcachedAddr, func(tb testing.TB) []string { return testserver.StartMemcached(tb, nil).Addrs() }},
+	"zookeeper": {testserver.EnvZooKeeperAddr, func(tb testing.TB) []string { return testserver.StartZooKeeper(tb, nil).Addrs() }},
 }
 
 func main() {
@@ -58,7 +59,6 @@ func run() int {
 		fs.PrintDefaults()
 	}
 	fs.Parse(os.Args[1:])
-	initTesting()
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "serve: "+format+"\n", args...) }
 
 	var names []string
@@ -73,8 +73,8 @@ func run() int {
 		names = append(names, k)
 	}
 
-	sc := &scope{logf: logf}
-	defer sc.stop()
+	sc := testserver.NewScope("serve", logf)
+	defer sc.Stop()
 	env, err := startAll(sc, names)
 	if err != nil {
 		logf("%v", err)
@@ -124,7 +124,7 @@ func run() int {
 
 // startAll starts the servers of names concurrently (ZooKeeper takes
 // seconds) and returns their NAME=ADDR assignments, in the order of names.
-func startAll(sc *scope, names []string) ([]string, error) {
+func startAll(sc *testserver.Scope, names []string) ([]string, error) {
 	env := make([]string, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
@@ -134,13 +134,13 @@ func startAll(sc *scope, names []string) ([]string, error) {
 			defer wg.Done()
 			k := kinds[name]
 			t0 := time.Now()
-			addrs, err := sc.start(k.start)
+			addrs, err := sc.Start(k.start)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %v", name, err)
 				return
 			}
 			env[i] = k.env + "=" + strings.Join(addrs, ",")
-			sc.logf("%-9s on %s (%v)", name, strings.Join(addrs, ","), time.Since(t0).Round(time.Millisecond))
+			sc.Logf("%-9s on %s (%v)", name, strings.Join(addrs, ","), time.Since(t0).Round(time.Millisecond))
 		}()
 	}
 	wg.Wait()
