@@ -15,7 +15,7 @@ import (
 // minimalRules is the ACL rule set the package doc says is enough on a
 // standalone server; clusterRules is what a Cluster needs on top.
 var (
-	minimalRules = strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +incr +del +pexpire +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*")
+	minimalRules = strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +incr +del +pexpire +exists +lindex +lrem +rpush +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*")
 	clusterRules = strings.Fields("+cluster|slots")
 )
 
@@ -41,7 +41,7 @@ func TestMinimalPermissions(t *testing.T) {
 
 // exercise runs every driver operation through Lockers opened from u:
 // grants, a held key, auto-renewal of several leases (batched), a Refresh,
-// a waiter woken by a release, Unlock and Close.
+// waiters woken by a release (one queued), Unlock and Close.
 func exercise(t *testing.T, u string) {
 	ctx := testCtx(t)
 	a, err := lock.Open(ctx, u+"?ttl=300ms")
@@ -75,25 +75,29 @@ func exercise(t *testing.T, u string) {
 	if err := leases[1].Refresh(ctx, time.Second); err != nil {
 		t.Fatalf("Refresh: %v", err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := b.Lock(ctx, k, lock.WithRetry(lock.LinearBackoff(time.Hour)))
-		if err == nil {
-			err = l.Unlock(ctx)
+	// A waiter with a retry strategy (woken through Subscribe), and one
+	// in the queue.
+	for i, opts := range [][]lock.Option{{lock.WithRetry(lock.LinearBackoff(time.Hour))}, nil} {
+		got := make(chan error, 1)
+		go func() {
+			l, err := b.Lock(ctx, leases[i].Key(), opts...)
+			if err == nil {
+				err = l.Unlock(ctx)
+			}
+			got <- err
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if err := leases[i].Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
 		}
-		got <- err
-	}()
-	time.Sleep(100 * time.Millisecond)
-	if err := leases[0].Unlock(ctx); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("waiter: %v", err)
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("waiter %d: %v", i, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiter %d not woken by the release", i)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("waiter not woken by the release")
 	}
 	for _, l := range []lock.Locker{a, b} {
 		if err := l.Close(); err != nil {

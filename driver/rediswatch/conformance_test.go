@@ -79,8 +79,8 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 	return h.admin.Del(ctx, counterKey(names.lockKey(key))).Err()
 }
 
-// Residue lists the lock key and any tombstone (a clean-up after a lost
-// grant reply leaves one for the lease's TTL).
+// Residue lists the lock key, the queue and its entries, and any tombstone
+// (a clean-up after a lost grant reply leaves one for the lease's TTL).
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	lk := names.lockKey(key)
 	node := h.admin
@@ -92,16 +92,23 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 		node = n
 	}
 	var left []string
-	if n, err := node.Exists(ctx, lk).Result(); err != nil {
-		return nil, err
-	} else if n > 0 {
-		left = append(left, lk)
+	for _, k := range []string{lk, waitQueue(lk)} {
+		if n, err := node.Exists(ctx, k).Result(); err != nil {
+			return nil, err
+		} else if n > 0 {
+			left = append(left, k)
+		}
 	}
-	iter := node.Scan(ctx, 0, globEscape(tombstone(lk, ""))+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		left = append(left, iter.Val())
+	for _, prefix := range []string{tombstone(lk, ""), waitEntry(lk, "")} {
+		iter := node.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			left = append(left, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			return nil, err
+		}
 	}
-	return left, iter.Err()
+	return left, nil
 }
 
 // globEscape quotes the characters special to Redis's glob patterns.

@@ -19,7 +19,7 @@ type execSent struct{}
 
 // Acquire makes one attempt at the grant, in two round trips:
 //
-//	WATCH counter tombstone; GET lock; GET counter; TIME
+//	WATCH counter tombstone; GET lock; GET counter; TIME; LINDEX queue 0
 //	MULTI; SET lock owner NX PX ttl; SET counter clock | INCR counter; EXEC
 //
 // When GET finds the key held, it sends UNWATCH and PTTL instead of the
@@ -28,6 +28,12 @@ type execSent struct{}
 // was granted the key first) or its SET NX finds the key taken meanwhile,
 // it returns a *driver.HeldError without a hint; lock retries, as for a
 // held key.
+//
+// A free key with a live waiter queued first (see queue.go) is that
+// waiter's: the attempt is refused with a *driver.HeldError, after a third
+// round trip that looks at the waiter's entry (WATCH entry; EXISTS entry)
+// and UNWATCH. A dead waiter's place is taken by the attempt, which removes
+// it from the queue in the transaction.
 //
 // The token is the server's clock in microseconds, or the counter plus one
 // when that is more (redisnx's rule): the counter is set to the clock when
@@ -42,11 +48,20 @@ type execSent struct{}
 // SET NX that fails inside the transaction still moves the counter on,
 // which fencing allows. The tombstone is watched so that this EXEC, if it
 // reaches the server after the caller gave up on it, is aborted by the
-// clean-up Release (see there).
+// clean-up Release (see there). A transaction that also changes the queue
+// does watch the lock key: the queue must change only with a grant.
 func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	return d.acquire(ctx, l, false)
+}
+
+// acquire is Acquire for a caller in the key's queue (queued) or not. A
+// queued caller that is granted the key leaves the queue in the same
+// transaction.
+func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, queued bool) error {
 	l.Data = nil
 	lk := d.lockKey(l.Key)
 	ck := counterKey(lk)
+	wq := waitQueue(lk)
 	ttl := px(l.TTL)
 	var (
 		granted bool
@@ -57,11 +72,18 @@ func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 			get     *redis.StringCmd
 			counter *redis.StringCmd
 			now     *redis.TimeCmd
+			head    *redis.StringCmd
 		)
-		err := watchAndRead(ctx, tx, []string{ck, tombstone(lk, l.Owner)}, func(p redis.Pipeliner) {
+		watch := []string{ck, tombstone(lk, l.Owner)}
+		if queued {
+			// The queue changes only with the grant: watch the key too.
+			watch = append(watch, lk)
+		}
+		err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
 			get = p.Get(ctx, lk)
 			counter = p.Get(ctx, ck)
 			now = p.Time(ctx)
+			head = p.LIndex(ctx, wq, 0)
 		})
 		if err != nil {
 			return err
@@ -70,6 +92,19 @@ func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 			// The UNWATCH costs a round trip anyway: read the PTTL with it,
 			// rather than on every grant.
 			return heldFor(unwatchPTTL(ctx, tx, lk))
+		}
+		first := head.Val() // "" when no one is queued
+		var dead string     // a dead waiter queued first
+		if first != "" && first != l.Owner {
+			alive, err := watchAlive(ctx, tx, lk, waitEntry(lk, first))
+			if err != nil {
+				return err
+			}
+			if alive {
+				unwatch(ctx, tx)
+				return &driver.HeldError{}
+			}
+			dead = first
 		}
 		var last int64 // a missing counter counts as 0
 		if counter.Err() == nil {
@@ -91,6 +126,13 @@ func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 				p.Set(ctx, ck, clock, 0)
 			} else {
 				incr = p.Incr(ctx, ck)
+			}
+			if dead != "" {
+				p.LRem(ctx, wq, 1, dead)
+			}
+			if queued {
+				p.LRem(ctx, wq, 1, l.Owner)
+				p.Del(ctx, waitEntry(lk, l.Owner))
 			}
 		})
 		if err != nil {
@@ -114,6 +156,23 @@ func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	l.Token = uint64(token)
 	l.Validity = ttl
 	return nil
+}
+
+// watchAlive watches the lock key lk and a waiter's entry, and reports
+// whether the entry exists (the waiter is alive), in one round trip. lk is
+// watched too because the transaction that follows takes a dead waiter's
+// place, which it must do only with the grant.
+func watchAlive(ctx context.Context, tx *redis.Tx, lk, entry string) (bool, error) {
+	var n *redis.IntCmd
+	if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "watch", lk, entry)
+		n = p.Exists(ctx, entry)
+		return nil
+	}); err != nil {
+		unwatchAfter(ctx, tx, err)
+		return false, err
+	}
+	return n.Val() > 0, nil
 }
 
 // unwatchPTTL releases the watch and reads lock's PTTL, in one round trip;

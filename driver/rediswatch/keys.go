@@ -9,12 +9,16 @@ import "strings"
 //	P{K}:fence          fencing counter
 //	P{K}:rel            release channel (pub/sub)
 //	P{K}:void:OWNER     tombstone of a grant abandoned after a lost reply
+//	P{K}:wq             queue of blocking Lock calls (list of owners)
+//	P{K}:we:OWNER       a queued owner's entry, alive while it waits
 //
 // The braces make K the Redis Cluster hash tag, so that a lock key, its
 // counter and its tombstones share a slot and one transaction can watch and
 // write them all. P{K} is injective in K (P has no braces, K is delimited by
 // them), and the kinds cannot meet: lock keys end in "}", counters in
-// ":fence", tombstones in 32 hex digits; channels have their own namespace.
+// ":fence", queues in ":wq", tombstones and entries in ":void:" and ":we:"
+// followed by 32 hex digits; channels have their own namespace. (redisnx's
+// queue is "P{K}:q" and "P{K}:w": the two drivers queue apart.)
 //
 // Redis hashes a name whose hash tag is empty ("{}") as a whole, which
 // would put P{}x} and P{}x}:fence in different slots. A key that starts
@@ -25,6 +29,8 @@ const (
 	counterSuffix = ":fence"
 	channelSuffix = ":rel"
 	voidInfix     = ":void:"
+	queueSuffix   = ":wq"
+	entryInfix    = ":we:"
 )
 
 func (d *watchDriver) lockKey(key string) string {
@@ -43,3 +49,5 @@ func (d *watchDriver) lockKey(key string) string {
 func counterKey(lk string) string       { return lk + counterSuffix }
 func channel(lk string) string          { return lk + channelSuffix }
 func tombstone(lk, owner string) string { return lk + voidInfix + owner }
+func waitQueue(lk string) string        { return lk + queueSuffix }
+func waitEntry(lk, owner string) string { return lk + entryInfix + owner }

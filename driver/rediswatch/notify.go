@@ -52,7 +52,13 @@ type notifier struct {
 	seq    uint64
 }
 
-type waiter struct{ c chan struct{} }
+// waiter is one subscriber of a channel: a queued Lock call (owner set),
+// woken only by a release that names it or names no one, or a caller of
+// Subscribe (owner ""), woken by every release.
+type waiter struct {
+	c     chan struct{}
+	owner string
+}
 
 func newNotifier(client redis.UniversalClient) *notifier {
 	return &notifier{client: client, healthEvery: defaultHealthEvery, subs: map[string]map[*waiter]struct{}{}, pings: map[string]chan struct{}{}}
@@ -60,10 +66,10 @@ func newNotifier(client redis.UniversalClient) *notifier {
 
 // Subscribe implements driver.Notifier.
 func (d *watchDriver) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return d.n.subscribe(ctx, channel(d.lockKey(key)))
+	return d.n.subscribe(ctx, channel(d.lockKey(key)), "")
 }
 
-func (n *notifier) subscribe(ctx context.Context, channel string) (<-chan struct{}, func(), error) {
+func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan struct{}, func(), error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
@@ -87,7 +93,7 @@ func (n *notifier) subscribe(ctx context.Context, channel string) (<-chan struct
 		set = map[*waiter]struct{}{}
 		n.subs[channel] = set
 	}
-	w := &waiter{c: make(chan struct{}, 1)}
+	w := &waiter{c: make(chan struct{}, 1), owner: owner}
 	set[w] = struct{}{}
 	n.seq++
 	token := "dlock-sub-" + strconv.FormatUint(n.seq, 10)
@@ -195,18 +201,23 @@ func (n *notifier) read(ctx context.Context, ps *redis.PubSub) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			n.wake(m.Channel)
+			n.wake(m.Channel, m.Payload)
 		case *redis.Pong:
 			n.ack(m.Payload)
 		}
 	}
 }
 
-func (n *notifier) wake(channel string) {
+// wake passes a release on channel to its waiters: a release that names
+// the owner queued first (payload) wakes that owner's waiter and the
+// Subscribe callers; one that names no one wakes every waiter.
+func (n *notifier) wake(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for w := range n.subs[channel] {
-		w.signal()
+		if payload == "" || w.owner == "" || w.owner == payload {
+			w.signal()
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,7 +68,7 @@ func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker 
 	return lock.New(newDriver(client, prefix, owns), lo)
 }
 
-// watchDriver implements driver.Driver, driver.Notifier and
+// watchDriver implements driver.Driver, driver.Queuer, driver.Notifier and
 // driver.BatchRefresher with WATCH/MULTI/EXEC transactions only.
 type watchDriver struct {
 	client redis.UniversalClient
@@ -76,6 +77,7 @@ type watchDriver struct {
 	bad    error // invalid configuration, reported by Validate
 	n      *notifier
 	stats  counters
+	bg     sync.WaitGroup // leaves of the queue still under way; Close waits
 
 	maxAttempts int
 	// beforeExec, when set (by tests), runs between a transaction's read
@@ -147,6 +149,7 @@ func (d *watchDriver) As(target any) bool {
 // Close stops the release subscription and closes the client if the
 // driver opened it.
 func (d *watchDriver) Close() error {
+	d.bg.Wait()
 	err := d.n.close()
 	if d.owns && d.client != nil {
 		if cerr := d.client.Close(); cerr != nil && !errors.Is(cerr, redis.ErrClosed) {

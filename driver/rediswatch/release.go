@@ -11,8 +11,11 @@ import (
 
 // Release deletes l's grant and announces it, in two round trips:
 //
-//	WATCH lock; GET lock
-//	MULTI; DEL lock; PUBLISH channel ""; EXEC      (if GET == l.Owner)
+//	WATCH lock; LINDEX queue 0; GET lock
+//	MULTI; DEL lock; PUBLISH channel FIRST; EXEC   (if GET == l.Owner)
+//
+// FIRST is the owner queued first, who alone is woken to take the key (see
+// queue.go), or "" when no one is queued, which wakes every waiter.
 //
 // It finds the grant by l.Owner alone, so it also cleans up after an
 // Acquire whose outcome is unknown (l.Token unset). If that Acquire never
@@ -31,13 +34,18 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	lk := d.lockKey(l.Key)
 	ch := channel(lk)
-	var before func(p redis.Pipeliner)
-	if tomb != "" {
-		before = func(p redis.Pipeliner) { p.Set(ctx, tomb, "", max(px(l.TTL), 1)) }
+	var head *redis.StringCmd
+	before := func(p redis.Pipeliner) {
+		if tomb != "" {
+			p.Set(ctx, tomb, "", max(px(l.TTL), 1))
+		}
+		head = p.LIndex(ctx, waitQueue(lk), 0)
 	}
 	return d.ownerTx(ctx, "release", lk, l.Owner, before, func(p redis.Pipeliner) *redis.IntCmd {
 		del := p.Del(ctx, lk)
-		p.Publish(ctx, ch, "")
+		// The first waiter queued, named, is the one to take the key; ""
+		// (none queued) wakes every waiter.
+		p.Publish(ctx, ch, head.Val())
 		return del
 	})
 }

@@ -1,0 +1,196 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/redis/go-redis/v9"
+)
+
+// A blocking Lock waits in a queue kept on the server with plain commands:
+//
+//	P{K}:wq          list of the queued owners, the first in line at its head
+//	P{K}:we:OWNER    a queued owner's entry, expiring entryLife after the
+//	                 waiter last renewed it
+//
+// A waiter whose entry is gone is dead (its process crashed, was cut off,
+// or paused past entryLife) and has lost its place.
+//
+// A free key with a live waiter first in line is that waiter's: every
+// other attempt is refused (see acquire). A release names the first waiter
+// on the key's channel, and only that waiter is woken: it takes the key
+// with an ordinary grant transaction, which also takes it out of the
+// queue. So a releaser cannot take the key back ahead of those who waited,
+// and a release wakes one waiter, not all of them.
+//
+// No transaction watches the queue, so joining, renewing and leaving never
+// abort a grant or a release: what must not change under a grant is
+// watched instead (the lock key, and the entry of a dead waiter whose
+// place it takes).
+//
+// Every heartbeat a waiter renews its entry and tries again. That finds a
+// release whose message was lost, a release by a client that names no one
+// (redisnx, redsync, redislock), an expired holder, and a dead waiter in
+// first place, whose place the attempt takes.
+const (
+	entryLife = 3 * time.Second
+	heartbeat = time.Second
+	// leaveWait is how long a Lock call that gives up waits for its
+	// leave; a slower one goes on in the background, bounded by
+	// leaveTimeout, and Close waits for it.
+	leaveWait    = time.Second
+	leaveTimeout = 5 * time.Second
+)
+
+var _ driver.Queuer = (*watchDriver)(nil)
+
+// AcquireWait implements driver.Queuer: a plain attempt; if the key is
+// held, it joins the key's queue and tries again whenever a release names
+// it (or no one), or a heartbeat or the holder's expiry comes, until it is
+// granted or ctx ends. On any failure it leaves the queue, and removes a
+// grant whose reply it did not get.
+func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
+	start := time.Now()
+	lk := d.lockKey(l.Key)
+	// Subscribe before the first attempt, so that a release after it is
+	// not missed.
+	news, unsub, err := d.n.subscribe(ctx, channel(lk), l.Owner)
+	switch {
+	case err == nil:
+		defer unsub()
+	case ctx.Err() != nil || errors.Is(err, errNotifierClosed):
+		return err
+	default:
+		news = nil // no notification: the heartbeat polls
+	}
+	var (
+		queued  bool
+		renewed time.Time // when the entry was last made or renewed
+		t       *time.Timer
+	)
+	for {
+		sent := time.Now()
+		err := d.acquire(ctx, l, queued)
+		if err == nil {
+			// lock counts the validity from the start of this call.
+			l.Validity += sent.Sub(start)
+			return nil
+		}
+		var held *driver.HeldError
+		if !errors.As(err, &held) {
+			_, unknown := l.Data.(execSent)
+			d.leave(l, queued, unknown)
+			return err
+		}
+		if !queued || time.Since(renewed) >= heartbeat {
+			at := time.Now()
+			joined, err := d.join(ctx, lk, l.Owner, queued)
+			if err != nil {
+				d.leave(l, true, false)
+				return withCtx(ctx, err)
+			}
+			renewed = at
+			if !queued || joined {
+				// Now in the queue (again, at its end, if the entry had
+				// died): try at once, the key may have been freed meanwhile.
+				queued = true
+				continue
+			}
+		}
+		wait := heartbeat - time.Since(renewed)
+		if held.RetryAfter > 0 && held.RetryAfter < wait {
+			wait = held.RetryAfter // the holder's grant expires then
+		}
+		if t == nil {
+			t = time.NewTimer(wait)
+			defer t.Stop()
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-news:
+		case <-t.C:
+		case <-ctx.Done():
+			d.leave(l, true, false)
+			return ctx.Err()
+		}
+	}
+}
+
+// join puts owner at the end of lk's queue with a fresh entry, or, when
+// renew is set, renews the entry of an owner already queued and joins
+// again only if the entry died. It reports whether it joined. One round
+// trip (two when a renewal finds the entry gone).
+func (d *watchDriver) join(ctx context.Context, lk, owner string, renew bool) (joined bool, err error) {
+	wq, entry := waitQueue(lk), waitEntry(lk, owner)
+	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		if renew {
+			var alive *redis.BoolCmd
+			if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+				alive = p.PExpire(ctx, entry, entryLife)
+				p.PExpire(ctx, wq, 2*entryLife)
+				return nil
+			}); err != nil {
+				return err
+			}
+			if alive.Val() {
+				return nil
+			}
+		}
+		joined = true
+		// One transaction: no one may see the owner queued without its
+		// entry (it would count as dead).
+		return exec(ctx, tx, func(p redis.Pipeliner) {
+			p.LRem(ctx, wq, 0, owner)
+			p.Set(ctx, entry, "", entryLife)
+			p.RPush(ctx, wq, owner)
+			p.PExpire(ctx, wq, 2*entryLife)
+		})
+	})
+	return joined, err
+}
+
+// leave ends an AcquireWait that did not get the key: it removes a grant
+// whose reply was lost (unknown, see Release) and takes l's owner out of
+// the queue (queued), waking the other waiters if it was first in line, so
+// that the next one takes a free key at once. It waits at most leaveWait;
+// an entry it could not remove dies after entryLife.
+func (d *watchDriver) leave(l *driver.Lease, queued, unknown bool) {
+	if !queued && !unknown {
+		return
+	}
+	d.bg.Add(1) // lock calls Close only after every call returned
+	done := make(chan struct{})
+	go func() {
+		defer d.bg.Done()
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		defer cancel()
+		if unknown {
+			_ = d.Release(ctx, l)
+		}
+		if queued {
+			lk := d.lockKey(l.Key)
+			_ = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+				var first *redis.StringCmd
+				err := exec(ctx, tx, func(p redis.Pipeliner) {
+					first = p.LIndex(ctx, waitQueue(lk), 0)
+					p.LRem(ctx, waitQueue(lk), 0, l.Owner)
+					p.Del(ctx, waitEntry(lk, l.Owner))
+				})
+				if err == nil && first.Val() == l.Owner {
+					err = tx.Publish(ctx, channel(lk), "").Err()
+				}
+				return err
+			})
+		}
+	}()
+	t := time.NewTimer(leaveWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
