@@ -51,13 +51,28 @@ type execSent struct{}
 // clean-up Release (see there). A transaction that also changes the queue
 // does watch the lock key: the queue must change only with a grant.
 func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	return d.acquire(ctx, l, false)
+	_, err := d.acquire(ctx, l, tryOnce)
+	return err
 }
 
-// acquire is Acquire for a caller in the key's queue (queued) or not. A
-// queued caller that is granted the key leaves the queue in the same
-// transaction.
-func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, queued bool) error {
+// attempt is how acquire treats the key's queue.
+type attempt int
+
+const (
+	// tryOnce: Acquire's single attempt, which takes a dead waiter's place.
+	tryOnce attempt = iota
+	// tryThenJoin: AcquireWait's first attempt, which joins the queue
+	// when the key is held or someone is queued, in the round trip that
+	// releases the watch (see unwatchAndJoin).
+	tryThenJoin
+	// queued: the attempt of a caller in the queue, which leaves it in the
+	// transaction that grants it the key.
+	queued
+)
+
+// acquire makes an attempt of kind how; joined reports that a tryThenJoin
+// attempt joined the queue.
+func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt) (joined bool, err error) {
 	l.Data = nil
 	lk := d.lockKey(l.Key)
 	ck := counterKey(lk)
@@ -67,7 +82,8 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, queued bool)
 		granted bool
 		token   int64
 	)
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		joined = false
 		var (
 			get     *redis.StringCmd
 			counter *redis.StringCmd
@@ -75,7 +91,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, queued bool)
 			head    *redis.StringCmd
 		)
 		watch := []string{ck, tombstone(lk, l.Owner)}
-		if queued {
+		if how == queued {
 			// The queue changes only with the grant: watch the key too.
 			watch = append(watch, lk)
 		}
@@ -88,13 +104,24 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, queued bool)
 		if err != nil {
 			return err
 		}
+		first := head.Val() // "" when no one is queued
+		if how == tryThenJoin && (get.Err() == nil || first != "") {
+			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner)
+			if err != nil {
+				return err
+			}
+			joined = true
+			if get.Err() != nil {
+				return &driver.HeldError{} // free, but others queued first
+			}
+			return heldFor(pttl)
+		}
 		if get.Err() == nil {
 			// The UNWATCH costs a round trip anyway: read the PTTL with it,
 			// rather than on every grant.
 			return heldFor(unwatchPTTL(ctx, tx, lk))
 		}
-		first := head.Val() // "" when no one is queued
-		var dead string     // a dead waiter queued first
+		var dead string // a dead waiter queued first
 		if first != "" && first != l.Owner {
 			alive, err := watchAlive(ctx, tx, lk, waitEntry(lk, first))
 			if err != nil {
@@ -130,7 +157,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, queued bool)
 			if dead != "" {
 				p.LRem(ctx, wq, 1, dead)
 			}
-			if queued {
+			if how == queued {
 				p.LRem(ctx, wq, 1, l.Owner)
 				p.Del(ctx, waitEntry(lk, l.Owner))
 			}
@@ -147,15 +174,15 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, queued bool)
 	switch {
 	case errors.Is(err, errAborted):
 		d.stats.grantAborts.Add(1)
-		return &driver.HeldError{}
+		return false, &driver.HeldError{}
 	case err != nil:
-		return withCtx(ctx, err)
+		return joined, withCtx(ctx, err)
 	case !granted:
-		return &driver.HeldError{}
+		return false, &driver.HeldError{}
 	}
 	l.Token = uint64(token)
 	l.Validity = ttl
-	return nil
+	return false, nil
 }
 
 // watchAlive watches the lock key lk and a waiter's entry, and reports

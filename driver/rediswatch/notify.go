@@ -14,10 +14,11 @@ import (
 
 // Waiting: one pub/sub connection per Locker, opened on the first
 // Subscribe, carries every key's release channel. Channels are reference
-// counted: the first waiter on a key subscribes, the last one unsubscribes.
-// A Subscribe returns once the server has processed its SUBSCRIBE (a PING
-// queued behind it has been answered), so a release published after it
-// returns is seen. One goroutine reads the connection and wakes the
+// counted: the first waiter on a key subscribes; the subscription outlives
+// the last one by defaultLinger, so that a key locked again and again (a hot key)
+// is not subscribed anew for every wait. A Subscribe returns once the
+// server has processed the channel's SUBSCRIBE (a PING queued behind it
+// has been answered), so a release published after it returns is seen. One goroutine reads the connection and wakes the
 // waiters of each message's channel; it stops in Close.
 //
 // go-redis reconnects and resubscribes after a connection error. A release
@@ -32,6 +33,9 @@ const (
 	// the subscription; past it, the waiter still has its retry backoff.
 	confirmWait = 2 * time.Second
 	maxErrWait  = time.Second
+	// defaultLinger is how long a channel stays subscribed after its last
+	// waiter.
+	defaultLinger = 5 * time.Second
 )
 
 var errNotifierClosed = errors.New("rediswatch: locker closed")
@@ -39,6 +43,7 @@ var errNotifierClosed = errors.New("rediswatch: locker closed")
 type notifier struct {
 	client      redis.UniversalClient
 	healthEvery time.Duration // set before the first subscribe
+	linger      time.Duration // defaultLinger; set before the first subscribe
 	reconnects  atomic.Uint64
 
 	mu     sync.Mutex
@@ -47,9 +52,24 @@ type notifier struct {
 	ctx    context.Context // of the reader's calls (a dial, say); ends in close
 	stop   context.CancelFunc
 	done   chan struct{} // closed when the reader goroutine ends
-	subs   map[string]map[*waiter]struct{}
-	pings  map[string]chan struct{} // PING payload -> closed when answered
+	subs   map[string]*subscription
+	pings  map[string]*subscription // PING payload -> the channel it confirms
 	seq    uint64
+}
+
+// subscription is the state of one subscribed channel.
+type subscription struct {
+	waiters map[*waiter]struct{}
+	ready   chan struct{} // closed once the server processed the SUBSCRIBE
+	idle    *time.Timer   // without waiters: unsubscribes when it fires
+}
+
+func (s *subscription) confirm() {
+	select {
+	case <-s.ready:
+	default:
+		close(s.ready)
+	}
 }
 
 // waiter is one subscriber of a channel: a queued Lock call (owner set),
@@ -61,7 +81,7 @@ type waiter struct {
 }
 
 func newNotifier(client redis.UniversalClient) *notifier {
-	return &notifier{client: client, healthEvery: defaultHealthEvery, subs: map[string]map[*waiter]struct{}{}, pings: map[string]chan struct{}{}}
+	return &notifier{client: client, healthEvery: defaultHealthEvery, linger: defaultLinger, subs: map[string]*subscription{}, pings: map[string]*subscription{}}
 }
 
 // Subscribe implements driver.Notifier.
@@ -81,8 +101,9 @@ func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan
 		n.done = make(chan struct{})
 		go n.read(n.ctx, n.ps)
 	}
-	set := n.subs[channel]
-	if set == nil {
+	sub := n.subs[channel]
+	var token string
+	if sub == nil {
 		if err := n.ps.Subscribe(ctx, channel); err != nil {
 			// go-redis remembers the channel for resubscription even when
 			// the command could not be sent; make it forget.
@@ -90,35 +111,34 @@ func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan
 			n.mu.Unlock()
 			return nil, nil, withCtx(ctx, err)
 		}
-		set = map[*waiter]struct{}{}
-		n.subs[channel] = set
+		sub = &subscription{waiters: map[*waiter]struct{}{}, ready: make(chan struct{})}
+		n.subs[channel] = sub
+		n.seq++
+		token = "dlock-sub-" + strconv.FormatUint(n.seq, 10)
+		n.pings[token] = sub
+		if err := n.ps.Ping(ctx, token); err != nil {
+			delete(n.pings, token)
+			sub.confirm() // unconfirmed: the waiter still has its heartbeat
+		}
+	}
+	if sub.idle != nil {
+		sub.idle.Stop()
+		sub.idle = nil
 	}
 	w := &waiter{c: make(chan struct{}, 1), owner: owner}
-	set[w] = struct{}{}
-	n.seq++
-	token := "dlock-sub-" + strconv.FormatUint(n.seq, 10)
-	ack := make(chan struct{})
-	n.pings[token] = ack
-	if err := n.ps.Ping(ctx, token); err != nil {
-		delete(n.pings, token)
-		ack = nil
-	}
+	sub.waiters[w] = struct{}{}
 	n.mu.Unlock()
 
-	cancel := sync.OnceFunc(func() { n.unsubscribe(channel, w) })
-	if ack != nil {
+	cancel := sync.OnceFunc(func() { n.unsubscribe(channel, sub, w) })
+	select {
+	case <-sub.ready:
+	default:
 		t := time.NewTimer(confirmWait)
 		defer t.Stop()
 		select {
-		case <-ack:
+		case <-sub.ready:
 		case <-t.C:
-			n.mu.Lock()
-			delete(n.pings, token)
-			n.mu.Unlock()
 		case <-ctx.Done():
-			n.mu.Lock()
-			delete(n.pings, token)
-			n.mu.Unlock()
 			cancel()
 			return nil, nil, ctx.Err()
 		}
@@ -126,20 +146,40 @@ func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan
 	return w.c, cancel, nil
 }
 
-func (n *notifier) unsubscribe(channel string, w *waiter) {
+// confirmed reports whether channel is subscribed, the server having
+// processed the SUBSCRIBE: a Subscribe on it returns at once.
+func (n *notifier) confirmed(channel string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	set := n.subs[channel]
-	if _, ok := set[w]; !ok {
+	sub := n.subs[channel]
+	if sub == nil {
+		return false
+	}
+	select {
+	case <-sub.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// unsubscribe removes w from channel's waiters; the last one leaves the
+// channel subscribed for linger more.
+func (n *notifier) unsubscribe(channel string, sub *subscription, w *waiter) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(sub.waiters, w)
+	if len(sub.waiters) > 0 || n.closed || n.subs[channel] != sub {
 		return
 	}
-	delete(set, w)
-	if len(set) == 0 {
-		delete(n.subs, channel)
-		if !n.closed {
+	sub.idle = time.AfterFunc(n.linger, func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.subs[channel] == sub && len(sub.waiters) == 0 && !n.closed {
+			delete(n.subs, channel)
 			n.unsubscribeLocked(channel)
 		}
-	}
+	})
 }
 
 func (n *notifier) unsubscribeLocked(channel string) {
@@ -214,7 +254,11 @@ func (n *notifier) read(ctx context.Context, ps *redis.PubSub) {
 func (n *notifier) wake(channel, payload string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for w := range n.subs[channel] {
+	sub := n.subs[channel]
+	if sub == nil {
+		return
+	}
+	for w := range sub.waiters {
 		if payload == "" || w.owner == "" || w.owner == payload {
 			w.signal()
 		}
@@ -226,22 +270,20 @@ func (n *notifier) wake(channel, payload string) {
 func (n *notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for _, set := range n.subs {
-		for w := range set {
+	for _, sub := range n.subs {
+		for w := range sub.waiters {
 			w.signal()
 		}
+		sub.confirm()
 	}
-	for token, ack := range n.pings {
-		close(ack)
-		delete(n.pings, token)
-	}
+	clear(n.pings)
 }
 
 func (n *notifier) ack(token string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if ack, ok := n.pings[token]; ok {
-		close(ack)
+	if sub, ok := n.pings[token]; ok {
+		sub.confirm()
 		delete(n.pings, token)
 	}
 }
@@ -262,6 +304,11 @@ func (n *notifier) close() error {
 	}
 	n.closed = true
 	ps := n.ps
+	for _, sub := range n.subs {
+		if sub.idle != nil {
+			sub.idle.Stop()
+		}
+	}
 	n.mu.Unlock()
 	if ps == nil {
 		return nil

@@ -24,12 +24,13 @@ func received(c <-chan struct{}, within time.Duration) bool {
 }
 
 // Waiters on one key share one channel subscription, subscribed by the
-// first and unsubscribed by the last; a release wakes them all.
+// first and unsubscribed linger after the last; a release wakes them all.
 func TestSubscribeSharesChannels(t *testing.T) {
 	rdb := standalone(t)
 	ctx := testCtx(t)
 	d := newDriver(rdb, DefaultPrefix, false)
 	defer d.Close()
+	d.n.linger = 300 * time.Millisecond
 	k := testKey(t)
 	ch := channel(d.lockKey(k))
 	numsub := func() int64 { return rdb.PubSubNumSub(ctx, ch).Val()[ch] }
@@ -67,7 +68,16 @@ func TestSubscribeSharesChannels(t *testing.T) {
 		t.Fatalf("a release did not wake the remaining waiter")
 	}
 	cancel2()
+	if n := numsub(); n != 1 {
+		t.Fatalf("PUBSUB NUMSUB = %d right after the last waiter left, want 1 (kept for linger)", n)
+	}
+	if !d.n.confirmed(ch) {
+		t.Fatalf("channel not confirmed while kept")
+	}
 	waitNumsub(0)
+	if d.n.confirmed(ch) {
+		t.Fatalf("channel still confirmed after linger")
+	}
 }
 
 // After the pub/sub connection is killed, go-redis reconnects and

@@ -35,8 +35,9 @@ import (
 // (redisnx, redsync, redislock), an expired holder, and a dead waiter in
 // first place, whose place the attempt takes.
 const (
-	entryLife = 3 * time.Second
-	heartbeat = time.Second
+	entryLife   = 3 * time.Second
+	entryLifeMS = int64(entryLife / time.Millisecond)
+	heartbeat   = time.Second
 	// leaveWait is how long a Lock call that gives up waits for its
 	// leave; a slower one goes on in the background, bounded by
 	// leaveTimeout, and Close waits for it.
@@ -54,25 +55,42 @@ var _ driver.Queuer = (*watchDriver)(nil)
 func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 	start := time.Now()
 	lk := d.lockKey(l.Key)
-	// Subscribe before the first attempt, so that a release after it is
-	// not missed.
-	news, unsub, err := d.n.subscribe(ctx, channel(lk), l.Owner)
-	switch {
-	case err == nil:
-		defer unsub()
-	case ctx.Err() != nil || errors.Is(err, errNotifierClosed):
-		return err
-	default:
-		news = nil // no notification: the heartbeat polls
+	var (
+		news <-chan struct{} // nil: no notification, the heartbeat polls
+		stop func()
+	)
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	listen := func() error {
+		c, unsub, err := d.n.subscribe(ctx, channel(lk), l.Owner)
+		switch {
+		case err == nil:
+			news, stop = c, unsub
+		case ctx.Err() != nil || errors.Is(err, errNotifierClosed):
+			return withCtx(ctx, err)
+		}
+		return nil
+	}
+	// Listen before the first attempt if the channel is subscribed already
+	// (that costs nothing), so that a release after the attempt is heard.
+	// Otherwise the first attempt goes without: the key is often free.
+	early := d.n.confirmed(channel(lk))
+	if early {
+		if err := listen(); err != nil {
+			return err
+		}
 	}
 	var (
-		queued  bool
+		how     = tryThenJoin
 		renewed time.Time // when the entry was last made or renewed
 		t       *time.Timer
 	)
 	for {
 		sent := time.Now()
-		err := d.acquire(ctx, l, queued)
+		joined, err := d.acquire(ctx, l, how)
 		if err == nil {
 			// lock counts the validity from the start of this call.
 			l.Validity += sent.Sub(start)
@@ -81,23 +99,34 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 		var held *driver.HeldError
 		if !errors.As(err, &held) {
 			_, unknown := l.Data.(execSent)
-			d.leave(l, queued, unknown)
+			d.leave(l, true, unknown)
 			return err
 		}
-		if !queued || time.Since(renewed) >= heartbeat {
+		if joined {
+			renewed = sent
+		} else if how == tryThenJoin || time.Since(renewed) >= heartbeat {
+			// Join now (the first attempt did not: its transaction was
+			// aborted), or renew the entry, joining again if it died.
 			at := time.Now()
-			joined, err := d.join(ctx, lk, l.Owner, queued)
+			joined, err = d.join(ctx, lk, l.Owner, how == queued)
 			if err != nil {
 				d.leave(l, true, false)
 				return withCtx(ctx, err)
 			}
 			renewed = at
-			if !queued || joined {
-				// Now in the queue (again, at its end, if the entry had
-				// died): try at once, the key may have been freed meanwhile.
-				queued = true
-				continue
+		}
+		first := how == tryThenJoin
+		how = queued
+		if first && !early {
+			if err := listen(); err != nil {
+				d.leave(l, true, false)
+				return err
 			}
+		}
+		if joined && (!early || !first) {
+			// Queued (again, at the end, if the entry had died) while the
+			// subscription could not hear of a release: try at once.
+			continue
 		}
 		wait := heartbeat - time.Since(renewed)
 		if held.RetryAfter > 0 && held.RetryAfter < wait {
@@ -117,6 +146,37 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// joinCmds queues the commands that put owner at the end of lk's queue
+// with a fresh entry, for a MULTI/EXEC: no one may see the owner queued
+// without its entry (it would count as dead).
+func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner string) {
+	wq := waitQueue(lk)
+	p.Do(ctx, "lrem", wq, 0, owner)
+	p.Do(ctx, "set", waitEntry(lk, owner), "", "px", entryLifeMS)
+	p.Do(ctx, "rpush", wq, owner)
+	p.Do(ctx, "pexpire", wq, 2*entryLifeMS)
+}
+
+// unwatchAndJoin releases tx's watch, reads lk's PTTL and puts owner in
+// lk's queue, in one round trip:
+//
+//	UNWATCH; PTTL lock; MULTI; LREM queue; SET entry PX; RPUSH queue; PEXPIRE queue; EXEC
+func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner string) (time.Duration, error) {
+	var pttl *redis.DurationCmd
+	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "unwatch")
+		pttl = p.PTTL(ctx, lk)
+		p.Do(ctx, "multi")
+		joinCmds(ctx, p, lk, owner)
+		p.Do(ctx, "exec")
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return pttl.Val(), nil
 }
 
 // join puts owner at the end of lk's queue with a fresh entry, or, when
@@ -140,14 +200,7 @@ func (d *watchDriver) join(ctx context.Context, lk, owner string, renew bool) (j
 			}
 		}
 		joined = true
-		// One transaction: no one may see the owner queued without its
-		// entry (it would count as dead).
-		return exec(ctx, tx, func(p redis.Pipeliner) {
-			p.LRem(ctx, wq, 0, owner)
-			p.Set(ctx, entry, "", entryLife)
-			p.RPush(ctx, wq, owner)
-			p.PExpire(ctx, wq, 2*entryLife)
-		})
+		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner) })
 	})
 	return joined, err
 }
