@@ -51,7 +51,7 @@ type execSent struct{}
 // clean-up Release (see there). A transaction that also changes the queue
 // does watch the lock key: the queue must change only with a grant.
 func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	_, err := d.acquire(ctx, l, tryOnce)
+	_, err := d.acquire(ctx, l, tryOnce, "")
 	return err
 }
 
@@ -71,8 +71,9 @@ const (
 )
 
 // acquire makes an attempt of kind how; joined reports that a tryThenJoin
-// attempt joined the queue.
-func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt) (joined bool, err error) {
+// attempt joined the queue, where inbox is the channel to name the caller
+// on (see queueElem).
+func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox string) (joined bool, err error) {
 	l.Data = nil
 	lk := d.lockKey(l.Key)
 	ck := counterKey(lk)
@@ -104,9 +105,9 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt)
 		if err != nil {
 			return err
 		}
-		first := head.Val() // "" when no one is queued
+		first, _ := splitElem(head.Val()) // "" when no one is queued
 		if how == tryThenJoin && (get.Err() == nil || first != "") {
-			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner)
+			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner, inbox)
 			if err != nil {
 				return err
 			}
@@ -131,7 +132,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt)
 				unwatch(ctx, tx)
 				return &driver.HeldError{}
 			}
-			dead = first
+			dead = head.Val()
 		}
 		var last int64 // a missing counter counts as 0
 		if counter.Err() == nil {
@@ -158,8 +159,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt)
 				p.LRem(ctx, wq, 1, dead)
 			}
 			if how == queued {
-				p.LRem(ctx, wq, 1, l.Owner)
-				p.Del(ctx, waitEntry(lk, l.Owner))
+				leaveCmds(ctx, p, lk, l.Owner, d.n.inbox)
 			}
 		})
 		if err != nil {

@@ -9,7 +9,8 @@ import "strings"
 //	P{K}:fence          fencing counter
 //	P{K}:rel            release channel (pub/sub)
 //	P{K}:void:OWNER     tombstone of a grant abandoned after a lost reply
-//	P{K}:wq             queue of blocking Lock calls (list of owners)
+//	P{K}:wq             queue of blocking Lock calls (list of "OWNER INBOX")
+//	Pinbox:ID           a Locker's inbox channel (ID: 32 hex digits)
 //	P{K}:we:OWNER       a queued owner's entry, alive while it waits
 //
 // The braces make K the Redis Cluster hash tag, so that a lock key, its
@@ -30,7 +31,10 @@ const (
 	channelSuffix = ":rel"
 	voidInfix     = ":void:"
 	queueSuffix   = ":wq"
-	entryInfix    = ":we:"
+	// inboxInfix names a Locker's inbox channel: P + "inbox:" + 32 hex
+	// digits (see notify.go).
+	inboxInfix = "inbox:"
+	entryInfix = ":we:"
 )
 
 func (d *watchDriver) lockKey(key string) string {
@@ -51,3 +55,18 @@ func channel(lk string) string          { return lk + channelSuffix }
 func tombstone(lk, owner string) string { return lk + voidInfix + owner }
 func waitQueue(lk string) string        { return lk + queueSuffix }
 func waitEntry(lk, owner string) string { return lk + entryInfix + owner }
+
+// queueElem is a waiter's element in a queue: its owner and, when it has
+// one, the inbox channel of its Locker, where releases name it.
+func queueElem(owner, inbox string) string {
+	if inbox == "" {
+		return owner
+	}
+	return owner + " " + inbox
+}
+
+// splitElem splits a queue element into owner and inbox ("" without one).
+func splitElem(e string) (owner, inbox string) {
+	owner, inbox, _ = strings.Cut(e, " ")
+	return owner, inbox
+}

@@ -2,6 +2,7 @@ package rediswatch
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"net"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -18,7 +20,13 @@ import (
 // the last one by defaultLinger, so that a key locked again and again (a hot key)
 // is not subscribed anew for every wait. A Subscribe returns once the
 // server has processed the channel's SUBSCRIBE (a PING queued behind it
-// has been answered), so a release published after it returns is seen. One goroutine reads the connection and wakes the
+// has been answered), so a release published after it returns is seen.
+//
+// A queued waiter (see queue.go) is also reachable through its Locker's
+// inbox, a channel of its own (P + "inbox:" + 32 hex digits) subscribed
+// on the first queued wait and kept until Close: a release names the
+// first waiter on that waiter's inbox, so that one message reaches one
+// Locker, instead of every Locker waiting on the key. One goroutine reads the connection and wakes the
 // waiters of each message's channel; it stops in Close.
 //
 // go-redis reconnects and resubscribes after a connection error. A release
@@ -44,6 +52,7 @@ type notifier struct {
 	client      redis.UniversalClient
 	healthEvery time.Duration // set before the first subscribe
 	linger      time.Duration // defaultLinger; set before the first subscribe
+	inbox       string        // this Locker's inbox channel
 	reconnects  atomic.Uint64
 
 	mu     sync.Mutex
@@ -53,6 +62,7 @@ type notifier struct {
 	stop   context.CancelFunc
 	done   chan struct{} // closed when the reader goroutine ends
 	subs   map[string]*subscription
+	owners map[string]*waiter       // queued waiters, reached through the inbox
 	pings  map[string]*subscription // PING payload -> the channel it confirms
 	seq    uint64
 }
@@ -80,8 +90,13 @@ type waiter struct {
 	owner string
 }
 
-func newNotifier(client redis.UniversalClient) *notifier {
-	return &notifier{client: client, healthEvery: defaultHealthEvery, linger: defaultLinger, subs: map[string]*subscription{}, pings: map[string]*subscription{}}
+func newNotifier(client redis.UniversalClient, prefix string) *notifier {
+	id := uuid.New()
+	return &notifier{
+		client: client, healthEvery: defaultHealthEvery, linger: defaultLinger,
+		inbox: prefix + inboxInfix + hex.EncodeToString(id[:]),
+		subs:  map[string]*subscription{}, owners: map[string]*waiter{}, pings: map[string]*subscription{},
+	}
 }
 
 // Subscribe implements driver.Notifier.
@@ -89,6 +104,10 @@ func (d *watchDriver) Subscribe(ctx context.Context, key string) (<-chan struct{
 	return d.n.subscribe(ctx, channel(d.lockKey(key)), "")
 }
 
+// subscribe adds a waiter on channel, woken by every release announced
+// there; with an owner, also by a release that names it on the inbox. It
+// returns once the server has processed the subscriptions (or after
+// confirmWait), with the waiter's channel and the function that removes it.
 func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan struct{}, func(), error) {
 	n.mu.Lock()
 	if n.closed {
@@ -101,25 +120,14 @@ func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan
 		n.done = make(chan struct{})
 		go n.read(n.ctx, n.ps)
 	}
-	sub := n.subs[channel]
-	var token string
-	if sub == nil {
-		if err := n.ps.Subscribe(ctx, channel); err != nil {
-			// go-redis remembers the channel for resubscription even when
-			// the command could not be sent; make it forget.
-			n.unsubscribeLocked(channel)
-			n.mu.Unlock()
-			return nil, nil, withCtx(ctx, err)
-		}
-		sub = &subscription{waiters: map[*waiter]struct{}{}, ready: make(chan struct{})}
-		n.subs[channel] = sub
-		n.seq++
-		token = "dlock-sub-" + strconv.FormatUint(n.seq, 10)
-		n.pings[token] = sub
-		if err := n.ps.Ping(ctx, token); err != nil {
-			delete(n.pings, token)
-			sub.confirm() // unconfirmed: the waiter still has its heartbeat
-		}
+	sub, err := n.subscribeLocked(ctx, channel)
+	var inbox *subscription
+	if err == nil && owner != "" {
+		inbox, err = n.subscribeLocked(ctx, n.inbox)
+	}
+	if err != nil {
+		n.mu.Unlock()
+		return nil, nil, withCtx(ctx, err)
 	}
 	if sub.idle != nil {
 		sub.idle.Stop()
@@ -127,23 +135,68 @@ func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan
 	}
 	w := &waiter{c: make(chan struct{}, 1), owner: owner}
 	sub.waiters[w] = struct{}{}
+	if owner != "" {
+		n.owners[owner] = w
+	}
 	n.mu.Unlock()
 
 	cancel := sync.OnceFunc(func() { n.unsubscribe(channel, sub, w) })
-	select {
-	case <-sub.ready:
-	default:
-		t := time.NewTimer(confirmWait)
-		defer t.Stop()
+	t := time.NewTimer(confirmWait)
+	defer t.Stop()
+	for _, s := range []*subscription{sub, inbox} {
+		if s == nil {
+			continue
+		}
 		select {
-		case <-sub.ready:
+		case <-s.ready:
 		case <-t.C:
+			return w.c, cancel, nil
 		case <-ctx.Done():
 			cancel()
 			return nil, nil, ctx.Err()
 		}
 	}
 	return w.c, cancel, nil
+}
+
+// subscribeLocked returns channel's subscription, subscribing to it first
+// if needed.
+func (n *notifier) subscribeLocked(ctx context.Context, channel string) (*subscription, error) {
+	if sub := n.subs[channel]; sub != nil {
+		return sub, nil
+	}
+	if err := n.ps.Subscribe(ctx, channel); err != nil {
+		// go-redis remembers the channel for resubscription even when
+		// the command could not be sent; make it forget.
+		n.unsubscribeLocked(channel)
+		return nil, err
+	}
+	sub := &subscription{waiters: map[*waiter]struct{}{}, ready: make(chan struct{})}
+	n.subs[channel] = sub
+	n.seq++
+	token := "dlock-sub-" + strconv.FormatUint(n.seq, 10)
+	n.pings[token] = sub
+	if err := n.ps.Ping(ctx, token); err != nil {
+		delete(n.pings, token)
+		sub.confirm() // unconfirmed: the waiter still has its heartbeat
+	}
+	return sub, nil
+}
+
+// inboxFor returns the inbox channel that releases may name owner on: the
+// Locker's inbox once subscribed, else "" (then releases name owner on
+// the key's channel).
+func (n *notifier) inboxFor(owner string) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if sub := n.subs[n.inbox]; sub != nil && n.owners[owner] != nil {
+		select {
+		case <-sub.ready:
+			return n.inbox
+		default:
+		}
+	}
+	return ""
 }
 
 // confirmed reports whether channel is subscribed, the server having
@@ -169,6 +222,9 @@ func (n *notifier) unsubscribe(channel string, sub *subscription, w *waiter) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(sub.waiters, w)
+	if w.owner != "" && n.owners[w.owner] == w {
+		delete(n.owners, w.owner)
+	}
 	if len(sub.waiters) > 0 || n.closed || n.subs[channel] != sub {
 		return
 	}
@@ -241,7 +297,11 @@ func (n *notifier) read(ctx context.Context, ps *redis.PubSub) {
 		}
 		switch m := msg.(type) {
 		case *redis.Message:
-			n.wake(m.Channel, m.Payload)
+			if m.Channel == n.inbox {
+				n.handOver(m.Payload)
+			} else {
+				n.wake(m.Channel, m.Payload)
+			}
 		case *redis.Pong:
 			n.ack(m.Payload)
 		}
@@ -262,6 +322,16 @@ func (n *notifier) wake(channel, payload string) {
 		if payload == "" || w.owner == "" || w.owner == payload {
 			w.signal()
 		}
+	}
+}
+
+// handOver wakes the queued waiter of owner, named by a release on the
+// inbox: the key is free and it is first in line.
+func (n *notifier) handOver(owner string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w := n.owners[owner]; w != nil {
+		w.signal()
 	}
 }
 

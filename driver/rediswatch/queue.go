@@ -90,7 +90,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 	)
 	for {
 		sent := time.Now()
-		joined, err := d.acquire(ctx, l, how)
+		joined, err := d.acquire(ctx, l, how, d.n.inboxFor(l.Owner))
 		if err == nil {
 			// lock counts the validity from the start of this call.
 			l.Validity += sent.Sub(start)
@@ -108,7 +108,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			// Join now (the first attempt did not: its transaction was
 			// aborted), or renew the entry, joining again if it died.
 			at := time.Now()
-			joined, err = d.join(ctx, lk, l.Owner, how == queued)
+			joined, err = d.join(ctx, lk, l.Owner, d.n.inboxFor(l.Owner), how == queued)
 			if err != nil {
 				d.leave(l, true, false)
 				return withCtx(ctx, err)
@@ -150,26 +150,40 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 
 // joinCmds queues the commands that put owner at the end of lk's queue
 // with a fresh entry, for a MULTI/EXEC: no one may see the owner queued
-// without its entry (it would count as dead).
-func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner string) {
+// without its entry (it would count as dead). inbox is where releases are
+// to name owner ("": on the key's channel).
+func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox string) {
 	wq := waitQueue(lk)
 	p.Do(ctx, "lrem", wq, 0, owner)
+	if inbox != "" {
+		p.Do(ctx, "lrem", wq, 0, queueElem(owner, inbox))
+	}
 	p.Do(ctx, "set", waitEntry(lk, owner), "", "px", entryLifeMS)
-	p.Do(ctx, "rpush", wq, owner)
+	p.Do(ctx, "rpush", wq, queueElem(owner, inbox))
 	p.Do(ctx, "pexpire", wq, 2*entryLifeMS)
+}
+
+// leaveCmds queues the commands that take owner out of lk's queue: its
+// element, in either form (with the Locker's inbox or without), and its
+// entry.
+func leaveCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox string) {
+	wq := waitQueue(lk)
+	p.LRem(ctx, wq, 0, owner)
+	p.LRem(ctx, wq, 0, queueElem(owner, inbox))
+	p.Del(ctx, waitEntry(lk, owner))
 }
 
 // unwatchAndJoin releases tx's watch, reads lk's PTTL and puts owner in
 // lk's queue, in one round trip:
 //
 //	UNWATCH; PTTL lock; MULTI; LREM queue; SET entry PX; RPUSH queue; PEXPIRE queue; EXEC
-func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner string) (time.Duration, error) {
+func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox string) (time.Duration, error) {
 	var pttl *redis.DurationCmd
 	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, "unwatch")
 		pttl = p.PTTL(ctx, lk)
 		p.Do(ctx, "multi")
-		joinCmds(ctx, p, lk, owner)
+		joinCmds(ctx, p, lk, owner, inbox)
 		p.Do(ctx, "exec")
 		return nil
 	})
@@ -183,7 +197,7 @@ func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner string) (time.D
 // renew is set, renews the entry of an owner already queued and joins
 // again only if the entry died. It reports whether it joined. One round
 // trip (two when a renewal finds the entry gone).
-func (d *watchDriver) join(ctx context.Context, lk, owner string, renew bool) (joined bool, err error) {
+func (d *watchDriver) join(ctx context.Context, lk, owner, inbox string, renew bool) (joined bool, err error) {
 	wq, entry := waitQueue(lk), waitEntry(lk, owner)
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		if renew {
@@ -200,7 +214,7 @@ func (d *watchDriver) join(ctx context.Context, lk, owner string, renew bool) (j
 			}
 		}
 		joined = true
-		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner) })
+		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox) })
 	})
 	return joined, err
 }
@@ -230,10 +244,9 @@ func (d *watchDriver) leave(l *driver.Lease, queued, unknown bool) {
 				var first *redis.StringCmd
 				err := exec(ctx, tx, func(p redis.Pipeliner) {
 					first = p.LIndex(ctx, waitQueue(lk), 0)
-					p.LRem(ctx, waitQueue(lk), 0, l.Owner)
-					p.Del(ctx, waitEntry(lk, l.Owner))
+					leaveCmds(ctx, p, lk, l.Owner, d.n.inbox)
 				})
-				if err == nil && first.Val() == l.Owner {
+				if owner, _ := splitElem(first.Val()); err == nil && owner == l.Owner {
 					err = tx.Publish(ctx, channel(lk), "").Err()
 				}
 				return err

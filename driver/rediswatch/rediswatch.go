@@ -90,7 +90,7 @@ func newDriver(client redis.UniversalClient, prefix string, owns bool) *watchDri
 		client:      client,
 		owns:        owns,
 		prefix:      prefix,
-		n:           newNotifier(client),
+		n:           newNotifier(client, prefix),
 		maxAttempts: MaxAttempts,
 	}
 	switch {

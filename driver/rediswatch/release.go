@@ -12,10 +12,11 @@ import (
 // Release deletes l's grant and announces it, in two round trips:
 //
 //	WATCH lock; LINDEX queue 0; GET lock
-//	MULTI; DEL lock; PUBLISH channel FIRST; EXEC   (if GET == l.Owner)
+//	MULTI; DEL lock; PUBLISH inbox FIRST; EXEC     (if GET == l.Owner)
 //
 // FIRST is the owner queued first, who alone is woken to take the key (see
-// queue.go), or "" when no one is queued, which wakes every waiter.
+// queue.go), named on its Locker's inbox. When no one is queued, it
+// publishes "" on the key's channel instead, which wakes every waiter.
 //
 // It finds the grant by l.Owner alone, so it also cleans up after an
 // Acquire whose outcome is unknown (l.Token unset). If that Acquire never
@@ -43,9 +44,15 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	return d.ownerTx(ctx, "release", lk, l.Owner, before, func(p redis.Pipeliner) *redis.IntCmd {
 		del := p.Del(ctx, lk)
-		// The first waiter queued, named, is the one to take the key; ""
-		// (none queued) wakes every waiter.
-		p.Publish(ctx, ch, head.Val())
+		// The first waiter queued is the one to take the key: name it, on
+		// its Locker's inbox if it has one. With none queued, "" on the
+		// key's channel wakes every waiter.
+		owner, inbox := splitElem(head.Val())
+		if inbox != "" {
+			p.Publish(ctx, inbox, owner)
+		} else {
+			p.Publish(ctx, ch, owner)
+		}
 		return del
 	})
 }
