@@ -1,0 +1,337 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+func eventually(within time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// queueLen is the length of k's queue.
+func queueLen(t *testing.T, rdb redis.UniversalClient, lk string) int64 {
+	return rdb.LLen(testCtx(t), waitQueue(lk)).Val()
+}
+
+// grantOrder has a holder keep key k while n waiters, each with a Locker
+// of its own (made by newLocker), start Lock one after the other (each
+// once queued, when queued says so, else 50ms apart), then releases; it
+// returns the order in which the waiters were granted the key.
+func grantOrder(t *testing.T, newLocker func() lock.Locker, k string, n int, queued func() int64) []int {
+	t.Helper()
+	ctx := testCtx(t)
+	held, err := newLocker().TryLock(ctx, k)
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range n {
+		l := newLocker()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease, err := l.Lock(ctx, k)
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := lease.Unlock(ctx); err != nil {
+				t.Errorf("waiter %d: Unlock: %v", i, err)
+			}
+		}()
+		if queued == nil {
+			time.Sleep(50 * time.Millisecond)
+		} else if !eventually(5*time.Second, func() bool { return queued() == int64(i+1) }) {
+			t.Fatalf("waiter %d not queued: %d in the queue", i, queued())
+		}
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	wg.Wait()
+	return order
+}
+
+func isFIFO(order []int) bool {
+	for i, w := range order {
+		if w != i {
+			return false
+		}
+	}
+	return true
+}
+
+// notifyingDriver hides the driver's queue from lock: Lock then retries on
+// release messages, as before the queue, and a release wakes a race
+// between all waiters.
+type notifyingDriver struct {
+	driver.Driver
+	driver.Notifier
+}
+
+// Blocking Lock calls are granted in arrival order, on a single server and
+// on a Cluster, and leave no queue behind. The check has teeth: the same
+// scenario without the queue (waiters woken by the release race for the
+// key) is caught out of order.
+func TestQueueFIFO(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		k := testKey(t)
+		lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+		newLocker := func() lock.Locker { l, _ := newTestLocker(t, rdb, nil); return l }
+		order := grantOrder(t, newLocker, k, 8, func() int64 { return queueLen(t, rdb, lk) })
+		if !isFIFO(order) {
+			t.Errorf("grant order %v; want arrival order", order)
+		}
+		if n := rdb.Exists(testCtx(t), lk, waitQueue(lk)).Val(); n != 0 {
+			t.Errorf("%d of the lock key and the queue left after every waiter released", n)
+		}
+	})
+	t.Run("control", func(t *testing.T) {
+		rdb := standalone(t)
+		newLocker := func() lock.Locker {
+			d := newDriver(rdb, DefaultPrefix, false)
+			l := lock.New(notifyingDriver{d, d}, &lock.Options{DisableAutoRenew: true})
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+		for try := range 3 {
+			order := grantOrder(t, newLocker, testKey(t)+strconv.Itoa(try), 8, nil)
+			if !isFIFO(order) {
+				t.Logf("without the queue: grant order %v", order)
+				return
+			}
+		}
+		t.Errorf("without the queue, three runs of eight waiters were granted in arrival order: the FIFO check cannot tell")
+	})
+}
+
+// A waiter whose Lock is cancelled leaves no queue element or entry
+// behind, and the key is free once the holder releases it.
+func TestQueueCancelLeavesNothing(t *testing.T) {
+	rdb := standalone(t)
+	l, _ := newTestLocker(t, rdb, nil)
+	k := testKey(t)
+	lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+	held, err := l.TryLock(testCtx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(ctx, k)
+		done <- err
+	}()
+	if !eventually(5*time.Second, func() bool { return queueLen(t, rdb, lk) == 1 }) {
+		t.Fatalf("waiter not queued")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Lock: err = %v, want ErrNotAcquired and Canceled", err)
+	}
+	if left := rdb.Keys(testCtx(t), globEscape(lk)+":w*").Val(); len(left) != 0 {
+		t.Errorf("queue state left after the only waiter was cancelled: %q", left)
+	}
+	if err := held.Unlock(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := rdb.Exists(testCtx(t), lk).Val(); n != 0 {
+		t.Errorf("lock key held after the release: the cancelled waiter took the key")
+	}
+}
+
+// A release that names no one (a foreign SET NX lock deleted by its owner)
+// is found by the waiter's heartbeat, long before the foreign lock's PTTL.
+func TestQueueHeartbeatFindsSilentRelease(t *testing.T) {
+	rdb := standalone(t)
+	l, _ := newTestLocker(t, rdb, nil)
+	k := testKey(t)
+	lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+	if err := rdb.Set(testCtx(t), lk, "foreign", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		lease, err := l.Lock(testCtx(t), k)
+		got <- time.Now()
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+			return
+		}
+		_ = lease.Unlock(testCtx(t))
+	}()
+	if !eventually(5*time.Second, func() bool { return queueLen(t, rdb, lk) == 1 }) {
+		t.Fatalf("waiter not queued")
+	}
+	if err := rdb.Del(testCtx(t), lk).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	select {
+	case at := <-got:
+		if d := at.Sub(deleted); d > heartbeat+time.Second {
+			t.Errorf("granted %v after the silent release; want within a heartbeat (%v) and a second", d, heartbeat)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("waiter not granted 15s after the silent release")
+	}
+}
+
+// queueGhost puts a hand-made waiter first in k's queue, its entry alive
+// for life.
+func queueGhost(t *testing.T, rdb redis.UniversalClient, lk, owner string, life time.Duration) {
+	t.Helper()
+	ctx := testCtx(t)
+	if err := rdb.RPush(ctx, waitQueue(lk), queueElem(owner, DefaultPrefix+inboxInfix+owner)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, waitEntry(lk, owner), "", life).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb.PExpire(ctx, waitQueue(lk), time.Minute)
+}
+
+// A queued waiter whose entry died (crashed, cut off) loses its place: the
+// live waiter behind it is granted the key after a release. The check has
+// teeth: a waiter whose entry lives is waited for.
+func TestQueueSkipsDeadWaiter(t *testing.T) {
+	rdb := standalone(t)
+	l, _ := newTestLocker(t, rdb, nil)
+	for _, tc := range []struct {
+		name     string
+		life     time.Duration // of the ghost's entry
+		wantLive bool
+	}{
+		{"dead", 100 * time.Millisecond, true},
+		{"control/alive", time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := testKey(t)
+			lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+			held, err := l.TryLock(testCtx(t), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			queueGhost(t, rdb, lk, strings.Repeat("d", 32), tc.life)
+			got := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				lease, err := l.Lock(ctx, k)
+				if err == nil {
+					_ = lease.Unlock(testCtx(t))
+				}
+				got <- err
+			}()
+			if !eventually(5*time.Second, func() bool { return queueLen(t, rdb, lk) == 2 }) {
+				t.Fatalf("waiter not queued behind the ghost")
+			}
+			time.Sleep(200 * time.Millisecond) // the short entry is dead
+			if err := held.Unlock(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			err = <-got
+			if tc.wantLive && err != nil {
+				t.Errorf("live waiter behind a dead one: %v; want the key", err)
+			}
+			if !tc.wantLive && err == nil {
+				t.Errorf("live waiter got the key ahead of a live waiter queued before it")
+			}
+			rdb.Del(testCtx(t), lk, waitQueue(lk))
+		})
+	}
+}
+
+// TryLock is fair to the queue: a free key with a live waiter first in
+// line is refused to it; with a dead one first, TryLock takes the key and
+// the dead waiter's place is gone.
+func TestTryLockYieldsToQueue(t *testing.T) {
+	rdb := standalone(t)
+	l, _ := newTestLocker(t, rdb, nil)
+	for _, alive := range []bool{true, false} {
+		k := testKey(t)
+		lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+		life := time.Minute
+		if !alive {
+			life = time.Millisecond
+		}
+		queueGhost(t, rdb, lk, strings.Repeat("e", 32), life)
+		time.Sleep(20 * time.Millisecond)
+		lease, err := l.TryLock(testCtx(t), k)
+		switch {
+		case alive && !errors.Is(err, lock.ErrHeld):
+			t.Errorf("TryLock with a live waiter queued: err = %v, want ErrHeld", err)
+		case !alive && err != nil:
+			t.Errorf("TryLock with a dead waiter queued: %v", err)
+		case !alive:
+			if n := queueLen(t, rdb, lk); n != 0 {
+				t.Errorf("dead waiter still queued after TryLock took the key (%d in the queue)", n)
+			}
+			lease.Unlock(testCtx(t))
+		}
+		rdb.Del(testCtx(t), lk, waitQueue(lk))
+	}
+}
+
+// A release naming a queued owner on the inbox wakes that owner's waiter
+// only; "" on the key's channel wakes every waiter.
+func TestReleaseWakesOnlyTheFirst(t *testing.T) {
+	rdb := standalone(t)
+	d := newDriver(rdb, DefaultPrefix, false)
+	defer d.Close()
+	ctx := testCtx(t)
+	ch := channel(d.lockKey(testKey(t)))
+	owners := []string{strings.Repeat("a", 32), strings.Repeat("b", 32), strings.Repeat("c", 32)}
+	var cs []<-chan struct{}
+	for _, o := range owners {
+		c, cancel, err := d.n.subscribe(ctx, ch, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cancel()
+		cs = append(cs, c)
+	}
+	if d.n.inboxFor(owners[1]) == "" {
+		t.Fatalf("no inbox for a subscribed waiter")
+	}
+	rdb.Publish(ctx, d.n.inbox, owners[1])
+	if !received(cs[1], time.Second) {
+		t.Fatalf("the named waiter was not woken")
+	}
+	for _, i := range []int{0, 2} {
+		if received(cs[i], 100*time.Millisecond) {
+			t.Errorf("waiter %d woken by a release naming another", i)
+		}
+	}
+	rdb.Publish(ctx, ch, "")
+	for i, c := range cs {
+		if !received(c, time.Second) {
+			t.Errorf("waiter %d not woken by a release naming no one", i)
+		}
+	}
+}
