@@ -27,8 +27,13 @@
 //	P{K}:fence         the fencing counter
 //	P{K}:rel           the release channel (pub/sub)
 //	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
+//	P{K}:wq            the queue of waiting Lock calls: a list of "OWNER INBOX"
+//	P{K}:we:OWNER      a queued waiter's entry, alive while it waits
+//	Pinbox:ID          a Locker's inbox channel (pub/sub)
 //
-// A plain "SET P{K} value NX PX ms" lock (redsync, redislock) on the same
+// The queue is this driver's own: redisnx queues its waiters in "P{K}:q"
+// and "P{K}:w", so each driver is fair among its own waiters, while
+// exclusion holds between both. A plain "SET P{K} value NX PX ms" lock (redsync, redislock) on the same
 // name excludes this driver's leases too, and is waited for. The braces
 // make K the Redis Cluster hash tag, so a lock, its counter and its
 // tombstones share a slot. Keys are used as they are, any bytes, without
@@ -41,11 +46,11 @@
 // key's slot) and sends WATCH pipelined with its reads, then either a
 // MULTI/EXEC transaction or UNWATCH:
 //
-//	grant    1: WATCH counter tombstone; GET lock; GET counter; TIME
+//	grant    1: WATCH counter tombstone; GET lock; GET counter; TIME; LINDEX queue 0
 //	         2: MULTI; SET lock owner NX PX ttl; SET counter clock (or INCR counter); EXEC
 //	            (or UNWATCH; PTTL lock when GET found the key held)
-//	release  1: WATCH lock; GET lock
-//	         2: MULTI; DEL lock; PUBLISH channel ""; EXEC   (UNWATCH if GET != owner)
+//	release  1: WATCH lock; LINDEX queue 0; GET lock
+//	         2: MULTI; DEL lock; PUBLISH inbox FIRST (or channel ""); EXEC   (UNWATCH if GET != owner)
 //	refresh  1: WATCH lock; GET lock
 //	         2: MULTI; PEXPIRE lock ttl; EXEC               (UNWATCH if GET != owner)
 //	batch    1: WATCH lock1..lockN; MGET lock1..lockN
@@ -58,8 +63,14 @@
 // of its own; the driver pipelines it with the reads instead.)
 // Auto-renewal refreshes all of a Locker's due leases in two round trips on
 // a standalone server; on a Cluster a transaction cannot span slots, so a
-// batch is one transaction per slot, eight at a time. A waiter subscribes
-// with one round trip on the Locker's pub/sub connection. After a Cluster
+// batch is one transaction per slot, eight at a time. A Lock on a held key
+// takes the attempt's two round trips, the second of which joins the
+// queue; when the key's channel is not subscribed yet, it then subscribes
+// (one round trip on the Locker's pub/sub connection) and tries once more
+// (two), since a release may have come before the subscription. A hand-off
+// is the release's two round trips, one message, and the waiter's grant
+// (two). A waiter's heartbeat costs one round trip a second, plus an
+// attempt. After a Cluster
 // slot moved, the first operation on it costs one more try and round trip;
 // clients other than *redis.Client and *redis.ClusterClient (a Ring, say)
 // pay one more round trip per operation, for go-redis's own WATCH that
@@ -101,14 +112,53 @@
 //
 // # Waiting
 //
+// A blocking Lock waits in the key's queue, and is granted the key in
+// arrival order: a releaser cannot take the key back ahead of those who
+// waited, and a release wakes one waiter, not all of them. This departs
+// from DESIGN §5, which has rediswatch waiters woken by every release:
+// they then raced with WATCH transactions that mostly aborted, and a hot
+// key served 540 grants/s with a p99 wait of half a second. The queue
+// needs no script, and no transaction watches it, so joining, renewing
+// and leaving it never abort a grant or a release:
+//
+//   - Lock first makes an ordinary attempt. When the key is held, or free
+//     with a live waiter first in line, it joins the queue in the round
+//     trip that ends the attempt (UNWATCH; PTTL; MULTI; LREM, SET entry PX
+//     3s, RPUSH, PEXPIRE; EXEC), and waits.
+//   - A release names the first waiter, on its Locker's inbox channel; its
+//     Locker wakes that waiter alone, which makes an ordinary attempt
+//     (two round trips) whose transaction also takes it out of the queue
+//     and, watching the lock key, cannot take it out without the grant.
+//     When no one is queued, the release publishes "" on the key's
+//     channel, which wakes every waiter (redisnx releases do the same).
+//   - An attempt by anyone else (TryLock, a Lock not yet queued, redisnx's
+//     or a plain SET NX lock's owner aside) on a free key with a live
+//     waiter first in line is refused; one with a dead waiter first takes
+//     the key and removes that waiter, watching its entry.
+//   - Every second a waiter renews its entry and tries again: that finds
+//     a release whose message was lost, a release by a client that names
+//     no one, a holder's grant that expired, and a dead waiter first in
+//     line. A waiter whose entry died (it was paused for 3s) joins again at
+//     the end. A waiter also tries a millisecond after the holder's PTTL.
+//   - A Lock that gives up (ctx ended) takes its element and entry out of
+//     the queue, and if it was first, publishes "" so that the next waiter
+//     takes a free key at once.
+//
+// So a waiter that crashes while first in line holds up the queue for at
+// most a second (the next heartbeat of another waiter). A Lock with a
+// retry strategy given explicitly (Options.Retry, lock.WithRetry) does
+// not queue: it retries by that strategy, on every release of the key
+// and at the holder's PTTL, and is refused a free key while a live
+// waiter is first in line.
+//
 // A Locker opens one pub/sub connection on the first wait, shares it
-// between all its waiters and keeps it until Close; each key's channel is
-// subscribed while someone waits for it. A waiter also retries a millisecond after the holder's
-// PTTL, read with the failed grant, and at its retry backoff. After the
-// pub/sub connection reconnects, every waiter is woken once, since a
-// release may have been published while it was down; a connection that
-// stops answering (a partition) is found by a PING within ten seconds and
-// replaced.
+// between all its waiters and keeps it until Close. It subscribes its
+// inbox on the first queued wait, and each key's channel while someone
+// waits for it and five seconds more, so that a key waited for again and
+// again is not subscribed anew each time. After the pub/sub connection
+// reconnects, every waiter is woken once, since a release may have been
+// published while it was down; a connection that stops answering (a
+// partition) is found by a PING within ten seconds and replaced.
 //
 // # Failure modes
 //
@@ -138,15 +188,18 @@
 // # Permissions
 //
 // The commands sent are WATCH, UNWATCH, MULTI, EXEC, GET, MGET, SET, PTTL,
-// TIME, INCR, DEL, PEXPIRE, PUBLISH, SUBSCRIBE, UNSUBSCRIBE and PING, on
-// keys and channels that start with the prefix, plus go-redis's connection
-// set-up. The ACL rules
+// TIME, INCR, DEL, PEXPIRE, EXISTS, LINDEX, LREM, RPUSH, PUBLISH,
+// SUBSCRIBE, UNSUBSCRIBE and PING, on keys and channels that start with
+// the prefix, plus go-redis's connection set-up. The ACL rules
 //
 //	-@all +@connection +@transaction +get +mget +set +pttl +time +incr
-//	+del +pexpire +publish +subscribe +unsubscribe ~dlock:* &dlock:*
+//	+del +pexpire +exists +lindex +lrem +rpush +publish +subscribe
+//	+unsubscribe ~dlock:* &dlock:*
 //
 // are enough on a standalone server; a Cluster client also needs
 // +cluster|slots to learn the topology. (The tests run with exactly these.)
+// EXISTS, LINDEX, LREM and RPUSH are new with the queue: a user whose
+// rules lack them gets NOPERM errors from every grant and release.
 //
 // # URLs
 //
