@@ -69,8 +69,7 @@
 // (one round trip on the Locker's pub/sub connection) and tries once more
 // (two), since a release may have come before the subscription. A hand-off
 // is the release's two round trips, one message, and the waiter's grant
-// (two). A waiter's heartbeat costs one round trip a second, plus an
-// attempt. After a Cluster
+// (two). A waiter's heartbeat costs one round trip a second. After a Cluster
 // slot moved, the first operation on it costs one more try and round trip;
 // clients other than *redis.Client and *redis.ClusterClient (a Ring, say)
 // pay one more round trip per operation, for go-redis's own WATCH that
@@ -135,11 +134,12 @@
 //     or a plain SET NX lock's owner aside) on a free key with a live
 //     waiter first in line is refused; one with a dead waiter first takes
 //     the key and removes that waiter, watching its entry.
-//   - Every second a waiter renews its entry and tries again: that finds
+//   - Every second a waiter renews its entry and reads the key's PTTL, in
+//     one round trip, and tries again only if the key is free: that finds
 //     a release whose message was lost, a release by a client that names
-//     no one, a holder's grant that expired, and a dead waiter first in
-//     line. A waiter whose entry died (it was paused for 3s) joins again at
-//     the end. A waiter also tries a millisecond after the holder's PTTL.
+//     no one, and a dead waiter first in line. A waiter whose entry died
+//     (it was paused for 3s) joins again at the end. A waiter also tries a
+//     millisecond after the holder's PTTL.
 //   - A Lock that gives up (ctx ended) takes its element and entry out of
 //     the queue, and if it was first, publishes "" so that the next waiter
 //     takes a free key at once.

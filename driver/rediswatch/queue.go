@@ -30,10 +30,13 @@ import (
 // watched instead (the lock key, and the entry of a dead waiter whose
 // place it takes).
 //
-// Every heartbeat a waiter renews its entry and tries again. That finds a
-// release whose message was lost, a release by a client that names no one
-// (redisnx, redsync, redislock), an expired holder, and a dead waiter in
-// first place, whose place the attempt takes.
+// Every heartbeat a waiter renews its entry and reads the key's PTTL, in
+// one round trip, and tries again only when the key is free or its entry
+// had died (it then joins again, at the end). That finds a release whose
+// message was lost, a release by a client that names no one (redisnx,
+// redsync, redislock), and a dead waiter in first place (the key stays
+// free), whose place the attempt takes. A waiter also tries when the
+// holder's grant expires, at its PTTL.
 const (
 	entryLife   = 3 * time.Second
 	entryLifeMS = int64(entryLife / time.Millisecond)
@@ -86,51 +89,71 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 	var (
 		how     = tryThenJoin
 		renewed time.Time // when the entry was last made or renewed
+		hintAt  time.Time // when the holder's grant expires, if known
 		t       *time.Timer
 	)
-	for {
-		sent := time.Now()
-		joined, err := d.acquire(ctx, l, how, d.n.inboxFor(l.Owner))
-		if err == nil {
-			// lock counts the validity from the start of this call.
-			l.Validity += sent.Sub(start)
-			return nil
+	for try := true; ; {
+		if try {
+			sent := time.Now()
+			joined, err := d.acquire(ctx, l, how, d.n.inboxFor(l.Owner))
+			if err == nil {
+				// lock counts the validity from the start of this call.
+				l.Validity += sent.Sub(start)
+				return nil
+			}
+			var held *driver.HeldError
+			if !errors.As(err, &held) {
+				_, unknown := l.Data.(execSent)
+				d.leave(l, true, unknown)
+				return err
+			}
+			hintAt = time.Time{}
+			if held.RetryAfter > 0 {
+				hintAt = time.Now().Add(held.RetryAfter)
+			}
+			if how == tryThenJoin {
+				if joined {
+					renewed = sent
+				} else {
+					// The attempt's transaction was aborted: join now.
+					at := time.Now()
+					if err := d.join(ctx, lk, l.Owner, d.n.inboxFor(l.Owner)); err != nil {
+						d.leave(l, true, false)
+						return withCtx(ctx, err)
+					}
+					renewed = at
+				}
+				how = queued
+				if !early {
+					if err := listen(); err != nil {
+						d.leave(l, true, false)
+						return err
+					}
+					continue // a release may have come before the subscription
+				}
+			}
 		}
-		var held *driver.HeldError
-		if !errors.As(err, &held) {
-			_, unknown := l.Data.(execSent)
-			d.leave(l, true, unknown)
-			return err
-		}
-		if joined {
-			renewed = sent
-		} else if how == tryThenJoin || time.Since(renewed) >= heartbeat {
-			// Join now (the first attempt did not: its transaction was
-			// aborted), or renew the entry, joining again if it died.
+		try = false
+		if time.Since(renewed) >= heartbeat {
 			at := time.Now()
-			joined, err = d.join(ctx, lk, l.Owner, d.n.inboxFor(l.Owner), how == queued)
+			r, err := d.renew(ctx, lk, l.Owner, d.n.inboxFor(l.Owner))
 			if err != nil {
 				d.leave(l, true, false)
 				return withCtx(ctx, err)
 			}
 			renewed = at
-		}
-		first := how == tryThenJoin
-		how = queued
-		if first && !early {
-			if err := listen(); err != nil {
-				d.leave(l, true, false)
-				return err
+			if r.rejoined || r.free {
+				try = true
+				continue
+			}
+			hintAt = time.Time{}
+			if r.pttl >= 0 {
+				hintAt = time.Now().Add(r.pttl + time.Millisecond)
 			}
 		}
-		if joined && (!early || !first) {
-			// Queued (again, at the end, if the entry had died) while the
-			// subscription could not hear of a release: try at once.
-			continue
-		}
 		wait := heartbeat - time.Since(renewed)
-		if held.RetryAfter > 0 && held.RetryAfter < wait {
-			wait = held.RetryAfter // the holder's grant expires then
+		if !hintAt.IsZero() {
+			wait = min(wait, time.Until(hintAt))
 		}
 		if t == nil {
 			t = time.NewTimer(wait)
@@ -140,7 +163,11 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 		}
 		select {
 		case <-news:
+			try = true
 		case <-t.C:
+			// The holder's grant expired: try. A heartbeat's renewal
+			// decides whether to.
+			try = !hintAt.IsZero() && !time.Now().Before(hintAt)
 		case <-ctx.Done():
 			d.leave(l, true, false)
 			return ctx.Err()
@@ -193,30 +220,51 @@ func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox string) 
 	return pttl.Val(), nil
 }
 
-// join puts owner at the end of lk's queue with a fresh entry, or, when
-// renew is set, renews the entry of an owner already queued and joins
-// again only if the entry died. It reports whether it joined. One round
-// trip (two when a renewal finds the entry gone).
-func (d *watchDriver) join(ctx context.Context, lk, owner, inbox string, renew bool) (joined bool, err error) {
-	wq, entry := waitQueue(lk), waitEntry(lk, owner)
-	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		if renew {
-			var alive *redis.BoolCmd
-			if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-				alive = p.PExpire(ctx, entry, entryLife)
-				p.PExpire(ctx, wq, 2*entryLife)
-				return nil
-			}); err != nil {
-				return err
-			}
-			if alive.Val() {
-				return nil
-			}
-		}
-		joined = true
+// join puts owner at the end of lk's queue with a fresh entry, in one
+// round trip.
+func (d *watchDriver) join(ctx context.Context, lk, owner, inbox string) error {
+	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox) })
 	})
-	return joined, err
+}
+
+// renewal is what a heartbeat's renewal found.
+type renewal struct {
+	rejoined bool          // the entry had died: owner joined again, at the end
+	free     bool          // the lock key does not exist
+	pttl     time.Duration // the lock key's PTTL (-1: no expiry)
+}
+
+// renew renews owner's entry in lk's queue and reads the lock key's PTTL,
+// in one round trip, and joins the queue again if the entry died (one
+// more). A waiter tries for the key after a renewal only when it rejoined
+// or the key is free: a held key's release will name the first waiter,
+// and its expiry is due at its PTTL.
+func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox string) (r renewal, err error) {
+	wq, entry := waitQueue(lk), waitEntry(lk, owner)
+	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		var (
+			alive *redis.BoolCmd
+			pttl  *redis.DurationCmd
+		)
+		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			alive = p.PExpire(ctx, entry, entryLife)
+			p.PExpire(ctx, wq, 2*entryLife)
+			pttl = p.PTTL(ctx, lk)
+			return nil
+		}); err != nil {
+			return err
+		}
+		// PTTL: -2 for a missing key, -1 for one without expiry (go-redis
+		// keeps them as durations of -2 and -1 nanoseconds).
+		r = renewal{free: pttl.Val() == -2, pttl: pttl.Val()}
+		if alive.Val() {
+			return nil
+		}
+		r.rejoined = true
+		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox) })
+	})
+	return r, err
 }
 
 // leave ends an AcquireWait that did not get the key: it removes a grant

@@ -335,3 +335,49 @@ func TestReleaseWakesOnlyTheFirst(t *testing.T) {
 		}
 	}
 }
+
+// A waiter behind another on a held key makes one round trip a heartbeat
+// (its renewal) and no attempt: only a release that names it, a free key
+// or its own expiry makes it try.
+func TestQueuedHeartbeatIsOneRoundTrip(t *testing.T) {
+	rdb := standalone(t)
+	k := testKey(t)
+	lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+	holder, _ := newTestLocker(t, rdb, nil)
+	held, err := holder.TryLock(testCtx(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queueGhost(t, rdb, lk, strings.Repeat("f", 32), time.Minute) // first in line
+	c := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
+	t.Cleanup(func() { c.Close() })
+	rec := &recorder{}
+	c.AddHook(rec)
+	l, _ := newTestLocker(t, c, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(ctx, k)
+		done <- err
+	}()
+	if !eventually(5*time.Second, func() bool { return queueLen(t, rdb, lk) == 2 }) {
+		t.Fatalf("waiter not queued")
+	}
+	time.Sleep(100 * time.Millisecond)
+	rec.take() // the attempts that queued it
+	time.Sleep(2*heartbeat + 300*time.Millisecond)
+	trips := rec.take()
+	cancel()
+	<-done
+	if len(trips) < 2 {
+		t.Fatalf("round trips in two heartbeats: %q; want the renewals", trips)
+	}
+	for _, trip := range trips {
+		if trip != "pexpire pexpire pttl" {
+			t.Errorf("round trip %q in a heartbeat; want only renewals (pexpire pexpire pttl)", trip)
+		}
+	}
+	held.Unlock(testCtx(t))
+	rdb.Del(testCtx(t), lk, waitQueue(lk))
+}
