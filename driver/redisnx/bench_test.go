@@ -145,3 +145,57 @@ func BenchmarkHandoff(b *testing.B) {
 	b.ReportMetric(p, "ping-ns")
 	b.ReportMetric(h/p, "pings")
 }
+
+// BenchmarkScriptCost prices the pieces of an uncontended Lock+Unlock on
+// one connection, interleaved in each iteration so that load weighs on
+// all alike, and reports each one's median: two PINGs (2ping-ns), two
+// EVALSHA of "return 1" (2eval-ns: a script's fixed cost), a SET NX PX and
+// a DEL (setnx-del-ns: the peers' commands without scripts), and
+// acquire.lua then release.lua (scripts-ns: this driver's grant and
+// release, without lock's bookkeeping), with the ratio of the last to two
+// PINGs.
+func BenchmarkScriptCost(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	trivial := redis.NewScript("return 1")
+	k := benchKey("scriptcost")
+	owner := newInboxID()
+	n := names(DefaultPrefix, k, owner)
+	steps := []struct {
+		metric string
+		run    func() error
+		d      []time.Duration
+	}{
+		{metric: "2ping-ns", run: func() error {
+			c.Ping(ctx)
+			return c.Ping(ctx).Err()
+		}},
+		{metric: "2eval-ns", run: func() error {
+			trivial.Run(ctx, c, nil)
+			return trivial.Run(ctx, c, nil).Err()
+		}},
+		{metric: "setnx-del-ns", run: func() error {
+			c.SetNX(ctx, n[0]+"-plain", owner, time.Minute)
+			return c.Del(ctx, n[0]+"-plain").Err()
+		}},
+		{metric: "scripts-ns", run: func() error {
+			if err := acquireScript.Run(ctx, c, n, owner, 60000).Err(); err != nil {
+				return err
+			}
+			return releaseScript.Run(ctx, c, []string{n[0], n[1], n[3], n[4]}, owner, n[0]+channelSuffix, 0).Err()
+		}},
+	}
+	for b.Loop() {
+		for i := range steps {
+			t0 := time.Now()
+			if err := steps[i].run(); err != nil {
+				b.Fatal(err)
+			}
+			steps[i].d = append(steps[i].d, time.Since(t0))
+		}
+	}
+	for _, s := range steps {
+		b.ReportMetric(median(s.d), s.metric)
+	}
+	b.ReportMetric(median(steps[3].d)/median(steps[0].d), "scripts/2ping")
+}
