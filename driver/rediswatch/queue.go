@@ -20,7 +20,8 @@ import (
 //
 // A free key with a live waiter first in line is that waiter's: every
 // other attempt is refused (see acquire). A release names the first waiter
-// on the key's channel, and only that waiter is woken: it takes the key
+// on its Locker's inbox channel (see notify.go), and only that waiter is
+// woken: it takes the key
 // with an ordinary grant transaction, which also takes it out of the
 // queue. So a releaser cannot take the key back ahead of those who waited,
 // and a release wakes one waiter, not all of them.
@@ -104,7 +105,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			var held *driver.HeldError
 			if !errors.As(err, &held) {
 				_, unknown := l.Data.(execSent)
-				d.leave(l, true, unknown)
+				d.leave(l, unknown)
 				return err
 			}
 			hintAt = time.Time{}
@@ -118,7 +119,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 					// The attempt's transaction was aborted: join now.
 					at := time.Now()
 					if err := d.join(ctx, lk, l.Owner, d.n.inboxFor(l.Owner)); err != nil {
-						d.leave(l, true, false)
+						d.leave(l, false)
 						return withCtx(ctx, err)
 					}
 					renewed = at
@@ -126,7 +127,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 				how = queued
 				if !early {
 					if err := listen(); err != nil {
-						d.leave(l, true, false)
+						d.leave(l, false)
 						return err
 					}
 					continue // a release may have come before the subscription
@@ -138,7 +139,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			at := time.Now()
 			r, err := d.renew(ctx, lk, l.Owner, d.n.inboxFor(l.Owner))
 			if err != nil {
-				d.leave(l, true, false)
+				d.leave(l, false)
 				return withCtx(ctx, err)
 			}
 			renewed = at
@@ -169,7 +170,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			// decides whether to.
 			try = !hintAt.IsZero() && !time.Now().Before(hintAt)
 		case <-ctx.Done():
-			d.leave(l, true, false)
+			d.leave(l, false)
 			return ctx.Err()
 		}
 	}
@@ -269,13 +270,10 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox string) (r ren
 
 // leave ends an AcquireWait that did not get the key: it removes a grant
 // whose reply was lost (unknown, see Release) and takes l's owner out of
-// the queue (queued), waking the other waiters if it was first in line, so
-// that the next one takes a free key at once. It waits at most leaveWait;
-// an entry it could not remove dies after entryLife.
-func (d *watchDriver) leave(l *driver.Lease, queued, unknown bool) {
-	if !queued && !unknown {
-		return
-	}
+// the queue, waking the other waiters if it was first in line, so that the
+// next one takes a free key at once. It waits at most leaveWait; an entry
+// it could not remove dies after entryLife.
+func (d *watchDriver) leave(l *driver.Lease, unknown bool) {
 	d.bg.Add(1) // lock calls Close only after every call returned
 	done := make(chan struct{})
 	go func() {
@@ -286,20 +284,18 @@ func (d *watchDriver) leave(l *driver.Lease, queued, unknown bool) {
 		if unknown {
 			_ = d.Release(ctx, l)
 		}
-		if queued {
-			lk := d.lockKey(l.Key)
-			_ = d.onConn(ctx, lk, func(tx *redis.Tx) error {
-				var first *redis.StringCmd
-				err := exec(ctx, tx, func(p redis.Pipeliner) {
-					first = p.LIndex(ctx, waitQueue(lk), 0)
-					leaveCmds(ctx, p, lk, l.Owner, d.n.inbox)
-				})
-				if owner, _ := splitElem(first.Val()); err == nil && owner == l.Owner {
-					err = tx.Publish(ctx, channel(lk), "").Err()
-				}
-				return err
+		lk := d.lockKey(l.Key)
+		_ = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var first *redis.StringCmd
+			err := exec(ctx, tx, func(p redis.Pipeliner) {
+				first = p.LIndex(ctx, waitQueue(lk), 0)
+				leaveCmds(ctx, p, lk, l.Owner, d.n.inbox)
 			})
-		}
+			if owner, _ := splitElem(first.Val()); err == nil && owner == l.Owner {
+				err = tx.Publish(ctx, channel(lk), "").Err()
+			}
+			return err
+		})
 	}()
 	t := time.NewTimer(leaveWait)
 	defer t.Stop()
