@@ -6,58 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/conformance"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
-
-// grantOrder has a holder keep key k while n waiters of l start Lock one
-// after the other (each once queued, when queued says so, else 50ms
-// apart), then releases; it returns the order in which the waiters were
-// granted the key.
-func grantOrder(t *testing.T, l lock.Locker, k string, n int, queued func() int64) []int {
-	t.Helper()
-	held, err := l.TryLock(tctx(t, 5*time.Second), k)
-	if err != nil {
-		t.Fatalf("TryLock: %v", err)
-	}
-	var (
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lease, err := l.Lock(tctx(t, 20*time.Second), k)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			if err := lease.Unlock(tctx(t, 5*time.Second)); err != nil {
-				t.Errorf("waiter %d: Unlock: %v", i, err)
-			}
-		}()
-		if queued == nil {
-			time.Sleep(50 * time.Millisecond)
-		} else if !eventually(5*time.Second, func() bool { return queued() == int64(i+1) }) {
-			t.Fatalf("waiter %d not queued: %d entries", i, queued())
-		}
-	}
-	if err := held.Unlock(tctx(t, 5*time.Second)); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
-	wg.Wait()
-	return order
-}
 
 // waitQueued waits until n waiters are queued for lock key lk.
 func waitQueued(t *testing.T, c redis.UniversalClient, lk string, n int64) {
@@ -65,15 +21,6 @@ func waitQueued(t *testing.T, c redis.UniversalClient, lk string, n int64) {
 	if !eventually(5*time.Second, func() bool { return c.ZCard(tctx(t, time.Second), lk+queueSuffix).Val() == n }) {
 		t.Fatalf("%d waiters not queued: %d entries", n, c.ZCard(tctx(t, time.Second), lk+queueSuffix).Val())
 	}
-}
-
-func isFIFO(order []int) bool {
-	for i, w := range order {
-		if w != i {
-			return false
-		}
-	}
-	return true
 }
 
 // pollingDriver hides the driver's queue from lock: Lock then retries on
@@ -92,8 +39,9 @@ func TestQueueFIFO(t *testing.T) {
 		k := testKey(t)
 		q := lockKey(DefaultPrefix, k) + queueSuffix
 		queued := func() int64 { return c.ZCard(tctx(t, time.Second), q).Val() }
-		order := grantOrder(t, newTestLocker(t, c, nil), k, 8, queued)
-		if !isFIFO(order) {
+		l := newTestLocker(t, c, nil)
+		order := conformance.GrantOrder(t, func() lock.Locker { return l }, k, 8, queued)
+		if !conformance.IsFIFO(order) {
 			t.Errorf("grant order %v; want arrival order", order)
 		}
 		if n := c.Exists(tctx(t, time.Second), q, lockKey(DefaultPrefix, k)+entriesSuffix, lockKey(DefaultPrefix, k)).Val(); n != 0 {
@@ -106,8 +54,8 @@ func TestQueueFIFO(t *testing.T) {
 		l := lock.New(pollingDriver{d, d}, nil)
 		defer l.Close()
 		for try := range 3 {
-			order := grantOrder(t, l, testKey(t)+strconv.Itoa(try), 8, nil)
-			if !isFIFO(order) {
+			order := conformance.GrantOrder(t, func() lock.Locker { return l }, testKey(t)+strconv.Itoa(try), 8, nil)
+			if !conformance.IsFIFO(order) {
 				t.Logf("without the queue: grant order %v", order)
 				return
 			}

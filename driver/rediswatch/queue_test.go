@@ -5,11 +5,11 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/conformance"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -30,61 +30,6 @@ func queueLen(t *testing.T, rdb redis.UniversalClient, lk string) int64 {
 	return rdb.LLen(testCtx(t), waitQueue(lk)).Val()
 }
 
-// grantOrder has a holder keep key k while n waiters, each with a Locker
-// of its own (made by newLocker), start Lock one after the other (each
-// once queued, when queued says so, else 50ms apart), then releases; it
-// returns the order in which the waiters were granted the key.
-func grantOrder(t *testing.T, newLocker func() lock.Locker, k string, n int, queued func() int64) []int {
-	t.Helper()
-	ctx := testCtx(t)
-	held, err := newLocker().TryLock(ctx, k)
-	if err != nil {
-		t.Fatalf("TryLock: %v", err)
-	}
-	var (
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
-	for i := range n {
-		l := newLocker()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lease, err := l.Lock(ctx, k)
-			if err != nil {
-				t.Errorf("waiter %d: %v", i, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			if err := lease.Unlock(ctx); err != nil {
-				t.Errorf("waiter %d: Unlock: %v", i, err)
-			}
-		}()
-		if queued == nil {
-			time.Sleep(50 * time.Millisecond)
-		} else if !eventually(5*time.Second, func() bool { return queued() == int64(i+1) }) {
-			t.Fatalf("waiter %d not queued: %d in the queue", i, queued())
-		}
-	}
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
-	wg.Wait()
-	return order
-}
-
-func isFIFO(order []int) bool {
-	for i, w := range order {
-		if w != i {
-			return false
-		}
-	}
-	return true
-}
-
 // notifyingDriver hides the driver's queue from lock: Lock then retries on
 // release messages, as before the queue, and a release wakes a race
 // between all waiters.
@@ -102,8 +47,8 @@ func TestQueueFIFO(t *testing.T) {
 		k := testKey(t)
 		lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
 		newLocker := func() lock.Locker { l, _ := newTestLocker(t, rdb, nil); return l }
-		order := grantOrder(t, newLocker, k, 8, func() int64 { return queueLen(t, rdb, lk) })
-		if !isFIFO(order) {
+		order := conformance.GrantOrder(t, newLocker, k, 8, func() int64 { return queueLen(t, rdb, lk) })
+		if !conformance.IsFIFO(order) {
 			t.Errorf("grant order %v; want arrival order", order)
 		}
 		if n := rdb.Exists(testCtx(t), lk, waitQueue(lk)).Val(); n != 0 {
@@ -119,8 +64,8 @@ func TestQueueFIFO(t *testing.T) {
 			return l
 		}
 		for try := range 3 {
-			order := grantOrder(t, newLocker, testKey(t)+strconv.Itoa(try), 8, nil)
-			if !isFIFO(order) {
+			order := conformance.GrantOrder(t, newLocker, testKey(t)+strconv.Itoa(try), 8, nil)
+			if !conformance.IsFIFO(order) {
 				t.Logf("without the queue: grant order %v", order)
 				return
 			}

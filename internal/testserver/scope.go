@@ -18,11 +18,9 @@ import (
 // that into an error too).
 type Scope struct {
 	testing.TB
+	cleanups
 	name string
 	logf func(string, ...any)
-
-	mu       sync.Mutex
-	cleanups []func()
 }
 
 // NewScope returns a Scope named name that logs through logf. It makes
@@ -60,13 +58,7 @@ func (s *Scope) Start(f func(testing.TB) []string) (addrs []string, err error) {
 // Stop stops the servers, last started first, and removes the harness's
 // directory for this process ($TMPDIR/dlock-testserver-<pid>, empty then).
 func (s *Scope) Stop() {
-	s.mu.Lock()
-	fs := s.cleanups
-	s.cleanups = nil
-	s.mu.Unlock()
-	for i := len(fs) - 1; i >= 0; i-- {
-		fs[i]()
-	}
+	s.run()
 	os.Remove(filepath.Join(os.TempDir(), "dlock-testserver-"+strconv.Itoa(os.Getpid())))
 }
 
@@ -74,11 +66,9 @@ func (s *Scope) Helper()       {}
 func (s *Scope) Name() string  { return s.name }
 func (s *Scope) Failed() bool  { return false }
 func (s *Scope) Skipped() bool { return false }
-func (s *Scope) Cleanup(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cleanups = append(s.cleanups, f)
-}
+
+// Cleanup registers f to run at Stop (the embedded TB has a Cleanup too).
+func (s *Scope) Cleanup(f func())                  { s.cleanups.Cleanup(f) }
 func (s *Scope) Log(args ...any)                   { s.logf("%s", fmt.Sprint(args...)) }
 func (s *Scope) Logf(format string, args ...any)   { s.logf(format, args...) }
 func (s *Scope) Error(args ...any)                 { s.Fatal(args...) }

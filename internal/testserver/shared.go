@@ -50,16 +50,7 @@ func Main(m *testing.M) {
 
 // sharedScope is the Lifetime of shared instances: cleanups run in Main,
 // last registered first, like testing.T's.
-type sharedScope struct {
-	mu       sync.Mutex
-	cleanups []func()
-}
-
-func (s *sharedScope) Cleanup(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.cleanups = append(s.cleanups, f)
-}
+type sharedScope struct{ cleanups }
 
 func (s *sharedScope) Logf(format string, args ...any) {
 	if testing.Verbose() {
@@ -67,11 +58,24 @@ func (s *sharedScope) Logf(format string, args ...any) {
 	}
 }
 
-func (s *sharedScope) run() {
-	s.mu.Lock()
-	fs := s.cleanups
-	s.cleanups = nil
-	s.mu.Unlock()
+// cleanups keeps functions to run at the end of a lifetime, and runs them
+// last registered first, like testing.T's.
+type cleanups struct {
+	mu sync.Mutex
+	fs []func()
+}
+
+func (c *cleanups) Cleanup(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fs = append(c.fs, f)
+}
+
+func (c *cleanups) run() {
+	c.mu.Lock()
+	fs := c.fs
+	c.fs = nil
+	c.mu.Unlock()
 	for i := len(fs) - 1; i >= 0; i-- {
 		fs[i]()
 	}
