@@ -17,8 +17,8 @@ import (
 // Waiting: one pub/sub connection per Locker, opened on the first
 // Subscribe, carries every key's release channel. Channels are reference
 // counted: the first waiter on a key subscribes; the subscription outlives
-// the last one by defaultLinger, so that a key locked again and again (a hot key)
-// is not subscribed anew for every wait. A Subscribe returns once the
+// the last one by defaultLinger, so that a key locked again and again (a
+// hot key) is not subscribed anew for every wait. A Subscribe returns once the
 // server has processed the channel's SUBSCRIBE (a PING queued behind it
 // has been answered), so a release published after it returns is seen.
 //
@@ -26,8 +26,10 @@ import (
 // inbox, a channel of its own (P + "inbox:" + 32 hex digits) subscribed
 // on the first queued wait and kept until Close: a release names the
 // first waiter on that waiter's inbox, so that one message reaches one
-// Locker, instead of every Locker waiting on the key. One goroutine reads the connection and wakes the
-// waiters of each message's channel; it stops in Close.
+// Locker, instead of every Locker waiting on the key.
+//
+// One goroutine reads the connection and wakes the waiters of each
+// message's channel; it stops in Close.
 //
 // go-redis reconnects and resubscribes after a connection error. A release
 // published meanwhile is lost, so after every reconnection every waiter is
@@ -126,6 +128,9 @@ func (n *notifier) subscribe(ctx context.Context, channel, owner string) (<-chan
 		inbox, err = n.subscribeLocked(ctx, n.inbox)
 	}
 	if err != nil {
+		if sub != nil && len(sub.waiters) == 0 && sub.idle == nil {
+			n.lingerLocked(channel, sub) // the key's channel, subscribed in vain
+		}
 		n.mu.Unlock()
 		return nil, nil, withCtx(ctx, err)
 	}
@@ -177,8 +182,9 @@ func (n *notifier) subscribeLocked(ctx context.Context, channel string) (*subscr
 	token := "dlock-sub-" + strconv.FormatUint(n.seq, 10)
 	n.pings[token] = sub
 	if err := n.ps.Ping(ctx, token); err != nil {
+		// Unconfirmed: Subscribe waits confirmWait, or for the
+		// reconnection that confirms every channel (wakeAll).
 		delete(n.pings, token)
-		sub.confirm() // unconfirmed: the waiter still has its heartbeat
 	}
 	return sub, nil
 }
@@ -228,6 +234,12 @@ func (n *notifier) unsubscribe(channel string, sub *subscription, w *waiter) {
 	if len(sub.waiters) > 0 || n.closed || n.subs[channel] != sub {
 		return
 	}
+	n.lingerLocked(channel, sub)
+}
+
+// lingerLocked unsubscribes channel, which has no waiters, after linger,
+// unless a waiter comes meanwhile.
+func (n *notifier) lingerLocked(channel string, sub *subscription) {
 	sub.idle = time.AfterFunc(n.linger, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
