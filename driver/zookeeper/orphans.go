@@ -23,6 +23,9 @@ import (
 type orphan struct {
 	keyPath, owner string
 	path           string
+	// session is the session the node belongs to (0: unknown): the
+	// janitor drops the orphan once that session is over.
+	session int64
 }
 
 // discardWait bounds how long a call that gives up on its node waits for

@@ -39,7 +39,7 @@ func (d *zkDriver) Release(ctx context.Context, l *driver.Lease) error {
 	case errors.Is(err, zk.ErrNoNode):
 		return fmt.Errorf("zookeeper: %s is gone: %w", g.path, driver.ErrNotHeld)
 	default:
-		d.mon.adopt(&orphan{path: g.path})
+		d.mon.adopt(&orphan{path: g.path, session: g.session})
 		return err
 	}
 }

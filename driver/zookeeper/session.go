@@ -54,7 +54,6 @@ type monitor struct {
 	proofAt   time.Time // when the last request proving proofSid alive was sent
 	beatAfter time.Time // no heartbeat before (after a failed one)
 	connected bool      // state at the last look
-	downSince time.Time // when the connection was last seen lost
 	beating   bool      // a heartbeat is under way
 	checking  bool      // a post-reconnection check is under way
 	cleaning  bool      // the janitor is running
@@ -135,9 +134,6 @@ func (m *monitor) tick(now time.Time) time.Duration {
 		return 0
 	}
 	reconnected := connected && !m.connected
-	if !connected && (m.connected || m.downSince.IsZero()) {
-		m.downSince = now
-	}
 	m.connected = connected
 
 	// Leases of a session that is over: go-zookeeper learned it expired.
@@ -157,16 +153,24 @@ func (m *monitor) tick(now time.Time) time.Duration {
 			for l, g := range m.leases {
 				lost = append(lost, loss{l, fmt.Errorf("zookeeper: no proof that session %#x is alive for its timeout %v (connection lost?): the server may expire it and grant the key to another client", g.session, timeout)})
 				delete(m.leases, l)
-				m.orphans = append(m.orphans, &orphan{path: g.path})
+				m.orphans = append(m.orphans, &orphan{path: g.path, session: g.session})
 			}
 		}
 	}
-	// Orphans of a session that is certainly over: disconnected for longer
-	// than its timeout (plus slack for a message in flight when the
-	// connection broke). The server deleted their nodes.
-	if !connected && len(m.orphans) > 0 && now.Sub(m.downSince) > timeout*3/2 {
-		m.orphans = nil
+	// Orphans of a session that is over (go-zookeeper learned it expired,
+	// or replaced it): the server deleted their nodes. A connection down
+	// for longer than the timeout does not make it so: a server restarted
+	// from its data restores its sessions with a fresh timeout, and the
+	// client may reconnect to the session, whose nodes then stay until the
+	// janitor deletes them.
+	kept := m.orphans[:0]
+	for _, o := range m.orphans {
+		if o.session == 0 || o.session == sid {
+			kept = append(kept, o)
+		}
 	}
+	clear(m.orphans[len(kept):])
+	m.orphans = kept
 
 	active := len(m.leases) > 0 || m.waiters > 0
 	if active {
@@ -338,6 +342,9 @@ func (m *monitor) adopt(o *orphan) {
 	defer m.mu.Unlock()
 	if m.done {
 		return
+	}
+	if o.session == 0 {
+		o.session = m.d.conn.SessionID() // 0 too while there is none
 	}
 	m.orphans = append(m.orphans, o)
 	m.sleeping = false
