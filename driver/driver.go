@@ -132,6 +132,13 @@ type Lease struct {
 type Driver interface {
 	// Validate checks l.Key, l.TTL and l.Mode for what this backend can
 	// carry, before any I/O. Failures wrap ErrInvalid and say why.
+	//
+	// A driver whose grants and refreshes of l.TTL are sure to last less
+	// than l.TTL after their request was sent (whole-second clocks, a
+	// session timeout shorter than the TTL) sets l.Validity to what they
+	// are sure to last; zero means l.TTL. lock relies on it before a
+	// refresh is sent: the refresh's reply may be lost after the backend
+	// applied it, so the lease's deadline must already count on no more.
 	Validate(l *Lease) error
 
 	// Acquire makes one attempt to grant l. On success it sets l.Token,

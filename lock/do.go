@@ -7,7 +7,9 @@ import (
 
 // Do runs fn while holding key: it calls Lock, runs fn with a context that
 // is cancelled when the lease ends (lost, or ctx ended), and releases the
-// lease when fn returns. fn should stop promptly when its ctx is done.
+// lease when fn returns, or when fn panics (the panic then goes on, after
+// the release, to whoever recovers it). fn should stop promptly when its
+// ctx is done.
 //
 // Do returns fn's error, joined with an error wrapping ErrLost if the lease
 // was lost while fn ran (fn's work was then not protected to the end, even
@@ -27,11 +29,21 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) 
 		case <-fctx.Done():
 		}
 	}()
+	unlock := func() error {
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
+		defer ucancel()
+		return lease.Unlock(uctx)
+	}
+	returned := false
+	defer func() {
+		if !returned { // fn panicked: release, and let the panic go on
+			_ = unlock()
+		}
+	}()
 	ferr := fn(fctx)
+	returned = true
 	lost := lease.Err()
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultReleaseTimeout)
-	defer ucancel()
-	uerr := lease.Unlock(uctx)
+	uerr := unlock()
 	if lost != nil {
 		return errors.Join(ferr, lost)
 	}

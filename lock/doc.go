@@ -43,39 +43,59 @@
 //
 // # Renewal
 //
-// By default each lease is renewed automatically every TTL/3 (TTL defaults
-// to DefaultTTL) until it is released; turn that off with
-// Options.DisableAutoRenew or WithAutoRenew(false). One scheduler goroutine
-// per Locker renews all of its leases, in batches where the driver supports
-// it, with at most 16 refresh calls under way. A renewal that fails for a
-// network reason is retried every TTL/10; if none succeeds before the
-// lease's local deadline, the lease is lost. A renewal the backend refuses
-// (the grant is gone) loses the lease at once.
+// By default each lease is renewed automatically a third of the way to its
+// local deadline (every TTL/3 where the backend applies the TTL as it is;
+// more often where it gives less, such as memcached's whole seconds or a
+// ZooKeeper session timeout shorter than the TTL), until it is released;
+// turn that off with Options.DisableAutoRenew or WithAutoRenew(false). One
+// scheduler goroutine per Locker renews all of its leases, in batches where
+// the driver supports it, with at most 16 refresh calls under way. A
+// renewal that fails for a network reason is retried every tenth of the
+// validity; if none succeeds before the lease's local deadline, the lease
+// is lost. A renewal the backend refuses (the grant is gone) loses the
+// lease at once. Refreshes of one lease (renewals and Refresh calls) are
+// sent one at a time.
 //
 // The local deadline is the moment the last successful grant or refresh
 // request was sent, plus the validity the backend applied, minus a drift
 // margin of 1% of the validity plus 2 ms. It is measured on the monotonic
-// clock, so wall-clock jumps do not move it.
+// clock, so wall-clock jumps do not move it. A refresh whose reply is lost
+// may have been applied: before it is sent the deadline is moved to no
+// later than what it gives, and no later refresh counts on more.
 //
 // # Waiting
 //
-// Drivers that queue waiters (ZooKeeper, redisnx, memory) hand a waiting
-// Lock the key when its turn comes, in arrival order, and a releaser cannot
-// take the key back ahead of those who waited. Other drivers retry a held
-// key according to the RetryStrategy (DefaultRetry, an exponential backoff
-// with full jitter), but sooner when they can: those told of releases
-// (rediswatch's pub/sub) retry at once on the news; those that know when
-// the holder's grant expires retry then. A RetryStrategy given explicitly
-// (Options.Retry, WithRetry) is followed on every driver, queueing ones
-// included, so that NoRetry and LimitRetry bound a Lock everywhere; such a
-// call is not queued. Each call gets its own backoff state.
+// Under DefaultRetry (the default), drivers that queue waiters (ZooKeeper,
+// redisnx, rediswatch, memory) hand a waiting Lock the key when its turn
+// comes, in arrival order, and a releaser cannot take the key back ahead of
+// those who waited. Other drivers retry a held key with an exponential
+// backoff with full jitter, but sooner when they can: those told of
+// releases retry at once on the news; those that know when the holder's
+// grant expires retry then. Any other RetryStrategy (Options.Retry,
+// OpenWith, WithRetry) is followed with single attempts on every driver,
+// queueing ones included, so that NoRetry and LimitRetry bound a Lock
+// everywhere; such a call is not queued. Each call gets its own backoff
+// state.
 //
 // # Closing
 //
-// Close releases the leases still held through the Locker, stops its
-// goroutines, makes waiting calls return, and closes the backend client if
-// the Locker opened it (Open does; drivers' New functions take the caller's
-// client and leave it open). Later calls return ErrClosed.
+// Close ends the leases still held through the Locker at once (Done closes),
+// releases their grants, stops its goroutines, makes waiting calls return,
+// and closes the backend client if the Locker opened it (Open does;
+// drivers' New functions take the caller's client and leave it open). It
+// takes at most about Options.ReleaseTimeout: a release that fails is
+// retried until then, and then left to the grant's TTL. Later calls return
+// ErrClosed.
+//
+// # Failures and time limits
+//
+// Every call returns by its context's deadline. Clean-up that must follow
+// (removing a grant whose reply was lost, a release that failed) goes on in
+// the background, bounded by the grant's expiry, and Close waits for it up
+// to its own bound. An Unlock that fails for a network reason ends the
+// lease all the same, and its release is retried in the background until
+// the backend answers, so that an outage keeps the key for the outage, not
+// for the rest of the TTL.
 //
 // # Errors
 //

@@ -65,6 +65,17 @@ func (e *Error) Error() string {
 	if e.Key != "" {
 		msg += fmt.Sprintf(" %q", e.Key)
 	}
+	if inner, ok := e.Err.(*Error); ok && inner.Key == e.Key {
+		// An error of the same key (how the lease ended, say): its kind
+		// if it differs, and its cause, without saying the key again.
+		if inner.Kind != nil && inner.Kind != e.Kind {
+			msg += ": " + inner.Kind.Error() + " (" + inner.Op + ")"
+		}
+		if inner.Err != nil {
+			msg += ": " + inner.Err.Error()
+		}
+		return msg
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

@@ -34,7 +34,18 @@ type faults struct {
 	refreshFail  string        // refresh of this key alone fails with a network error
 	releaseDelay time.Duration // a release's reply comes this late (the grant is deleted at once)
 	releaseErr   func() error
+	releaseHang  bool // a release waits for its context to end, and fails
 	acquireDelay time.Duration
+	acquireSlow  time.Duration // an attempt takes this long whatever its context, then grants
+	// A refresh reaches the backend applyDelay(ttl) late, is applied, and
+	// its reply comes replyDelay later, or never (loseReply), whatever the
+	// context: a slow or lossy network.
+	refreshApplyDelay func(ttl time.Duration) time.Duration
+	refreshReplyDelay time.Duration
+	refreshLoseReply  bool
+	// validityLoss makes validity shorter than the TTL by this much, as
+	// memcached's whole-second clock does (Validate says so too).
+	validityLoss time.Duration
 }
 
 func (f *fake) setFaults(fn func(*faults)) {
@@ -60,10 +71,16 @@ func newFake() *fake {
 	return &fake{grants: map[string]fakeGrant{}, subs: map[string][]chan struct{}{}}
 }
 
-func (f *fake) Validate(l *driver.Lease) error { return nil }
+func (f *fake) Validate(l *driver.Lease) error {
+	if loss := f.getFaults().validityLoss; loss > 0 {
+		l.Validity = l.TTL - loss
+	}
+	return nil
+}
 
 func (f *fake) Acquire(ctx context.Context, l *driver.Lease) error {
 	f.acquires.Add(1)
+	time.Sleep(f.getFaults().acquireSlow)
 	if d := f.getFaults().acquireDelay; d > 0 {
 		select {
 		case <-time.After(d):
@@ -80,7 +97,7 @@ func (f *fake) Acquire(ctx context.Context, l *driver.Lease) error {
 	}
 	f.grants[l.Key] = fakeGrant{owner: l.Owner, expires: now.Add(l.TTL)}
 	f.counter++
-	l.Token, l.Validity = f.counter, l.TTL
+	l.Token, l.Validity = f.counter, l.TTL-f.faults.validityLoss
 	f.mu.Unlock()
 	if f.loseReply.Load() {
 		if ctx.Err() != nil {
@@ -93,6 +110,10 @@ func (f *fake) Acquire(ctx context.Context, l *driver.Lease) error {
 
 func (f *fake) Release(ctx context.Context, l *driver.Lease) error {
 	f.releases.Add(1)
+	if f.getFaults().releaseHang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if fn := f.getFaults().releaseErr; fn != nil {
 		if err := fn(); err != nil {
 			return err
@@ -132,15 +153,31 @@ func (f *fake) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) 
 			return 0, err
 		}
 	}
+	fs := f.getFaults()
+	if fs.refreshApplyDelay != nil {
+		time.Sleep(fs.refreshApplyDelay(ttl))
+	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	g, ok := f.grants[l.Key]
 	if !ok || g.owner != l.Owner || !time.Now().Before(g.expires) {
+		f.mu.Unlock()
 		return 0, driver.ErrNotHeld
 	}
 	g.expires = time.Now().Add(ttl)
 	f.grants[l.Key] = g
-	return ttl, nil
+	f.mu.Unlock()
+	time.Sleep(fs.refreshReplyDelay)
+	if fs.refreshLoseReply {
+		return 0, errLostReply
+	}
+	return ttl - fs.validityLoss, nil
+}
+
+// expires returns when key's grant expires on the fake (zero if none).
+func (f *fake) expires(key string) time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.grants[key].expires
 }
 
 func (f *fake) Close() error { return nil }

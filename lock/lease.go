@@ -22,22 +22,32 @@ type Lease struct {
 	dl        *driver.Lease
 	done      chan struct{}
 	autoRenew bool
+	// refreshing admits one refresh of this lease at a time (a renewal or
+	// a Refresh): the backend then applies them in the order they were
+	// sent, so the deadline of the last one to succeed is the right one.
+	refreshing chan struct{}
 
 	mu        sync.Mutex
 	err       error // set when done is closed
 	unlocking bool
 	ttl       time.Duration // current TTL: the grant's, then the last Refresh's
+	validity  time.Duration // what a refresh of ttl is sure to give (driver's Validate)
 	start     time.Time     // when the last successful grant or refresh was sent
-	deadline  time.Time     // start + validity - drift margin
+	deadline  time.Time     // start + validity - drift margin, or earlier (see beginRefresh)
+	// unknownV is the shortest validity of a refresh whose outcome is
+	// unknown (its reply was lost): the backend may apply it after any
+	// later refresh, so no deadline may count on more. Zero when none.
+	unknownV time.Duration
 
 	// Scheduler state, guarded by the scheduler's mutex.
 	idx          int           // position in the scheduler's heap, -1 when absent
 	due          time.Time     // when the scheduler next looks at the lease
 	renewDue     bool          // due is a renewal time, not the deadline
-	renewing     bool          // a refresh is under way
+	renewing     bool          // a renewal of the scheduler is under way
 	retryAt      time.Time     // after a failed refresh: when to try again
 	deadlineCopy time.Time     // deadline as of the last schedule
 	ttlCopy      time.Duration // ttl as of the last schedule
+	validCopy    time.Duration // validity as of the last schedule
 }
 
 // Key returns the key the lease is on.
@@ -73,6 +83,12 @@ func (l *Lease) Err() error {
 // Until then no other client can be granted the key, as judged by this
 // process's monotonic clock. Done closes at the latest at this deadline
 // unless a refresh succeeds first.
+//
+// A refresh moves the deadline earlier before it is sent when the backend
+// may apply a shorter validity than the deadline counts on (a Refresh to a
+// shorter TTL): its reply may be lost after the backend applied it. For the
+// same reason, once a refresh's outcome is unknown, no later deadline counts
+// on more than that refresh's validity.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -86,45 +102,111 @@ func (l *Lease) TTL() time.Duration {
 	return l.ttl
 }
 
-// Refresh extends the lease to ttl from now and moves its deadline. It
-// returns an error wrapping ErrNotHeld if the grant is gone (the lease is
-// then lost: Done closes), ErrClosed after the Locker was closed, or one
-// wrapping the backend's or the context's error (the lease and its deadline
-// are then unchanged). Auto-renewed leases rarely need it; it also changes
-// the TTL that later renewals use. Close waits for a Refresh under way.
+// Refresh extends the lease to ttl from now and moves its deadline; it also
+// changes the TTL that later renewals use. Auto-renewed leases rarely need
+// it. It waits for a renewal of the same lease under way, so that the
+// backend applies refreshes in the order they were sent.
+//
+// Refresh returns nil only if the lease is held when it returns: Done open
+// and the new deadline ahead. Otherwise it returns an error wrapping
+//   - ErrNotHeld if the grant is gone, or the lease ended before or while
+//     the refresh was under way (with ErrLost too if it was lost; Done is
+//     then closed);
+//   - ErrClosed after the Locker was closed;
+//   - the backend's or the context's error: the outcome is unknown and the
+//     lease goes on, but its deadline is no later than the refresh would
+//     have made it, since the backend may have applied it (see Deadline).
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	if !l.lk.begin() { // Close waits for it; no driver call after Close
 		return newError("refresh", l.dl.Key, ErrClosed, nil)
 	}
-	defer l.lk.calls.Done()
+	defer l.lk.calls.done()
 	if err := checkTTL(ttl); err != nil {
 		return newError("refresh", l.dl.Key, ErrInvalid, err)
 	}
 	probe := *l.dl
-	probe.TTL = ttl
+	probe.TTL, probe.Validity = ttl, 0
 	if err := l.lk.d.Validate(&probe); err != nil {
 		return driverError("refresh", l.dl.Key, err, ErrInvalid)
 	}
-	if err := l.Err(); err != nil {
-		return newError("refresh", l.dl.Key, ErrNotHeld, err)
+	v, err := validityFor(&probe)
+	if err != nil {
+		return newError("refresh", l.dl.Key, ErrInvalid, err)
 	}
+	select {
+	case l.refreshing <- struct{}{}:
+	case <-l.done:
+		return l.endedError("refresh", l.Err())
+	case <-ctx.Done():
+		return ctxError("refresh", l.dl.Key, nil, ctx)
+	}
+	defer l.lk.sched.schedule(l) // after the slot is free: renewals go on
+	defer func() { <-l.refreshing }()
 	start := time.Now()
-	validity, err := l.lk.d.Refresh(ctx, l.dl, ttl)
-	return l.refreshed(ctx, "refresh", ttl, start, validity, err)
+	deadline, err := l.beginRefresh("refresh", start, v)
+	if err != nil {
+		return err
+	}
+	// No reply is of use past the deadline: the lease is lost by then.
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	got, err := l.lk.d.Refresh(cctx, l.dl, ttl)
+	return l.endRefresh(cctx, "refresh", ttl, v, start, got, err)
 }
 
-// refreshed applies the outcome of a refresh sent at start.
-func (l *Lease) refreshed(ctx context.Context, op string, ttl time.Duration, start time.Time, validity time.Duration, err error) error {
+// beginRefresh prepares a refresh to be sent at start that the backend
+// will apply with validity v: the lease's deadline is moved to no later
+// than what the refresh gives, since its reply may be lost after the
+// backend applied it. It returns the deadline, or an error if the lease
+// has ended.
+func (l *Lease) beginRefresh(op string, start time.Time, v time.Duration) (time.Time, error) {
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return time.Time{}, l.endedError(op, err)
+	}
+	moved := false
+	if d := start.Add(v - driftMargin(v)); d.Before(l.deadline) {
+		l.deadline, moved = d, true
+	}
+	deadline := l.deadline
+	l.mu.Unlock()
+	if moved {
+		l.lk.sched.schedule(l)
+	}
+	return deadline, nil
+}
+
+// endRefresh applies the outcome of a refresh to ttl sent at start, which
+// Validate said gives validity v, and which answered got and err.
+func (l *Lease) endRefresh(ctx context.Context, op string, ttl, v time.Duration, start time.Time, got time.Duration, err error) error {
 	switch {
 	case err == nil:
+		now := time.Now()
 		l.mu.Lock()
-		if l.err == nil && start.After(l.start) {
-			l.start = start
-			l.ttl = ttl
-			l.deadline = start.Add(validity - driftMargin(validity))
+		if l.err != nil {
+			// The lease ended while the refresh was under way (lost at
+			// its deadline, say): the grant the refresh found may be
+			// about to expire, or another's by now. Do not report it held.
+			ended := l.err
+			l.mu.Unlock()
+			return l.endedError(op, ended)
+		}
+		if l.unknownV > 0 {
+			got = min(got, l.unknownV)
+		}
+		deadline := start.Add(got - driftMargin(got))
+		if !now.Before(deadline) {
+			l.mu.Unlock()
+			cause := fmt.Errorf("%s: the reply came after the validity it gave had passed", op)
+			l.lose(cause, true)
+			return l.endedError(op, l.Err())
+		}
+		if start.After(l.start) {
+			l.start, l.ttl, l.validity, l.deadline = start, ttl, v, deadline
 		}
 		l.mu.Unlock()
-		l.lk.sched.schedule(l)
 		return nil
 	case errors.Is(err, driver.ErrNotHeld):
 		l.mu.Lock()
@@ -136,59 +218,86 @@ func (l *Lease) refreshed(ctx context.Context, op string, ttl time.Duration, sta
 			l.lose(fmt.Errorf("%s: the backend no longer has the grant: %w", op, err), false)
 		}
 		return newError(op, l.dl.Key, ErrNotHeld, err)
-	case ctx.Err() != nil:
-		return ctxError(op, l.dl.Key, nil, ctx)
-	default:
-		return newError(op, l.dl.Key, nil, err)
 	}
+	// The outcome is unknown: the backend may have applied the refresh,
+	// or may apply it later than any refresh still to come.
+	l.mu.Lock()
+	if l.unknownV == 0 || v < l.unknownV {
+		l.unknownV = v
+	}
+	expired := l.err == nil && !time.Now().Before(l.deadline)
+	l.mu.Unlock()
+	if expired {
+		l.lose(errors.New("the local validity deadline passed without a successful refresh"), true)
+		return l.endedError(op, l.Err())
+	}
+	if ctx.Err() != nil {
+		return ctxError(op, l.dl.Key, nil, ctx)
+	}
+	return newError(op, l.dl.Key, nil, err)
+}
+
+// endedError is the error of a call on a lease that ended with cause.
+func (l *Lease) endedError(op string, cause error) error {
+	if errors.Is(cause, ErrClosed) {
+		return newError(op, l.dl.Key, ErrClosed, nil)
+	}
+	return newError(op, l.dl.Key, ErrNotHeld, cause)
 }
 
 // Unlock releases the lease: the key is deleted on the backend only if this
-// lease still owns it. It returns nil on success, an error wrapping
-// ErrNotHeld if the grant was already gone (expired, lost, or released
-// before), or ErrClosed after the Locker was closed.
+// lease still owns it. The lease ends (Done closes) whatever the outcome.
+// It returns nil on success, an error wrapping ErrNotHeld if the grant was
+// already gone (expired, lost, or released before), or ErrClosed after the
+// Locker was closed.
 //
 // If the backend fails (network, server) or ctx ends, Unlock returns an
-// error wrapping that cause (not ErrNotHeld: the grant may still exist), and
-// the lease stays registered without renewal: call Unlock again, or let
-// Close release it. Done then closes at the deadline at the latest, and a
-// backend with TTLs frees the key by itself.
+// error wrapping that cause (not ErrNotHeld: the grant may still exist);
+// the lease is ended all the same, and the Locker retries the release in
+// the background until it succeeds or the grant would have expired, so that
+// an outage keeps the key no longer than the outage.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if !l.lk.begin() { // Close waits for it; no driver call after Close
 		return newError("unlock", l.dl.Key, ErrClosed, nil)
 	}
-	defer l.lk.calls.Done()
-	return l.release(ctx, "unlock", newError("unlock", l.dl.Key, ErrNotHeld, errors.New("lease released")))
-}
-
-// release deletes the grant and ends the lease with reason.
-func (l *Lease) release(ctx context.Context, op string, reason error) error {
+	defer l.lk.calls.done()
 	l.mu.Lock()
 	if l.err != nil {
 		err := l.err
 		l.mu.Unlock()
-		if errors.Is(err, ErrClosed) {
-			return newError(op, l.dl.Key, ErrClosed, nil)
-		}
-		return newError(op, l.dl.Key, ErrNotHeld, err)
+		return l.endedError("unlock", err)
 	}
 	l.unlocking = true
 	l.mu.Unlock()
 	l.lk.sched.schedule(l) // renews no more; still ends the lease at its deadline
 
+	released := newError("unlock", l.dl.Key, ErrNotHeld, errors.New("lease released"))
 	err := l.lk.d.Release(ctx, l.dl)
 	switch {
 	case err == nil:
-		l.finish(reason)
+		l.finish(released)
 		return nil
 	case errors.Is(err, driver.ErrNotHeld):
-		l.finish(newError(op, l.dl.Key, ErrLost, err))
-		return newError(op, l.dl.Key, ErrNotHeld, err)
-	case ctx.Err() != nil:
-		return ctxError(op, l.dl.Key, nil, ctx)
-	default:
-		return newError(op, l.dl.Key, nil, err)
+		l.finish(newError("unlock", l.dl.Key, ErrLost, err))
+		return newError("unlock", l.dl.Key, ErrNotHeld, err)
 	}
+	until := l.expiry()
+	if l.finish(released) {
+		l.lk.releaseLater(l.dl, until)
+	}
+	if ctx.Err() != nil {
+		return ctxError("unlock", l.dl.Key, nil, ctx)
+	}
+	return newError("unlock", l.dl.Key, nil, err)
+}
+
+// expiry is when the backend drops the grant by itself at the latest, as
+// far as this process can tell: the TTL after the last successful grant or
+// refresh was sent, or a little from now if that has passed.
+func (l *Lease) expiry() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return later(l.start.Add(l.ttl), time.Now().Add(100*time.Millisecond))
 }
 
 // finish ends the lease with err (nil-safe against a second call) and
@@ -210,6 +319,7 @@ func (l *Lease) finish(err error) bool {
 // (a local deadline passed, a driver reported a session problem), release
 // it in the background so that it does not outlive the lease.
 func (l *Lease) lose(cause error, releaseBackend bool) {
+	until := l.expiry()
 	if !l.finish(newError("renew", l.dl.Key, ErrLost, cause)) {
 		return
 	}
@@ -217,7 +327,7 @@ func (l *Lease) lose(cause error, releaseBackend bool) {
 		l.lk.opts.Logger.Warn("dlock: lease lost", "key", l.dl.Key, "token", l.dl.Token, "err", cause)
 	}
 	if releaseBackend {
-		l.lk.sched.releaseInBackground(l.dl)
+		l.lk.releaseLater(l.dl, until)
 	}
 }
 
@@ -227,4 +337,18 @@ func (l *Lease) lostByDriver(cause error) {
 		cause = errors.New("reported by the driver")
 	}
 	l.lose(cause, true)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

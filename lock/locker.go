@@ -55,6 +55,7 @@ func New(d driver.Driver, o *Options) Locker {
 	opts, err := o.resolved()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	lk := &locker{d: d, opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}}
+	lk.bgCtx, lk.bgCancel = context.WithCancel(context.Background())
 	lk.notifier, _ = d.(driver.Notifier)
 	lk.queuer, _ = d.(driver.Queuer)
 	lk.sched = newScheduler(lk)
@@ -74,10 +75,17 @@ type locker struct {
 
 	ctx    context.Context // cancelled with ErrClosed by Close
 	cancel context.CancelCauseFunc
-	calls  sync.WaitGroup // Lock/TryLock calls under way, and background releases
+	calls  group // Lock, TryLock, Refresh and Unlock calls under way
+
+	// Background releases (releaseLater): bgCtx is cancelled when Close's
+	// bound has passed.
+	bg       group
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
+	stopBy time.Time // Close's bound, once Close began
 	leases map[*Lease]struct{}
 }
 
@@ -100,15 +108,7 @@ func (rw *rwLocker) TryRLock(ctx context.Context, key string, opts ...Option) (*
 }
 
 // begin registers a call under way, or fails when the Locker is closed.
-func (lk *locker) begin() bool {
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if lk.closed {
-		return false
-	}
-	lk.calls.Add(1)
-	return true
-}
+func (lk *locker) begin() bool { return lk.calls.add() }
 
 func newOwner() string {
 	u := uuid.New()
@@ -130,10 +130,14 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	if err := lk.d.Validate(dl); err != nil {
 		return nil, driverError(op, key, err, ErrInvalid)
 	}
+	validity, err := validityFor(dl)
+	if err != nil {
+		return nil, newError(op, key, ErrInvalid, err)
+	}
 	if !lk.begin() {
 		return nil, newError(op, key, ErrClosed, nil)
 	}
-	defer lk.calls.Done()
+	defer lk.calls.done()
 
 	// Close cancels lk.ctx; make it end this call too, with ErrClosed.
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -141,13 +145,14 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	stop := context.AfterFunc(lk.ctx, func() { cancel(ErrClosed) })
 	defer stop()
 
-	l := &Lease{lk: lk, dl: dl, autoRenew: co.autoRenew, ttl: co.ttl, done: make(chan struct{}), idx: -1}
+	l := &Lease{lk: lk, dl: dl, autoRenew: co.autoRenew, ttl: co.ttl, validity: validity,
+		done: make(chan struct{}), refreshing: make(chan struct{}, 1), idx: -1}
 	dl.Lost = l.lostByDriver
 
 	var (
 		backoff   Backoff
 		notify    <-chan struct{}
-		queue     = wait && lk.queuer != nil && !co.retrySet
+		queue     = wait && lk.queuer != nil && queues(co.retry)
 		subscribe = wait && lk.notifier != nil && !queue
 	)
 	for {
@@ -158,16 +163,21 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 			err = lk.d.Acquire(ctx, dl)
 		}
 		if err == nil {
-			return l, lk.register(op, l, start)
+			if err := lk.register(op, l, start); err != nil {
+				return nil, err
+			}
+			return l, nil
 		}
 		if !errors.Is(err, driver.ErrHeld) {
 			if errors.Is(err, driver.ErrInvalid) {
 				return nil, newError(op, key, ErrInvalid, err)
 			}
 			// The outcome is unknown: the grant may have been applied and
-			// its reply lost. Remove it by owner so nothing is left behind.
+			// its reply lost. Remove it by owner, in the background so
+			// that this call returns by its context's deadline, so that
+			// nothing is left behind. (A Queuer cleans up after itself.)
 			if !queue {
-				lk.cleanup(dl)
+				lk.releaseLater(dl, time.Now().Add(dl.TTL))
 			}
 			if ctx.Err() != nil {
 				return nil, ctxError(op, key, ErrNotAcquired, ctx)
@@ -215,8 +225,24 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	}
 }
 
+// validityFor is the validity a grant or refresh of dl.TTL is sure to
+// have, as the driver's Validate set it in dl.Validity (dl.TTL when it set
+// none), or an error when that leaves no time to renew the lease in.
+func validityFor(dl *driver.Lease) (time.Duration, error) {
+	v := dl.Validity
+	if v == 0 {
+		v = dl.TTL
+	}
+	if room := v - driftMargin(v); room < minRenewRoom {
+		return 0, fmt.Errorf("TTL %v gives a validity of %v on this backend, which leaves no room for a renewal", dl.TTL, v)
+	}
+	dl.Validity = 0
+	return v, nil
+}
+
 // register makes a granted lease live: local deadline, renewal, and the
-// Locker's list for Close. A grant that raced with Close is released.
+// Locker's list for Close. A grant that raced with Close is released, and
+// the call fails with ErrClosed.
 func (lk *locker) register(op string, l *Lease, start time.Time) error {
 	l.start = start
 	l.deadline = start.Add(l.dl.Validity - driftMargin(l.dl.Validity))
@@ -227,35 +253,61 @@ func (lk *locker) register(op string, l *Lease, start time.Time) error {
 	}
 	lk.mu.Unlock()
 	if closed {
-		lk.cleanup(l.dl)
 		l.finish(newError(op, l.dl.Key, ErrClosed, nil))
+		lk.releaseLater(l.dl, l.expiry())
 		return newError(op, l.dl.Key, ErrClosed, nil)
 	}
 	lk.sched.schedule(l)
 	return nil
 }
 
-// cleanup releases dl by owner with a fresh context, for grants whose
-// outcome is unknown or that no one holds any more. It waits at most a
-// second; a slower release goes on in the background, bounded by
-// ReleaseTimeout, and Close waits for it.
-func (lk *locker) cleanup(dl *driver.Lease) {
-	done := make(chan struct{})
-	lk.calls.Add(1)
+// releaseLater releases dl by owner in the background, for grants whose
+// outcome is unknown or that no one holds any more: it retries a failing
+// release until it succeeds, the backend says the grant is gone, or until
+// passes (the grant has expired by then). Close waits for it up to Close's
+// bound and then cuts it short.
+func (lk *locker) releaseLater(dl *driver.Lease, until time.Time) {
+	if !lk.bg.add() {
+		return // Close is past its bound: the TTL frees the key
+	}
 	go func() {
-		defer lk.calls.Done()
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), lk.opts.ReleaseTimeout)
-		defer cancel()
-		if err := lk.d.Release(ctx, dl); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			lk.logWarn("clean-up release failed; the key is freed by its TTL", dl.Key, err)
+		defer lk.bg.done()
+		if err := lk.retryRelease(dl, until); err != nil {
+			lk.logWarn("background release failed; the key is freed by its TTL", dl.Key, err)
 		}
 	}()
-	t := time.NewTimer(time.Second)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+}
+
+// retryRelease makes release attempts for dl until one succeeds, the
+// backend says the grant is gone, or until passes, or Close's bound. Each
+// attempt is bounded by ReleaseTimeout.
+func (lk *locker) retryRelease(dl *driver.Lease, until time.Time) error {
+	const first, maxWait = 20 * time.Millisecond, time.Second
+	wait := first
+	for {
+		lk.mu.Lock()
+		stopBy := lk.stopBy
+		lk.mu.Unlock()
+		if !stopBy.IsZero() {
+			until = earlier(until, stopBy)
+		}
+		ctx, cancel := context.WithDeadline(lk.bgCtx, earlier(until, time.Now().Add(lk.opts.ReleaseTimeout)))
+		err := lk.d.Release(ctx, dl)
+		cancel()
+		if err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid) {
+			return nil
+		}
+		if !time.Now().Add(wait).Before(until) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-lk.bgCtx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, maxWait)
 	}
 }
 
@@ -266,50 +318,88 @@ func (lk *locker) forget(l *Lease) {
 	lk.sched.remove(l)
 }
 
+// Close ends every lease of the Locker at once (Done closes, Err reports
+// ErrClosed), then releases their grants, retrying failed releases, for at
+// most ReleaseTimeout in all; calls under way and background releases are
+// waited for up to the same bound, then cut short. A second Close returns
+// nil.
 func (lk *locker) Close() error {
 	lk.mu.Lock()
 	if lk.closed {
 		lk.mu.Unlock()
-		return newError("close", "", ErrClosed, nil)
+		return nil
 	}
 	lk.closed = true
-	lk.mu.Unlock()
-	lk.cancel(ErrClosed)
-	lk.calls.Wait() // waiting calls return; grants racing with Close are released
-
-	lk.mu.Lock()
+	bound := time.Now().Add(lk.opts.ReleaseTimeout)
+	lk.stopBy = bound
 	held := make([]*Lease, 0, len(lk.leases))
 	for l := range lk.leases {
 		held = append(held, l)
 	}
 	lk.mu.Unlock()
+	lk.calls.stop()
+	lk.cancel(ErrClosed) // waiting calls return
 
+	// End the leases first: from now on none is reported held, whatever
+	// becomes of its release.
+	type release struct {
+		dl    *driver.Lease
+		until time.Time
+	}
+	rs := make([]release, 0, len(held))
+	for _, l := range held {
+		until := l.expiry()
+		if l.finish(newError("close", l.dl.Key, ErrClosed, nil)) {
+			rs = append(rs, release{l.dl, until})
+		}
+	}
 	var (
-		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
+		next = make(chan release)
+		wg   sync.WaitGroup
 	)
-	sem := make(chan struct{}, 16)
-	for _, l := range held {
+	for range min(len(rs), 16) {
 		wg.Add(1)
-		sem <- struct{}{}
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), lk.opts.ReleaseTimeout)
-			defer cancel()
-			if err := l.release(ctx, "close", newError("close", l.dl.Key, ErrClosed, nil)); err != nil && !errors.Is(err, ErrNotHeld) {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
+			defer wg.Done()
+			for r := range next {
+				if err := lk.retryRelease(r.dl, r.until); err != nil {
+					mu.Lock()
+					errs = append(errs, newError("close", r.dl.Key, nil, err))
+					mu.Unlock()
+				}
 			}
 		}()
 	}
+	for _, r := range rs {
+		next <- r
+	}
+	close(next)
 	wg.Wait()
+
+	// Wait for calls and background releases up to the bound, then cut
+	// them short and stop the renewals.
+	timer := time.NewTimer(time.Until(bound))
+	defer timer.Stop()
+	for _, g := range []*group{&lk.calls, &lk.bg} {
+		select {
+		case <-g.idleChan():
+		case <-timer.C:
+			timer.Reset(0)
+		}
+	}
+	lk.bg.stop()
+	lk.bgCancel()
 	lk.sched.stop()
-	lk.calls.Wait() // background releases started by lost leases
 	if err := lk.d.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("lock: closing driver: %w", err))
 	}
+	// Closing the driver ends its calls under way, if cutting their
+	// contexts did not.
+	<-lk.calls.idleChan()
+	<-lk.bg.idleChan()
+	<-lk.sched.workers.idleChan()
 	return errors.Join(errs...)
 }
 

@@ -192,8 +192,8 @@ func TestLockCancel(t *testing.T) {
 	}
 }
 
-// A grant applied by the backend whose reply was lost is removed by owner
-// before Lock returns: nothing is left for its TTL to clear.
+// A grant applied by the backend whose reply was lost is removed by owner,
+// in the background: nothing is left for its TTL to clear.
 func TestLostReplyCleanedUp(t *testing.T) {
 	f := newFake()
 	l := lock.New(f, nil)
@@ -203,12 +203,9 @@ func TestLostReplyCleanedUp(t *testing.T) {
 	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, errLostReply) {
 		t.Fatalf("err = %v; want ErrNotAcquired wrapping the backend's error", err)
 	}
-	if h := f.holder("k"); h != "" {
-		t.Errorf("grant with a lost reply left on the backend, owned by %s", h)
-	}
-	if f.releases.Load() != 1 {
-		t.Errorf("%d releases; want one clean-up", f.releases.Load())
-	}
+	eventually(t, time.Second, "the grant with a lost reply is removed", func() bool {
+		return f.holder("k") == "" && f.releases.Load() == 1
+	})
 	// The same with a cancelled context while the request is in flight.
 	f.loseReply.Store(false)
 	f.setFaults(func(x *faults) { x.acquireDelay = 50 * time.Millisecond })
@@ -217,8 +214,17 @@ func TestLostReplyCleanedUp(t *testing.T) {
 	if _, err := l.Lock(c, "k2"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v; want DeadlineExceeded", err)
 	}
-	if f.releases.Load() != 2 {
-		t.Errorf("no clean-up after a cancelled attempt")
+	eventually(t, time.Second, "a clean-up after a cancelled attempt", func() bool { return f.releases.Load() == 2 })
+}
+
+// eventually polls cond for up to d and fails the test if it never holds.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("not within %v: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -276,10 +282,11 @@ func TestNotifierWakesWaiter(t *testing.T) {
 }
 
 // A backend failure in Unlock is not reported as ErrNotHeld; the lease
-// stays, renewal stops, and a second Unlock can succeed.
+// ends at once all the same, and the release is retried in the background
+// until the backend is back, so that an outage does not cost a TTL.
 func TestUnlockBackendFailure(t *testing.T) {
 	f := newFake()
-	l := lock.New(f, nil)
+	l := lock.New(f, &lock.Options{TTL: time.Minute})
 	defer l.Close()
 	lease, err := l.Lock(bg(t), "k")
 	if err != nil {
@@ -299,19 +306,23 @@ func TestUnlockBackendFailure(t *testing.T) {
 	if err == nil || errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Unlock on a failing backend: err = %v; want the backend error, not ErrNotHeld", err)
 	}
-	if lease.Err() != nil {
-		t.Errorf("lease ended by a failed Unlock: %v", lease.Err())
-	}
-	fail.Store(false)
-	if err := lease.Unlock(bg(t)); err != nil {
-		t.Errorf("second Unlock: %v", err)
-	}
-	if f.holder("k") != "" {
-		t.Error("key still held after a successful Unlock")
+	select {
+	case <-lease.Done():
+	default:
+		t.Fatal("a failed Unlock left the lease reported held")
 	}
 	if !errors.Is(lease.Err(), lock.ErrNotHeld) {
 		t.Errorf("Err() after Unlock = %v; want ErrNotHeld (released)", lease.Err())
 	}
+	if err := lease.Unlock(bg(t)); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Unlock: %v; want ErrNotHeld", err)
+	}
+	time.Sleep(200 * time.Millisecond) // the outage
+	if f.holder("k") == "" {
+		t.Fatal("key freed while every release failed")
+	}
+	fail.Store(false)
+	eventually(t, 2*time.Second, "the key is released once the backend is back", func() bool { return f.holder("k") == "" })
 }
 
 // Refresh by hand moves the deadline and the TTL later renewals use.

@@ -11,8 +11,9 @@ const (
 	// DefaultTTL is the lease time when none is given. With auto-renewal on
 	// (the default) it bounds how long a crashed holder keeps a key.
 	DefaultTTL = 30 * time.Second
-	// DefaultReleaseTimeout bounds background releases: the clean-up after
-	// a grant whose reply was lost, and the releases done by Close.
+	// DefaultReleaseTimeout bounds each attempt of a background release
+	// (the clean-up after a grant whose reply was lost, the retries of a
+	// failed Unlock) and Close as a whole.
 	DefaultReleaseTimeout = 5 * time.Second
 	// MinTTL and MaxTTL bound every TTL; drivers may narrow the range
 	// (Memcached counts whole seconds from 2 s, for instance).
@@ -21,13 +22,6 @@ const (
 	// MaxKeyLen is the longest key, in bytes, that any Locker accepts.
 	MaxKeyLen = 1024
 )
-
-// DefaultRetry is the retry strategy used when none is given: exponential
-// backoff with full jitter from 2 ms up to 250 ms between attempts, without
-// limit (Lock waits until its context ends). Drivers that are told of
-// releases retry at once on the news, so the backoff only bounds how long a
-// missed notification can delay a waiter.
-var DefaultRetry = ExponentialBackoff(2*time.Millisecond, 250*time.Millisecond)
 
 // Options configure a Locker. A nil *Options means all defaults; so does
 // each zero field.
@@ -40,21 +34,18 @@ type Options struct {
 	// released, like Redisson's watchdog or an etcd session's keep-alive.
 	// Per call, WithAutoRenew overrides it.
 	DisableAutoRenew bool
-	// Retry is the strategy Lock uses between attempts on a held key
-	// (DefaultRetry when nil). Per call, WithRetry overrides it. Drivers
-	// that queue waiters (ZooKeeper, redisnx, memory) queue a Lock call
-	// only when no strategy is given here or by WithRetry: a strategy
-	// given explicitly is followed with single attempts, as TryLock makes,
-	// so that NoRetry or LimitRetry bound the call on every backend.
+	// Retry is how Lock waits for a held key: DefaultRetry (also when
+	// nil) queues on drivers that queue waiters and backs off on the
+	// others; any other strategy makes single attempts by it, as TryLock
+	// makes, on every driver (see DefaultRetry). Per call, WithRetry
+	// overrides it.
 	Retry RetryStrategy
-	// ReleaseTimeout bounds background releases (DefaultReleaseTimeout
-	// when zero).
+	// ReleaseTimeout bounds each background release attempt and Close
+	// (DefaultReleaseTimeout when zero).
 	ReleaseTimeout time.Duration
 	// Logger receives renewal failures and lost leases. Nil means no
 	// logging.
 	Logger *slog.Logger
-
-	retrySet bool // Retry was given: see Retry
 }
 
 // resolved returns a copy of o with every default filled in, or an error
@@ -70,7 +61,6 @@ func (o *Options) resolved() (Options, error) {
 	if err := checkTTL(r.TTL); err != nil {
 		return r, fmt.Errorf("%w: Options.TTL: %v", ErrInvalid, err)
 	}
-	r.retrySet = r.Retry != nil
 	if r.Retry == nil {
 		r.Retry = DefaultRetry
 	}
@@ -90,7 +80,6 @@ type callOptions struct {
 	ttl       time.Duration
 	autoRenew bool
 	retry     RetryStrategy
-	retrySet  bool // a strategy was given: no queueing (see Options.Retry)
 }
 
 // WithTTL sets the lease time for this call. Useful when one Locker serves
@@ -108,15 +97,15 @@ func WithAutoRenew(on bool) Option {
 }
 
 // WithRetry sets the retry strategy for this Lock call: for instance
-// NoRetry() to try once, or LimitRetry to bound the attempts. On drivers
-// that queue waiters, the call then makes single attempts instead of
-// queueing (see Options.Retry).
+// NoRetry() to try once, or LimitRetry to bound the attempts. Any strategy
+// but DefaultRetry makes the call retry single attempts instead of
+// queueing, on drivers that queue waiters (see DefaultRetry).
 func WithRetry(s RetryStrategy) Option {
-	return func(c *callOptions) { c.retry, c.retrySet = s, true }
+	return func(c *callOptions) { c.retry = s }
 }
 
 func (lk *locker) callOptions(opts []Option) (callOptions, error) {
-	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry, retrySet: lk.opts.retrySet}
+	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry}
 	for _, o := range opts {
 		if o == nil {
 			return c, fmt.Errorf("nil Option")

@@ -29,16 +29,16 @@ type scheduler struct {
 	mu      sync.Mutex
 	h       leaseHeap
 	jobs    []renewJob
-	workers int
+	running int // workers running
 	stopped bool
 	wake    chan struct{}
 	// wakeAt is when the loop's timer fires next: schedule wakes the loop
 	// only for a lease due before it, so that a Lock+Unlock cycle on a
 	// Locker holding nothing else does not wake it every time.
-	wakeAt time.Time
-	ctx    context.Context // cancelled by stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // loop, workers, background releases
+	wakeAt  time.Time
+	ctx     context.Context // cancelled by stop
+	cancel  context.CancelFunc
+	workers group // the loop and the workers
 }
 
 const (
@@ -47,10 +47,14 @@ const (
 	maxBatch        = 1000 // leases per RefreshBatch call
 	maxSingleJob    = 32   // leases per job for drivers without batches
 	minRetryDelay   = 5 * time.Millisecond
+	// minRenewRoom is the least validity, less the drift margin, that a
+	// TTL must give: renewals come at a third of it.
+	minRenewRoom = 3 * time.Millisecond
 )
 
+// renewJob refreshes leases to ttl, which Validate said gives validity v.
 type renewJob struct {
-	ttl    time.Duration
+	ttl, v time.Duration
 	leases []*Lease
 }
 
@@ -58,16 +62,20 @@ func newScheduler(lk *locker) *scheduler {
 	s := &scheduler{lk: lk, wake: make(chan struct{}, 1), wakeAt: time.Now().Add(time.Hour)}
 	s.batch, _ = lk.d.(driver.BatchRefresher)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(1)
+	s.workers.add()
 	go s.loop()
 	return s
 }
 
 // schedule (re)computes when to look at l next, from its current state.
+// Renewals come a third of the way from the last successful grant or
+// refresh to the deadline: from the validity the backend applied, which
+// may be much shorter than the TTL (memcached's whole seconds).
 func (s *scheduler) schedule(l *Lease) {
 	l.mu.Lock()
 	ended, renew := l.err != nil, l.autoRenew && !l.unlocking
-	deadline, renewAt, ttl := l.deadline, l.start.Add(l.ttl/3), l.ttl
+	deadline, ttl, v := l.deadline, l.ttl, l.validity
+	renewAt := l.start.Add(deadline.Sub(l.start) / 3)
 	l.mu.Unlock()
 
 	s.mu.Lock()
@@ -85,7 +93,7 @@ func (s *scheduler) schedule(l *Lease) {
 			due = renewAt
 		}
 	}
-	l.due, l.deadlineCopy, l.ttlCopy = due, deadline, ttl
+	l.due, l.deadlineCopy, l.ttlCopy, l.validCopy = due, deadline, ttl, v
 	l.renewDue = renew && !l.renewing
 	if l.idx >= 0 {
 		heap.Fix(&s.h, l.idx)
@@ -118,7 +126,7 @@ func (s *scheduler) poke() {
 }
 
 func (s *scheduler) loop() {
-	defer s.wg.Done()
+	defer s.workers.done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -141,14 +149,15 @@ func (s *scheduler) loop() {
 func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	groups := map[time.Duration][]*Lease{}
+	type group struct{ ttl, v time.Duration }
+	groups := map[group][]*Lease{}
 	for len(s.h) > 0 {
 		l := s.h[0]
 		// Renewals a little ahead of time are taken with the due ones, so
 		// that leases granted close together are refreshed together.
 		ahead := time.Duration(0)
 		if l.renewDue {
-			ahead = l.ttlCopy / 30
+			ahead = l.validCopy / 30
 		}
 		if l.due.After(now.Add(ahead)) {
 			break
@@ -158,19 +167,29 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 			expired = append(expired, l)
 			continue
 		}
-		// Renew, and keep watching the deadline meanwhile.
-		l.renewing, l.renewDue, l.due = true, false, l.deadlineCopy
+		// Keep watching the deadline meanwhile; renew unless a Refresh of
+		// the lease is under way (it schedules the lease again when done).
+		renew := false
+		select {
+		case l.refreshing <- struct{}{}:
+			renew = true
+		default:
+		}
+		l.renewing, l.renewDue, l.due = renew, false, l.deadlineCopy
 		heap.Fix(&s.h, 0)
-		groups[l.ttlCopy] = append(groups[l.ttlCopy], l)
+		if renew {
+			g := group{l.ttlCopy, l.validCopy}
+			groups[g] = append(groups[g], l)
+		}
 	}
 	size := maxSingleJob
 	if s.batch != nil {
 		size = maxBatch
 	}
-	for ttl, ls := range groups {
+	for g, ls := range groups {
 		for len(ls) > 0 {
 			n := min(len(ls), size)
-			s.jobs = append(s.jobs, renewJob{ttl: ttl, leases: ls[:n:n]})
+			s.jobs = append(s.jobs, renewJob{ttl: g.ttl, v: g.v, leases: ls[:n:n]})
 			ls = ls[n:]
 		}
 	}
@@ -178,9 +197,11 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 	if s.batch != nil {
 		limit = maxBatchWorkers
 	}
-	for s.workers < limit && s.workers < len(s.jobs) && !s.stopped {
-		s.workers++
-		s.wg.Add(1)
+	for s.running < limit && s.running < len(s.jobs) && !s.stopped {
+		if !s.workers.add() {
+			break
+		}
+		s.running++
 		go s.work()
 	}
 	next = time.Hour
@@ -193,11 +214,11 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 
 // work runs queued renewal jobs until none is left.
 func (s *scheduler) work() {
-	defer s.wg.Done()
+	defer s.workers.done()
 	for {
 		s.mu.Lock()
 		if len(s.jobs) == 0 || s.stopped {
-			s.workers--
+			s.running--
 			s.mu.Unlock()
 			return
 		}
@@ -209,24 +230,37 @@ func (s *scheduler) work() {
 }
 
 func (s *scheduler) run(j renewJob) {
-	// No refresh is useful past the earliest deadline of the job.
-	deadline := j.leases[0].Deadline()
-	for _, l := range j.leases[1:] {
-		if d := l.Deadline(); d.Before(deadline) {
+	start := time.Now()
+	// No refresh is useful past the earliest deadline of the job, once
+	// each deadline is moved to what this refresh gives (beginRefresh).
+	var (
+		ls       []*Lease
+		deadline time.Time
+	)
+	for _, l := range j.leases {
+		d, err := l.beginRefresh("renew", start, j.v)
+		if err != nil { // ended meanwhile
+			s.done(l, false, j.v)
+			continue
+		}
+		if len(ls) == 0 || d.Before(deadline) {
 			deadline = d
 		}
+		ls = append(ls, l)
+	}
+	if len(ls) == 0 {
+		return
 	}
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
 	defer cancel()
-	dls := make([]*driver.Lease, len(j.leases))
-	for i, l := range j.leases {
+	dls := make([]*driver.Lease, len(ls))
+	for i, l := range ls {
 		dls[i] = l.dl
 	}
-	start := time.Now()
-	errs := make([]error, len(j.leases))
+	errs := make([]error, len(ls))
 	// Each lease's own validity: one lease's failed refresh (validity 0)
 	// must not shorten the others'.
-	validity := make([]time.Duration, len(j.leases))
+	validity := make([]time.Duration, len(ls))
 	if s.batch != nil && len(dls) > 1 {
 		var v time.Duration
 		v, errs = s.batch.RefreshBatch(ctx, dls, j.ttl)
@@ -245,48 +279,39 @@ func (s *scheduler) run(j renewJob) {
 			validity[i], errs[i] = s.lk.d.Refresh(ctx, dl, j.ttl)
 		}
 	}
-	for i, l := range j.leases {
-		s.mu.Lock()
-		l.renewing = false
-		l.retryAt = time.Time{}
-		if errs[i] != nil && !errors.Is(errs[i], driver.ErrNotHeld) {
-			l.retryAt = time.Now().Add(max(j.ttl/10, minRetryDelay))
+	for i, l := range ls {
+		err := l.endRefresh(ctx, "renew", j.ttl, j.v, start, validity[i], errs[i])
+		failed := err != nil && !errors.Is(err, ErrNotHeld)
+		if failed {
 			s.lk.logWarn("renewal failed; retrying", l.dl.Key, errs[i])
 		}
-		s.mu.Unlock()
-		if err := l.refreshed(ctx, "renew", j.ttl, start, validity[i], errs[i]); err != nil && !errors.Is(err, ErrNotHeld) {
-			s.schedule(l) // retry at retryAt, or lose at the deadline
-		}
+		s.done(l, failed, j.v)
 	}
 }
 
-// releaseInBackground deletes a lost lease's grant, if the backend still has
-// it, without holding anyone up. Close waits for it.
-func (s *scheduler) releaseInBackground(dl *driver.Lease) {
+// done ends the scheduler's renewal of l: the lease's refresh slot is freed
+// and the lease is scheduled again (after a failure, in a tenth of its
+// validity, or at its deadline if that is sooner).
+func (s *scheduler) done(l *Lease, failed bool, v time.Duration) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return
+	l.renewing = false
+	l.retryAt = time.Time{}
+	if failed {
+		l.retryAt = time.Now().Add(max(v/10, minRetryDelay))
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, s.lk.opts.ReleaseTimeout)
-		defer cancel()
-		if err := s.lk.d.Release(ctx, dl); err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			s.lk.logWarn("release of a lost lease failed", dl.Key, err)
-		}
-	}()
+	s.mu.Unlock()
+	<-l.refreshing
+	s.schedule(l)
 }
 
-// stop ends the loop and the workers and waits for them.
+// stop ends the loop and the workers; a renewal under way is cut short.
 func (s *scheduler) stop() {
 	s.mu.Lock()
 	s.stopped = true
 	s.jobs = nil
 	s.mu.Unlock()
+	s.workers.stop()
 	s.cancel()
-	s.wg.Wait()
 }
 
 // leaseHeap orders leases by due time.

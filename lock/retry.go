@@ -50,7 +50,7 @@ func LinearBackoff(d time.Duration) RetryStrategy {
 // from [0, b) ("full jitter"), where b starts at base and doubles per
 // attempt up to maxWait. Full jitter spreads contenders out, so that they do
 // not retry in lockstep. Values below 1 ms are raised to 1 ms, and maxWait
-// to at least base.
+// to at least base; any maxWait works, however large.
 func ExponentialBackoff(base, maxWait time.Duration) RetryStrategy {
 	base = max(base, time.Millisecond)
 	maxWait = max(maxWait, base)
@@ -58,12 +58,41 @@ func ExponentialBackoff(base, maxWait time.Duration) RetryStrategy {
 		b := base
 		return backoffFunc(func() (time.Duration, bool) {
 			d := time.Duration(rand.Int64N(int64(b))) + 1
-			if b < maxWait {
-				b = min(2*b, maxWait)
+			if b <= maxWait/2 {
+				b *= 2
+			} else {
+				b = maxWait
 			}
 			return d, true
 		})
 	})
+}
+
+// DefaultRetry is the retry strategy used when none is given, and the only
+// one under which Lock queues:
+//
+//   - on drivers that queue waiters (ZooKeeper, redisnx, rediswatch,
+//     memory), a waiting Lock joins the key's queue and is handed the key
+//     in arrival order;
+//   - on the others, it retries with exponential backoff and full jitter
+//     from 2 ms up to 250 ms between attempts, without limit, and at once
+//     when the driver tells of a release.
+//
+// Either way Lock waits until its context ends. Any other strategy, given
+// in Options.Retry, to OpenWith or per call with WithRetry, is followed with
+// single attempts on every driver, queueing ones included, so that NoRetry
+// and LimitRetry bound a Lock everywhere; such a call is not queued.
+// Giving DefaultRetry is the same as giving nothing.
+var DefaultRetry RetryStrategy = queueing{ExponentialBackoff(2*time.Millisecond, 250*time.Millisecond)}
+
+// queueing is DefaultRetry's type: a backoff for drivers that do not
+// queue, and the mark that queueing ones may queue.
+type queueing struct{ RetryStrategy }
+
+// queues reports whether a Lock following s may queue.
+func queues(s RetryStrategy) bool {
+	_, ok := s.(queueing)
+	return ok
 }
 
 // LimitRetry stops s after n retries (n+1 attempts in all). n <= 0 means

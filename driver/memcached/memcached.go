@@ -103,8 +103,12 @@ func (d *mcDriver) Validate(l *driver.Lease) error {
 	if l.Mode != driver.Exclusive {
 		return fmt.Errorf("%w: memcached grants exclusive leases only", driver.ErrInvalid)
 	}
-	_, err := ttlSeconds(l.TTL)
-	return err
+	secs, err := ttlSeconds(l.TTL)
+	if err != nil {
+		return err
+	}
+	l.Validity = validity(secs) // what lock may count on: see clockLoss
+	return nil
 }
 
 // Close closes the client's idle connections if the Locker opened the

@@ -24,7 +24,7 @@ func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	if !v.granted {
 		return &driver.HeldError{}
 	}
-	d.grant(l, n, d.validity(l.TTL))
+	d.grant(l, n, d.sessionTimeout())
 	return nil
 }
 
@@ -80,7 +80,7 @@ func (d *zkDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 	}
 	// lock counts the validity from the start of this call; the grant's
 	// starts at the listing that granted it.
-	d.grant(l, q.n, q.listed.Sub(t0)+d.validity(l.TTL))
+	d.grant(l, q.n, q.listed.Sub(t0)+d.sessionTimeout())
 	return nil
 }
 

@@ -123,19 +123,16 @@
 //
 // lock's options map onto this as follows:
 //
-//   - TTL (Options.TTL, lock.WithTTL) sets the renewal period, TTL/3; a
-//     renewal checks that the lease's node still exists, so a node deleted
-//     behind the holder's back ends its lease within TTL/3. A grant's
-//     validity (Lease.Deadline) is the TTL or the session timeout,
-//     whichever is longer: the session is what the lease rests on, and the
-//     background goroutine ends the lease when the session is at risk,
-//     whatever the deadline. (The driver SPI suggests the session timeout
-//     as validity; but lock renews at TTL/3, so a TTL of three session
-//     timeouts or more, such as the default 30s with a 10s session, would
-//     then lose every lease after one session timeout.)
-//   - With auto-renewal off, a lease lasts that validity (the TTL, but at
-//     least the session timeout) unless the session is at risk first; then
-//     the Locker deletes its node.
+//   - A grant's validity (Lease.Deadline) is the session timeout, whatever
+//     the TTL: the session is what the lease rests on, and it is only sure
+//     to last a session timeout after the last request was sent. lock
+//     renews a third of the way to the deadline, so a renewal comes every
+//     third of the session timeout (3.3s with a 10s session); a renewal
+//     checks that the lease's node still exists, so a node deleted behind
+//     the holder's back ends its lease by the next one. The TTL is not
+//     used.
+//   - With auto-renewal off, a lease lasts the session timeout unless the
+//     session is at risk first; then the Locker deletes its node.
 //   - Lock waits in the queue until its context ends. A retry strategy
 //     given explicitly (Options.Retry, lock.WithRetry) makes it retry
 //     single attempts, as TryLock makes, by that strategy instead: no

@@ -46,8 +46,8 @@ func (d *zkDriver) Release(ctx context.Context, l *driver.Lease) error {
 
 // Refresh checks that the lease's node still exists: one round trip (an
 // exists, which a follower answers; the monitor's heartbeats prove the
-// session to the leader). It reports the TTL asked for, at least the
-// session timeout, as validity.
+// session to the leader). It reports the session timeout as validity,
+// whatever the TTL.
 func (d *zkDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	g, _ := l.Data.(*grant)
 	if g == nil {
@@ -65,7 +65,7 @@ func (d *zkDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 		d.mon.remove(l)
 		return 0, fmt.Errorf("zookeeper: %s is gone: %w", g.path, driver.ErrNotHeld)
 	}
-	return d.validity(ttl), nil
+	return d.sessionTimeout(), nil
 }
 
 // maxMulti bounds the request size of one RefreshBatch multi, well below
@@ -119,5 +119,5 @@ func (d *zkDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 		size += len(g.path) + 16
 	}
 	flush()
-	return d.validity(ttl), errs
+	return d.sessionTimeout(), errs
 }

@@ -280,13 +280,6 @@ func checkRoot(root string) error {
 // sessionTimeout is the session's timeout: the liveness bound of a grant.
 func (d *zkDriver) sessionTimeout() time.Duration { return d.timeout.get() }
 
-// validity is what a grant or refresh reports to lock: the TTL asked for,
-// but at least the session timeout (see the package doc, "Sessions and
-// TTLs").
-func (d *zkDriver) validity(ttl time.Duration) time.Duration {
-	return max(ttl, d.sessionTimeout())
-}
-
 func (d *zkDriver) keyPath(key string) string { return keyPath(d.root, key) }
 
 func (d *zkDriver) SupportsShared() bool { return true }
@@ -299,8 +292,10 @@ func (d *zkDriver) Validate(l *driver.Lease) error {
 		return fmt.Errorf("%w: zookeeper: unknown mode %v", driver.ErrInvalid, l.Mode)
 	}
 	// Every valid key maps to a node name (EscapeKey); the TTL is any lock
-	// accepts: it sets the renewal period, the session timeout the
-	// liveness bound.
+	// accepts. Whatever the TTL, a grant is sure to last the session
+	// timeout after its request was sent, and no more: that is the
+	// validity (see the package doc, "Sessions and TTLs").
+	l.Validity = d.sessionTimeout()
 	return nil
 }
 

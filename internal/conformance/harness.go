@@ -81,6 +81,16 @@ func (c Caps) expiryBound(ttl time.Duration) time.Duration {
 	return ttl
 }
 
+// validityBound is the most a grant of ttl may count on: its TTL, or for
+// session-bound backends the session timeout, whatever the TTL (the
+// session is only sure to last that long after a request).
+func (c Caps) validityBound(ttl time.Duration) time.Duration {
+	if c.SessionBound {
+		return c.SessionTimeout
+	}
+	return ttl
+}
+
 var keySeq atomic.Int64
 
 // key returns a key unique to this test run.

@@ -89,7 +89,7 @@ func testDeadlineWithoutRenewal(t *testing.T, h Harness) {
 	k := key(t)
 	start := time.Now()
 	lease := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
-	bound := h.Caps().expiryBound(ttl)
+	bound := h.Caps().validityBound(ttl)
 	if dl := lease.Deadline(); dl.After(start.Add(bound)) || dl.Before(start.Add(bound/2)) {
 		t.Errorf("Deadline %v after the request; want within (%v, %v]", dl.Sub(start), bound/2, bound)
 	}
@@ -101,6 +101,33 @@ func testDeadlineWithoutRenewal(t *testing.T, h Harness) {
 	}
 	if !errors.Is(lease.Err(), lock.ErrLost) {
 		t.Errorf("Err() = %v, want ErrLost", lease.Err())
+	}
+}
+
+// C6: a lease's deadline never counts on more than the backend is sure
+// to keep the grant, whatever the TTL: for session-bound backends a TTL
+// longer than the session timeout gives a deadline within the session
+// timeout, and auto-renewal, which follows the deadline, keeps the lease.
+func testDeadlineWithinValidity(t *testing.T, h Harness) {
+	c := h.Caps()
+	ttl := 3 * c.ttl()
+	if c.SessionBound {
+		ttl = 3 * c.SessionTimeout
+	}
+	a := h.NewLocker(t, nil)
+	k := key(t)
+	start := time.Now()
+	lease := mustLock(t, a, k, lock.WithTTL(ttl))
+	defer lease.Unlock(context.Background())
+	bound := c.validityBound(ttl)
+	if dl := lease.Deadline(); dl.After(start.Add(bound)) {
+		t.Fatalf("TTL %v: Deadline %v after the request; want at most %v", ttl, dl.Sub(start), bound)
+	}
+	if closedWithin(lease.Done(), bound*3/2) {
+		t.Fatalf("auto-renewed lease ended within %v: %v", bound*3/2, lease.Err())
+	}
+	if dl := lease.Deadline(); dl.After(time.Now().Add(bound)) {
+		t.Errorf("after renewals, Deadline %v ahead; want at most %v", time.Until(dl), bound)
 	}
 }
 

@@ -21,6 +21,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"C6/DoneOnSteal", testDoneOnSteal},
 		{"C6/DoneBeforeRegrant", testDoneBeforeRegrant},
 		{"C6/DeadlineWithoutRenewal", testDeadlineWithoutRenewal},
+		{"C6/DeadlineWithinValidity", testDeadlineWithinValidity},
 		{"C6/LongWaitFullLease", testLongWaitFullLease},
 		{"C7/CancelWaiting", testCancelWaiting},
 		{"C7/CancelManyWaiters", testCancelManyWaiters},

@@ -1,0 +1,78 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// The examples run on the in-process memory driver; every driver works
+// the same way.
+
+func ExampleOpen() {
+	ctx := context.Background()
+	locker, err := lock.Open(ctx, "memory://example?ttl=10s")
+	if err != nil {
+		panic(err)
+	}
+	defer locker.Close()
+	lease, err := locker.Lock(ctx, "nightly-report")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(lease.Key(), lease.TTL())
+	lease.Unlock(ctx)
+
+	_, err = lock.Open(ctx, "memory://example?tll=10s")
+	fmt.Println(errors.Is(err, lock.ErrInvalid))
+	// Output:
+	// nightly-report 10s
+	// true
+}
+
+func ExampleDo() {
+	ctx := context.Background()
+	locker := memory.New(memory.NewStore(), nil)
+	defer locker.Close()
+	err := lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error {
+		fmt.Println("running under the lock")
+		return nil
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// running under the lock
+	// err: <nil>
+}
+
+func ExampleLease_Done() {
+	ctx := context.Background()
+	store := memory.NewStore()
+	locker := memory.New(store, &lock.Options{TTL: 300 * time.Millisecond})
+	defer locker.Close()
+	lease, _ := locker.Lock(ctx, "job")
+	store.DeleteKey("job") // the grant vanishes behind the holder's back
+	<-lease.Done()         // renewal notices within TTL/3
+	fmt.Println(errors.Is(lease.Err(), lock.ErrLost))
+	// Output: true
+}
+
+func ExampleRWLocker() {
+	ctx := context.Background()
+	locker := memory.New(memory.NewStore(), nil)
+	defer locker.Close()
+	rw := locker.(lock.RWLocker)
+	r1, _ := rw.RLock(ctx, "config")
+	r2, err := rw.TryRLock(ctx, "config")
+	fmt.Println("two readers:", err == nil)
+	_, err = rw.TryLock(ctx, "config")
+	fmt.Println("writer refused:", errors.Is(err, lock.ErrNotAcquired))
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+	// Output:
+	// two readers: true
+	// writer refused: true
+}
