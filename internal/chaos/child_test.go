@@ -1,21 +1,13 @@
 package chaos
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/rpc"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -40,13 +32,11 @@ const (
 // parentSink serves the Sink RPC service to the children of one scenario.
 type parentSink struct {
 	res *Resource
-	ln  net.Listener
-	wg  sync.WaitGroup
+	rs  *RPCServer
 
 	mu       sync.Mutex
 	children map[string]*childHolder
 	arms     map[string]*arm
-	conns    []net.Conn
 }
 
 // arm is an action waiting for a child to reach one of points.
@@ -58,43 +48,21 @@ type arm struct {
 }
 
 func newParentSink(res *Resource) (*parentSink, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ps := &parentSink{res: res, children: map[string]*childHolder{}, arms: map[string]*arm{}}
+	srv := rpc.NewServer()
+	if err := srv.RegisterName("Sink", &SinkRPC{ps: ps}); err != nil {
+		return nil, err
+	}
+	rs, err := ServeRPC(srv)
 	if err != nil {
 		return nil, err
 	}
-	ps := &parentSink{res: res, ln: ln, children: map[string]*childHolder{}, arms: map[string]*arm{}}
-	srv := rpc.NewServer()
-	if err := srv.RegisterName("Sink", &SinkRPC{ps: ps}); err != nil {
-		ln.Close()
-		return nil, err
-	}
-	ps.wg.Add(1)
-	go func() {
-		defer ps.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			ps.mu.Lock()
-			ps.conns = append(ps.conns, c)
-			ps.mu.Unlock()
-			ps.wg.Add(1)
-			go func() {
-				defer ps.wg.Done()
-				srv.ServeConn(c)
-			}()
-		}
-	}()
+	ps.rs = rs
 	return ps, nil
 }
 
 func (ps *parentSink) close() {
-	ps.ln.Close()
 	ps.mu.Lock()
-	for _, c := range ps.conns {
-		c.Close()
-	}
 	for _, a := range ps.arms {
 		if a.release != nil {
 			close(a.release)
@@ -102,7 +70,7 @@ func (ps *parentSink) close() {
 	}
 	ps.arms = map[string]*arm{}
 	ps.mu.Unlock()
-	ps.wg.Wait()
+	ps.rs.Close()
 }
 
 // arm makes the child holder act (pause or kill) when it next reaches one
@@ -207,73 +175,24 @@ func (s *SinkRPC) Checkpoint(a PointArgs, _ *bool) error {
 
 // childHolder is the parent's handle on a holder process.
 type childHolder struct {
-	name   string
+	*Child
 	res    *Resource
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
 	client *rpc.Client
-	exited chan struct{}
-
-	logMu sync.Mutex
-	log   bytes.Buffer
 
 	mu       sync.Mutex
 	pauseEnd func()
 	armed    *arm
-	dead     bool
 }
 
 // startChild starts a holder process for target tg over addrs.
 func startChild(ps *parentSink, name string, tg *target, addrs []string, ttl time.Duration) (*childHolder, error) {
-	c := &childHolder{name: name, res: ps.res, exited: make(chan struct{})}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(),
-		envHolder+"="+name, envSink+"="+ps.ln.Addr().String(), envTarget+"="+tg.name,
-		envAddrs+"="+strings.Join(addrs, ","), envTTL+"="+ttl.String())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	child, addr, err := StartChild(name, []string{
+		envHolder + "=" + name, envSink + "=" + ps.rs.Addr().String(), envTarget + "=" + tg.name,
+		envAddrs + "=" + strings.Join(addrs, ","), envTTL + "=" + ttl.String()})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("holder %s: %w", name, err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = &lockedWriter{mu: &c.logMu, w: &c.log}
-	c.cmd, c.stdin = cmd, stdin
-	if err := spawn(cmd); err != nil {
-		return nil, err
-	}
-	addrc := make(chan string, 1)
-	go func() {
-		r := bufio.NewReader(stdout)
-		first := true
-		for {
-			line, err := r.ReadString('\n')
-			if first && strings.HasPrefix(line, "holder listening ") {
-				addrc <- strings.TrimSpace(strings.TrimPrefix(line, "holder listening "))
-				first = false
-			} else if line != "" {
-				c.logMu.Lock()
-				c.log.WriteString(line)
-				c.logMu.Unlock()
-			}
-			if err != nil {
-				break
-			}
-		}
-		cmd.Wait()
-		close(c.exited)
-	}()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case <-c.exited:
-		return nil, fmt.Errorf("holder %s exited at start: %s", name, c.logTail())
-	case <-time.After(20 * time.Second):
-		c.kill()
-		return nil, fmt.Errorf("holder %s did not start: %s", name, c.logTail())
-	}
+	c := &childHolder{Child: child, res: ps.res}
 	c.client, err = rpc.Dial("tcp", addr)
 	if err != nil {
 		c.kill()
@@ -285,39 +204,16 @@ func startChild(ps *parentSink, name string, tg *target, addrs []string, ttl tim
 	return c, nil
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
-}
-
-func (c *childHolder) logTail() string {
-	c.logMu.Lock()
-	defer c.logMu.Unlock()
-	s := c.log.String()
-	if len(s) > 3000 {
-		s = s[len(s)-3000:]
-	}
-	return s
-}
-
-func (c *childHolder) Name() string { return c.name }
-
 // call makes an RPC to the child, failing if it died or d passed.
 func (c *childHolder) call(method string, args, reply any, d time.Duration) error {
 	call := c.client.Go("Holder."+method, args, reply, make(chan *rpc.Call, 1))
 	select {
 	case <-call.Done:
 		return call.Error
-	case <-c.exited:
-		return fmt.Errorf("holder %s died", c.name)
+	case <-c.Exited():
+		return fmt.Errorf("holder %s died", c.Name())
 	case <-time.After(d):
-		return fmt.Errorf("holder %s: %s took longer than %v", c.name, method, d)
+		return fmt.Errorf("holder %s: %s took longer than %v", c.Name(), method, d)
 	}
 }
 
@@ -379,10 +275,8 @@ func (c *childHolder) Close() error {
 // stop freezes the child with SIGSTOP and records the pause once every
 // thread is stopped.
 func (c *childHolder) stop(a *arm) {
-	pid := c.cmd.Process.Pid
-	syscall.Kill(pid, syscall.SIGSTOP)
-	waitStopped(pid, 5*time.Second)
-	end := c.res.FaultStart("pause-holder", c.name)
+	c.Stop()
+	end := c.res.FaultStart("pause-holder", c.Name())
 	c.mu.Lock()
 	c.pauseEnd, c.armed = end, a
 	c.mu.Unlock()
@@ -398,7 +292,7 @@ func (c *childHolder) resume() {
 	if end != nil {
 		end()
 	}
-	syscall.Kill(c.cmd.Process.Pid, syscall.SIGCONT)
+	c.Continue()
 	if a != nil {
 		close(a.release)
 	}
@@ -406,94 +300,21 @@ func (c *childHolder) resume() {
 
 // kill ends the child with SIGKILL and records it once it is gone.
 func (c *childHolder) kill() {
-	c.mu.Lock()
-	dead := c.dead
-	c.dead = true
-	c.mu.Unlock()
-	if dead {
-		return
+	if c.Kill() {
+		c.res.Killed(c.Name())
 	}
-	syscall.Kill(c.cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-c.exited:
-	case <-time.After(10 * time.Second):
-	}
-	c.res.Killed(c.name)
 }
 
 // shutdown ends the child: it exits when its stdin closes; a child that
 // does not is killed (without recording it as a fault).
 func (c *childHolder) shutdown() {
-	c.mu.Lock()
-	dead := c.dead
-	c.dead = true
-	c.mu.Unlock()
-	if !dead {
+	if !c.Dead() {
 		c.resume() // a paused child's parked call must return
-		c.stdin.Close()
-		select {
-		case <-c.exited:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(c.cmd.Process.Pid, syscall.SIGKILL)
-		}
 	}
-	<-c.exited
+	c.Shutdown(5 * time.Second)
 	if c.client != nil {
 		c.client.Close()
 	}
-}
-
-// waitStopped waits until every thread of pid is stopped, so a pause is
-// recorded only once the process can no longer act.
-func waitStopped(pid int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-		stopped := len(tasks) > 0
-		for _, p := range tasks {
-			b, err := os.ReadFile(p)
-			i := bytes.LastIndexByte(b, ')')
-			if err != nil || i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
-				stopped = false
-				break
-			}
-		}
-		if stopped {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("process %d not stopped after %v", pid, timeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// Pdeathsig fires when the parent's thread ends, so children are started
-// from one goroutine locked to a thread that lives as long as the test
-// binary (as internal/testserver does for servers).
-var (
-	spawnOnce sync.Once
-	spawnReqs chan spawnReq
-)
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	errc chan error
-}
-
-func spawn(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		spawnReqs = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread()
-			for r := range spawnReqs {
-				r.errc <- r.cmd.Start()
-			}
-		}()
-	})
-	errc := make(chan error, 1)
-	spawnReqs <- spawnReq{cmd, errc}
-	return <-errc
 }
 
 // ---- child side ----
@@ -520,8 +341,8 @@ func holderMain() int {
 	rs := &rpcSink{c: sc}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	locker, err := tg.open(ctx, strings.Split(os.Getenv(envAddrs), ","), ttl, hooks{
-		checkpoint: func(point string) { rs.Checkpoint(name, point) },
+	locker, err := tg.open(ctx, strings.Split(os.Getenv(envAddrs), ","), ttl, Hooks{
+		Checkpoint: func(point string) { rs.Checkpoint(name, point) },
 	})
 	if err != nil {
 		return fail("open: %v", err)
@@ -531,21 +352,12 @@ func holderMain() int {
 	if err := srv.RegisterName("Holder", &HolderRPC{w: w}); err != nil {
 		return fail("%v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	hs, err := ServeRPC(srv)
 	if err != nil {
 		return fail("%v", err)
 	}
-	fmt.Printf("holder listening %s\n", ln.Addr())
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go srv.ServeConn(c)
-		}
-	}()
-	io.Copy(io.Discard, os.Stdin) // until the parent closes it, or dies
+	ChildReady(hs.Addr())
+	WaitForParent()
 	return 0
 }
 

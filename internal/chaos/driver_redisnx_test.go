@@ -9,5 +9,5 @@ import (
 )
 
 func init() {
-	register(&target{name: "redisnx", backend: redisBackend, ttl: time.Second, open: openURL("redisnx://%s/0")})
+	register(&target{name: "redisnx", backend: RedisBackend, ttl: time.Second, open: openURL("redisnx://%s/0")})
 }

@@ -9,5 +9,5 @@ import (
 )
 
 func init() {
-	register(&target{name: "rediswatch", backend: redisBackend, ttl: time.Second, open: openURL("rediswatch://%s/0")})
+	register(&target{name: "rediswatch", backend: RedisBackend, ttl: time.Second, open: openURL("rediswatch://%s/0")})
 }

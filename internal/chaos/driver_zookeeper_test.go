@@ -15,7 +15,7 @@ const zkSession = 2 * time.Second
 
 func init() {
 	register(&target{
-		name: "zookeeper", backend: zkBackend, ttl: time.Second, bound: zkSession,
+		name: "zookeeper", backend: ZooKeeperBackend, ttl: time.Second, bound: zkSession,
 		open: openURL("zookeeper://%s/chaos?session_timeout=" + zkSession.String()),
 		// The lock nodes are "_c_<owner>-lock-<seq>", created by a multi
 		// (create plus a setData of the key node, for the czxid) or by a

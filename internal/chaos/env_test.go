@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"go.uber.org/goleak"
 )
@@ -24,13 +23,13 @@ func fullMode() bool { return os.Getenv(envMode) == "full" }
 // A scenario is one fault, injected for real, with a fixed choreography.
 type scenario struct {
 	name     string
-	backends []backend // where it applies; nil: everywhere
-	server   serverOpts
+	backends []Backend // where it applies; nil: everywhere
+	server   ServerOptions
 	short    bool // part of the short run
 	run      func(e *env)
 }
 
-func (s *scenario) appliesTo(b backend) bool {
+func (s *scenario) appliesTo(b Backend) bool {
 	if len(s.backends) == 0 {
 		return true
 	}
@@ -42,67 +41,13 @@ func (s *scenario) appliesTo(b backend) bool {
 	return false
 }
 
-type serverOpts struct {
-	persistence bool // Redis: AOF, fsync always
-	memoryMB    int  // memcached -m
-	noEvict     bool // memcached -M
-	ensemble    bool // ZooKeeper: three servers
-}
-
-// server is a dedicated backend with its fault hooks.
-type server struct {
-	addrs                        []string
-	pause, resume, kill, restart func() error
-	residue                      func(ctx context.Context) ([]string, error)
-	zk                           *testserver.ZooKeeper
-	description                  string
-}
-
-// zkTick is the tick of the scenarios' ZooKeeper servers; sessions last
-// from 2 to 20 ticks.
-const zkTick = 250 * time.Millisecond
-
-func startServer(t *testing.T, b backend, o serverOpts) *server {
-	switch b {
-	case redisBackend:
-		r := testserver.StartRedis(t, &testserver.RedisOptions{Persistence: o.persistence})
-		r.RequireFaults(t)
-		return &server{
-			addrs: []string{r.Addr()}, pause: r.Pause, resume: r.Resume, kill: r.Kill, restart: r.Restart,
-			residue: func(ctx context.Context) ([]string, error) { return RedisResidue(ctx, r.Addr()) },
-		}
-	case memcachedBackend:
-		m := testserver.StartMemcached(t, &testserver.MemcachedOptions{MemoryMB: o.memoryMB, NoEvict: o.noEvict})
-		m.RequireFaults(t)
-		return &server{
-			addrs: m.Addrs(), pause: m.Pause, resume: m.Resume, kill: m.Kill, restart: m.Restart,
-			residue: func(ctx context.Context) ([]string, error) { return MemcachedResidue(ctx, m.Addrs()) },
-		}
-	case zkBackend:
-		zo := &testserver.ZooKeeperOptions{TickTime: zkTick}
-		var z *testserver.ZooKeeper
-		if o.ensemble {
-			z = testserver.StartZooKeeperEnsemble(t, zo)
-		} else {
-			z = testserver.StartZooKeeper(t, zo)
-		}
-		z.RequireFaults(t)
-		return &server{
-			addrs: z.Addrs(), pause: z.Pause, resume: z.Resume, kill: z.Kill, restart: z.Restart, zk: z,
-			residue: func(ctx context.Context) ([]string, error) { return ZooKeeperResidue(ctx, z.Addrs()) },
-		}
-	}
-	t.Fatalf("unknown backend %q", b)
-	return nil
-}
-
 // env is one scenario run: the target, its server, the fenced resource,
 // the holders, and what the run found.
 type env struct {
 	t   *testing.T
 	tg  *target
 	sc  *scenario
-	srv *server
+	srv *Server
 	res *Resource
 	ps  *parentSink
 	key string
@@ -131,7 +76,7 @@ type env struct {
 
 var keySeq atomic.Int64
 
-func newEnv(t *testing.T, tg *target, sc *scenario, srv *server) *env {
+func newEnv(t *testing.T, tg *target, sc *scenario, srv *Server) *env {
 	return &env{
 		t: t, tg: tg, sc: sc, srv: srv, res: NewResource(), ttl: tg.ttl, bound: tg.bound, exclusion: true,
 		key: fmt.Sprintf("chaos/%s/%s/%d", tg.name, sc.name, keySeq.Add(1)),
@@ -171,7 +116,7 @@ func (e *env) inproc(name string, addrs []string) holder {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := e.tg.open(ctx, addrs, e.ttl, hooks{})
+	l, err := e.tg.open(ctx, addrs, e.ttl, Hooks{})
 	if err != nil {
 		e.t.Fatalf("open %s for %s: %v", e.tg.name, name, err)
 	}
@@ -202,7 +147,7 @@ func (e *env) child(name string, addrs []string) *childHolder {
 // proxy starts a fault-injecting proxy to the i-th server.
 func (e *env) proxy(i int) *Proxy {
 	e.t.Helper()
-	p, err := NewProxy(e.srv.addrs[i], e.tg.backend.protocol())
+	p, err := NewProxy(e.srv.Addrs[i], e.tg.backend.Protocol())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -330,7 +275,7 @@ func (e *env) finish() (recovered bool, orphans []string) {
 func (e *env) recover() bool {
 	h := e.recoverWith
 	if h == nil {
-		h = e.inproc("R", e.srv.addrs)
+		h = e.inproc("R", e.srv.Addrs)
 		e.recoverWith = h
 	}
 	g, err := e.lock(h, LockArgs{Timeout: e.bound + 3*time.Second})
@@ -358,7 +303,7 @@ func (e *env) residue() []string {
 	}
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		found, err := e.srv.residue(ctx)
+		found, err := e.srv.Residue(ctx)
 		cancel()
 		if err != nil {
 			e.expect(false, "searching the backend for residue: %v", err)
@@ -374,7 +319,7 @@ func (e *env) residue() []string {
 // run runs sc against tg and records its row.
 func run(t *testing.T, tg *target, sc *scenario) {
 	start := time.Now()
-	srv := startServer(t, tg.backend, sc.server)
+	srv := StartServer(t, tg.backend, sc.server)
 	ignore := []goleak.Option{
 		goleak.IgnoreCurrent(),
 		// Servers restarted by the scenario: testserver waits for them.

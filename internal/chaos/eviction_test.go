@@ -124,7 +124,7 @@ func (f *filler) drain() error {
 // fillLikeLock finds the grant's item on the memcached server and starts
 // a filler whose items are the same size.
 func (e *env) fillLikeLock(exptime int) *filler {
-	addr := e.srv.addrs[0]
+	addr := e.srv.Addrs[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	items, now, err := memcachedDump(ctx, addr)
@@ -153,7 +153,7 @@ func (e *env) fillLikeLock(exptime int) *filler {
 // refused; and A must see Done at its next refresh.
 func memcachedEviction(e *env) {
 	e.stateLost("eviction of the lock's key under memory pressure")
-	a, b := e.inproc("A", e.srv.addrs), e.inproc("B", e.srv.addrs)
+	a, b := e.inproc("A", e.srv.Addrs), e.inproc("B", e.srv.Addrs)
 	e.recoverWith = a
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -190,7 +190,7 @@ func memcachedEviction(e *env) {
 // be granted; refreshes may fail for lack of memory, and then A loses its
 // lease at its deadline, before its grant expires on the server.
 func memcachedNoEvict(e *env) {
-	a, c := e.inproc("A", e.srv.addrs), e.inproc("C", e.srv.addrs)
+	a, c := e.inproc("A", e.srv.Addrs), e.inproc("C", e.srv.Addrs)
 	e.recoverWith = a
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -223,7 +223,7 @@ func memcachedNoEvict(e *env) {
 func (e *env) residueNow() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	found, err := e.srv.residue(ctx)
+	found, err := e.srv.Residue(ctx)
 	if err != nil {
 		e.expect(false, "searching the backend for residue: %v", err)
 	}

@@ -9,8 +9,9 @@ import (
 // strings (or inline commands); a connection that subscribes turns into a
 // stream of pushes, whose frames answer no request.
 type respFramer struct {
-	inMulti bool // request side: between MULTI and EXEC/DISCARD
-	pubsub  bool // request side: the connection subscribed
+	inMulti bool      // request side: between MULTI and EXEC/DISCARD
+	queued  []Request // request side: the commands queued since MULTI
+	pubsub  bool      // request side: the connection subscribed
 }
 
 var respMutating = map[string]bool{
@@ -59,13 +60,19 @@ func (f *respFramer) readRequest(r *bufio.Reader) ([]byte, Request, bool, error)
 	req := Request{Cmd: strings.ToUpper(args[0]), Args: args[1:]}
 	switch req.Cmd {
 	case "MULTI":
-		f.inMulti = true
+		f.inMulti, f.queued = true, nil
 	case "EXEC", "DISCARD":
-		f.inMulti = false
+		if req.Cmd == "EXEC" {
+			req.Queued = f.queued
+		}
+		f.inMulti, f.queued = false, nil
 	case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE":
 		f.pubsub = true
 	}
 	req.Mutating = respMutating[req.Cmd] && (!f.inMulti || req.Cmd == "EXEC")
+	if f.inMulti && req.Cmd != "MULTI" {
+		f.queued = append(f.queued, req)
+	}
 	return buf, req, !f.pubsub, nil
 }
 

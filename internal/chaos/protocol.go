@@ -16,6 +16,8 @@ type Request struct {
 	// Paths are the ZooKeeper paths the request names (every operation of
 	// a multi), or the memcached key; RESP leaves it empty.
 	Paths []string
+	// Queued, for RESP's EXEC, are the commands queued since MULTI.
+	Queued []Request
 	// Mutating is set when applying the request changes the server's
 	// state: RESP writes, scripts and EXEC (not commands queued inside
 	// MULTI), memcached storage commands, ZooKeeper writes and

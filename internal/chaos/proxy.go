@@ -28,6 +28,8 @@ type Proxy struct {
 	mu          sync.Mutex
 	conns       map[*pconn]struct{}
 	partitioned bool
+	delayReq    time.Duration
+	delayRep    time.Duration
 	rules       []*DropRule
 	parseErrs   []error
 	closed      bool
@@ -72,6 +74,23 @@ func (p *Proxy) Heal() {
 	p.mu.Unlock()
 	for _, c := range damaged {
 		c.close()
+	}
+}
+
+// Delay holds every request for req and every reply for rep before
+// passing it on, as a slow network does, in order (a frame waits for the
+// ones before it); zero ends the delay. Connections passed through
+// unparsed are not delayed.
+func (p *Proxy) Delay(req, rep time.Duration) {
+	p.mu.Lock()
+	p.delayReq, p.delayRep = req, rep
+	p.mu.Unlock()
+}
+
+// hold sleeps until d after t, for a frame read at t.
+func hold(t time.Time, d time.Duration) {
+	if d > 0 {
+		time.Sleep(time.Until(t.Add(d)))
 	}
 }
 
@@ -230,6 +249,7 @@ func (c *pconn) requests(f framer) {
 			return
 		}
 		frame, req, expect, err := f.readRequest(br)
+		read := time.Now()
 		if err != nil {
 			if !isParseError(err) {
 				return
@@ -240,6 +260,10 @@ func (c *pconn) requests(f framer) {
 			}
 			continue
 		}
+		c.p.mu.Lock()
+		d := c.p.delayReq
+		c.p.mu.Unlock()
+		hold(read, d)
 		c.p.mu.Lock()
 		if !c.passLocked() {
 			c.p.mu.Unlock()
@@ -289,6 +313,7 @@ func (c *pconn) replies(f framer) {
 			return
 		}
 		frame, answers, err := f.readReply(br, peek)
+		read := time.Now()
 		if err != nil {
 			if !isParseError(err) {
 				return
@@ -299,6 +324,10 @@ func (c *pconn) replies(f framer) {
 			}
 			continue
 		}
+		c.p.mu.Lock()
+		d := c.p.delayRep
+		c.p.mu.Unlock()
+		hold(read, d)
 		c.p.mu.Lock()
 		var pd *pending
 		if answers && len(c.pending) > 0 {

@@ -22,13 +22,14 @@ var scenarios = []*scenario{
 	{name: "lost-reply/release", short: true, run: lostReleaseReply},
 	{name: "lost-reply/refresh", short: true, run: lostRefreshReply},
 	{name: "partition", short: true, run: partition},
-	{name: "server-restart/volatile", backends: []backend{redisBackend, memcachedBackend}, short: true, run: restartVolatile},
-	{name: "server-restart/persistent", backends: []backend{redisBackend, zkBackend}, server: serverOpts{persistence: true}, run: restartPersistent(false)},
-	{name: "server-restart/persistent-long", backends: []backend{redisBackend, zkBackend}, server: serverOpts{persistence: true}, short: true, run: restartPersistent(true)},
-	{name: "zk/session-expiry", backends: []backend{zkBackend}, short: true, run: zkSessionExpiry},
-	{name: "zk/leader-loss", backends: []backend{zkBackend}, server: serverOpts{ensemble: true}, short: true, run: zkLeaderLoss},
-	{name: "memcached/eviction", backends: []backend{memcachedBackend}, server: serverOpts{memoryMB: fillMemoryMB}, short: true, run: memcachedEviction},
-	{name: "memcached/eviction-noevict", backends: []backend{memcachedBackend}, server: serverOpts{memoryMB: fillMemoryMB, noEvict: true}, run: memcachedNoEvict},
+	{name: "server-restart/volatile", backends: []Backend{RedisBackend, MemcachedBackend}, short: true, run: restartVolatile},
+	{name: "server-restart/persistent", backends: []Backend{RedisBackend, ZooKeeperBackend}, server: ServerOptions{Persistence: true}, run: restartPersistent(false)},
+	{name: "server-restart/persistent-long", backends: []Backend{RedisBackend, ZooKeeperBackend}, server: ServerOptions{Persistence: true}, short: true, run: restartPersistent(true)},
+	{name: "server-restart/unlock-in-outage", backends: []Backend{RedisBackend, ZooKeeperBackend}, server: ServerOptions{Persistence: true}, short: true, run: unlockInOutage},
+	{name: "zk/session-expiry", backends: []Backend{ZooKeeperBackend}, short: true, run: zkSessionExpiry},
+	{name: "zk/leader-loss", backends: []Backend{ZooKeeperBackend}, server: ServerOptions{Ensemble: true}, short: true, run: zkLeaderLoss},
+	{name: "memcached/eviction", backends: []Backend{MemcachedBackend}, server: ServerOptions{MemoryMB: fillMemoryMB}, short: true, run: memcachedEviction},
+	{name: "memcached/eviction-noevict", backends: []Backend{MemcachedBackend}, server: ServerOptions{MemoryMB: fillMemoryMB, NoEvict: true}, run: memcachedNoEvict},
 }
 
 func scenarioByName(name string) *scenario {
@@ -112,8 +113,8 @@ func (e *env) cTriesWhileBHolds(c holder) {
 // resumes and its write lands: fencing must refuse it, A must see Done at
 // once, and A's release must leave B's grant alone (C is refused).
 func holderPauseMidWrite(e *env) {
-	a := e.child("A", e.srv.addrs)
-	b, c := e.inproc("B", e.srv.addrs), e.inproc("C", e.srv.addrs)
+	a := e.child("A", e.srv.Addrs)
+	b, c := e.inproc("B", e.srv.Addrs), e.inproc("C", e.srv.Addrs)
 	e.recoverWith = c
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -144,8 +145,8 @@ func holderPauseMidWrite(e *env) {
 // the steps of their non-atomic release) past its TTL; B is granted; A
 // resumes and finishes its release: B's grant must survive (C refused).
 func holderPauseMidRelease(e *env) {
-	a := e.child("A", e.srv.addrs)
-	b, c := e.inproc("B", e.srv.addrs), e.inproc("C", e.srv.addrs)
+	a := e.child("A", e.srv.Addrs)
+	b, c := e.inproc("B", e.srv.Addrs), e.inproc("C", e.srv.Addrs)
 	e.recoverWith = c
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -184,8 +185,8 @@ func holderPauseMidRelease(e *env) {
 // a non-atomic grant are killed between its steps. B must be granted once
 // A's grant expires, and nothing may be left behind.
 func holderKill(e *env) {
-	a := e.child("A", e.srv.addrs)
-	b := e.inproc("B", e.srv.addrs)
+	a := e.child("A", e.srv.Addrs)
+	b := e.inproc("B", e.srv.Addrs)
 	e.recoverWith = b
 	points := []string{"write"}
 	if e.tg.hasGap("acquire-gap") {
@@ -210,7 +211,7 @@ func holderKill(e *env) {
 // deadline, before B is granted after the server wakes).
 func serverPause(long bool) func(e *env) {
 	return func(e *env) {
-		a, b := e.inproc("A", e.srv.addrs), e.inproc("B", e.srv.addrs)
+		a, b := e.inproc("A", e.srv.Addrs), e.inproc("B", e.srv.Addrs)
 		e.recoverWith = a
 		ga, ok := e.mustLock(a, LockArgs{})
 		if !ok {
@@ -224,9 +225,9 @@ func serverPause(long bool) func(e *env) {
 		waiting := e.lockAsync(b, LockArgs{Timeout: d + 3*e.bound + 10*time.Second})
 		time.Sleep(100 * time.Millisecond)
 		end := e.fault("pause-server", "server")
-		e.must(e.srv.pause(), "pause server")
+		e.must(e.srv.Pause(), "pause server")
 		time.Sleep(d)
-		e.must(e.srv.resume(), "resume server")
+		e.must(e.srv.Resume(), "resume server")
 		end()
 		if long {
 			e.expect(a.WaitDone(time.Second), "A lost its lease while the server was frozen for %v", d)
@@ -257,7 +258,7 @@ func serverPause(long bool) func(e *env) {
 // (B waits for A's Unlock). Nothing may be left behind.
 func lostGrantReply(e *env) {
 	p := e.proxy(0)
-	a, b := e.inproc("A", []string{p.Addr()}), e.inproc("B", e.srv.addrs)
+	a, b := e.inproc("A", []string{p.Addr()}), e.inproc("B", e.srv.Addrs)
 	e.recoverWith = a
 	if _, ok := e.mustLock(a, LockArgs{Try: true, NoRenew: true}); ok { // warm up
 		a.Unlock(5 * time.Second)
@@ -323,7 +324,7 @@ func (e *env) lostGrantResidue() {
 func lostReleaseReply(e *env) {
 	p := e.proxy(0)
 	a := e.inproc("A", []string{p.Addr()})
-	b, c := e.inproc("B", e.srv.addrs), e.inproc("C", e.srv.addrs)
+	b, c := e.inproc("B", e.srv.Addrs), e.inproc("C", e.srv.Addrs)
 	e.recoverWith = a
 	if _, ok := e.mustLock(a, LockArgs{Try: true, NoRenew: true}); ok { // warm up
 		a.Unlock(5 * time.Second)
@@ -362,7 +363,7 @@ func lostReleaseReply(e *env) {
 func lostRefreshReply(e *env) {
 	p := e.proxy(0)
 	a := e.inproc("A", []string{p.Addr()})
-	b, c := e.inproc("B", e.srv.addrs), e.inproc("C", e.srv.addrs)
+	b, c := e.inproc("B", e.srv.Addrs), e.inproc("C", e.srv.Addrs)
 	e.recoverWith = a
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -409,7 +410,7 @@ func (e *env) cTriesWhileAHolds(c holder) {
 // by its deadline, B be granted only after, and A's Locker work again.
 func partition(e *env) {
 	p := e.proxy(0)
-	a, b := e.inproc("A", []string{p.Addr()}), e.inproc("B", e.srv.addrs)
+	a, b := e.inproc("A", []string{p.Addr()}), e.inproc("B", e.srv.Addrs)
 	e.recoverWith = a
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -445,7 +446,7 @@ func partition(e *env) {
 // see Done at its next refresh.
 func restartVolatile(e *env) {
 	e.stateLost("restart without persistence")
-	a, b := e.inproc("A", e.srv.addrs), e.inproc("B", e.srv.addrs)
+	a, b := e.inproc("A", e.srv.Addrs), e.inproc("B", e.srv.Addrs)
 	e.recoverWith = a
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -455,9 +456,9 @@ func restartVolatile(e *env) {
 	waiting := e.lockAsync(b, LockArgs{Timeout: e.bound + 15*time.Second})
 	time.Sleep(100 * time.Millisecond)
 	end := e.fault("kill-restart-server", "server")
-	e.must(e.srv.kill(), "kill server")
+	e.must(e.srv.Kill(), "kill server")
 	time.Sleep(200 * time.Millisecond)
-	e.must(e.srv.restart(), "restart server")
+	e.must(e.srv.Restart(), "restart server")
 	end()
 	select {
 	case r := <-waiting:
@@ -477,7 +478,7 @@ func restartVolatile(e *env) {
 // and B be granted only after.
 func restartPersistent(long bool) func(e *env) {
 	return func(e *env) {
-		a, b := e.inproc("A", e.srv.addrs), e.inproc("B", e.srv.addrs)
+		a, b := e.inproc("A", e.srv.Addrs), e.inproc("B", e.srv.Addrs)
 		e.recoverWith = a
 		ga, ok := e.mustLock(a, LockArgs{})
 		if !ok {
@@ -487,12 +488,12 @@ func restartPersistent(long bool) func(e *env) {
 		waiting := e.lockAsync(b, LockArgs{Timeout: 3*e.bound + 30*time.Second})
 		time.Sleep(100 * time.Millisecond)
 		end := e.fault("kill-restart-server", "server")
-		e.must(e.srv.kill(), "kill server")
+		e.must(e.srv.Kill(), "kill server")
 		if long {
 			time.Sleep(e.bound + 500*time.Millisecond)
 			e.expect(a.WaitDone(0), "A lost its lease while the server was down for longer than %v", e.bound)
 		}
-		e.must(e.srv.restart(), "restart server")
+		e.must(e.srv.Restart(), "restart server")
 		end()
 		if !long {
 			time.Sleep(e.bound)
@@ -514,6 +515,36 @@ func restartPersistent(long bool) func(e *env) {
 	}
 }
 
+// unlockInOutage: A unlocks while the server is down; the server restarts
+// with its data, A's grant included. The Unlock fails, but ends A's lease
+// and is retried in the background, so B is granted within seconds of the
+// server's return, not when A's 30 s TTL runs out.
+func unlockInOutage(e *env) {
+	const ttl = 30 * time.Second
+	a, b := e.inproc("A", e.srv.Addrs), e.inproc("B", e.srv.Addrs)
+	e.recoverWith = a
+	ga, ok := e.mustLock(a, LockArgs{TTL: ttl})
+	if !ok {
+		return
+	}
+	e.expectWrites(ga, a, 1)
+	end := e.fault("kill-restart-server", "server")
+	e.must(e.srv.Kill(), "kill server")
+	err := a.Unlock(500 * time.Millisecond)
+	e.note("A's Unlock while the server was down: %v", err)
+	e.expect(a.WaitDone(time.Second), "A's lease ended by its Unlock, failed or not")
+	e.must(e.srv.Restart(), "restart server")
+	end()
+	back := time.Now()
+	r := <-e.lockAsync(b, LockArgs{Timeout: ttl})
+	if e.expect(r.err == nil, "B granted after the restart: %s", desc(r.err)) {
+		waited := time.Since(back)
+		e.expect(waited < e.bound+5*time.Second, "B granted %v after the server was back; A's TTL was %v", waited.Round(time.Millisecond), ttl)
+		e.expectWrites(r.g, b, 1)
+		b.Unlock(5 * time.Second)
+	}
+}
+
 // zkSessionExpiry: A is cut off until the server expires its session,
 // which deletes A's node; B, queued behind A, is granted. When the
 // network heals A's client finds its session expired: it must leave B's
@@ -521,7 +552,7 @@ func restartPersistent(long bool) func(e *env) {
 func zkSessionExpiry(e *env) {
 	p := e.proxy(0)
 	a := e.inproc("A", []string{p.Addr()})
-	b, c := e.inproc("B", e.srv.addrs), e.inproc("C", e.srv.addrs)
+	b, c := e.inproc("B", e.srv.Addrs), e.inproc("C", e.srv.Addrs)
 	e.recoverWith = a
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -566,7 +597,7 @@ func zkSessionExpiry(e *env) {
 // the ensemble answers again within its session timeout, else loses it at
 // its deadline; B is granted only after A's lease ends.
 func zkLeaderLoss(e *env) {
-	a, b := e.inproc("A", e.srv.addrs), e.inproc("B", e.srv.addrs)
+	a, b := e.inproc("A", e.srv.Addrs), e.inproc("B", e.srv.Addrs)
 	e.recoverWith = b
 	ga, ok := e.mustLock(a, LockArgs{})
 	if !ok {
@@ -577,13 +608,13 @@ func zkLeaderLoss(e *env) {
 	time.Sleep(200 * time.Millisecond)
 	end := e.fault("kill-leader", "server")
 	start := time.Now()
-	idx, err := e.srv.zk.KillLeader()
+	idx, err := e.srv.ZK.KillLeader()
 	e.must(err, "kill leader")
-	_, err = e.srv.zk.WaitLeader(30 * time.Second)
+	_, err = e.srv.ZK.WaitLeader(30 * time.Second)
 	e.must(err, "new leader")
 	e.note("new leader elected %v after the kill", time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(e.bound)
-	e.must(e.srv.zk.Node(idx).Restart(), "restart the old leader")
+	e.must(e.srv.ZK.Node(idx).Restart(), "restart the old leader")
 	end()
 	kept := !a.WaitDone(0)
 	e.note("A kept its lease through the election: %v", kept)

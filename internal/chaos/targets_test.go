@@ -14,7 +14,7 @@ import (
 // negative control (a known-broken algorithm as a test-only driver).
 type target struct {
 	name    string
-	backend backend
+	backend Backend
 	control bool
 	// ttl is the lease TTL scenarios use; bound is how long a grant can
 	// outlive a holder that stopped renewing (the TTL, or ZooKeeper's
@@ -22,7 +22,7 @@ type target struct {
 	ttl, bound time.Duration
 	// open makes a Locker with its own client(s) to addrs; the Locker owns
 	// them. h reaches into control drivers.
-	open func(ctx context.Context, addrs []string, ttl time.Duration, h hooks) (lock.Locker, error)
+	open func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error)
 	// gaps are the checkpoints inside the algorithm ("acquire-gap",
 	// "release-gap"): the non-atomic steps of a control.
 	gaps []string
@@ -32,35 +32,6 @@ type target struct {
 	// catches: for a control, the scenarios that must catch it and the
 	// check that it was caught for its own reason.
 	catches map[string]func(r Row) error
-}
-
-type backend string
-
-const (
-	redisBackend     backend = "redis"
-	memcachedBackend backend = "memcached"
-	zkBackend        backend = "zookeeper"
-)
-
-func (b backend) protocol() Protocol {
-	switch b {
-	case memcachedBackend:
-		return Memcached
-	case zkBackend:
-		return ZooKeeper
-	}
-	return RESP
-}
-
-// hooks let a scenario reach into a control driver's algorithm.
-type hooks struct {
-	checkpoint func(point string)
-}
-
-func (h hooks) at(point string) {
-	if h.checkpoint != nil {
-		h.checkpoint(point)
-	}
 }
 
 var targets []*target
@@ -102,8 +73,8 @@ func (t *target) pred(p func(Request) bool) func(Request) bool {
 // openURL returns an open function for a driver's URL scheme; format has
 // one %s for the comma-separated addresses, and ttl is added as a query
 // parameter.
-func openURL(format string) func(ctx context.Context, addrs []string, ttl time.Duration, h hooks) (lock.Locker, error) {
-	return func(ctx context.Context, addrs []string, ttl time.Duration, h hooks) (lock.Locker, error) {
+func openURL(format string) func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
+	return func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
 		u := fmt.Sprintf(format, strings.Join(addrs, ","))
 		sep := "?"
 		if strings.Contains(u, "?") {
