@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: test check servers conformance unit images up down test-docker chaos bench
+.PHONY: test check servers conformance unit images up down test-docker chaos bench nemesis
 
 ## test: install missing servers, vet, and run every test against real servers;
 ## then, when a Docker engine answers, the same servers in containers (test-docker).
@@ -94,6 +94,15 @@ demo: servers
 ## also written to chaos-table.txt.
 chaos: servers
 	DLOCK_CHAOS=full DLOCK_CHAOS_TABLE=chaos-table.txt $(GO) test -count=1 -timeout 60m -run 'TestFaults|TestControls' ./internal/chaos/
+
+## nemesis: the seeded, randomized checker of the lock contract (internal/nemesis): each driver
+## under load (Lockers in this process and in a child process, many goroutines, a few hot keys)
+## and random, overlapping faults for NEMESIS_DURATION (default 60s), then the broken-algorithm
+## controls, which it must catch; a summary line per driver. NEMESIS_SEED=S replays a seed,
+## NEMESIS_DRIVERS=redisnx,zookeeper selects drivers (ctl-NAME: a control). make test runs 10s each.
+NEMESIS_TIMEOUT ?= 60m
+nemesis: servers
+	DLOCK_NEMESIS=full $(GO) test -count=1 -timeout $(NEMESIS_TIMEOUT) -v -run 'TestNemesis|TestTeeth' ./internal/nemesis/
 
 ## bench: dlock against peer libraries and the backends' own round trips, on
 ## servers from the test harness; the report goes to bench/results/.

@@ -1,0 +1,79 @@
+// Package nemesis is a seeded, randomized checker of dlock's lock contract
+// under load and faults, run against every driver on real servers (and
+// against chaos's broken algorithms, which it must catch).
+//
+// # Load
+//
+// Several Lockers in the test process, each on its own connection through
+// its own chaos.Proxy, and one in a child process (the test binary started
+// again, as chaos's holders are), each used by several goroutines on a few
+// hot keys: Lock, TryLock, RLock and TryRLock where the Locker is a
+// lock.RWLocker, lock.Do (whose fn panics one time in five), holds of
+// random length that write to a fenced resource, Refresh with longer and
+// shorter TTLs (some with their reply lost on purpose), Unlock, leases left
+// to expire, contexts that time out or are cancelled at random moments,
+// and Lockers closed under load (some while partitioned) and replaced.
+//
+// # Faults
+//
+// At random moments, overlapping, in phases of a few seconds separated by
+// quiet spells: replies lost after the server applied the request (of
+// grants, releases, refreshes, or any write), a client partitioned, its
+// traffic delayed, the server paused (SIGSTOP) shorter or longer than the
+// leases, killed and restarted with its data or without (Redis with its
+// append-only file removed, memcached), the child process frozen (SIGSTOP)
+// or killed and replaced, a holder stalled between its check of the lease
+// and its write (as a GC pause would), and, for ZooKeeper, partitions past
+// the session timeout (session expiry). The memory driver gets churn,
+// stalls, and its store's keys or counters forgotten. Every choice and
+// timing comes from the seed (NEMESIS_SEED), so a seed replays the same
+// schedule as far as timing allows.
+//
+// # What is checked, as the run goes
+//
+// Every process observes its leases (on CLOCK_MONOTONIC, which the child
+// shares; see Clock) right after Lock returns, before each write, after
+// each Refresh and every 5 ms: held means Done open and the moment before
+// Deadline. A lease is proven held from its first observation to its last
+// one that found it held before its holder called Unlock (Unlock closes
+// Done only when the backend answered; the holder no longer acts
+// meanwhile). The Recorder then checks:
+//
+//   - overlap: two leases of a key proven held at one moment, unless both
+//     are shared, or the backend lost its state between their grants
+//     (counted as excused);
+//   - token-order: a grant whose fencing token is not above those granted
+//     before it (for a shared grant: above the exclusive ones);
+//   - stale-write: the fenced resource accepting a write of a lease after
+//     a write of a lease granted later (a refused one is fencing at work);
+//   - done-late: a lease's Done still open DoneSlack past its deadline;
+//   - refresh-not-held: Refresh returned nil but the lease is not held;
+//   - late-return: a call returning CallSlack past its context's end, or
+//     Close past its ReleaseTimeout plus CallSlack;
+//   - closed-open, unlock-open, do-open, do-ctx, err-nil: a lease whose
+//     Done is open after Close, Unlock or Do returned, a Do whose fn
+//     context outlived its lease, a Done closed with a nil Err;
+//   - liveness: while no server fault is under way (nor was for the
+//     target's Recovery), a free key not granted within LivenessBound.
+//
+// Timing judgements about a child process that was frozen are excused
+// (WakeBound). After the run, with the faults healed: every lease ended,
+// every hot key granted again with its write accepted, nothing left on
+// the backend but expiring tombstones and fencing counters (chaos's
+// residue finders), and no goroutine leaked (the test).
+//
+// # Running it
+//
+//	make nemesis                                   # every driver, 60s each, then the controls
+//	NEMESIS_DURATION=120s make nemesis
+//	NEMESIS_SEED=42 NEMESIS_DRIVERS=redisnx make nemesis   # replay
+//	NEMESIS_DRIVERS=ctl-setnx-ex-del make nemesis          # a broken algorithm
+//
+// go test runs a 10 s pass per driver (TestNemesis) and two controls
+// (TestTeeth), which must be caught. Each run ends with a line
+//
+//	nemesis: DRIVER seed S: N ops, F faults, V violations
+//
+// and each violation is printed as found, with the history of its key
+// around it and the command that replays the seed.
+package nemesis

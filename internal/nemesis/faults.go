@@ -1,0 +1,468 @@
+package nemesis
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/chaos"
+)
+
+// nemesis injects faults at random moments, overlapping, in phases: a few
+// seconds of faults, then a quiet spell long enough for the backend to
+// recover and for the liveness probe to be judged. Its choices and
+// timings come from its own random stream of the seed.
+type nemesis struct {
+	r    *run
+	rng  *rand.Rand
+	stop chan struct{}
+	wg   sync.WaitGroup // the loop
+
+	faults     sync.WaitGroup // faults under way
+	active     atomic.Int32
+	serverBusy atomic.Bool
+}
+
+// maxActive bounds the faults under way at once.
+const maxActive = 3
+
+// fault is one kind of fault: weight, and inject, which returns false if
+// it cannot be injected now (its target is busy).
+type fault struct {
+	name   string
+	weight int
+	inject func() bool
+}
+
+func (n *nemesis) between(lo, hi time.Duration) time.Duration { return between(n.rng, lo, hi) }
+
+func (n *nemesis) sleep(d time.Duration) { sleepOrStop(d, n.stop) }
+
+func (n *nemesis) stopped() bool { return closed(n.stop) }
+
+// loop injects faults until end.
+func (n *nemesis) loop(end time.Time) {
+	kinds := n.kinds()
+	total := 0
+	for _, k := range kinds {
+		total += k.weight
+	}
+	n.sleep(500 * time.Millisecond)
+	for !n.stopped() && time.Now().Before(end) {
+		phase := time.Now().Add(n.between(4*time.Second, 8*time.Second))
+		for !n.stopped() && time.Now().Before(phase) && time.Now().Before(end) {
+			n.sleep(n.between(100*time.Millisecond, 1200*time.Millisecond))
+			if n.stopped() || n.active.Load() >= maxActive {
+				continue
+			}
+			for range 5 { // a busy target: pick another
+				x := n.rng.IntN(total)
+				var k fault
+				for _, k = range kinds {
+					if x < k.weight {
+						break
+					}
+					x -= k.weight
+				}
+				if k.inject() {
+					break
+				}
+			}
+		}
+		n.sleep(n.between(n.r.tg.Recovery+time.Second, n.r.tg.Recovery+3*time.Second))
+	}
+	n.faults.Wait()
+}
+
+// spawn runs a fault in the background.
+func (n *nemesis) spawn(f func()) {
+	n.active.Add(1)
+	n.faults.Add(1)
+	go func() {
+		defer n.faults.Done()
+		defer n.active.Add(-1)
+		f()
+	}()
+}
+
+// kinds are the faults the target's backend and load allow.
+func (n *nemesis) kinds() []fault {
+	r := n.r
+	var ks []fault
+	add := func(name string, w int, inject func() bool) { ks = append(ks, fault{name, w, inject}) }
+	add("churn", 3, n.churn)
+	add("stall", 2, n.stall)
+	if r.srv == nil {
+		add("state-loss", 1, n.memoryStateLoss)
+		add("counter-loss", 1, n.memoryCounterLoss)
+		return ks
+	}
+	add("lost-reply", 4, n.dropReplies)
+	add("partition", 3, n.partition)
+	add("delay", 3, n.delay)
+	add("server-pause", 3, n.serverPause)
+	switch {
+	case r.srv.ZK != nil && len(r.srv.Nodes) > 1: // an ensemble
+		add("leader-loss", 3, n.leaderLoss)
+		add("node-pause", 2, n.nodePause)
+	case r.tg.cluster:
+		// Restarting the whole cluster waits for each node to serve the
+		// cluster, which it cannot alone: one node at a time.
+		add("node-pause", 2, n.nodePause)
+		add("node-restart", 2, n.nodeRestart(false))
+		if r.wipe != nil {
+			add("node-restart-volatile", 1, n.nodeRestart(true))
+		}
+	default:
+		if r.tg.Backend != chaos.MemcachedBackend {
+			add("server-restart", 2, n.serverRestart(false))
+		}
+		if r.tg.Backend == chaos.MemcachedBackend || r.wipe != nil {
+			add("server-restart-volatile", 1, n.serverRestart(true))
+		}
+	}
+	if len(r.children) > 0 {
+		add("child-freeze", 2, n.childFreeze)
+		add("child-kill", 1, n.childKill)
+	}
+	return ks
+}
+
+// clientSlot is a slot with proxies: one of the test process's, or a
+// child's.
+type clientSlot struct {
+	name    string
+	proxies []*chaos.Proxy
+	busy    *atomic.Bool
+	delays  *atomic.Bool
+}
+
+func (n *nemesis) clientSlots() []clientSlot {
+	var out []clientSlot
+	for _, s := range n.r.slots {
+		out = append(out, clientSlot{s.name, s.proxies, &s.busy, &s.delays})
+	}
+	for _, c := range n.r.children {
+		out = append(out, clientSlot{c.name, c.proxies, &c.busy, &c.delays})
+	}
+	return out
+}
+
+// dropReplies loses the replies of the next one to three requests of a
+// kind (grant, release, refresh, or any write) on one client's proxy.
+func (n *nemesis) dropReplies() bool {
+	ss := n.clientSlots()
+	s := ss[n.rng.IntN(len(ss))]
+	class := pick(n.rng, []string{"grant", "release", "refresh", "refresh", "any"})
+	count := 1 + n.rng.IntN(6) // 4 and more defeat go-redis's retries
+	d := n.between(200*time.Millisecond, 3*time.Second)
+	n.spawn(func() {
+		stop := n.r.armDrop(s.proxies, s.name, class, count)
+		n.sleep(d)
+		stop()
+	})
+	return true
+}
+
+// shortOrLong is a duration under half the bound, or between the bound
+// and twice it (past every lease's deadline).
+func (n *nemesis) shortOrLong() (time.Duration, bool) {
+	b := n.r.tg.Bound
+	if n.rng.IntN(2) == 0 {
+		return n.between(100*time.Millisecond, b/2), false
+	}
+	return n.between(b, 2*b), true
+}
+
+// partition cuts one client off for a while: past its leases' deadlines
+// (for ZooKeeper, past its session: the server expires it), or not.
+func (n *nemesis) partition() bool {
+	ss := n.clientSlots()
+	s := ss[n.rng.IntN(len(ss))]
+	if !s.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	d, long := n.shortOrLong()
+	kind := "partition"
+	if long && n.r.tg.Backend == chaos.ZooKeeperBackend {
+		kind = "session-expiry"
+		d = n.between(Session+time.Second, 2*Session+time.Second)
+	}
+	n.spawn(func() {
+		defer s.busy.Store(false)
+		end := n.r.rec.FaultStart(Fault{Kind: kind, Target: s.name})
+		for _, p := range s.proxies {
+			p.Partition()
+		}
+		n.sleep(d)
+		healProxies(s.proxies)
+		end()
+	})
+	return true
+}
+
+// delay slows one client's traffic: replies by up to 0.8s, past some
+// leases' deadlines (a refresh then answers after its lease ended).
+func (n *nemesis) delay() bool {
+	ss := n.clientSlots()
+	s := ss[n.rng.IntN(len(ss))]
+	req, rep := n.between(0, 100*time.Millisecond), n.between(20*time.Millisecond, 800*time.Millisecond)
+	d := n.between(500*time.Millisecond, 3*time.Second)
+	if !s.delays.CompareAndSwap(false, true) {
+		return false
+	}
+	n.spawn(func() {
+		defer s.delays.Store(false)
+		end := n.r.rec.FaultStart(Fault{Kind: "delay", Target: fmt.Sprintf("%s %v/%v", s.name, req.Round(time.Millisecond), rep.Round(time.Millisecond))})
+		for _, p := range s.proxies {
+			p.Delay(req, rep)
+		}
+		n.sleep(d)
+		for _, p := range s.proxies {
+			p.Delay(0, 0)
+		}
+		end()
+	})
+	return true
+}
+
+// serverPause freezes the server (SIGSTOP) for a while.
+func (n *nemesis) serverPause() bool {
+	if !n.serverBusy.CompareAndSwap(false, true) {
+		return false
+	}
+	d, _ := n.shortOrLong()
+	n.spawn(func() {
+		defer n.serverBusy.Store(false)
+		end := n.r.rec.FaultStart(Fault{Kind: "server-pause", Target: d.Round(time.Millisecond).String(), Server: true})
+		if err := n.r.srv.Pause(); err != nil {
+			n.r.problem("pause the server: %v", err)
+		}
+		n.sleep(d)
+		if err := n.r.srv.Resume(); err != nil {
+			n.r.problem("resume the server: %v", err)
+		}
+		end()
+	})
+	return true
+}
+
+// serverRestart kills the server and starts it again after a while, with
+// its data (AOF, ZooKeeper's log) or without (volatile: memcached, or
+// Redis with its files removed): the backend then forgets every grant.
+func (n *nemesis) serverRestart(volatile bool) func() bool {
+	return func() bool {
+		if !n.serverBusy.CompareAndSwap(false, true) {
+			return false
+		}
+		down := n.between(50*time.Millisecond, n.r.tg.Bound)
+		if n.rng.IntN(4) == 0 {
+			down = n.between(n.r.tg.Bound, 2*n.r.tg.Bound)
+		}
+		kind := "server-restart"
+		if volatile {
+			kind, down = "server-restart-volatile", n.between(50*time.Millisecond, time.Second)
+		}
+		n.spawn(func() {
+			defer n.serverBusy.Store(false)
+			end := n.r.rec.FaultStart(Fault{Kind: kind, Target: "down " + down.Round(time.Millisecond).String(), Server: true, StateLoss: volatile})
+			defer end()
+			if err := n.r.srv.Kill(); err != nil {
+				n.r.problem("kill the server: %v", err)
+			}
+			for _, w := range n.r.wipe {
+				if !volatile {
+					break
+				}
+				if err := w(); err != nil {
+					n.r.problem("remove the server's data: %v", err)
+				}
+			}
+			n.sleep(down)
+			n.r.retry("restart the server", n.r.srv.Restart)
+		})
+		return true
+	}
+}
+
+// leaderLoss kills the ensemble's leader; the others elect a new one; the
+// old leader comes back a while later.
+func (n *nemesis) leaderLoss() bool {
+	if !n.serverBusy.CompareAndSwap(false, true) {
+		return false
+	}
+	down := n.between(Session/2, 2*n.r.tg.Bound)
+	n.spawn(func() {
+		defer n.serverBusy.Store(false)
+		z := n.r.srv.ZK
+		end := n.r.rec.FaultStart(Fault{Kind: "leader-loss", Target: "down " + down.Round(time.Millisecond).String(), Server: true})
+		defer end()
+		i, err := z.KillLeader()
+		if err != nil {
+			n.r.problem("kill the leader: %v", err)
+			return
+		}
+		if _, err := z.WaitLeader(30 * time.Second); err != nil {
+			n.r.problem("no new leader: %v", err)
+		}
+		n.sleep(down)
+		n.r.retry("restart the old leader", z.Node(i).Restart)
+	})
+	return true
+}
+
+// nodePause freezes one server of a group for a while: an ensemble's
+// clients move to another; a cluster's keys on it are out of reach.
+func (n *nemesis) nodePause() bool {
+	if !n.serverBusy.CompareAndSwap(false, true) {
+		return false
+	}
+	i := n.rng.IntN(len(n.r.srv.Nodes))
+	node := n.r.srv.Nodes[i]
+	d, _ := n.shortOrLong()
+	n.spawn(func() {
+		defer n.serverBusy.Store(false)
+		end := n.r.rec.FaultStart(Fault{Kind: "node-pause", Target: fmt.Sprintf("node %d %v", i, d.Round(time.Millisecond)), Server: true})
+		defer end()
+		if err := node.Pause(); err != nil {
+			n.r.problem("pause node %d: %v", i, err)
+		}
+		n.sleep(d)
+		if err := node.Resume(); err != nil {
+			n.r.problem("resume node %d: %v", i, err)
+		}
+	})
+	return true
+}
+
+// nodeRestart kills one node of a Redis Cluster and starts it again after
+// a while, with its data or, volatile, without (its keys' grants are
+// forgotten).
+func (n *nemesis) nodeRestart(volatile bool) func() bool {
+	return func() bool {
+		if !n.serverBusy.CompareAndSwap(false, true) {
+			return false
+		}
+		i := n.rng.IntN(len(n.r.srv.Nodes))
+		node := n.r.srv.Nodes[i]
+		down := n.between(50*time.Millisecond, n.r.tg.Bound)
+		kind := "node-restart"
+		if volatile {
+			kind, down = "node-restart-volatile", n.between(50*time.Millisecond, time.Second)
+		}
+		n.spawn(func() {
+			defer n.serverBusy.Store(false)
+			end := n.r.rec.FaultStart(Fault{Kind: kind, Target: fmt.Sprintf("node %d down %v", i, down.Round(time.Millisecond)), Server: true, StateLoss: volatile})
+			defer end()
+			if err := node.Kill(); err != nil {
+				n.r.problem("kill node %d: %v", i, err)
+			}
+			if volatile {
+				if err := n.r.wipe[i](); err != nil {
+					n.r.problem("remove node %d's data: %v", i, err)
+				}
+			}
+			n.sleep(down)
+			n.r.retry(fmt.Sprintf("restart node %d", i), node.Restart)
+		})
+		return true
+	}
+}
+
+// childFreeze freezes a child process (SIGSTOP) for a while, often past
+// its leases' deadlines.
+func (n *nemesis) childFreeze() bool {
+	c := n.r.children[n.rng.IntN(len(n.r.children))]
+	if !c.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	d := n.between(100*time.Millisecond, 2*n.r.tg.Bound)
+	n.spawn(func() {
+		defer c.busy.Store(false)
+		c.freeze(d, n.stop)
+	})
+	return true
+}
+
+// childKill kills a child process (SIGKILL) and starts another.
+func (n *nemesis) childKill() bool {
+	c := n.r.children[n.rng.IntN(len(n.r.children))]
+	if !c.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	after := n.between(100*time.Millisecond, time.Second)
+	n.spawn(func() {
+		defer c.busy.Store(false)
+		c.kill(after, n.stop)
+	})
+	return true
+}
+
+// churn closes a Locker under load, half of the time with its client
+// partitioned (its releases fail), and opens a new one in its place.
+func (n *nemesis) churn() bool {
+	partition := n.r.srv != nil && n.rng.IntN(2) == 0
+	kind := "churn"
+	if partition {
+		kind = "churn-partitioned"
+	}
+	i := n.rng.IntN(len(n.r.slots) + len(n.r.children))
+	if i < len(n.r.slots) {
+		s := n.r.slots[i]
+		if !s.busy.CompareAndSwap(false, true) {
+			return false
+		}
+		n.spawn(func() {
+			defer s.busy.Store(false)
+			end := n.r.rec.FaultStart(Fault{Kind: kind, Target: s.name})
+			s.churn(partition)
+			end()
+		})
+		return true
+	}
+	c := n.r.children[i-len(n.r.slots)]
+	if !c.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	n.spawn(func() {
+		defer c.busy.Store(false)
+		proc, _, _ := c.current()
+		end := n.r.rec.FaultStart(Fault{Kind: kind, Target: proc})
+		c.churn(partition)
+		end()
+	})
+	return true
+}
+
+// stall makes a holder of the test process pause between its check of
+// the lease and its next write, often past the lease's deadline (as a GC
+// pause would): fencing must refuse the write if the key changed hands.
+func (n *nemesis) stall() bool {
+	s := n.r.slots[n.rng.IntN(len(n.r.slots))]
+	d := n.between(n.r.tg.Bound/2, 2*n.r.tg.Bound)
+	n.r.rec.Fault(Fault{Kind: "stall", Target: fmt.Sprintf("%s %v", s.name, d.Round(time.Millisecond))})
+	s.stall.Store(int64(d))
+	return true
+}
+
+// memoryStateLoss makes the memory store forget the hot keys' grants and
+// waiters, as a restart without persistence would.
+func (n *nemesis) memoryStateLoss() bool {
+	n.r.rec.Fault(Fault{Kind: "state-loss", Target: "memory store", StateLoss: true})
+	for _, k := range n.r.env.keys {
+		n.r.store.DeleteKey(k)
+	}
+	return true
+}
+
+// memoryCounterLoss makes the memory store forget the hot keys' fencing
+// counters: tokens must go on increasing.
+func (n *nemesis) memoryCounterLoss() bool {
+	n.r.rec.Fault(Fault{Kind: "counter-loss", Target: "memory store"})
+	for _, k := range n.r.env.keys {
+		n.r.store.DeleteCounter(k)
+	}
+	return true
+}

@@ -1,0 +1,216 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+type discard struct{}
+
+func (discard) Printf(context.Context, string, ...any) {}
+
+// The test binary is also the nemesis's child process: started with
+// envChild set, it runs ChildMain instead of the tests.
+func TestMain(m *testing.M) {
+	// go-redis logs its pool's dial failures: a server down is the point.
+	redis.SetLogger(discard{})
+	if IsChild() {
+		os.Exit(ChildMain())
+	}
+	os.Exit(m.Run())
+}
+
+// Environment of the tests (make nemesis sets DLOCK_NEMESIS=full).
+const (
+	envMode     = "DLOCK_NEMESIS"    // "full": every driver for NEMESIS_DURATION (default 60s)
+	envDuration = "NEMESIS_DURATION" // per driver; the short pass's default is 10s
+	envSeed     = "NEMESIS_SEED"     // replays a seed
+	envDrivers  = "NEMESIS_DRIVERS"  // comma-separated drivers or controls (ctl-NAME)
+	envControls = "NEMESIS_CONTROLS" // TestTeeth's controls
+	envHistory  = "NEMESIS_HISTORY"  // a directory: each run's whole history goes to DRIVER-SEED.txt there
+)
+
+func fullMode() bool { return os.Getenv(envMode) == "full" }
+
+func duration(t *testing.T) time.Duration {
+	if v := os.Getenv(envDuration); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", envDuration, v, err)
+		}
+		return d
+	}
+	if fullMode() {
+		return 60 * time.Second
+	}
+	return 10 * time.Second
+}
+
+// theSeed is this test binary's seed: NEMESIS_SEED, or a new one
+// (printed with every result).
+var theSeed = sync.OnceValues(func() (uint64, error) {
+	if v := os.Getenv(envSeed); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s=%q: %v", envSeed, v, err)
+		}
+		return s, nil
+	}
+	return uint64(time.Now().UnixNano() % 1_000_000_000), nil
+})
+
+func seed(t *testing.T) uint64 {
+	s, err := theSeed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func selected(t *testing.T, env string, def []string) []string {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	var out []string
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if TargetByName(name) == nil {
+			t.Fatalf("%s: unknown driver %q (drivers: %v; controls: %v)", env, name, Drivers(true), Controls())
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// replay is the command that runs one driver's seed again.
+func replay(name string, seed uint64, d time.Duration) string {
+	return fmt.Sprintf("NEMESIS_SEED=%d NEMESIS_DRIVERS=%s NEMESIS_DURATION=%v make nemesis", seed, name, d)
+}
+
+// say prints a result on the test's standard output (make nemesis shows
+// it; go test with -v, or when the package fails).
+func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
+
+// leakOpts are goroutines that outlive a run by design.
+var leakOpts = []goleak.Option{
+	// Servers the run restarted: the harness waits for them.
+	goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/testserver.(*process).start.func1"),
+	// The threads that start child processes and servers live as long as
+	// the binary.
+	goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/chaos.spawn.func1.1"),
+	goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/testserver.spawn.func1.1"),
+}
+
+// runOne runs a target and checks, besides what Run checks, that it
+// leaked no goroutine.
+func runOne(t *testing.T, cfg Config) Summary {
+	opts := append([]goleak.Option{goleak.IgnoreCurrent()}, leakOpts...)
+	sum := Run(t, cfg)
+	if err := goleak.Find(opts...); err != nil {
+		sum.Violations = append(sum.Violations, Violation{Kind: "goroutine-leak", Proc: parentProc, Text: err.Error()})
+		t.Logf("%s seed %d: goroutines leaked: %v", cfg.Target.Name, cfg.Seed, err)
+	}
+	return sum
+}
+
+// TestNemesis runs the nemesis against every driver (NEMESIS_DRIVERS),
+// for 10s each under go test, NEMESIS_DURATION (default 60s) under make
+// nemesis, and fails on any violation of the lock contract.
+func TestNemesis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the nemesis needs servers")
+	}
+	s, d := seed(t), duration(t)
+	var total Summary
+	var bad []string
+	for _, name := range selected(t, envDrivers, Drivers(fullMode())) {
+		t.Run(name, func(t *testing.T) {
+			cfg := Config{Target: TargetByName(name), Seed: s, Duration: d, Replay: replay(name, s, d)}
+			if dir := os.Getenv(envHistory); dir != "" {
+				cfg.History = filepath.Join(dir, fmt.Sprintf("%s-%d.txt", name, s))
+			}
+			sum := runOne(t, cfg)
+			say("%s\n%s", sum.Line(), sum.Details())
+			total.Stats.Ops += sum.Stats.Ops
+			total.Stats.Faults += sum.Stats.Faults
+			total.Violations = append(total.Violations, sum.Violations...)
+			total.Duration += sum.Duration
+			for _, p := range sum.Problems {
+				t.Errorf("harness: %s", p)
+			}
+			if len(sum.Violations) > 0 {
+				bad = append(bad, name)
+				t.Errorf("%d violations of the lock contract; replay: %s", len(sum.Violations), cfg.Replay)
+			}
+		})
+	}
+	say("nemesis: total seed %d: %d ops, %d faults, %d violations (%v)", s, total.Stats.Ops, total.Stats.Faults, len(total.Violations), total.Duration.Round(time.Second))
+	for _, name := range bad {
+		say("nemesis: replay %s: %s", name, replay(name, s, d))
+	}
+}
+
+// TestTeeth runs the nemesis against broken algorithms (chaos's negative
+// controls) and fails unless it finds violations in each: the proof that
+// the checker can fail. The short pass runs two; make nemesis all six.
+func TestTeeth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the nemesis needs servers")
+	}
+	if os.Getenv(envDrivers) != "" && os.Getenv(envControls) == "" {
+		t.Skipf("%s selects what to run (a replay); %s selects the controls", envDrivers, envControls)
+	}
+	def := []string{"ctl-setnx-ex-del", "ctl-memcached-add-delete"}
+	if fullMode() {
+		def = Controls()
+	}
+	s := seed(t)
+	d := 8 * time.Second
+	if fullMode() {
+		d = 15 * time.Second
+	}
+	for _, name := range selected(t, envControls, def) {
+		t.Run(name, func(t *testing.T) {
+			cfg := Config{Target: TargetByName(name), Seed: s, Duration: d, Replay: replay(name, s, d), Logf: quiet(t, 3)}
+			sum := Run(t, cfg)
+			say("%s (a broken algorithm: violations expected)\n%s", sum.Line(), sum.Details())
+			if len(sum.Violations) == 0 {
+				t.Errorf("control %s: the nemesis found no violation in %v: the checker has no teeth (replay: %s)", name, d, cfg.Replay)
+			}
+			// Their unconditional deletes hand a held key to a second holder
+			// within seconds: the overlap check must see it, not only the
+			// tokens, which these algorithms do not have.
+			if overlapping[name] && !slices.ContainsFunc(sum.Violations, func(v Violation) bool { return v.Kind == "overlap" }) {
+				t.Errorf("control %s: no overlap found in %v (replay: %s)", name, d, cfg.Replay)
+			}
+		})
+	}
+}
+
+// overlapping are the controls whose overlaps a short run must find.
+var overlapping = map[string]bool{"ctl-setnx-ex-del": true, "ctl-memcached-add-delete": true}
+
+// quiet logs the first n messages only.
+func quiet(t *testing.T, n int) func(format string, args ...any) {
+	var mu sync.Mutex
+	seen := 0
+	return func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen++; seen <= n {
+			t.Logf(format, args...)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package nemesis
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// The checker's own tests: histories written by hand, no server.
+
+func ms2s(n int) Stamp { return Stamp(time.Duration(n) * time.Millisecond) }
+
+func newTestRecorder(t *testing.T) *Recorder {
+	return NewRecorder(NewClock(monotonic()), func(string, ...any) {}, "replay")
+}
+
+// lease records a lease of key granted at g (ms) and proven held until h.
+func lease(r *Recorder, id, key string, shared bool, token uint64, g, h int) {
+	r.Grant(LeaseRec{ID: id, Key: key, Shared: shared, Holder: "L", Proc: parentProc, Op: "lock", Token: token,
+		Granted: ms2s(g), LastHeld: ms2s(g), Deadline: ms2s(h + 1000), UnlockAt: Never, DoneAt: Never})
+	r.Held(id, ms2s(h), ms2s(h+1000))
+}
+
+func kinds(r *Recorder) []string {
+	var out []string
+	for _, v := range r.Violations() {
+		out = append(out, v.Kind)
+	}
+	return out
+}
+
+func TestOverlaps(t *testing.T) {
+	cases := []struct {
+		name   string
+		build  func(r *Recorder)
+		want   []string
+		excuse string
+	}{
+		{"one after the other", func(r *Recorder) {
+			lease(r, "a", "k", false, 1, 0, 100)
+			lease(r, "b", "k", false, 2, 101, 200)
+		}, nil, ""},
+		{"exclusive over exclusive", func(r *Recorder) {
+			lease(r, "a", "k", false, 1, 0, 100)
+			lease(r, "b", "k", false, 2, 100, 200)
+		}, []string{"overlap"}, ""},
+		{"granted inside another's interval", func(r *Recorder) {
+			lease(r, "a", "k", false, 1, 0, 1000)
+			lease(r, "b", "k", false, 2, 300, 310)
+		}, []string{"overlap"}, ""},
+		{"other keys", func(r *Recorder) {
+			lease(r, "a", "k", false, 1, 0, 100)
+			lease(r, "b", "j", false, 1, 50, 200)
+		}, nil, ""},
+		{"shared with shared", func(r *Recorder) {
+			lease(r, "a", "k", true, 1, 0, 100)
+			lease(r, "b", "k", true, 2, 50, 200)
+		}, nil, ""},
+		{"shared with exclusive", func(r *Recorder) {
+			lease(r, "a", "k", true, 1, 0, 100)
+			lease(r, "b", "k", false, 2, 50, 200)
+		}, []string{"overlap"}, ""},
+		{"across a state loss", func(r *Recorder) {
+			lease(r, "a", "k", false, 1, 0, 100)
+			r.faults = append(r.faults, &Fault{Kind: "server-restart-volatile", Start: ms2s(20), End: ms2s(30), StateLoss: true})
+			lease(r, "b", "k", false, 2, 50, 200)
+		}, nil, "overlap across a state loss"},
+		{"dead on arrival", func(r *Recorder) {
+			lease(r, "a", "k", false, 1, 0, 100)
+			r.Grant(LeaseRec{ID: "b", Key: "k", Token: 2, Granted: ms2s(50), DOA: true, LastHeld: Never, UnlockAt: Never, DoneAt: Never})
+		}, nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newTestRecorder(t)
+			c.build(r)
+			r.Final()
+			if got := kinds(r); strings.Join(got, ",") != strings.Join(c.want, ",") {
+				t.Errorf("violations %v, want %v: %v", got, c.want, r.Violations())
+			}
+			if c.excuse != "" && r.Excused()[c.excuse] == 0 {
+				t.Errorf("nothing excused as %q: %v", c.excuse, r.Excused())
+			}
+		})
+	}
+}
+
+func TestTokenOrder(t *testing.T) {
+	r := newTestRecorder(t)
+	lease(r, "a", "k", false, 5, 0, 10)
+	lease(r, "b", "k", false, 4, 20, 30) // lower than a's
+	lease(r, "c", "k", true, 7, 40, 100)
+	lease(r, "d", "k", true, 6, 41, 100) // shared after shared: any order
+	lease(r, "e", "k", false, 7, 200, 210)
+	r.Final()
+	var ids []string
+	for _, v := range r.Violations() {
+		if v.Kind != "token-order" {
+			t.Errorf("unexpected %v", v)
+		}
+		ids = append(ids, v.Lease)
+	}
+	if strings.Join(ids, ",") != "b,e" {
+		t.Errorf("token-order violations of %v, want b and e", ids)
+	}
+}
+
+func TestTokenOrderLateReport(t *testing.T) {
+	r := newTestRecorder(t)
+	lease(r, "a", "k", false, 1, 0, 10)
+	lease(r, "c", "k", false, 3, 40, 50)
+	r.Check(ms2s(100))
+	lease(r, "b", "k", false, 5, 20, 30) // reported late, granted between a and c
+	r.Final()
+	if got := kinds(r); len(got) != 1 || r.Violations()[0].Lease != "c" {
+		t.Errorf("violations %v, want one token-order of c", r.Violations())
+	}
+}
+
+func TestFencedWrites(t *testing.T) {
+	r := newTestRecorder(t)
+	if !r.Write("k", "a", ms2s(0), 1) || !r.Write("k", "b", ms2s(10), 2) {
+		t.Fatal("fresh writes refused")
+	}
+	if r.Write("k", "a", ms2s(0), 1) {
+		t.Error("stale write with a lower token accepted")
+	}
+	if st := r.Stats(); st.StaleRejected != 1 {
+		t.Errorf("stale refused %d, want 1", st.StaleRejected)
+	}
+	if len(r.Violations()) != 0 {
+		t.Errorf("violations %v", r.Violations())
+	}
+	// A broken token: the older grant's write is accepted.
+	r.Write("j", "c", ms2s(20), 0)
+	r.Write("j", "d", ms2s(30), 0)
+	r.Write("j", "c", ms2s(20), 0)
+	if got := kinds(r); len(got) != 1 || got[0] != "stale-write" {
+		t.Errorf("violations %v, want one stale-write", got)
+	}
+	// The newest grant refused: an older grant had a higher token.
+	r.Write("i", "e", ms2s(40), 9)
+	r.Write("i", "f", ms2s(50), 8)
+	if got := kinds(r); len(got) != 2 || got[1] != "token-order" {
+		t.Errorf("violations %v, want a token-order", got)
+	}
+}
+
+func TestFrozenExcused(t *testing.T) {
+	r := newTestRecorder(t)
+	r.faults = append(r.faults, &Fault{Kind: "freeze", Start: ms2s(1000), End: ms2s(3000), Frozen: "C1.1"})
+	r.Violate(Violation{Kind: "done-late", At: ms2s(3500), From: ms2s(2000), Proc: "C1.1"}) // woke 0.5s before
+	r.Violate(Violation{Kind: "done-late", At: ms2s(5000), From: ms2s(4800), Proc: "C1.1"}) // long after
+	r.Violate(Violation{Kind: "done-late", At: ms2s(3500), From: ms2s(2000), Proc: parentProc})
+	r.Violate(Violation{Kind: "overlap", At: ms2s(2000), From: ms2s(2000), Proc: "C1.1"}) // never excused
+	r.Final()
+	if got := kinds(r); strings.Join(got, ",") != "overlap,done-late,done-late" {
+		t.Errorf("violations %v", got)
+	}
+	if r.Excused()["frozen done-late"] != 1 {
+		t.Errorf("excused %v", r.Excused())
+	}
+}
+
+func TestStarvedExcused(t *testing.T) {
+	r := newTestRecorder(t)
+	r.Starved(parentProc, ms2s(1000), ms2s(1400))
+	late := func(from, at int) Violation {
+		return Violation{Kind: "late-return", From: ms2s(from), At: ms2s(at), Proc: parentProc, Over: time.Duration(at-from-100) * time.Millisecond}
+	}
+	r.Violate(late(900, 1500))  // 500ms over a 100ms deadline, 400ms of it starved: excused
+	r.Violate(late(900, 2500))  // 1.5s over, 400ms starved: not excused
+	r.Violate(late(2000, 2400)) // 300ms over, not starved then: not excused
+	r.Final()
+	if got := kinds(r); len(got) != 2 || r.Excused()["starved late-return"] != 1 {
+		t.Errorf("violations %v, excused %v", r.Violations(), r.Excused())
+	}
+}
+
+// TestObserve checks the holder's side on the memory driver: a lease is
+// held until Unlock, and Done late is flagged.
+func TestObserve(t *testing.T) {
+	r := newTestRecorder(t)
+	clk := r.clk
+	lk := memory.New(memory.NewStore(), nil)
+	defer lk.Close()
+	ls, err := lk.Lock(context.Background(), "k", lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &lockerInst{lk: lk, name: "L"}
+	l := &liveLease{id: "a", key: "k", proc: parentProc, lease: ls, inst: in}
+	r.Grant(LeaseRec{ID: "a", Key: "k", Granted: clk.Now(), LastHeld: clk.Now(), UnlockAt: Never, DoneAt: Never})
+	if !l.observe(clk, r) {
+		t.Fatal("a lease just granted is not held")
+	}
+	l.markUnlocking(clk, r, "unlock")
+	if l.observe(clk, r) {
+		t.Error("a lease being unlocked is held")
+	}
+	ls.Unlock(context.Background())
+	l.observe(clk, r)
+	if rec := r.Leases()[0]; rec.DoneAt == Never || rec.UnlockAt == Never || rec.LastHeld >= rec.UnlockAt {
+		t.Errorf("record %v", &rec)
+	}
+	if len(r.Violations()) != 0 {
+		t.Errorf("violations %v", r.Violations())
+	}
+}

@@ -1,0 +1,335 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/driver/redisnx"
+	"github.com/dlock-go/dlock/driver/rediswatch"
+	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+
+	// The drivers the targets open by URL.
+	_ "github.com/dlock-go/dlock/driver/memcached"
+	_ "github.com/dlock-go/dlock/driver/zookeeper"
+)
+
+// Target is what a run checks: a driver on its backend, or a negative
+// control (one of chaos's broken algorithms).
+type Target struct {
+	Name    string
+	Backend chaos.Backend // "" for the in-process memory driver
+	Control *chaos.Control
+	Shared  bool // the Lockers are lock.RWLockers
+	// TTL is the Lockers' default; LockTTLs and RefreshTTLs are those the
+	// workers pick from, longer and shorter.
+	TTL                   time.Duration
+	LockTTLs, RefreshTTLs []time.Duration
+	// Bound is how long a grant can outlive a holder that stopped renewing
+	// (the longest TTL, or ZooKeeper's session timeout); Recovery how long
+	// after a server fault a free key may take to be granted again.
+	Bound, Recovery time.Duration
+	ReleaseTimeout  time.Duration
+	Server          chaos.ServerOptions
+	// Long: run only in the long mode (make nemesis), it takes longer to
+	// set up (an ensemble, a cluster).
+	Long bool
+	// cluster: a Redis Cluster, opened with a client whose dialer maps
+	// each node's address to its proxy (addresses come as real=proxy).
+	cluster  bool
+	newRedis func(client redis.UniversalClient, o lock.Options) lock.Locker
+	url      string // with %s for the addresses
+	// classify names the kind of a request, for lost replies: "grant",
+	// "release", "refresh", or "".
+	classify func(chaos.Request) string
+}
+
+// Session is the ZooKeeper session timeout of the zookeeper target.
+const Session = 2 * time.Second
+
+func ms(d ...time.Duration) []time.Duration { return d }
+
+var targets = []*Target{
+	{
+		Name: "memory", Shared: true, TTL: time.Second,
+		LockTTLs: ms(300*time.Millisecond, time.Second, 2*time.Second), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, time.Second, 3*time.Second),
+		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
+	},
+	{
+		Name: "redisnx", Backend: chaos.RedisBackend, TTL: time.Second,
+		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
+		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
+		Server: chaos.ServerOptions{Persistence: true}, url: "redisnx://%s/0", classify: classifyRESP,
+	},
+	{
+		Name: "rediswatch", Backend: chaos.RedisBackend, TTL: time.Second,
+		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
+		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
+		Server: chaos.ServerOptions{Persistence: true}, url: "rediswatch://%s/0", classify: classifyRESP,
+	},
+	{
+		// memcached counts whole seconds from 3s, and grants N seconds a
+		// validity of N-2.
+		Name: "memcached", Backend: chaos.MemcachedBackend, TTL: 4 * time.Second,
+		LockTTLs: ms(3*time.Second, 4*time.Second, 5*time.Second), RefreshTTLs: ms(3*time.Second, 4*time.Second, 6*time.Second),
+		Bound: 7 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
+		url: "memcached://%s", classify: classifyMemcached,
+	},
+	{
+		// A lease's validity is the session timeout, whatever its TTL.
+		Name: "zookeeper", Backend: chaos.ZooKeeperBackend, Shared: true, TTL: 2 * time.Second,
+		LockTTLs: ms(time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(time.Second, 2*time.Second, 3*time.Second),
+		Bound: Session + time.Second, Recovery: 2*Session + time.Second, ReleaseTimeout: time.Second,
+		url: "zookeeper://%s/nemesis?session_timeout=" + Session.String(), classify: classifyZK,
+	},
+	{
+		// Three masters, no replicas: a node paused or killed makes the
+		// cluster refuse every command until it is back.
+		Name: "redisnx-cluster", Backend: chaos.RedisBackend, TTL: time.Second, Long: true, cluster: true,
+		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
+		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
+		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
+		newRedis: func(c redis.UniversalClient, o lock.Options) lock.Locker {
+			return redisnx.New(c, &redisnx.Options{Options: o})
+		},
+	},
+	{
+		Name: "rediswatch-cluster", Backend: chaos.RedisBackend, TTL: time.Second, Long: true, cluster: true,
+		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
+		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
+		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
+		newRedis: func(c redis.UniversalClient, o lock.Options) lock.Locker {
+			return rediswatch.New(c, &rediswatch.Options{Options: o})
+		},
+	},
+	{
+		// Three servers: the leader is killed and comes back, servers
+		// pause alone; an election takes seconds.
+		Name: "zookeeper-ensemble", Backend: chaos.ZooKeeperBackend, Shared: true, TTL: 2 * time.Second, Long: true,
+		LockTTLs: ms(time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(time.Second, 2*time.Second, 3*time.Second),
+		Bound: Session + time.Second, Recovery: 2*Session + 3*time.Second, ReleaseTimeout: time.Second,
+		Server: chaos.ServerOptions{Ensemble: true},
+		url:    "zookeeper://%s/nemesis?session_timeout=" + Session.String(), classify: classifyZK,
+	},
+}
+
+func init() {
+	for _, c := range chaos.Controls {
+		t := &Target{
+			Name: "ctl-" + c.Name, Backend: c.Backend, Control: c, TTL: c.TTL,
+			LockTTLs: ms(c.TTL, 2*c.TTL), RefreshTTLs: ms(c.TTL/2, c.TTL, 2*c.TTL),
+			Bound: 2 * c.TTL, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
+			classify: classifyRESP,
+		}
+		if c.Backend == chaos.MemcachedBackend {
+			t.LockTTLs, t.RefreshTTLs, t.Bound, t.classify = ms(c.TTL, 3*time.Second), ms(c.TTL, 3*time.Second), 4*time.Second, classifyMemcached
+		}
+		targets = append(targets, t)
+	}
+}
+
+// Drivers are the names of the real drivers' targets, in run order; with
+// long, those that take longer to set up too.
+func Drivers(long bool) []string {
+	var out []string
+	for _, t := range targets {
+		if t.Control == nil && (long || !t.Long) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// Controls are the names of the negative controls' targets.
+func Controls() []string {
+	var out []string
+	for _, t := range targets {
+		if t.Control != nil {
+			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// TargetByName returns the target named name, or nil.
+func TargetByName(name string) *Target {
+	for _, t := range targets {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// open makes a Locker with its own client to addrs (the memory driver:
+// over store).
+func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) (lock.Locker, error) {
+	o := lock.Options{TTL: t.TTL, ReleaseTimeout: t.ReleaseTimeout}
+	switch {
+	case t.Control != nil:
+		return t.Control.Open(ctx, addrs, o, chaos.Hooks{})
+	case t.Backend == "":
+		return memory.New(store, &o), nil
+	case t.cluster:
+		return t.openCluster(addrs, o), nil
+	}
+	u := fmt.Sprintf(t.url, strings.Join(addrs, ","))
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return lock.OpenWith(ctx, u+sep+"ttl="+url.QueryEscape(t.TTL.String()), &o)
+}
+
+// openRetry is open, tried again until timeout (a server may be
+// restarting, a partition healing).
+func (t *Target) openRetry(addrs []string, store *memory.Store, timeout time.Duration) (lock.Locker, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lk, err := t.open(ctx, addrs, store)
+		cancel()
+		if err == nil || time.Now().After(deadline) {
+			return lk, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// openCluster makes a Locker over a Redis Cluster client of its own, whose
+// dialer sends each node's connections to its proxy: addrs are
+// "node=proxy" (or plain node addresses).
+func (t *Target) openCluster(addrs []string, o lock.Options) lock.Locker {
+	var nodes []string
+	via := map[string]string{}
+	for _, a := range addrs {
+		node, proxy, ok := strings.Cut(a, "=")
+		nodes = append(nodes, node)
+		if ok {
+			via[node] = proxy
+		}
+	}
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: nodes, ContextTimeoutEnabled: true,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if p, ok := via[addr]; ok {
+				addr = p
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	})
+	return &ownClient{Locker: t.newRedis(rdb, o), client: rdb}
+}
+
+// ownClient is a Locker that closes its client after itself.
+type ownClient struct {
+	lock.Locker
+	client io.Closer
+}
+
+func (o *ownClient) Close() error {
+	err := o.Locker.Close()
+	o.client.Close()
+	return err
+}
+
+// classifyRESP names the requests of redisnx (scripts), rediswatch
+// (transactions) and the Redis controls (plain commands).
+func classifyRESP(r chaos.Request) string {
+	switch r.Cmd {
+	case "EVALSHA", "EVAL":
+		// redisnx: the scripts' keys say which is which (driver/redisnx,
+		// keys.go): a grant or a wait takes [lock, fence, void, queue,
+		// entries], a release [lock, fence, queue, entries, (void)], a
+		// refresh lock keys only.
+		if len(r.Args) < 3 {
+			return ""
+		}
+		var n int
+		if _, err := fmt.Sscan(r.Args[1], &n); err != nil || n < 1 || len(r.Args) < 2+n {
+			return ""
+		}
+		keys := r.Args[2 : 2+n]
+		switch {
+		case n >= 3 && strings.HasSuffix(keys[1], ":fence") && strings.Contains(keys[2], ":void:"):
+			return "grant"
+		case n >= 3 && strings.HasSuffix(keys[1], ":fence") && strings.HasSuffix(keys[2], ":q"):
+			return "release"
+		case !slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fence") }):
+			return "refresh"
+		}
+	case "EXEC":
+		var del, set, pexpire bool
+		for _, q := range r.Queued {
+			switch q.Cmd {
+			case "DEL":
+				del = true
+			case "SET":
+				set = true
+			case "PEXPIRE":
+				pexpire = true
+			}
+		}
+		switch {
+		case del:
+			return "release"
+		case set:
+			return "grant"
+		case pexpire:
+			return "refresh"
+		}
+	case "SET", "SETNX", "GETSET":
+		return "grant"
+	case "DEL":
+		return "release"
+	case "PEXPIRE", "EXISTS":
+		return "refresh"
+	}
+	return ""
+}
+
+// classifyMemcached: add grants; cas with exptime -1 releases, another cas
+// refreshes (driver/memcached); the control deletes and touches.
+func classifyMemcached(r chaos.Request) string {
+	switch r.Cmd {
+	case "add":
+		return "grant"
+	case "delete":
+		return "release"
+	case "touch":
+		return "refresh"
+	case "cas":
+		if len(r.Args) >= 3 && r.Args[2] == "-1" {
+			return "release"
+		}
+		return "refresh"
+	}
+	return ""
+}
+
+// classifyZK: lock nodes are "..-lock-<seq>"; a grant creates one (a multi
+// with the key node's setData, or a plain create), a release deletes it, a
+// refresh reads it.
+func classifyZK(r chaos.Request) string {
+	lockPath := slices.ContainsFunc(r.Paths, func(p string) bool { return strings.Contains(p, "-lock-") })
+	switch {
+	case !lockPath:
+		return ""
+	case r.Cmd == "multi" || strings.HasPrefix(r.Cmd, "create"):
+		return "grant"
+	case r.Cmd == "delete":
+		return "release"
+	case !r.Mutating && r.Cmd != "ping":
+		return "refresh"
+	}
+	return ""
+}

@@ -1,0 +1,572 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// CallSlack is how long after its context ended a call may return: the
+// machine is a busy two-core VM.
+const CallSlack = 200 * time.Millisecond
+
+// writeEvery is how often a holder writes to the fenced resource.
+const writeEvery = 20 * time.Millisecond
+
+// slotAPI is what a worker needs of its slot: the current Locker, and the
+// slot's faults it arms itself.
+type slotAPI interface {
+	// current is the Locker to use, nil while there is none.
+	current() *lockerInst
+	// armDrop makes the slot's proxy lose the replies of the next n
+	// requests of class; nil when the slot has no proxy. stop disarms it.
+	armDrop(class string, n int) (stop func())
+	// armDelay delays the replies of the slot's proxy by d, unless a delay
+	// is under way there; nil when it cannot. stop ends it.
+	armDelay(d time.Duration) (stop func())
+	// takeStall returns a stall to take before the next write (a holder
+	// paused between its check and its write), or 0.
+	takeStall() time.Duration
+}
+
+// procEnv is what the workers of one process share.
+type procEnv struct {
+	proc string
+	clk  *Clock
+	sink sink
+	tg   *Target
+	keys []string
+	live *liveSet
+	seq  atomic.Int64
+	stop chan struct{}
+}
+
+func (e *procEnv) newID() string {
+	return e.proc + "/" + strconv.FormatInt(e.seq.Add(1), 10)
+}
+
+func (e *procEnv) stopping() bool { return closed(e.stop) }
+
+// worker makes random calls on its slot's Locker: Lock, TryLock, RLock,
+// TryRLock and Do on a few hot keys, holding what it gets for a while,
+// writing to the fenced resource, refreshing with longer and shorter TTLs,
+// and unlocking, abandoning, or cancelling at random moments.
+type worker struct {
+	name string
+	env  *procEnv
+	slot slotAPI
+	rng  *rand.Rand
+}
+
+func newWorker(env *procEnv, slot slotAPI, name string, seed uint64, stream uint64) *worker {
+	return &worker{name: name, env: env, slot: slot, rng: rand.New(rand.NewPCG(seed, stream))}
+}
+
+func (w *worker) run() {
+	for !w.env.stopping() {
+		w.step()
+	}
+}
+
+func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
+
+// chance is true with probability p.
+func (w *worker) chance(p float64) bool { return w.rng.Float64() < p }
+
+// between returns a duration uniform in [lo, hi).
+func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}
+
+func (w *worker) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.env.stop:
+	}
+}
+
+func (w *worker) step() {
+	in := w.slot.current()
+	if in == nil {
+		w.sleep(20 * time.Millisecond)
+		return
+	}
+	key := pick(w.rng, w.env.keys)
+	_, rw := in.lk.(lock.RWLocker)
+	n := w.rng.IntN(100)
+	var got bool
+	switch {
+	case n < 7:
+		got = w.do(in, key)
+	case rw && n < 12:
+		got = w.acquire(in, "rlock", key)
+	case rw && n < 30:
+		got = w.acquire(in, "tryrlock", key)
+	case n < 38:
+		got = w.acquire(in, "lock", key)
+	default:
+		got = w.acquire(in, "trylock", key)
+	}
+	if !got {
+		w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
+	}
+}
+
+// callCtx is a context for a call, with a timeout from timeouts and, with
+// probability pCancel, a cancellation at a random moment before it. It
+// returns the context's deadline and the stamp of the cancellation (Never
+// until it happens).
+type callCtx struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline Stamp
+	timer    *time.Timer
+	canceled atomic.Int64
+}
+
+func (w *worker) newCallCtx(timeouts []time.Duration, pCancel float64) *callCtx {
+	timeout := pick(w.rng, timeouts)
+	c := &callCtx{}
+	c.canceled.Store(int64(Never))
+	c.ctx, c.cancel = context.WithTimeout(context.Background(), timeout)
+	dl, _ := c.ctx.Deadline()
+	c.deadline = w.env.clk.At(dl)
+	if w.chance(pCancel) {
+		at := between(w.rng, 0, timeout)
+		c.timer = time.AfterFunc(at, func() {
+			c.canceled.Store(int64(w.env.clk.Now()))
+			c.cancel()
+		})
+	}
+	return c
+}
+
+// end is the moment the call had to return by (slack aside).
+func (c *callCtx) end() Stamp { return min(c.deadline, Stamp(c.canceled.Load())) }
+
+func (c *callCtx) release() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.cancel()
+}
+
+// checkReturn flags a call that returned CallSlack or more after limit.
+func (w *worker) checkReturn(op, key string, start, end, limit Stamp, why string) {
+	if limit == Never || end <= limit+Stamp(CallSlack) {
+		return
+	}
+	w.env.sink.Violate(Violation{Kind: "late-return", At: end, From: start, Key: key, Proc: w.env.proc, Op: op, Over: time.Duration(end - limit),
+		Text: fmt.Sprintf("%s of key %q by %s returned at %v, %v after %s at %v (it began at %v)",
+			op, key, w.name, end, time.Duration(end-limit).Round(time.Millisecond), why, limit, start)})
+}
+
+// lockOpts picks a TTL and whether to renew automatically.
+func (w *worker) lockOpts() (time.Duration, bool, []lock.Option) {
+	ttl := pick(w.rng, w.env.tg.LockTTLs)
+	renew := w.chance(0.65)
+	opts := []lock.Option{lock.WithTTL(ttl)}
+	if !renew {
+		opts = append(opts, lock.WithAutoRenew(false))
+	}
+	return ttl, renew, opts
+}
+
+var (
+	lockTimeouts    = ms(20*time.Millisecond, 50*time.Millisecond, 150*time.Millisecond, 500*time.Millisecond, 1500*time.Millisecond)
+	tryTimeouts     = ms(50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
+	refreshTimeouts = ms(20*time.Millisecond, 300*time.Millisecond, 2*time.Second, 4*time.Second)
+	unlockTimeouts  = ms(time.Millisecond, 20*time.Millisecond, 500*time.Millisecond, 3*time.Second, 3*time.Second)
+	doTimeouts      = ms(time.Second, 3*time.Second)
+)
+
+// acquire calls op and holds what it gets; it reports whether it got a
+// lease.
+func (w *worker) acquire(in *lockerInst, op, key string) bool {
+	ttl, renew, opts := w.lockOpts()
+	timeouts, pCancel := lockTimeouts, 0.25
+	if op == "trylock" || op == "tryrlock" {
+		timeouts, pCancel = tryTimeouts, 0.1
+	}
+	c := w.newCallCtx(timeouts, pCancel)
+	clk := w.env.clk
+	start := clk.Now()
+	var lease *lock.Lease
+	var err error
+	switch op {
+	case "lock":
+		lease, err = in.lk.Lock(c.ctx, key, opts...)
+	case "trylock":
+		lease, err = in.lk.TryLock(c.ctx, key, opts...)
+	case "rlock":
+		lease, err = in.lk.(lock.RWLocker).RLock(c.ctx, key, opts...)
+	case "tryrlock":
+		lease, err = in.lk.(lock.RWLocker).TryRLock(c.ctx, key, opts...)
+	}
+	end := clk.Now()
+	limit := c.end()
+	c.release()
+	w.env.sink.Ops(1)
+	w.checkReturn(op, key, start, end, limit, "its context ended")
+	if err != nil {
+		w.failed(op, key, err)
+		return false
+	}
+	l := w.granted(in, lease, op, key, op == "rlock" || op == "tryrlock", ttl, renew)
+	if l != nil {
+		w.hold(in, l, ttl, renew)
+	}
+	return true
+}
+
+// failed checks the error of a Lock that failed: inputs are valid, so
+// ErrInvalid is a bug.
+func (w *worker) failed(op, key string, err error) {
+	if errors.Is(err, lock.ErrInvalid) {
+		t := w.env.clk.Now()
+		w.env.sink.Violate(Violation{Kind: "unexpected-error", At: t, From: t, Key: key, Proc: w.env.proc,
+			Text: fmt.Sprintf("%s of key %q by %s: %v", op, key, w.name, err)})
+	}
+}
+
+// granted records a lease Lock returned: its first observation is its
+// grant (or finds it dead on arrival), and it is watched from then on.
+func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool) *liveLease {
+	clk := w.env.clk
+	now := time.Now()
+	dl := lease.Deadline()
+	open := !closed(lease.Done())
+	t, d := clk.At(now), clk.At(dl)
+	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, shared: shared, token: lease.Token(), granted: t, lease: lease, inst: in}
+	doa := !open || t >= d
+	rec := LeaseRec{
+		ID: l.id, Key: key, Shared: shared, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(),
+		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
+	}
+	if doa {
+		rec.LastHeld = Never
+	}
+	w.env.sink.Grant(rec)
+	if open && t > d+Stamp(DoneSlack) {
+		l.late = true
+		w.env.sink.Violate(Violation{Kind: "done-late", At: t, From: d, Key: key, Proc: w.env.proc, Lease: l.id, Op: op, Over: time.Duration(t - d),
+			Text: fmt.Sprintf("key %q: %s by %s returned lease %s (token %d) %v past its deadline %v with Done open",
+				key, op, w.name, l.id, l.token, time.Duration(t-d).Round(time.Millisecond), d)})
+	}
+	in.register(l, clk, w.env.sink)
+	w.env.live.add(l)
+	if doa {
+		return nil
+	}
+	return l
+}
+
+// hold holds a lease for a while: it writes to the fenced resource while
+// it finds the lease held, refreshes it at random moments, then unlocks it
+// or, if it is not renewed, may abandon it to its expiry.
+func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew bool) {
+	holdFor := w.holdTime(ttl)
+	var refreshAt []time.Duration
+	for range w.rng.IntN(3) {
+		refreshAt = append(refreshAt, between(w.rng, 0, holdFor))
+	}
+	abandon := !renew && w.chance(0.15)
+	start := time.Now()
+	w.holdLoop(in, l, holdFor, refreshAt, !renew && w.chance(0.7), nil)
+	if closed(l.lease.Done()) {
+		if w.chance(0.5) {
+			w.unlock(l) // must say the lease is gone, at once
+		}
+		return
+	}
+	if abandon {
+		w.env.sink.Event(Event{At: w.env.clk.Now(), Kind: "abandon", Key: l.key, Lease: l.id,
+			Text: fmt.Sprintf("left to expire after %v", time.Since(start).Round(time.Millisecond))})
+		return
+	}
+	w.unlock(l)
+}
+
+// holdTime is how long to hold a lease of ttl: mostly briefly, sometimes
+// past its TTL (renewed or refreshed meanwhile, or lost).
+func (w *worker) holdTime(ttl time.Duration) time.Duration {
+	switch n := w.rng.IntN(20); {
+	case n < 14:
+		return between(w.rng, 0, 40*time.Millisecond)
+	case n < 19:
+		return between(w.rng, 40*time.Millisecond, ttl/2)
+	default:
+		return between(w.rng, ttl, 2*ttl)
+	}
+}
+
+// holdLoop acts as the holder for holdFor: look, write, refresh when due.
+// With keepAlive (a lease not renewed automatically) it refreshes the
+// lease when a third of its validity is left. It returns when the lease is
+// not held any more, holdFor passed, fctx (if any) ended, or the run
+// stops.
+func (w *worker) holdLoop(in *lockerInst, l *liveLease, holdFor time.Duration, refreshAt []time.Duration, keepAlive bool, fctx context.Context) {
+	clk, s := w.env.clk, w.env.sink
+	start := time.Now()
+	every := writeEvery
+	if w.env.proc != parentProc {
+		every = 2 * writeEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var done <-chan struct{}
+	if fctx != nil {
+		done = fctx.Done()
+	}
+	validity := time.Until(l.lease.Deadline()) // since the grant or the last refresh
+	for {
+		if !l.observe(clk, s) {
+			return
+		}
+		if !l.shared {
+			if d := w.slot.takeStall(); d > 0 {
+				s.Event(Event{At: clk.Now(), Kind: "stall", Key: l.key, Lease: l.id, Text: fmt.Sprintf("holder stalls %v before a write", d.Round(time.Millisecond))})
+				time.Sleep(d)
+			}
+			s.Write(l.key, l.id, l.granted, l.token)
+		}
+		el := time.Since(start)
+		var lost time.Duration
+		if len(refreshAt) > 0 && el >= refreshAt[0] {
+			refreshAt = refreshAt[1:]
+			validity, lost = w.refresh(in, l, validity)
+		} else if keepAlive && time.Until(l.lease.Deadline()) < validity/3 {
+			validity, lost = w.refresh(in, l, validity)
+		}
+		if lost > 0 {
+			// The refresh's reply was meant to be lost: go on holding past
+			// the TTL it gave, for as long as the lease is reported held.
+			holdFor = max(holdFor, el+2*lost+100*time.Millisecond)
+		}
+		if el >= holdFor || w.env.stopping() {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-l.lease.Done():
+		case <-done:
+			return
+		case <-w.env.stop:
+			return
+		}
+	}
+}
+
+// refresh calls Refresh with a random TTL, sometimes a shorter one with
+// its reply lost (armed on the slot's proxy), and checks that nil means
+// held. It returns the validity the lease has from now (validity if the
+// refresh failed), and the TTL of a refresh whose reply was to be lost.
+func (w *worker) refresh(in *lockerInst, l *liveLease, validity time.Duration) (time.Duration, time.Duration) {
+	clk, s := w.env.clk, w.env.sink
+	ttl := pick(w.rng, w.env.tg.RefreshTTLs)
+	var disarm func()
+	var lost time.Duration
+	if w.chance(0.25) {
+		// A shorter TTL, if there is one: the backend applies it, the lock
+		// never hears of it.
+		var shorter []time.Duration
+		for _, d := range w.env.tg.RefreshTTLs {
+			if d < l.lease.TTL() {
+				shorter = append(shorter, d)
+			}
+		}
+		if len(shorter) > 0 {
+			ttl = pick(w.rng, shorter)
+		}
+		// Enough lost replies that the client's own retries (go-redis
+		// tries a command 4 times) are lost too: the outcome is unknown.
+		if disarm = w.slot.armDrop("refresh", 6); disarm != nil {
+			lost = ttl
+		}
+	} else if w.chance(0.1) {
+		// A short TTL whose reply comes late, after the lease's deadline
+		// (moved to the short TTL before it is sent) most of the time.
+		ttl = slices.Min(w.env.tg.RefreshTTLs)
+		disarm = w.slot.armDelay(between(w.rng, ttl/3, ttl*3/2))
+	}
+	timeouts := refreshTimeouts
+	if disarm != nil && lost == 0 {
+		timeouts = ms(4 * time.Second)
+	}
+	c := w.newCallCtx(timeouts, 0.1)
+	start := clk.Now()
+	err := l.lease.Refresh(c.ctx, ttl)
+	now := time.Now()
+	dl := l.lease.Deadline()
+	open := !closed(l.lease.Done())
+	r, d := clk.At(now), clk.At(dl)
+	limit := c.end()
+	c.release()
+	if disarm != nil {
+		disarm()
+	}
+	s.Ops(1)
+	s.Stat("refresh", 1)
+	s.Event(Event{At: r, Kind: "refresh", Key: l.key, Lease: l.id, Text: fmt.Sprintf("ttl %v: %s; deadline %v", ttl, short(err), d)})
+	w.checkReturn("refresh", l.key, start, r, limit, "its context ended")
+	if err != nil {
+		return validity, lost
+	}
+	if (!open || r >= d) && !in.isClosing() {
+		s.Violate(Violation{Kind: "refresh-not-held", At: r, From: start, Key: l.key, Proc: w.env.proc, Lease: l.id,
+			Text: fmt.Sprintf("key %q: Refresh(%v) of lease %s returned nil at %v, but the lease is not held: Done open %v, deadline %v (Err %v)",
+				l.key, ttl, l.id, r, open, d, l.lease.Err())})
+		return validity, lost
+	}
+	l.observe(clk, s)
+	return dl.Sub(now), lost
+}
+
+// unlock calls Unlock with a random timeout (some short enough to cancel
+// it mid-way): the lease must be ended when it returns.
+func (w *worker) unlock(l *liveLease) {
+	clk, s := w.env.clk, w.env.sink
+	l.markUnlocking(clk, s, "unlock")
+	c := w.newCallCtx(unlockTimeouts, 0.05)
+	start := clk.Now()
+	err := l.lease.Unlock(c.ctx)
+	end := clk.Now()
+	limit := c.end()
+	c.release()
+	s.Ops(1)
+	s.Event(Event{At: end, Kind: "unlocked", Key: l.key, Lease: l.id, Text: short(err)})
+	w.checkReturn("unlock", l.key, start, end, limit, "its context ended")
+	if !errors.Is(err, lock.ErrClosed) && !closed(l.lease.Done()) {
+		s.Violate(Violation{Kind: "unlock-open", At: end, From: start, Key: l.key, Proc: w.env.proc, Lease: l.id,
+			Text: fmt.Sprintf("key %q: Unlock of lease %s returned (%s) with Done open", l.key, l.id, short(err))})
+	}
+	l.observe(clk, s)
+}
+
+// doPanic is what Do's fn panics with.
+type doPanic struct{ id string }
+
+// doLocker passes a Do's Lock through to the slot's Locker and records
+// the lease it returns.
+type doLocker struct {
+	lock.Locker
+	w      *worker
+	in     *lockerInst
+	key    string
+	ttl    time.Duration
+	renew  bool
+	leased *liveLease
+}
+
+func (d *doLocker) Lock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	lease, err := d.Locker.Lock(ctx, key, opts...)
+	if err == nil {
+		d.leased = d.w.granted(d.in, lease, "do", key, false, d.ttl, d.renew)
+	}
+	return lease, err
+}
+
+// do runs lock.Do with an fn that holds and writes for a while, and
+// panics one time in five (recovered here): either way the lease must be
+// ended when Do returns or panics. It reports whether Do got the lease.
+func (w *worker) do(in *lockerInst, key string) bool {
+	clk, s := w.env.clk, w.env.sink
+	ttl, renew, opts := w.lockOpts()
+	dl := &doLocker{Locker: in.lk, w: w, in: in, key: key, ttl: ttl, renew: renew}
+	panics := w.chance(0.2)
+	holdFor := w.holdTime(ttl)
+	c := w.newCallCtx(doTimeouts, 0.1)
+	fnEnd := Never
+	panicked := false
+	start := clk.Now()
+	var err error
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		err = lock.Do(c.ctx, dl, key, func(fctx context.Context) error {
+			defer func() { fnEnd = clk.Now() }()
+			l := dl.leased
+			if l == nil {
+				return errors.New("Do ran fn without the lease Lock returned") // DOA: ended already
+			}
+			w.holdLoop(in, l, holdFor, nil, !renew, fctx)
+			l.markUnlocking(clk, s, "do: fn returns")
+			if closed(l.lease.Done()) {
+				w.checkCtxEnds(l, fctx)
+			}
+			if panics {
+				panicked = true
+				panic(doPanic{l.id})
+			}
+			return nil
+		}, opts...)
+	}()
+	end := clk.Now()
+	limit := c.end()
+	c.release()
+	s.Ops(1)
+	if recovered != nil {
+		if p, ok := recovered.(doPanic); !ok || dl.leased == nil || p.id != dl.leased.id {
+			panic(recovered) // not ours
+		}
+	} else if panicked {
+		s.Violate(Violation{Kind: "do-panic", At: end, From: start, Key: key, Proc: w.env.proc,
+			Text: fmt.Sprintf("lock.Do of key %q by %s: fn panicked, but Do returned (%s) instead of panicking", key, w.name, short(err))})
+	}
+	if fnEnd == Never {
+		w.checkReturn("lock.Do", key, start, end, limit, "its context ended")
+	} else {
+		w.checkReturn("lock.Do", key, start, end, fnEnd+Stamp(lock.DefaultReleaseTimeout), "its fn returned and DefaultReleaseTimeout passed")
+	}
+	if l := dl.leased; l != nil && !closed(l.lease.Done()) && !in.isClosing() {
+		s.Violate(Violation{Kind: "do-open", At: end, From: start, Key: key, Proc: w.env.proc, Lease: l.id,
+			Text: fmt.Sprintf("key %q: lock.Do by %s returned (panicked: %v; %s) with its lease %s's Done open", key, w.name, recovered != nil, short(err), l.id)})
+	}
+	if l := dl.leased; l != nil {
+		l.observe(clk, s)
+	}
+	return dl.leased != nil
+}
+
+// checkCtxEnds: once the lease ended, Do's fn context must end soon.
+func (w *worker) checkCtxEnds(l *liveLease, fctx context.Context) {
+	t := time.NewTimer(CallSlack)
+	defer t.Stop()
+	select {
+	case <-fctx.Done():
+	case <-t.C:
+		now := w.env.clk.Now()
+		w.env.sink.Violate(Violation{Kind: "do-ctx", At: now, From: now - Stamp(CallSlack), Key: l.key, Proc: w.env.proc, Lease: l.id,
+			Text: fmt.Sprintf("key %q: lease %s of lock.Do ended (%v), but fn's context was not cancelled within %v", l.key, l.id, l.lease.Err(), CallSlack)})
+	}
+}
+
+// short is an error's first line, shortened.
+func short(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	s := err.Error()
+	for i := range len(s) {
+		if s[i] == '\n' {
+			s = s[:i]
+			break
+		}
+	}
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
