@@ -140,17 +140,50 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	case <-ctx.Done():
 		return ctxError("refresh", l.dl.Key, nil, ctx)
 	}
-	defer l.lk.sched.schedule(l) // after the slot is free: renewals go on
-	defer func() { <-l.refreshing }()
+	// The slot is freed when the refresh returns, even after Refresh gave
+	// up waiting for it; renewals go on after that.
+	free := func() {
+		<-l.refreshing
+		l.lk.sched.schedule(l)
+	}
 	start := time.Now()
 	deadline, err := l.beginRefresh("refresh", start, v)
 	if err != nil {
+		free()
 		return err
 	}
 	// No reply is of use past the deadline: the lease is lost by then.
 	cctx, cancel := context.WithDeadline(ctx, deadline)
+	var got time.Duration
+	err, ok := l.lk.within(cctx, func() error {
+		var err error
+		got, err = l.lk.d.Refresh(cctx, l.dl, ttl)
+		return err
+	}, func(err error) {
+		l.endRefresh(cctx, "refresh", ttl, v, start, got, err)
+		cancel()
+		free()
+	})
+	if !ok {
+		// Gave up at the context's end: the outcome is unknown until the
+		// refresh returns, so no deadline may count on more than it gives.
+		l.mu.Lock()
+		if l.unknownV == 0 || v < l.unknownV {
+			l.unknownV = v
+		}
+		expired := l.err == nil && !time.Now().Before(l.deadline)
+		l.mu.Unlock()
+		if expired {
+			// cctx ended at the lease's deadline, not the caller's.
+			l.lose(errors.New("the local validity deadline passed without a successful refresh"), true)
+		}
+		if ended := l.Err(); ended != nil {
+			return l.endedError("refresh", ended)
+		}
+		return ctxError("refresh", l.dl.Key, nil, cctx)
+	}
+	defer free()
 	defer cancel()
-	got, err := l.lk.d.Refresh(cctx, l.dl, ttl)
 	return l.endRefresh(cctx, "refresh", ttl, v, start, got, err)
 }
 
@@ -272,8 +305,18 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.lk.sched.schedule(l) // renews no more; still ends the lease at its deadline
 
 	released := newError("unlock", l.dl.Key, ErrNotHeld, errors.New("lease released"))
-	err := l.lk.d.Release(ctx, l.dl)
+	until := l.expiry()
+	err, ok := l.lk.within(ctx, func() error { return l.lk.d.Release(ctx, l.dl) }, func(err error) {
+		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+			l.lk.releaseLater(l.dl, until)
+		}
+	})
 	switch {
+	case !ok:
+		// Gave up at the context's end; the release goes on in the
+		// background (and is retried there if it fails).
+		l.finish(released)
+		return ctxError("unlock", l.dl.Key, nil, ctx)
 	case err == nil:
 		l.finish(released)
 		return nil
@@ -281,7 +324,6 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		l.finish(newError("unlock", l.dl.Key, ErrLost, err))
 		return newError("unlock", l.dl.Key, ErrNotHeld, err)
 	}
-	until := l.expiry()
 	if l.finish(released) {
 		l.lk.releaseLater(l.dl, until)
 	}

@@ -157,10 +157,32 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	)
 	for {
 		start := time.Now()
-		if queue {
-			err = lk.queuer.AcquireWait(ctx, dl)
-		} else {
-			err = lk.d.Acquire(ctx, dl)
+		err, ok := lk.within(ctx, func() error {
+			if queue {
+				return lk.queuer.AcquireWait(ctx, dl)
+			}
+			return lk.d.Acquire(ctx, dl)
+		}, func(err error) {
+			// Abandoned at ctx's end: nothing may be left behind. A
+			// Queuer cleans up after a failure itself.
+			if err == nil || (!queue && !errors.Is(err, driver.ErrHeld) && !errors.Is(err, driver.ErrInvalid)) {
+				lk.releaseLater(dl, time.Now().Add(dl.TTL))
+			}
+		})
+		if !ok {
+			return nil, ctxError(op, key, ErrNotAcquired, ctx)
+		}
+		if err == nil {
+			start, err = lk.revive(ctx, dl, start)
+			if errors.Is(err, driver.ErrNotHeld) {
+				// The grant came too late to be of use and has expired
+				// (a hand-over that reached a waiter after its validity):
+				// wait again, or give up like a held key.
+				if !wait {
+					return nil, newError(op, key, ErrNotAcquired, err)
+				}
+				continue
+			}
 		}
 		if err == nil {
 			if err := lk.register(op, l, start); err != nil {
@@ -223,6 +245,46 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 		case <-t.C:
 		}
 	}
+}
+
+// revive checks a grant whose request was sent at start: if the validity
+// it counts on (dl.Validity from start) has passed or leaves no room for a
+// renewal by the time it arrives, as can happen to a grant that reached a
+// queued waiter late, it refreshes the grant and returns the moment that
+// refresh was sent, with dl.Validity set to what it gives. A refresh that
+// finds the grant gone returns driver.ErrNotHeld; one whose outcome is
+// unknown an error, and the grant is released in the background.
+func (lk *locker) revive(ctx context.Context, dl *driver.Lease, start time.Time) (time.Time, error) {
+	v := dl.Validity
+	if time.Until(start.Add(v-driftMargin(v))) >= minRenewRoom {
+		return start, nil
+	}
+	sent := time.Now()
+	var got time.Duration
+	err, ok := lk.within(ctx, func() error {
+		var err error
+		got, err = lk.d.Refresh(ctx, dl, dl.TTL)
+		return err
+	}, func(err error) {
+		if !errors.Is(err, driver.ErrNotHeld) {
+			lk.releaseLater(dl, time.Now().Add(dl.TTL))
+		}
+	})
+	switch {
+	case !ok:
+		return start, ctx.Err()
+	case err == nil:
+		if time.Until(sent.Add(got-driftMargin(got))) < minRenewRoom {
+			err = fmt.Errorf("the refresh of a late grant came after the validity it gave had passed")
+			break
+		}
+		dl.Validity = got
+		return sent, nil
+	case errors.Is(err, driver.ErrNotHeld):
+		return start, err
+	}
+	lk.releaseLater(dl, time.Now().Add(dl.TTL))
+	return start, err
 }
 
 // validityFor is the validity a grant or refresh of dl.TTL is sure to

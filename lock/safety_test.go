@@ -357,3 +357,81 @@ func TestErrorTextsDoNotRepeat(t *testing.T) {
 		t.Errorf("second Unlock: %q; want %q", got, want)
 	}
 }
+
+// Finding 9, for clients that do not stop a request in flight when its
+// context is cancelled (go-redis honours only deadlines; gomemcache and
+// go-zookeeper take no context): Lock, Refresh and Unlock return at the
+// cancellation all the same, and a grant made meanwhile is released.
+func TestCallsReturnAtCancel(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{ReleaseTimeout: time.Second})
+	defer l.Close()
+	const slow, cancelAt, slack = 400 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond
+	cancelled := func() context.Context {
+		c, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(cancelAt, cancel)
+		return c
+	}
+	f.setFaults(func(x *faults) { x.acquireSlow = slow })
+	start := time.Now()
+	if _, err := l.Lock(cancelled(), "k"); !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("Lock: %v; want ErrNotAcquired and context.Canceled", err)
+	}
+	if d := time.Since(start); d > cancelAt+slack {
+		t.Errorf("Lock cancelled at %v returned after %v (the attempt takes %v)", cancelAt, d, slow)
+	}
+	time.Sleep(slow + 100*time.Millisecond)
+	if h := f.holder("k"); h != "" {
+		t.Errorf("the grant made after Lock gave up was left on the backend (held by %s)", h)
+	}
+
+	f.setFaults(func(x *faults) { x.acquireSlow = 0 })
+	lease, err := l.Lock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.setFaults(func(x *faults) { x.refreshApplyDelay = func(time.Duration) time.Duration { return slow } })
+	start = time.Now()
+	if err := lease.Refresh(cancelled(), time.Minute); !errors.Is(err, context.Canceled) {
+		t.Errorf("Refresh: %v; want context.Canceled", err)
+	}
+	if d := time.Since(start); d > cancelAt+slack {
+		t.Errorf("Refresh cancelled at %v returned after %v", cancelAt, d)
+	}
+	if !heldAt(lease, time.Now()) {
+		t.Errorf("a Refresh of unknown outcome ended the lease: %v", lease.Err())
+	}
+
+	f.setFaults(func(x *faults) { x.refreshApplyDelay = nil; x.releaseDelay = slow })
+	start = time.Now()
+	if err := lease.Unlock(cancelled()); !errors.Is(err, context.Canceled) {
+		t.Errorf("Unlock: %v; want context.Canceled", err)
+	}
+	if d := time.Since(start); d > cancelAt+slack {
+		t.Errorf("Unlock cancelled at %v returned after %v", cancelAt, d)
+	}
+	if !closedWithin(lease.Done(), 0) {
+		t.Error("Unlock returned with Done open")
+	}
+}
+
+// A grant that arrives after the validity it counts on has passed (a
+// hand-over that reached a queued waiter late: the driver counts its
+// validity from the last check that found the key held) is refreshed
+// before Lock returns it, never returned past its deadline.
+func TestLateGrantIsRefreshedBeforeItIsReturned(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, &lock.Options{DisableAutoRenew: true})
+	defer l.Close()
+	f.setFaults(func(x *faults) { x.acquireSlow = 300 * time.Millisecond })
+	lease, err := l.Lock(bg(t), "k", lock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !heldAt(lease, time.Now()) {
+		t.Fatalf("Lock returned a lease not held: deadline %v ago, Err %v", -time.Until(lease.Deadline()), lease.Err())
+	}
+	if exp := f.expires("k"); lease.Deadline().After(exp) {
+		t.Errorf("deadline %v after the backend's expiry", lease.Deadline().Sub(exp))
+	}
+}
