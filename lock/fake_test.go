@@ -37,6 +37,7 @@ type faults struct {
 	releaseHang  bool // a release waits for its context to end, and fails
 	acquireDelay time.Duration
 	acquireSlow  time.Duration // an attempt takes this long whatever its context, then grants
+	closeSlow    time.Duration // the driver's Close takes this long (a session closed against a lost server)
 	// A refresh reaches the backend applyDelay(ttl) late, is applied, and
 	// its reply comes replyDelay later, or never (loseReply), whatever the
 	// context: a slow or lossy network.
@@ -180,7 +181,10 @@ func (f *fake) expires(key string) time.Time {
 	return f.grants[key].expires
 }
 
-func (f *fake) Close() error { return nil }
+func (f *fake) Close() error {
+	time.Sleep(f.getFaults().closeSlow)
+	return nil
+}
 
 func (f *fake) As(target any) bool {
 	if p, ok := target.(**fake); ok {

@@ -454,14 +454,27 @@ func (lk *locker) Close() error {
 	lk.bg.stop()
 	lk.bgCancel()
 	lk.sched.stop()
-	if err := lk.d.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("lock: closing driver: %w", err))
-	}
 	// Closing the driver ends its calls under way, if cutting their
-	// contexts did not.
-	<-lk.calls.idleChan()
-	<-lk.bg.idleChan()
-	<-lk.sched.workers.idleChan()
+	// contexts did not. It may itself wait for the backend (a ZooKeeper
+	// session's close): Close waits for it up to its bound (or 100ms, if
+	// that has passed), and it goes on in the background after that.
+	closed := make(chan error, 1)
+	go func() {
+		err := lk.d.Close()
+		<-lk.calls.idleChan()
+		<-lk.bg.idleChan()
+		<-lk.sched.workers.idleChan()
+		closed <- err
+	}()
+	timer.Reset(max(time.Until(bound), 100*time.Millisecond))
+	select {
+	case err := <-closed:
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lock: closing driver: %w", err))
+		}
+	case <-timer.C:
+		errs = append(errs, fmt.Errorf("lock: closing driver: still under way after %v (ReleaseTimeout); it goes on in the background", lk.opts.ReleaseTimeout))
+	}
 	return errors.Join(errs...)
 }
 

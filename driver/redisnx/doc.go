@@ -70,8 +70,12 @@
 //     inbox of the waiter's Locker, a channel "dlock:inbox:ID" each Locker
 //     subscribes to (one per Ring shard) while it has waiters, named in the
 //     waiter's queue entry. Only that Locker hears it (no herd, not even of
-//     connections), passes the token to that waiter alone, and Lock returns
-//     without another round trip.
+//     connections) and wakes that waiter alone, which runs wait.lua at once:
+//     the message is not taken as a grant (anyone allowed to PUBLISH could
+//     forge it), wait.lua checks on the server that the key is the
+//     waiter's and extends it to the TTL, so the grant's validity counts
+//     from that request, whenever the release ran. A hand-off costs that
+//     one round trip after the message.
 //   - Each waiter runs wait.lua again every second (a heartbeat), and when
 //     the holder's PTTL runs out (expiry publishes nothing): that renews its
 //     entry, and finds a hand-over whose message was lost, a release that

@@ -94,7 +94,6 @@ func (d *redisDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 	}
 
 	px, validity := ms(l.TTL)
-	origin := start // when the last check that found the key not ours was sent
 	var t *time.Timer
 	for {
 		sent := time.Now()
@@ -109,21 +108,15 @@ func (d *redisDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 		case len(res) != 2:
 			d.leave(l, keys, true)
 			return fmt.Errorf("redisnx: wait: unexpected reply %v", res)
-		case res[0] == 1 || res[0] == 3:
-			// 1: granted by this request, which was sent at sent; 3:
-			// handed over by a release that ran after the previous check,
-			// sent at origin, found the key held.
+		case res[0] == 1:
+			// Granted by this request, or handed over before it and
+			// extended by it: either way the TTL runs from sent.
 			l.Token, l.Data = uint64(res[1]), viaQueue{}
-			if res[0] == 1 {
-				l.Validity = sent.Sub(start) + validity
-			} else {
-				l.Validity = origin.Sub(start) + validity
-			}
+			l.Validity = sent.Sub(start) + validity
 			return nil
 		case res[0] == 0:
 			return errAbandoned
 		}
-		origin = sent
 		sleep := heartbeat
 		if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 && pttl < sleep {
 			sleep = pttl + time.Millisecond // the holder's grant expires; check then
@@ -135,14 +128,10 @@ func (d *redisDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			t.Reset(sleep)
 		}
 		select {
-		case tok := <-news:
-			if tok != 0 {
-				// Handed over by a release that ran after the check
-				// sent at origin found the key held.
-				l.Token, l.Data = tok, viaQueue{}
-				l.Validity = origin.Sub(start) + validity
-				return nil
-			}
+		case <-news:
+			// A hand-over to this waiter, or other news: check at once.
+			// The message is not taken as a grant: anyone who may
+			// PUBLISH could send it; wait.lua verifies it on the server.
 		case <-t.C:
 		case <-ctx.Done():
 			d.leave(l, keys, false)

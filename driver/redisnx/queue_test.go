@@ -86,8 +86,10 @@ func TestQueueCancelLeavesNothing(t *testing.T) {
 	if err := <-done; !isNotAcquired(err) {
 		t.Fatalf("cancelled Lock: err = %v, want ErrNotAcquired", err)
 	}
-	if n := c.Exists(tctx(t, time.Second), lk+queueSuffix, lk+entriesSuffix).Val(); n != 0 {
-		t.Errorf("%d queue keys left after the only waiter was cancelled", n)
+	// Lock returns at once; its leave of the queue follows in the
+	// background.
+	if !eventually(time.Second, func() bool { return c.Exists(tctx(t, time.Second), lk+queueSuffix, lk+entriesSuffix).Val() == 0 }) {
+		t.Errorf("queue keys left a second after the only waiter was cancelled")
 	}
 	if err := held.Unlock(tctx(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
@@ -234,4 +236,54 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return ctx, cancel
+}
+
+// A hand-over message is only a wake-up: a forged one (anyone allowed to
+// PUBLISH on the inbox can send it) does not make a waiter believe it
+// holds the key, nor take its token; the real hand-over still comes.
+func TestForgedHandOverIsNotAGrant(t *testing.T) {
+	c := sharedClient(t, nil)
+	l := newTestLocker(t, c, nil)
+	k := testKey(t)
+	lk := lockKey(DefaultPrefix, k)
+	held, err := l.TryLock(tctx(t, 5*time.Second), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *lock.Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lease, err := l.Lock(tctx(t, 10*time.Second), k)
+		got <- result{lease, err}
+	}()
+	waitQueued(t, c, lk, 1)
+	ctx := tctx(t, time.Second)
+	owner := c.ZRange(ctx, lk+queueSuffix, 0, 0).Val()[0]
+	entry := strings.Fields(c.HGet(ctx, lk+entriesSuffix, owner).Val())
+	if len(entry) != 3 {
+		t.Fatalf("queue entry %q: want deadline, TTL and inbox", entry)
+	}
+	const forged = 999999999
+	if n := c.Publish(ctx, entry[2], fmt.Sprintf("%s %d", owner, forged)).Val(); n != 1 {
+		t.Fatalf("forged message reached %d subscribers, want the waiter's Locker", n)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("a forged hand-over granted the key (token %v, err %v) while another holds it", r.lease.Token(), r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := held.Unlock(tctx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the real hand-over: %v", r.err)
+	}
+	if r.lease.Token() == forged || r.lease.Token() <= held.Token() {
+		t.Errorf("token %d after the holder's %d", r.lease.Token(), held.Token())
+	}
+	r.lease.Unlock(tctx(t, time.Second))
 }

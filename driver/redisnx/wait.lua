@@ -8,8 +8,10 @@
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] the inbox channel of the
 -- owner's Locker, ARGV[4] queue entry lifetime in ms
 --
--- Returns {1, token} when this run granted the key to the owner; {3, token}
--- when a release handed it to the owner before this run; {2, PTTL} while it
+-- Returns {1, token} when the owner has the key: granted by this run, or
+-- handed over by a release before it (the message on the inbox only wakes
+-- the waiter: this run checks the hand-over and extends the key to the TTL,
+-- so that the grant's validity counts from this request); {2, PTTL} while it
 -- waits (PTTL of the holder; -1 when it has no expiry); {0, 0} when this
 -- attempt was abandoned (its clean-up ran first).
 
@@ -21,10 +23,10 @@ local cur = redis.call('GET', KEYS[1])
 if cur == owner then
   -- Handed over by a release, or granted by an earlier copy of this request.
   local e = redis.call('HGET', KEYS[5], owner)
-  if e and string.sub(e, 1, 1) == 'g' then
-    return {3, tonumber(string.sub(e, 2))}
-  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if e and string.sub(e, 1, 1) == 'g' then
+    return {1, tonumber(string.sub(e, 2))}
+  end
   local token = next_token(KEYS[2])
   redis.call('HSET', KEYS[5], owner, 'g' .. string.format('%d', token))
   return {1, token}
