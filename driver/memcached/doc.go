@@ -84,16 +84,26 @@
 //
 // # Fencing
 //
-// The counter has no expiration; each grant increments it. When it is
-// missing (first use, eviction, restart) the grant creates it with add,
-// seeded from the wall clock in microseconds, so tokens keep increasing
-// across the loss: a counter seeded at time T and incremented n times is at
-// T+n, and a later seed exceeds it if the seeding host's clock reads more
-// than T+n microseconds. That holds when the clocks of the hosts that lock
-// a key agree within the time between a counter's creation and its loss,
-// as NTP keeps them, and no clock is stepped back by more. A token is only
-// handed out if it was drawn before the grant could have expired, so tokens
+// Each grant increments the counter. When it is missing (first use,
+// eviction, restart, expiry) the grant creates it with add, seeded from the
+// wall clock in microseconds, so tokens keep increasing across the loss: a
+// counter seeded at time T and incremented n times is at T+n, and a later
+// seed exceeds it if the seeding host's clock reads more than T+n
+// microseconds. That holds when the clocks of the hosts that lock a key
+// agree within the time between a counter's creation and its loss, as NTP
+// keeps them, and no clock is stepped back by more. A token is only handed
+// out if it was drawn before the grant could have expired, so tokens
 // follow the order of the grants.
+//
+// The counter expires 7 days after it was created (memcached's incr does
+// not move an expiration), so that keys locked once do not each keep a
+// counter until they are evicted; a key in use is seeded again from the
+// clock then, a week of microseconds above its last token.
+//
+// The seed comes from the client's clock, not the server's as for Redis:
+// memcached reports its clock only in whole seconds in "stats", which
+// gomemcache does not expose, and a memcache.Client given to New does not
+// reveal its servers to ask them directly.
 //
 // # Several servers
 //

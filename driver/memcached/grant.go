@@ -54,6 +54,10 @@ func (d *mcDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	return nil
 }
 
+// counterLife is the fencing counter's expiration in seconds: 7 days,
+// under memcached's 30-day limit for relative expirations.
+const counterLife = 7 * 24 * 3600
+
 // nextToken increments the fencing counter. A missing counter (never
 // made, evicted, or lost in a restart) is created with add, seeded from
 // this host's wall clock in microseconds, so that tokens keep increasing;
@@ -68,7 +72,7 @@ func (d *mcDriver) nextToken(counter string) (uint64, error) {
 			return 0, fmt.Errorf("memcached incr: %w", err)
 		}
 		seed := uint64(time.Now().UnixMicro())
-		err = d.c.Add(&memcache.Item{Key: counter, Value: strconv.AppendUint(nil, seed, 10)})
+		err = d.c.Add(&memcache.Item{Key: counter, Value: strconv.AppendUint(nil, seed, 10), Expiration: counterLife})
 		if err == nil {
 			return seed, nil
 		}

@@ -468,3 +468,39 @@ func TestOpen(t *testing.T) {
 	}
 	lease.Unlock(ctx)
 }
+
+// Finding 13: a key locked once does not keep its fencing counter until
+// it is evicted: the counter expires counterLife after it was made (asked
+// with the meta command mg, which gomemcache does not speak).
+func TestFencingCounterExpires(t *testing.T) {
+	srv := testserver.StartMemcached(t, nil)
+	c := memcache.New(srv.Addrs()...)
+	t.Cleanup(func() { c.Close() })
+	l := New(c, nil)
+	defer l.Close()
+	ctx := testCtx(t)
+	k := testKey(t)
+	lease, err := l.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	conn, err := net.DialTimeout("tcp", srv.Addrs()[0], 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(conn, "mg %s t\r\n", mapKey(DefaultPrefix, k).counter)
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if _, err := fmt.Sscanf(line, "HD t%d", &left); err != nil {
+		t.Fatalf("mg counter t: %q: %v", line, err)
+	}
+	if left <= counterLife-60 || left > counterLife {
+		t.Errorf("fencing counter expires in %ds; want about %ds", left, counterLife)
+	}
+}

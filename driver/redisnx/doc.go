@@ -24,7 +24,10 @@
 //     server's TIME in microseconds when that is more (the counter is then
 //     set to it): a counter that is missing (never used, lost with the
 //     server's data, evicted) or set back (a failover to a lagging replica)
-//     does not make tokens repeat. A refused grant returns the holder's
+//     does not make tokens repeat. Setting it to the clock gives the
+//     counter an expiry of 7 days, so that keys locked once (per-entity
+//     locks) do not leave a counter each forever; a grant after that
+//     starts again from the clock. A refused grant returns the holder's
 //     PTTL.
 //   - Release (release.lua, one round trip): if GET key equals the token,
 //     DEL it, then hand the key to the first live waiter queued, or, when

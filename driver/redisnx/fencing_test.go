@@ -81,3 +81,22 @@ func TestFencingAfterCounterSetBack(t *testing.T) {
 		}
 	})
 }
+
+// Finding 13: a key locked once does not leave its fencing counter
+// forever: the counter expires a week after the last grant, and tokens
+// start again from the server's clock after that (TestFencingAfterCounterSetBack).
+func TestFencingCounterExpires(t *testing.T) {
+	c := sharedClient(t, nil)
+	l := newTestLocker(t, c, nil)
+	k := testKey(t)
+	ctx := tctx(t, 10*time.Second)
+	lease, err := l.TryLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	ttl := c.PTTL(ctx, lockKey(DefaultPrefix, k)+counterSuffix).Val()
+	if week := 7 * 24 * time.Hour; ttl <= week-time.Minute || ttl > week {
+		t.Errorf("fencing counter's PTTL %v; want about a week", ttl)
+	}
+}

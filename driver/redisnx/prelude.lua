@@ -22,13 +22,20 @@
 --
 -- Needs Redis 5 or later, which replicates a script's effects: TIME may
 -- precede a write.
+--
+-- The counter expires FENCE_LIFE_MS (7 days) after the last grant that set
+-- it to the clock (nearly every grant: the clock runs a million times a
+-- second), so that keys locked once do not leave a counter forever; a grant
+-- after that seeds it from the clock again, above every token given before.
+local FENCE_LIFE_MS = 604800000
+
 local function next_token(ctr)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local token = redis.call('INCR', ctr)
   if token < now then
     token = now
-    redis.call('SET', ctr, t[1] .. string.format('%06d', tonumber(t[2])))
+    redis.call('SET', ctr, t[1] .. string.format('%06d', tonumber(t[2])), 'PX', FENCE_LIFE_MS)
   end
   return token
 end

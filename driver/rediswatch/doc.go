@@ -24,7 +24,7 @@
 // and the prefix P (default "dlock:", without braces):
 //
 //	P{K}               the lock: the holder's owner token, with a PX expiry
-//	P{K}:fence         the fencing counter
+//	P{K}:fence         the fencing counter (expires 7 days after the last grant)
 //	P{K}:rel           the release channel (pub/sub)
 //	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
 //	P{K}:wq            the queue of waiting Lock calls: a list of "OWNER INBOX"

@@ -17,6 +17,10 @@ import (
 // to reach the server.
 type execSent struct{}
 
+// fenceLife is how long a fencing counter outlives the last grant that set
+// it to the clock (nearly every grant), redisnx's FENCE_LIFE_MS.
+const fenceLife = 7 * 24 * time.Hour
+
 // Acquire makes one attempt at the grant, in two round trips:
 //
 //	WATCH counter tombstone; GET lock; GET counter; TIME; LINDEX queue 0
@@ -38,7 +42,9 @@ type execSent struct{}
 // The token is the server's clock in microseconds, or the counter plus one
 // when that is more (redisnx's rule): the counter is set to the clock when
 // it is behind, and incremented otherwise, so tokens keep increasing when
-// the counter was lost (restart, eviction) or lags (a promoted replica).
+// the counter was lost (restart, eviction, expiry) or lags (a promoted
+// replica). Setting it to the clock gives it an expiry of fenceLife, so
+// that keys locked once do not keep a counter forever.
 //
 // The lock key is not watched: NX makes the grant conditional on the
 // server, and INCR in the same transaction keeps token order and grant
@@ -151,7 +157,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		err = exec(ctx, tx, func(p redis.Pipeliner) {
 			set = p.Do(ctx, "set", lk, l.Owner, "nx", "px", ttl.Milliseconds())
 			if last+1 < clock {
-				p.Set(ctx, ck, clock, 0)
+				p.Set(ctx, ck, clock, fenceLife)
 			} else {
 				incr = p.Incr(ctx, ck)
 			}

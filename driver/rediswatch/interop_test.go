@@ -168,6 +168,10 @@ func TestTokensFollowServerClock(t *testing.T) {
 			last = lease.Token()
 		}
 		grant("first grant")
+		// Finding 13: keys locked once do not keep a counter forever.
+		if ttl := rdb.PTTL(ctx, counterKey(lk)).Val(); ttl <= fenceLife-time.Minute || ttl > fenceLife {
+			t.Errorf("fencing counter's PTTL %v; want about %v", ttl, fenceLife)
+		}
 		grant("second grant")
 		rdb.Del(ctx, counterKey(lk))
 		grant("after the counter was lost")
