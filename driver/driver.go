@@ -8,16 +8,18 @@
 //   - Notifier: the backend can tell waiters that a key was released
 //     (Redis pub/sub), so lock retries at once instead of polling.
 //   - Queuer: the backend queues waiters itself (ZooKeeper sequential nodes,
-//     redisnx's queue), so lock hands the whole wait to the driver, unless
-//     the caller gave a retry strategy.
+//     the Redis drivers' queues, the memory store), so lock hands the whole
+//     wait to the driver, unless the caller gave a retry strategy.
 //   - BatchRefresher: many leases can be refreshed in one round trip.
 //   - Sharer: the backend supports shared (read) leases beside exclusive ones.
 //
 // Everything that is the same for every backend lives in lock, not here:
 // validation common to all backends, retries and backoff, the renewal
 // scheduler, the local validity deadline, Done channels, Close bookkeeping
-// and error wrapping. A driver never retries, never sleeps to wait for a key,
-// and never starts a goroutine per lease.
+// and error wrapping. A driver never retries a held key, never sleeps to
+// wait for a key, and never starts a goroutine per lease; it may repeat a
+// step its backend lost to a race of its own (an aborted transaction, a
+// lost cas), a bounded number of times.
 //
 // # Errors
 //
@@ -182,7 +184,7 @@ type Notifier interface {
 }
 
 // Queuer is implemented by drivers whose backend queues waiters (ZooKeeper
-// sequential nodes). lock calls AcquireWait for blocking Lock calls instead
+// sequential nodes, the Redis drivers' queues, the memory store). lock calls AcquireWait for blocking Lock calls instead
 // of retrying Acquire, unless the call has a retry strategy given
 // explicitly (then it retries Acquire by it).
 type Queuer interface {

@@ -89,10 +89,17 @@
 //
 // # Failures and time limits
 //
-// Every call returns by its context's deadline. Clean-up that must follow
-// (removing a grant whose reply was lost, a release that failed) goes on in
-// the background, bounded by the grant's expiry, and Close waits for it up
-// to its own bound. An Unlock that fails for a network reason ends the
+// Every call returns when its context ends (deadline or cancellation),
+// whether or not the backend's client can stop a request in flight
+// (go-redis honours only deadlines, gomemcache and go-zookeeper take no
+// context): the request then goes on in the background, and what it did is
+// dealt with there (a grant made after Lock gave up is released). Clean-up
+// that must follow (removing a grant whose reply was lost, a release that
+// failed, leaving a queue) goes on in the background too, bounded by the
+// grant's expiry, and Close waits for it up to its own bound. A grant that
+// reaches a queued waiter after the validity it counts on has passed is
+// refreshed before Lock returns it, so a lease is never returned already
+// past its deadline. An Unlock that fails for a network reason ends the
 // lease all the same, and its release is retried in the background until
 // the backend answers, so that an outage keeps the key for the outage, not
 // for the rest of the TTL.

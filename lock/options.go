@@ -16,7 +16,7 @@ const (
 	// failed Unlock) and Close as a whole.
 	DefaultReleaseTimeout = 5 * time.Second
 	// MinTTL and MaxTTL bound every TTL; drivers may narrow the range
-	// (Memcached counts whole seconds from 2 s, for instance).
+	// (Memcached counts whole seconds from 3 s, for instance).
 	MinTTL = 10 * time.Millisecond
 	MaxTTL = 30 * 24 * time.Hour
 	// MaxKeyLen is the longest key, in bytes, that any Locker accepts.

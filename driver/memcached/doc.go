@@ -146,6 +146,15 @@
 // fails one request (gomemcache then drops it): a Lock or Unlock that meets
 // one returns the network error rather than retrying.
 //
+// # Lost replies
+//
+// A grant whose reply is lost (a timeout, a broken connection) is removed
+// by owner in the background, as on every backend. Memcached has no
+// tombstone to leave for it, unlike Redis: an add still on its way that
+// reaches the server after that clean-up makes a grant no one holds, which
+// keeps the key until its TTL runs out. Exclusion is not at stake, only
+// the key's availability for one TTL.
+//
 // # Waiting
 //
 // Memcached cannot tell a waiter that a key was released, so a waiting Lock

@@ -35,7 +35,7 @@ const (
 // keys are the memcached keys of one user key.
 type keys struct {
 	lock    string // the grant: value = owner, with the lease's expiry
-	counter string // the fencing counter, without expiry
+	counter string // the fencing counter, expiring counterLife after it was made
 }
 
 // mapKey maps a user key to its memcached keys. It is deterministic and

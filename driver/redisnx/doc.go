@@ -60,8 +60,8 @@
 // the end of the queue instead of taking the key back ahead of those who
 // waited (as plain SET NX locks let it, starving them). The queue is the
 // sorted set "dlock:{K}:q" (owners by arrival, on the server's clock) and
-// the hash "dlock:{K}:w" (each waiter's entry: when it dies, and its TTL;
-// then its token once granted); both expire 6 s after the last waiter
+// the hash "dlock:{K}:w" (each waiter's entry: when it dies, its TTL, and
+// its Locker's inbox channel; then "g" and its token once granted); both expire 6 s after the last waiter
 // touched them.
 //
 //   - A Lock that finds the key held subscribes to the release channel (see
@@ -210,6 +210,21 @@
 // Locker's first call as lock.ErrInvalid. Unlock can report lock.ErrNotHeld
 // for a release that did happen when go-redis resent it after a read
 // timeout: the second run finds the key gone.
+//
+// # Permissions
+//
+// The commands sent are EVALSHA (EVAL when the server does not have the
+// script yet), SUBSCRIBE, UNSUBSCRIBE and PING, plus go-redis's connection
+// set-up; the scripts call GET, SET, DEL, EXISTS, PEXPIRE, PTTL, INCR,
+// TIME, HGET, HSET, HDEL, ZADD, ZSCORE, ZRANGE, ZREM and PUBLISH, which the
+// ACL checks too. All keys and channels start with the prefix. The rules
+//
+//	-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl
+//	+incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem +publish
+//	+subscribe +unsubscribe ~dlock:* &dlock:*
+//
+// are enough on a standalone server (TestMinimalPermissions runs with
+// exactly these); a Cluster client also needs +cluster|slots.
 //
 // # Names
 //

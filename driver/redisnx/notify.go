@@ -200,8 +200,9 @@ func (h *hub) confirmed(ch string) bool {
 }
 
 // addQueued registers the queued waiter owner on the release channel ch
-// and on the inbox: the returned channel receives its token when the key
-// is handed to it, and 0 on other news. The other results are closed once
+// and on the inbox: the returned channel receives the token named by a
+// hand-over message for owner (a wake-up only: the waiter verifies it on
+// the server), and 0 on other news. The other results are closed once
 // the subscriptions of ch and of the inbox are confirmed, or nil if they
 // are.
 func (h *hub) addQueued(ch, owner string) (w chan uint64, readyCh, readyInbox <-chan struct{}) {

@@ -12,8 +12,9 @@ import (
 // A blocking Lock waits in a queue kept on the server (prelude.lua): the
 // release hands the key to the first live waiter in the same script, so a
 // releaser cannot grab the key back ahead of those who waited, and tells
-// that waiter alone, with its token, on its Locker's inbox channel. The
-// waiter then returns without another round trip.
+// that waiter alone on its Locker's inbox channel. The message only wakes
+// the waiter: it runs wait.lua at once, which checks on the server that the
+// key is its own (one round trip; a forged message gets nothing).
 //
 // Each waiter renews its entry every heartbeat; an entry not renewed for
 // entryLife is dead (its process crashed or is cut off) and is skipped.

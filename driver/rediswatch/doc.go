@@ -114,7 +114,8 @@
 // A blocking Lock waits in the key's queue, and is granted the key in
 // arrival order: a releaser cannot take the key back ahead of those who
 // waited, and a release wakes one waiter, not all of them. This departs
-// from DESIGN §5, which has rediswatch waiters woken by every release:
+// from the first design (docs/design.md, "Departures"), which had waiters
+// woken by every release:
 // they then raced with WATCH transactions that mostly aborted, and a hot
 // key served 540 grants/s with a p99 wait of half a second. The queue
 // needs no script, and no transaction watches it, so joining, renewing
@@ -167,8 +168,9 @@
 //     that costs nothing. If it was, the clean-up sets the attempt's
 //     tombstone for the lease's TTL and deletes a grant it finds; the
 //     grant watches the tombstone, so an EXEC still on its way is aborted
-//     when it arrives. A release whose reply is lost reports the error;
-//     the key stays held until its TTL or a retried Unlock.
+//     when it arrives. A release whose reply is lost reports the error
+//     and ends the lease; lock retries the release in the background until
+//     it succeeds or the grant would have expired.
 //   - The server: a restart without persistence, a failover to a replica
 //     that had not yet received the grant, or eviction of the lock key
 //     (any maxmemory-policy but noeviction may evict it) loses grants, and
