@@ -69,7 +69,7 @@ func RegisterProvider(p Provider) {
 	providers.order = append(providers.order, p.Name())
 }
 
-// The built-in providers, in the order DESIGN.md gives: installed binaries
+// The built-in providers, in the order docs/design.md gives: installed binaries
 // first, then containers.
 func init() {
 	RegisterProvider(localProvider{})
