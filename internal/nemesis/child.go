@@ -151,9 +151,18 @@ func (c *childSlot) churn(partition bool) {
 		for _, p := range c.proxies {
 			p.Partition()
 		}
-		defer healProxies(c.proxies)
 	}
-	if err := c.call("Churn", c.r.tg.ReleaseTimeout+40*time.Second); err != nil {
+	// Close (bounded by ReleaseTimeout) while partitioned; open the next
+	// Locker once healed, as the parent's slots do: no Locker can connect
+	// through a partition.
+	err := c.call("CloseLocker", c.r.tg.ReleaseTimeout+10*time.Second)
+	if partition {
+		healProxies(c.proxies)
+	}
+	if err != nil {
+		c.r.problem("churn of %s: %v", c.name, err)
+	}
+	if err := c.call("OpenLocker", 70*time.Second); err != nil {
 		c.r.problem("churn of %s: %v", c.name, err)
 	}
 }
@@ -443,12 +452,21 @@ func (c *ChildRPC) WaitHolding(_ bool, reply *string) error {
 	return nil
 }
 
-// Churn closes the child's Locker under load and opens a new one.
-func (c *ChildRPC) Churn(_ bool, reply *string) error {
+// CloseLocker closes the child's Locker under load (its workers keep
+// calling it until OpenLocker put a new one in).
+func (c *ChildRPC) CloseLocker(_ bool, reply *string) error {
 	if c.slot.env.stopping() {
 		return nil
 	}
 	c.slot.closeCurrent()
+	return nil
+}
+
+// OpenLocker opens the child's next Locker.
+func (c *ChildRPC) OpenLocker(_ bool, reply *string) error {
+	if c.slot.env.stopping() {
+		return nil
+	}
 	if err := c.slot.openNext(); err != nil {
 		*reply = err.Error()
 	}
