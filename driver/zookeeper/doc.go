@@ -146,9 +146,11 @@
 // which is how it learns of expiry; a Locker from Dial also hears
 // go-zookeeper's session events as they happen. go-zookeeper does not tell
 // the negotiated session timeout: Dial reads it from the server's connect
-// response, and New must be told it (Options.SessionTimeout), which is
-// why that field is required with New. Overstating it is unsafe: leases
-// would be thought valid after the server expired their session.
+// response, and New should be told it (Options.SessionTimeout). Without it
+// New assumes AssumedSessionTimeout (4 s), the least a server with
+// ZooKeeper's default tickTime grants. Overstating it is unsafe (leases
+// would be thought valid after the server expired their session); set it
+// for servers with a lower tickTime or minSessionTimeout.
 //
 // In an ensemble, sessions survive a leader change when clients reconnect
 // within the session timeout: a new leader restarts every session's timer.
@@ -218,7 +220,7 @@
 // server or the connection failed (zk.ErrNoAuth when an ACL refuses,
 // zk.ErrSessionExpired in the Err of leases lost to an expired session,
 // zk.ErrConnectionClosed, ...). ErrInvalid, before any I/O, for: New with
-// a nil connection or without Options.SessionTimeout; a Root that is not
+// a nil connection or a negative Options.SessionTimeout; a Root that is not
 // an absolute ZooKeeper path; Username without Password; a malformed URL,
 // host or session_timeout; an unknown URL parameter.
 package zookeeper

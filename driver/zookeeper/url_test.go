@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -64,13 +65,36 @@ func TestOpenInvalid(t *testing.T) {
 	}
 }
 
-func TestNewWithoutSessionTimeout(t *testing.T) {
+func TestNewNilConn(t *testing.T) {
 	l := New(nil, nil)
 	defer l.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, lock.ErrInvalid) {
-		t.Errorf("TryLock through New without SessionTimeout: err = %v, want ErrInvalid", err)
+		t.Errorf("TryLock through New with a nil connection: err = %v, want ErrInvalid", err)
+	}
+}
+
+// New(conn, nil) works with its documented defaults: the session timeout
+// it assumes, AssumedSessionTimeout, bounds the lease's deadline (the
+// session's own 10 s timeout is longer, so the assumption is safe).
+func TestNewWithDefaults(t *testing.T) {
+	conn, negotiated := rawConn(t, testserver.SharedZooKeeper(t).Addrs(), 10*time.Second, nil)
+	if negotiated < AssumedSessionTimeout {
+		t.Skipf("the test server grants %v, less than the %v New assumes", negotiated, AssumedSessionTimeout)
+	}
+	l := New(conn, nil)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	lease, err := l.Lock(ctx, "new-with-defaults/"+t.Name())
+	if err != nil {
+		t.Fatalf("Lock through New(conn, nil): %v", err)
+	}
+	defer lease.Unlock(ctx)
+	if dl := lease.Deadline(); dl.After(start.Add(AssumedSessionTimeout)) || dl.Before(start.Add(AssumedSessionTimeout/2)) {
+		t.Errorf("Deadline %v after the request; want within (%v, %v]", dl.Sub(start), AssumedSessionTimeout/2, AssumedSessionTimeout)
 	}
 }
 

@@ -27,6 +27,13 @@ const (
 	DefaultRoot = "/dlock"
 	// DefaultSessionTimeout is the session timeout Dial asks for.
 	DefaultSessionTimeout = 10 * time.Second
+	// AssumedSessionTimeout is the session timeout New assumes when
+	// Options.SessionTimeout is not set: the least a server running with
+	// ZooKeeper's default tickTime (2 s) grants, 2 x tickTime. Assuming
+	// less than the real timeout only renews more often; assuming more
+	// would be unsafe, so set SessionTimeout if your servers' tickTime is
+	// lower (or minSessionTimeout is set below 4 s).
+	AssumedSessionTimeout = 4 * time.Second
 )
 
 // Options configure a Locker. A nil *Options means all defaults.
@@ -39,10 +46,10 @@ type Options struct {
 
 	// SessionTimeout is, for Dial, the session timeout to ask for
 	// (DefaultSessionTimeout when zero); the driver then uses the one the
-	// server granted. For New it is required: the timeout conn's session
-	// has, that is the one given to zk.Connect, or the server's
-	// maxSessionTimeout if that is lower (go-zookeeper does not tell).
-	// It bounds how long a crashed holder keeps a key.
+	// server granted. For New, it is the timeout conn's session has, that
+	// is the one given to zk.Connect, or the server's maxSessionTimeout if
+	// that is lower (go-zookeeper does not tell); AssumedSessionTimeout
+	// when zero. It bounds how long a crashed holder keeps a key.
 	SessionTimeout time.Duration
 
 	// Username and Password, when set, are a ZooKeeper digest identity:
@@ -66,8 +73,9 @@ type Options struct {
 }
 
 // New returns a Locker over conn, a go-zookeeper connection that stays
-// the caller's: Close leaves it open. o.SessionTimeout is required (see
-// Options); without it every call fails with lock.ErrInvalid.
+// the caller's: Close leaves it open. Give conn's session timeout as
+// o.SessionTimeout; without it, New assumes AssumedSessionTimeout, which is
+// safe on servers with ZooKeeper's default tickTime.
 //
 // The driver does not need conn's event channel: it learns of session
 // events by watching conn.State and conn.SessionID while it holds or waits
@@ -75,7 +83,7 @@ type Options struct {
 func New(conn *zk.Conn, o *Options) lock.Locker {
 	d, lo := newDriver(conn, o, nil)
 	if d.optsErr == nil && d.timeout.get() <= 0 {
-		d.optsErr = errors.New("Options.SessionTimeout is required with New: the timeout of conn's session")
+		d.timeout.set(AssumedSessionTimeout)
 	}
 	return lock.New(d, lo)
 }
