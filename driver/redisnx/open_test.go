@@ -154,6 +154,9 @@ func TestNew(t *testing.T) {
 	for name, l := range map[string]lock.Locker{
 		"prefix with braces": New(c, &Options{Prefix: "a{b}"}),
 		"nil client":         New(nil, nil),
+		"nil *redis.Client":  New((*redis.Client)(nil), nil),
+		"nil *ClusterClient": New((*redis.ClusterClient)(nil), nil),
+		"nil *redis.Ring":    New((*redis.Ring)(nil), nil),
 	} {
 		if _, err := l.TryLock(t.Context(), "k"); !errors.Is(err, lock.ErrInvalid) {
 			t.Errorf("%s: TryLock: %v, want ErrInvalid", name, err)

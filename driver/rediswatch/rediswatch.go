@@ -85,7 +85,27 @@ type watchDriver struct {
 	beforeExec atomic.Pointer[func(op, lockKey string)]
 }
 
+// nilClient reports whether client is nil, or a nil pointer of one of
+// go-redis's client types in the interface (var c *redis.Client; New(c,
+// nil)), which would otherwise panic at the first call.
+func nilClient(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
+}
+
 func newDriver(client redis.UniversalClient, prefix string, owns bool) *watchDriver {
+	if nilClient(client) {
+		client = nil
+	}
 	d := &watchDriver{
 		client:      client,
 		owns:        owns,

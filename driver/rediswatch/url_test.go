@@ -119,9 +119,18 @@ func TestNewLeavesClientOpen(t *testing.T) {
 		t.Errorf("the caller's client after Close: %v", err)
 	}
 
-	l = New(nil, nil)
-	defer l.Close()
-	if _, err := l.TryLock(context.Background(), "k"); !errors.Is(err, lock.ErrInvalid) {
-		t.Errorf("TryLock with a nil client: err = %v, want ErrInvalid", err)
+	for name, c := range map[string]redis.UniversalClient{
+		"nil":                nil,
+		"nil *redis.Client":  (*redis.Client)(nil),
+		"nil *ClusterClient": (*redis.ClusterClient)(nil),
+		"nil *redis.Ring":    (*redis.Ring)(nil),
+	} {
+		l := New(c, nil)
+		if _, err := l.TryLock(context.Background(), "k"); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("TryLock with a %s client: err = %v, want ErrInvalid", name, err)
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("Close of a Locker with a %s client: %v", name, err)
+		}
 	}
 }
