@@ -56,12 +56,8 @@ func newTestLocker(t *testing.T, rdb redis.UniversalClient, o *Options) (lock.Lo
 		o = &Options{}
 	}
 	o.DisableAutoRenew = true
-	l := New(rdb, o)
+	l, d := newLockerDriver(rdb, o, false)
 	t.Cleanup(func() { l.Close() })
-	var d *watchDriver
-	if !lock.As(l, &d) {
-		t.Fatalf("As(*watchDriver) failed")
-	}
 	return l, d
 }
 

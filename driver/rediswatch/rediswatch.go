@@ -57,6 +57,13 @@ func New(client redis.UniversalClient, o *Options) lock.Locker {
 }
 
 func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker {
+	l, _ := newLockerDriver(client, o, owns)
+	return l
+}
+
+// newLockerDriver is newLocker, also returning the driver (for this
+// package's tests).
+func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (lock.Locker, *watchDriver) {
 	var lo *lock.Options
 	prefix := DefaultPrefix
 	if o != nil {
@@ -65,7 +72,8 @@ func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker 
 			prefix = o.Prefix
 		}
 	}
-	return lock.New(newDriver(client, prefix, owns), lo)
+	d := newDriver(client, prefix, owns)
+	return lock.New(d, lo), d
 }
 
 // watchDriver implements driver.Driver, driver.Queuer, driver.Notifier and
@@ -158,8 +166,6 @@ func (d *watchDriver) As(target any) bool {
 		*t = c
 	case *Stats:
 		*t = d.stats.snapshot(d.n)
-	case **watchDriver: // for this package's tests
-		*t = d
 	default:
 		return false
 	}

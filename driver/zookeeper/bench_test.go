@@ -29,14 +29,21 @@ func benchConn(b *testing.B) *zk.Conn {
 }
 
 func benchLocker(b *testing.B) lock.Locker {
+	l, _ := benchLockerDriver(b)
+	return l
+}
+
+// benchLockerDriver is benchLocker, also returning the driver.
+func benchLockerDriver(b *testing.B) (lock.Locker, *zkDriver) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := Dial(ctx, testserver.SharedZooKeeper(b).Addrs(), &Options{Root: testRoot, SessionTimeout: 10 * time.Second})
+	d, lo, err := dial(ctx, testserver.SharedZooKeeper(b).Addrs(), &Options{Root: testRoot, SessionTimeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
+	l := lock.New(d, lo)
 	b.Cleanup(func() { l.Close() })
-	return l
+	return l, d
 }
 
 func benchKey(b *testing.B) string {
@@ -85,15 +92,13 @@ func BenchmarkRoundTrips3(b *testing.B) {
 func BenchmarkLockUnlock(b *testing.B) {
 	for _, op := range []string{"Lock", "TryLock"} {
 		b.Run(op, func(b *testing.B) {
-			l := benchLocker(b)
+			l, d := benchLockerDriver(b)
 			k := benchKey(b)
 			ctx := context.Background()
 			take := l.Lock
 			if op == "TryLock" {
 				take = l.TryLock
 			}
-			var d *zkDriver
-			lock.As(l, &d)
 			before := d.relisted.Load()
 			for b.Loop() {
 				lease, err := take(ctx, k)

@@ -314,9 +314,6 @@ func (d *zkDriver) As(target any) bool {
 	case **zk.Conn:
 		*p = d.conn
 		return true
-	case **zkDriver:
-		*p = d
-		return true
 	}
 	return false
 }
