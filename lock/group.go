@@ -8,7 +8,7 @@ import "sync"
 type group struct {
 	mu      sync.Mutex
 	n       int
-	idle    chan struct{} // closed when n drops to zero; nil while n is zero
+	idle    chan struct{} // closed when n drops to zero; nil until idleChan asks
 	stopped bool
 }
 
@@ -19,9 +19,6 @@ func (g *group) add() bool {
 	if g.stopped {
 		return false
 	}
-	if g.n == 0 {
-		g.idle = make(chan struct{})
-	}
 	g.n++
 	return true
 }
@@ -31,7 +28,7 @@ func (g *group) done() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.n--
-	if g.n == 0 {
+	if g.n == 0 && g.idle != nil {
 		close(g.idle)
 		g.idle = nil
 	}
@@ -52,6 +49,9 @@ func (g *group) idleChan() <-chan struct{} {
 	defer g.mu.Unlock()
 	if g.n == 0 {
 		return closedChan
+	}
+	if g.idle == nil { // made only when someone waits: add and done stay cheap
+		g.idle = make(chan struct{})
 	}
 	return g.idle
 }

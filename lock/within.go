@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 )
 
@@ -21,31 +22,58 @@ func (lk *locker) within(ctx context.Context, f func() error, after func(error))
 	if ctx.Done() == nil || !lk.bg.add() {
 		return f(), true
 	}
-	const (
-		running = iota
-		finished
-		abandoned
-	)
-	var state atomic.Int32
-	res := make(chan error, 1)
-	go func() {
-		defer lk.bg.done()
-		err := f()
-		if state.CompareAndSwap(running, finished) {
-			res <- err
-			return
-		}
-		if after != nil {
-			after(err)
-		}
-	}()
+	c := calls.Get().(*call)
+	c.lk, c.f, c.after = lk, f, after
+	go c.run()
 	select {
-	case err := <-res:
+	case err := <-c.res:
+		c.free()
 		return err, true
 	case <-ctx.Done():
-		if state.CompareAndSwap(running, abandoned) {
-			return ctx.Err(), false
+		if c.state.CompareAndSwap(running, abandoned) {
+			return ctx.Err(), false // c.run frees c
 		}
-		return <-res, true
+		err := <-c.res
+		c.free()
+		return err, true
 	}
+}
+
+// A call is one driver call run by within, on its own goroutine; calls are
+// reused, since a Lock+Unlock cycle makes two.
+type call struct {
+	state atomic.Int32 // running, then finished or abandoned
+	res   chan error   // f's error, when the caller still waits for it
+	lk    *locker
+	f     func() error
+	after func(error)
+}
+
+const (
+	running = iota
+	finished
+	abandoned
+)
+
+var calls = sync.Pool{New: func() any { return &call{res: make(chan error, 1)} }}
+
+func (c *call) run() {
+	lk := c.lk
+	defer lk.bg.done()
+	err := c.f()
+	if c.state.CompareAndSwap(running, finished) {
+		c.res <- err // the caller receives it and frees c
+		return
+	}
+	if c.after != nil {
+		c.after(err)
+	}
+	c.free()
+}
+
+// free returns c to the pool, once both sides are done with it.
+func (c *call) free() {
+	c.state.Store(running)
+	c.lk, c.f, c.after = nil, nil, nil
+	calls.Put(c)
 }
