@@ -9,11 +9,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
-// OpenFunc opens a Locker for a URL of one scheme. The Locker it returns
-// owns the clients it made: its Close closes them.
-type OpenFunc func(ctx context.Context, u *url.URL) (Locker, error)
+// OpenFunc opens a driver for a URL of one scheme: it reads the URL (the
+// parameters every scheme shares with URLOptions) and returns the driver,
+// which owns the clients it made (its Close closes them), and the Options
+// the URL gives. Open makes the Locker, with what OpenWith adds.
+type OpenFunc func(ctx context.Context, u *url.URL) (driver.Driver, *Options, error)
 
 var registry struct {
 	sync.RWMutex
@@ -77,52 +81,54 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 // configuration alone decides them; o's TTL and DisableAutoRenew are
 // ignored.
 func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
-	l, err := open(ctx, rawURL)
-	if err != nil || o == nil {
-		return l, err
-	}
-	var lk *locker
-	switch v := l.(type) {
-	case *locker:
-		lk = v
-	case *rwLocker:
-		lk = v.locker
-	default:
-		return l, nil
-	}
-	// No call has been made on the new Locker yet: its options are ours.
-	if o.Logger != nil {
-		lk.opts.Logger = o.Logger
-	}
-	if o.Retry != nil {
-		lk.opts.Retry = o.Retry
-	}
-	if o.ReleaseTimeout < 0 {
-		l.Close()
+	if o != nil && o.ReleaseTimeout < 0 {
 		return nil, fmt.Errorf("%w: Options.ReleaseTimeout %v is negative", ErrInvalid, o.ReleaseTimeout)
 	}
-	if o.ReleaseTimeout > 0 {
-		lk.opts.ReleaseTimeout = o.ReleaseTimeout
+	d, uo, err := open(ctx, rawURL)
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
+	var merged Options
+	if uo != nil {
+		merged = *uo
+	}
+	if o != nil {
+		if o.Logger != nil {
+			merged.Logger = o.Logger
+		}
+		if o.Retry != nil {
+			merged.Retry = o.Retry
+		}
+		if o.ReleaseTimeout > 0 {
+			merged.ReleaseTimeout = o.ReleaseTimeout
+		}
+	}
+	return New(d, &merged), nil
 }
 
-func open(ctx context.Context, rawURL string) (Locker, error) {
+func open(ctx context.Context, rawURL string) (driver.Driver, *Options, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: malformed URL: %v", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: malformed URL: %v", ErrInvalid, err)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("%w: URL %q has no scheme (want one of %s)", ErrInvalid, redact(u), strings.Join(Schemes(), ", "))
+		return nil, nil, fmt.Errorf("%w: URL %q has no scheme (want one of %s)", ErrInvalid, redact(u), strings.Join(Schemes(), ", "))
 	}
 	registry.RLock()
 	open := registry.m[u.Scheme]
 	registry.RUnlock()
 	if open == nil {
-		return nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s); is the driver package imported? %s",
+		return nil, nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s); is the driver package imported? %s",
 			ErrInvalid, u.Scheme, strings.Join(Schemes(), ", "), importHint(u.Scheme))
 	}
-	return open(ctx, u)
+	d, o, err := open(ctx, u)
+	if err != nil {
+		return nil, nil, err
+	}
+	if d == nil {
+		return nil, nil, fmt.Errorf("%w: the driver of scheme %q opened nothing", ErrInvalid, u.Scheme)
+	}
+	return d, o, nil
 }
 
 // driverPackages are dlock's driver packages, for the hint of an unknown

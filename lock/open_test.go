@@ -10,19 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 )
 
 func init() {
-	lock.Register("faketest", func(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	lock.Register("faketest", func(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 		o, rest, err := lock.URLOptions(u, "flavour")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if f := rest.Get("flavour"); f != "" && f != "plain" {
-			return nil, errors.New("bad flavour")
+			return nil, nil, errors.New("bad flavour")
 		}
-		return lock.New(newFake(), o), nil
+		return newFake(), o, nil
 	})
 }
 
@@ -72,7 +73,7 @@ func TestRegisterTwicePanics(t *testing.T) {
 			t.Error("second Register of a scheme did not panic")
 		}
 	}()
-	lock.Register("faketest", func(context.Context, *url.URL) (lock.Locker, error) { return nil, nil })
+	lock.Register("faketest", func(context.Context, *url.URL) (driver.Driver, *lock.Options, error) { return nil, nil, nil })
 }
 
 // syncLog is a log destination safe to read while the Locker writes it.

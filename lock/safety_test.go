@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 	"go.uber.org/goleak"
 )
@@ -20,12 +21,12 @@ import (
 func init() {
 	// A queueing fake behind a URL, to check that OpenWith's retry
 	// strategy is followed as Options.Retry is.
-	lock.Register("fakequeue", func(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	lock.Register("fakequeue", func(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 		o, _, err := lock.URLOptions(u)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return lock.New(queuingFake{newFake(), &openWaits}, o), nil
+		return queuingFake{newFake(), &openWaits}, o, nil
 	})
 }
 

@@ -55,6 +55,13 @@ func New(client *memcache.Client, o *Options) lock.Locker {
 
 // newLocker is New for a client the Locker owns (and closes) or not.
 func newLocker(client *memcache.Client, o *Options, owns bool) lock.Locker {
+	d, lo := newDriverOptions(client, o, owns)
+	return lock.New(d, lo)
+}
+
+// newDriverOptions makes the driver over client that o describes, and the
+// lock.Options part of o, with this driver's DefaultRetry.
+func newDriverOptions(client *memcache.Client, o *Options, owns bool) (*mcDriver, *lock.Options) {
 	var opts Options
 	if o != nil {
 		opts = *o
@@ -72,7 +79,7 @@ func newLocker(client *memcache.Client, o *Options, owns bool) lock.Locker {
 	if client == nil {
 		d.err = fmt.Errorf("%w: nil *memcache.Client", driver.ErrInvalid)
 	}
-	return lock.New(d, &opts.Options)
+	return d, &opts.Options
 }
 
 // mcDriver implements driver.Driver over a gomemcache client.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -23,52 +24,53 @@ const defaultPort = "11211"
 const ownedMaxIdleConns = 16
 
 // open is the OpenFunc for memcached://h1:11211[,h2:11211][?prefix=P&timeout=D].
-func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 	lo, params, err := lock.URLOptions(u, "prefix", "timeout")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: memcached URL %q: %s", lock.ErrInvalid, u.Redacted(), fmt.Sprintf(format, args...))
 	}
 	switch {
 	case u.Opaque != "":
-		return nil, bad("want memcached://host:port[,host:port...]")
+		return nil, nil, bad("want memcached://host:port[,host:port...]")
 	case u.User != nil:
-		return nil, bad("memcached's text protocol has no authentication; remove the user info")
+		return nil, nil, bad("memcached's text protocol has no authentication; remove the user info")
 	case u.Path != "" && u.Path != "/":
-		return nil, bad("unexpected path %q", u.Path)
+		return nil, nil, bad("unexpected path %q", u.Path)
 	case u.Fragment != "":
-		return nil, bad("unexpected fragment")
+		return nil, nil, bad("unexpected fragment")
 	}
 	addrs, err := serverAddrs(u.Host)
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, nil, bad("%v", err)
 	}
 	o := &Options{Options: *lo, Prefix: params.Get("prefix")}
 	if params.Has("prefix") {
 		if o.Prefix == "" {
-			return nil, bad("empty prefix")
+			return nil, nil, bad("empty prefix")
 		}
 		if err := checkPrefix(o.Prefix); err != nil {
-			return nil, bad("%v", err)
+			return nil, nil, bad("%v", err)
 		}
 	}
 	timeout := time.Duration(0)
 	if v := params.Get("timeout"); params.Has("timeout") {
 		timeout, err = time.ParseDuration(v)
 		if err != nil || timeout <= 0 {
-			return nil, bad("timeout=%q: want a positive duration such as 500ms", v)
+			return nil, nil, bad("timeout=%q: want a positive duration such as 500ms", v)
 		}
 	}
 	ss := new(memcache.ServerList)
 	if err := ss.SetServers(addrs...); err != nil {
-		return nil, fmt.Errorf("memcached: resolving %s: %w", strings.Join(addrs, ","), err)
+		return nil, nil, fmt.Errorf("memcached: resolving %s: %w", strings.Join(addrs, ","), err)
 	}
 	c := memcache.NewFromSelector(ss)
 	c.Timeout = timeout
 	c.MaxIdleConns = ownedMaxIdleConns
-	return newLocker(c, o, true), nil
+	d, lo := newDriverOptions(c, o, true)
+	return d, lo, nil
 }
 
 // serverAddrs splits a URL's host list, adding the default port where none

@@ -48,13 +48,13 @@ var stores = struct {
 	m map[string]*Store
 }{m: map[string]*Store{}}
 
-func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 	o, _, err := lock.URLOptions(u)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if u.Path != "" || u.User != nil || u.Port() != "" {
-		return nil, fmt.Errorf("%w: memory URL %q: want memory:// or memory://NAME", lock.ErrInvalid, u.Redacted())
+		return nil, nil, fmt.Errorf("%w: memory URL %q: want memory:// or memory://NAME", lock.ErrInvalid, u.Redacted())
 	}
 	stores.Lock()
 	s := stores.m[u.Host]
@@ -63,7 +63,7 @@ func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 		stores.m[u.Host] = s
 	}
 	stores.Unlock()
-	return New(s, o), nil
+	return &memDriver{s: s}, o, nil
 }
 
 // New returns a Locker over s. Its Close releases its leases and leaves s

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,14 +29,14 @@ func init() {
 // urlParams are the query parameters of this driver's URLs.
 var urlParams = []string{"prefix", "tls", "cluster"}
 
-func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 	lo, q, err := lock.URLOptions(u, urlParams...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c, err := parseURL(u, q)
 	if err != nil {
-		return nil, fmt.Errorf("%w: redisnx URL %q: %v", lock.ErrInvalid, u.Redacted(), err)
+		return nil, nil, fmt.Errorf("%w: redisnx URL %q: %v", lock.ErrInvalid, u.Redacted(), err)
 	}
 	o := &Options{Options: *lo, Prefix: c.prefix}
 	var client redis.UniversalClient
@@ -50,7 +51,8 @@ func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 			ContextTimeoutEnabled: true, // a Lock's deadline bounds a request in flight
 		})
 	}
-	return newLocker(client, o, true), nil
+	d, dlo := newDriverOptions(client, o, true)
+	return d, dlo, nil
 }
 
 // clientConfig is what a URL says about the client to make.

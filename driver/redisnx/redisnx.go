@@ -38,6 +38,13 @@ func New(client redis.UniversalClient, o *Options) lock.Locker {
 }
 
 func newLocker(client redis.UniversalClient, o *Options, owned bool) lock.Locker {
+	d, lo := newDriverOptions(client, o, owned)
+	return lock.New(d, lo)
+}
+
+// newDriverOptions makes the driver over client that o describes, and the
+// lock.Options part of o.
+func newDriverOptions(client redis.UniversalClient, o *Options, owned bool) (*redisDriver, *lock.Options) {
 	var lo *lock.Options
 	prefix := DefaultPrefix
 	if o != nil {
@@ -46,7 +53,7 @@ func newLocker(client redis.UniversalClient, o *Options, owned bool) lock.Locker
 			prefix = o.Prefix
 		}
 	}
-	return lock.New(newDriver(client, prefix, owned), lo)
+	return newDriver(client, prefix, owned), lo
 }
 
 // topology says how keys map to servers, for batching and pub/sub.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,10 +21,10 @@ func init() {
 
 // open makes a Locker, and the client it owns, from a URL; see the package
 // doc's URLs section.
-func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 	lo, q, err := lock.URLOptions(u, "prefix", "tls", "cluster")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s URL %q: %s", lock.ErrInvalid, u.Scheme, u.Redacted(), fmt.Sprintf(format, args...))
@@ -32,9 +33,9 @@ func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if p, ok := q["prefix"]; ok {
 		switch {
 		case p[0] == "":
-			return nil, bad("empty prefix (leave the parameter out for the default %q)", DefaultPrefix)
+			return nil, nil, bad("empty prefix (leave the parameter out for the default %q)", DefaultPrefix)
 		case strings.ContainsAny(p[0], "{}"):
-			return nil, bad("prefix %q contains \"{\" or \"}\"", p[0])
+			return nil, nil, bad("prefix %q contains \"{\" or \"}\"", p[0])
 		}
 		o.Prefix = p[0]
 	}
@@ -42,39 +43,39 @@ func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if v := q.Get("tls"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, bad("tls=%q: want true or false", v)
+			return nil, nil, bad("tls=%q: want true or false", v)
 		}
 		if !b && useTLS {
-			return nil, bad("tls=false contradicts the %s scheme", SchemeTLS)
+			return nil, nil, bad("tls=false contradicts the %s scheme", SchemeTLS)
 		}
 		useTLS = b
 	}
 	cluster := false
 	if v := q.Get("cluster"); v != "" {
 		if cluster, err = strconv.ParseBool(v); err != nil {
-			return nil, bad("cluster=%q: want true or false", v)
+			return nil, nil, bad("cluster=%q: want true or false", v)
 		}
 	}
 	if u.Opaque != "" || u.Fragment != "" {
-		return nil, bad("want %s://[user:password@]host:port[,host:port...][/db]", u.Scheme)
+		return nil, nil, bad("want %s://[user:password@]host:port[,host:port...][/db]", u.Scheme)
 	}
 	var addrs []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return nil, bad("empty host")
+			return nil, nil, bad("empty host")
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil {
 			if !strings.Contains(err.Error(), "missing port") {
-				return nil, bad("host %q: %v", h, err)
+				return nil, nil, bad("host %q: %v", h, err)
 			}
 			host, port = strings.Trim(h, "[]"), "6379"
 		}
 		if host == "" {
-			return nil, bad("host %q has no name", h)
+			return nil, nil, bad("host %q has no name", h)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, bad("host %q: bad port", h)
+			return nil, nil, bad("host %q: bad port", h)
 		}
 		addrs = append(addrs, net.JoinHostPort(host, port))
 	}
@@ -82,10 +83,10 @@ func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	db := 0
 	if p := strings.TrimPrefix(u.Path, "/"); p != "" {
 		if db, err = strconv.Atoi(p); err != nil || db < 0 {
-			return nil, bad("path %q: want /DB, a database number", u.Path)
+			return nil, nil, bad("path %q: want /DB, a database number", u.Path)
 		}
 		if cluster && db != 0 {
-			return nil, bad("a Redis Cluster has only database 0")
+			return nil, nil, bad("a Redis Cluster has only database 0")
 		}
 	}
 	var user, pass string
@@ -111,5 +112,6 @@ func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 			ContextTimeoutEnabled: true,
 		})
 	}
-	return newLocker(client, o, true), nil
+	d, lo := newDriverOptions(client, o, true)
+	return d, lo, nil
 }

@@ -64,6 +64,13 @@ func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker 
 // newLockerDriver is newLocker, also returning the driver (for this
 // package's tests).
 func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (lock.Locker, *watchDriver) {
+	d, lo := newDriverOptions(client, o, owns)
+	return lock.New(d, lo), d
+}
+
+// newDriverOptions makes the driver over client that o describes, and the
+// lock.Options part of o.
+func newDriverOptions(client redis.UniversalClient, o *Options, owns bool) (*watchDriver, *lock.Options) {
 	var lo *lock.Options
 	prefix := DefaultPrefix
 	if o != nil {
@@ -72,8 +79,7 @@ func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (lock.
 			prefix = o.Prefix
 		}
 	}
-	d := newDriver(client, prefix, owns)
-	return lock.New(d, lo), d
+	return newDriver(client, prefix, owns), lo
 }
 
 // watchDriver implements driver.Driver, driver.Queuer, driver.Notifier and

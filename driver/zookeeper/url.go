@@ -8,16 +8,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 )
 
 // open is the OpenFunc for zookeeper:// URLs (see the package doc).
-func open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 	servers, o, err := parseURL(u)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return Dial(ctx, servers, o)
+	return dial(ctx, servers, o)
 }
 
 // parseURL reads zookeeper://[user:pass@]host[:port][,host[:port]...][/root][?params].
