@@ -98,7 +98,7 @@ func (m Mode) String() string {
 //
 // Package lock creates it, fills Key, Owner, Mode, TTL and Lost, and passes
 // the same pointer to every call about this grant. The driver fills Token,
-// Validity and Data during Acquire; after Acquire returns, both sides only
+// Validity, Sent and Data during Acquire; after Acquire returns, both sides only
 // read the Lease, so no locking is needed on either side.
 type Lease struct {
 	// Key is the user's key, already checked by lock: non-empty, valid
@@ -124,6 +124,13 @@ type Lease struct {
 	// last: TTL as applied by the backend (rounded, for instance), or the
 	// session timeout for session-bound backends.
 	Validity time.Duration
+	// Sent is when the request that made the grant was sent (for an
+	// in-process grant: a moment before it was made), when the driver
+	// knows it to be later than the start of the call: a grant made during
+	// AcquireWait's wait. Zero means the start of the call. lock counts
+	// Validity from it; a driver never adds waiting time to Validity
+	// itself, nor applies a drift margin: lock does both.
+	Sent time.Time
 	// Data is the driver's own state for this grant (a node path, say).
 	Data any
 }
@@ -193,11 +200,10 @@ type Queuer interface {
 	// ending, it removes its own queue entry before returning, and returns an
 	// error that wraps ctx.Err() when ctx ended.
 	//
-	// l.Validity is counted from the start of the call, not from the grant:
-	// lock cannot see when, during the wait, the grant was made. A driver
-	// adds the time that passed before the grant's request was sent (or,
-	// for an in-process grant, before it was made) to the validity the
-	// grant itself carries.
+	// lock cannot see when, during the wait, the grant was made: the
+	// driver sets l.Sent to when the grant's request was sent (for an
+	// in-process grant, a moment before it was made), and l.Validity to
+	// the validity that grant carries from then.
 	AcquireWait(ctx context.Context, l *Lease) error
 }
 

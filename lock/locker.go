@@ -157,6 +157,7 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	)
 	for {
 		start := time.Now()
+		dl.Sent = time.Time{}
 		err, ok := lk.within(ctx, func() error {
 			if queue {
 				return lk.queuer.AcquireWait(ctx, dl)
@@ -173,6 +174,9 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 			return nil, ctxError(op, key, ErrNotAcquired, ctx)
 		}
 		if err == nil {
+			if dl.Sent.After(start) { // a grant made during the wait
+				start = dl.Sent
+			}
 			start, err = lk.revive(ctx, dl, start)
 			if errors.Is(err, driver.ErrNotHeld) {
 				// The grant came too late to be of use and has expired

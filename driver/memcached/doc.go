@@ -91,9 +91,10 @@
 // seed exceeds it if the seeding host's clock reads more than T+n
 // microseconds. That holds when the clocks of the hosts that lock a key
 // agree within the time between a counter's creation and its loss, as NTP
-// keeps them, and no clock is stepped back by more. A token is only handed
-// out if it was drawn before the grant could have expired, so tokens
-// follow the order of the grants.
+// keeps them, and no clock is stepped back by more. A grant whose add and
+// incr took longer than its validity is refreshed by lock before it is used
+// (a cas that finds the item only if it never expired, so no other grant
+// came between), so tokens follow the order of the grants.
 //
 // The counter expires 7 days after it was created (memcached's incr does
 // not move an expiration), so that keys locked once do not each keep a

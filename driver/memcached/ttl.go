@@ -43,10 +43,3 @@ func ttlSeconds(ttl time.Duration) (int32, error) {
 func validity(secs int32) time.Duration {
 	return time.Duration(secs)*time.Second - clockLoss
 }
-
-// driftMargin is lock's margin for clock-rate drift between client and
-// server (1% of the validity plus 2 ms), used to check that a grant was
-// still valid when its fencing token was drawn.
-func driftMargin(v time.Duration) time.Duration {
-	return v/100 + 2*time.Millisecond
-}

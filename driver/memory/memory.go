@@ -127,7 +127,6 @@ func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
 }
 
 func (d *memDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
-	t0 := time.Now()
 	s := d.s
 	s.mu.Lock()
 	q := s.queueLocked(l.Key, true)
@@ -141,9 +140,9 @@ func (d *memDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			i = len(q.entries) - 1
 		}
 		if q.grantable(i) {
-			waited := time.Since(t0) // before the grant: errs on the safe side
+			sent := time.Now() // before the grant: errs on the safe side
 			d.grantLocked(l, e)
-			l.Validity += waited // counted from the start of the call (driver.Queuer)
+			l.Sent = sent // lock counts the validity from it (driver.Queuer)
 			s.mu.Unlock()
 			return nil
 		}

@@ -40,7 +40,6 @@ var errAbandoned = errors.New("redisnx: wait: attempt abandoned")
 // AcquireWait implements driver.Queuer: it joins the key's queue and
 // returns when the key is handed to it, or leaves the queue when ctx ends.
 func (d *redisDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
-	start := time.Now()
 	l.Data = nil
 	if err := ctx.Err(); err != nil {
 		return err
@@ -113,7 +112,7 @@ func (d *redisDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			// Granted by this request, or handed over before it and
 			// extended by it: either way the TTL runs from sent.
 			l.Token, l.Data = uint64(res[1]), viaQueue{}
-			l.Validity = sent.Sub(start) + validity
+			l.Validity, l.Sent = validity, sent
 			return nil
 		case res[0] == 0:
 			return errAbandoned

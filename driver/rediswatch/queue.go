@@ -57,7 +57,6 @@ var _ driver.Queuer = (*watchDriver)(nil)
 // granted or ctx ends. On any failure it leaves the queue, and removes a
 // grant whose reply it did not get.
 func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
-	start := time.Now()
 	lk := d.lockKey(l.Key)
 	var (
 		news <-chan struct{} // nil: no notification, the heartbeat polls
@@ -98,8 +97,7 @@ func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 			sent := time.Now()
 			joined, err := d.acquire(ctx, l, how, d.n.inboxFor(l.Owner))
 			if err == nil {
-				// lock counts the validity from the start of this call.
-				l.Validity += sent.Sub(start)
+				l.Sent = sent // lock counts the validity from it
 				return nil
 			}
 			var held *driver.HeldError

@@ -45,7 +45,6 @@ func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 // lists the queue and finds itself first) starts no goroutine: on a loaded
 // machine, a contended key's throughput is the hand-offs' latency.
 func (d *zkDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
-	t0 := time.Now()
 	d.mon.waiting(1)
 	defer d.mon.waiting(-1)
 	kp := d.keyPath(l.Key)
@@ -78,9 +77,9 @@ func (d *zkDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
 	if q.err != nil {
 		return q.err
 	}
-	// lock counts the validity from the start of this call; the grant's
-	// starts at the listing that granted it.
-	d.grant(l, q.n, q.listed.Sub(t0)+d.sessionTimeout())
+	// The grant's validity starts at the listing that granted it.
+	d.grant(l, q.n, d.sessionTimeout())
+	l.Sent = q.listed
 	return nil
 }
 
