@@ -178,20 +178,32 @@
 //
 // # URLs
 //
-//	redisnx://[user:password@]host:port[/db][?params]
-//	redisnx://host1:port1,host2:port2,...[?params]    Redis Cluster
-//	redisnxs://...                                     the same over TLS
+//	redisnx://[user:password@][host][:port][/db][?params]            one server
+//	redisnx://[user:password@]host:port,host:port,...[?params]       a Redis Cluster
+//	redisnx://[user:password@]sentinel:port,...?master_name=NAME     Sentinel failover
+//	redisnxs://...                                                   the same over TLS
 //
-// A URL with several addresses makes a Cluster client; with one, a
-// single-server client. The host defaults to localhost:6379, the port to
-// 6379; with several hosts give every host its port, as net/url requires. Parameters, besides those of every scheme (see lock.Open):
+// redisnx and rediswatch read their URLs alike (one parser,
+// driver/internal/redisurl), so the same URL makes the same client for
+// both, through go-redis's own URL parsers (redis.ParseURL,
+// ParseClusterURL, ParseFailoverURL). The host defaults to localhost, the
+// port to 6379 (Go's URL parser wants a port on the last of several hosts);
+// go-redis's addr=host:port adds hosts too. With master_name the hosts are
+// Sentinels, and the user info authenticates to them and to the primary.
+// Parameters, besides those of every scheme (ttl, autorenew; see lock.Open):
 //
 //	prefix=STRING   key prefix (default "dlock:"), without '{' or '}'
-//	tls=BOOL        TLS with the system's roots, as redisnxs:// (default false)
+//	tls=BOOL        TLS with the system's roots, as the TLS scheme (default false)
 //	cluster=BOOL    a Cluster client even for one seed address
 //
-// The Locker owns the client it makes: Close closes it. The client connects
-// on first use.
+// and go-redis's: dial_timeout, read_timeout, write_timeout, pool_size,
+// pool_timeout, min_idle_conns, max_idle_conns, max_retries, protocol,
+// client_name, skip_verify, master_name, read_only, route_by_latency and
+// the rest its parsers document. An unknown or repeated parameter is an
+// error listing the known ones. The client has ContextTimeoutEnabled set,
+// so a call's deadline bounds a request in flight. The Locker owns the
+// client it makes: Close closes it. For what a URL cannot say (client
+// certificates, a custom CA), make the client yourself and use New.
 //
 // # As
 //

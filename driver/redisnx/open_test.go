@@ -2,8 +2,6 @@ package redisnx
 
 import (
 	"errors"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,47 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestParseURL(t *testing.T) {
-	for _, tc := range []struct {
-		url     string
-		addrs   string
-		user    string
-		pass    string
-		db      int
-		cluster bool
-		tls     bool
-		prefix  string
-	}{
-		{url: "redisnx://localhost:6379", addrs: "localhost:6379", prefix: DefaultPrefix},
-		{url: "redisnx://", addrs: "localhost:6379", prefix: DefaultPrefix},
-		{url: "redisnx://h", addrs: "h:6379", prefix: DefaultPrefix},
-		{url: "redisnx://u:p%40ss@h:7000/3", addrs: "h:7000", user: "u", pass: "p@ss", db: 3, prefix: DefaultPrefix},
-		{url: "redisnx://:secret@h:7000/", addrs: "h:7000", pass: "secret", prefix: DefaultPrefix},
-		{url: "redisnx://[::1]:7000", addrs: "[::1]:7000", prefix: DefaultPrefix},
-		{url: "redisnx://a:1,b:2,c:3", addrs: "a:1,b:2,c:3", cluster: true, prefix: DefaultPrefix},
-		{url: "redisnx://a:1?cluster=true", addrs: "a:1", cluster: true, prefix: DefaultPrefix},
-		{url: "redisnxs://h:6380", addrs: "h:6380", tls: true, prefix: DefaultPrefix},
-		{url: "redisnx://h:6380?tls=true&prefix=app:locks:", addrs: "h:6380", tls: true, prefix: "app:locks:"},
-	} {
-		u, err := url.Parse(tc.url)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.url, err)
-		}
-		_, q, err := lock.URLOptions(u, urlParams...)
-		if err != nil {
-			t.Fatalf("%s: %v", tc.url, err)
-		}
-		c, err := parseURL(u, q)
-		if err != nil {
-			t.Errorf("%s: %v", tc.url, err)
-			continue
-		}
-		if got := strings.Join(c.addrs, ","); got != tc.addrs || c.user != tc.user || c.password != tc.pass ||
-			c.db != tc.db || c.cluster != tc.cluster || (c.tls != nil) != tc.tls || c.prefix != tc.prefix {
-			t.Errorf("%s: got %+v", tc.url, c)
-		}
-	}
-}
+// URL parsing is driver/internal/redisurl's (TestParse there); here,
+// that Open uses it.
 
 func TestOpenRefusesBadURLs(t *testing.T) {
 	for _, u := range []string{
@@ -67,7 +26,6 @@ func TestOpenRefusesBadURLs(t *testing.T) {
 		"redisnx://h:6379/-1",
 		"redisnx://h:0",
 		"redisnx://h:99999",
-		"redisnx://:6379",
 		"redisnxs://h:6379?tls=false",
 		"redisnx://h:6379?tls=maybe",
 		"redisnx://h:6379#frag",

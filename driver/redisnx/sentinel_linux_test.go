@@ -96,3 +96,34 @@ func startSentinel(t *testing.T, name, addr string) string {
 	}
 	return saddr
 }
+
+// A Sentinel URL (go-redis's convention: the hosts are the Sentinels,
+// master_name names the primary) opens a failover client that works, and
+// makes the same client for rediswatch (internal/redismix).
+func TestSentinelURL(t *testing.T) {
+	primary := testserver.StartRedis(t, nil)
+	primary.RequireFaults(t) // a local server: Sentinel is started beside it
+	sentinel := startSentinel(t, "dlockprimary", primary.Addr())
+	ctx := tctx(t, 30*time.Second)
+	l, err := lock.Open(ctx, "redisnx://"+sentinel+"?master_name=dlockprimary&dial_timeout=2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var c *redis.Client
+	if !lock.As(l, &c) {
+		t.Fatal("As(*redis.Client) failed for a failover client")
+	}
+	lease, err := l.TryLock(ctx, testKey(t))
+	if err != nil {
+		t.Fatalf("TryLock through a Sentinel URL: %v", err)
+	}
+	raw := redis.NewClient(&redis.Options{Addr: primary.Addr()})
+	defer raw.Close()
+	if owner := raw.Get(ctx, lockKey(DefaultPrefix, lease.Key())).Val(); len(owner) != 32 {
+		t.Errorf("the grant is not on the primary the Sentinel names: %q", owner)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -205,23 +205,32 @@
 //
 // # URLs
 //
-//	rediswatch://[user:password@]host[:port][/db]
-//	rediswatchs://[user:password@]host[:port][/db]       TLS
-//	rediswatch://[user:password@]host:port,host:port,...  a Redis Cluster
+//	rediswatch://[user:password@][host][:port][/db][?params]            one server
+//	rediswatch://[user:password@]host:port,host:port,...[?params]       a Redis Cluster
+//	rediswatch://[user:password@]sentinel:port,...?master_name=NAME     Sentinel failover
+//	rediswatchs://...                                                   the same over TLS
 //
-// The port defaults to 6379 and the database to 0 (a Cluster has only 0).
-// Several hosts mean a Cluster; Go's URL parser wants a port on the last
-// one, and IPv6 literals in brackets only work as a single host. Query
-// parameters, besides those of every scheme (see lock.Open):
+// redisnx and rediswatch read their URLs alike (one parser,
+// driver/internal/redisurl), so the same URL makes the same client for
+// both, through go-redis's own URL parsers (redis.ParseURL,
+// ParseClusterURL, ParseFailoverURL). The host defaults to localhost, the
+// port to 6379 (Go's URL parser wants a port on the last of several hosts);
+// go-redis's addr=host:port adds hosts too. With master_name the hosts are
+// Sentinels, and the user info authenticates to them and to the primary.
+// Parameters, besides those of every scheme (ttl, autorenew; see lock.Open):
 //
-//	prefix=STRING   the name prefix (default "dlock:"; no braces)
-//	tls=BOOL        TLS on rediswatch:// too (default false)
-//	cluster=BOOL    a Cluster even with a single seed host
+//	prefix=STRING   key prefix (default "dlock:"), without '{' or '}'
+//	tls=BOOL        TLS with the system's roots, as the TLS scheme (default false)
+//	cluster=BOOL    a Cluster client even for one seed address
 //
-// These are redisnx's parameters too. Unknown parameters are errors. The
-// Locker owns the client it opens, and its Close closes it. For anything
-// else (client certificates, Sentinel, timeouts, pool sizes), make the
-// client yourself and use New.
+// and go-redis's: dial_timeout, read_timeout, write_timeout, pool_size,
+// pool_timeout, min_idle_conns, max_idle_conns, max_retries, protocol,
+// client_name, skip_verify, master_name, read_only, route_by_latency and
+// the rest its parsers document. An unknown or repeated parameter is an
+// error listing the known ones. The client has ContextTimeoutEnabled set,
+// so a call's deadline bounds a request in flight. The Locker owns the
+// client it makes: Close closes it. For what a URL cannot say (client
+// certificates, a custom CA), make the client yourself and use New.
 //
 // # As
 //

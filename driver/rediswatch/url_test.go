@@ -26,9 +26,9 @@ func TestOpenInvalid(t *testing.T) {
 		"rediswatch://h:99999",
 		"rediswatch://h:0",
 		"rediswatch://h1:1,,h2:2",
-		"rediswatch://",
-		"rediswatch://:6379",
 		"rediswatch:opaque",
+		"rediswatch://h:6379?pool_size=many",
+		"rediswatch://h1:1,h2:2?cluster=false",
 		"rediswatch://h:6379?ttl=1ms",
 		"rediswatch://h:6379?autorenew=perhaps",
 	} {
@@ -53,6 +53,8 @@ func TestOpenClients(t *testing.T) {
 	}
 	for u, w := range map[string]want{
 		"rediswatch://localhost":                        {addrs: []string{"localhost:6379"}},
+		"rediswatch://":                                 {addrs: []string{"localhost:6379"}},
+		"rediswatch://:6380":                            {addrs: []string{"localhost:6380"}},
 		"rediswatch://u:p%40ss@h:7000/3?ttl=5s":         {addrs: []string{"h:7000"}, user: "u", pass: "p@ss", db: 3},
 		"rediswatchs://h:7000":                          {addrs: []string{"h:7000"}, tls: true},
 		"rediswatch://h:7000?tls=true&prefix=x:":        {addrs: []string{"h:7000"}, tls: true},

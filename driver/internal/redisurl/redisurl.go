@@ -1,0 +1,267 @@
+// Package redisurl makes a go-redis client from a dlock Redis URL, for the
+// redisnx and rediswatch drivers, so that one URL means one client for
+// both. The client comes from go-redis's own URL parsers (redis.ParseURL,
+// redis.ParseClusterURL, redis.ParseFailoverURL), so every parameter they
+// document works in a dlock URL.
+//
+//	SCHEME://[user:password@][host][:port][,host:port...][/db][?params]
+//
+// SCHEME is the driver's (redisnx, rediswatch), or its TLS variant
+// (redisnxs, rediswatchs), which go-redis reads as rediss://. The host
+// defaults to localhost and the port to 6379, as in go-redis. Several hosts,
+// or cluster=true, make a Cluster client; master_name=NAME makes a Sentinel
+// failover client whose hosts are the Sentinels (the user info then
+// authenticates to the Sentinels, as go-redis reads it, and to the primary).
+// go-redis's own spelling of extra hosts, addr=host:port, works too.
+//
+// Parameters read here: ttl and autorenew (lock's, see lock.Open), prefix
+// (the drivers' Options.Prefix), cluster and tls (true or false). The others
+// go to go-redis: dial_timeout, read_timeout, write_timeout, pool_size,
+// pool_timeout, min_idle_conns, max_idle_conns, max_retries, protocol,
+// client_name, skip_verify, master_name, route_by_latency, read_only and
+// the rest of what its parsers document. A parameter neither knows is an
+// error wrapping lock.ErrInvalid that lists the known ones. A parameter
+// given twice is an error too (but for addr).
+//
+// Clients made here have ContextTimeoutEnabled set, so that a call's
+// deadline bounds a request in flight.
+package redisurl
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Params are the query parameters this package reads besides lock's.
+var Params = []string{"prefix", "cluster", "tls"}
+
+// Kind is the kind of client a URL makes.
+type Kind int
+
+const (
+	Single   Kind = iota // redis.NewClient
+	Cluster              // redis.NewClusterClient
+	Failover             // redis.NewFailoverClient (Sentinel)
+)
+
+// Config is what a URL says. Exactly one of Single, Cluster and Failover
+// is set, as Kind says.
+type Config struct {
+	Kind     Kind
+	Single   *redis.Options
+	Cluster  *redis.ClusterOptions
+	Failover *redis.FailoverOptions
+	// Options are lock's (ttl, autorenew).
+	Options *lock.Options
+	// Prefix is the prefix= parameter, "" when not given.
+	Prefix string
+}
+
+// NewClient makes the client c describes.
+func (c *Config) NewClient() redis.UniversalClient {
+	switch c.Kind {
+	case Cluster:
+		return redis.NewClusterClient(c.Cluster)
+	case Failover:
+		return redis.NewFailoverClient(c.Failover)
+	}
+	return redis.NewClient(c.Single)
+}
+
+// Parse reads u, whose scheme is the driver's plain or TLS scheme.
+// Failures wrap lock.ErrInvalid.
+func Parse(u *url.URL, tlsScheme string) (*Config, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s URL %q: %s", lock.ErrInvalid, u.Scheme, u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if u.Opaque != "" || u.Fragment != "" || u.RawFragment != "" {
+		return nil, bad("want %s://[user:password@][host][:port][,host:port...][/db][?params]", u.Scheme)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, bad("query: %v", err)
+	}
+	own, theirs := url.Values{}, url.Values{}
+	for name, vals := range q {
+		if len(vals) > 1 && name != "addr" {
+			return nil, bad("parameter %q given %d times", name, len(vals))
+		}
+		if name == "ttl" || name == "autorenew" || slices.Contains(Params, name) {
+			own[name] = vals
+		} else {
+			theirs[name] = vals
+		}
+	}
+	lu := *u
+	lu.RawQuery = own.Encode()
+	lo, ownq, err := lock.URLOptions(&lu, Params...)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{Options: lo}
+	if ownq.Has("prefix") {
+		c.Prefix = ownq.Get("prefix")
+		switch {
+		case c.Prefix == "":
+			return nil, bad("empty prefix (leave the parameter out for the default)")
+		case strings.ContainsAny(c.Prefix, "{}"):
+			return nil, bad("prefix %q contains '{' or '}'", c.Prefix)
+		}
+	}
+	useTLS := u.Scheme == tlsScheme
+	if v := ownq.Get("tls"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, bad("tls=%q: want true or false", v)
+		}
+		if !b && useTLS {
+			return nil, bad("tls=false contradicts the %s scheme", tlsScheme)
+		}
+		useTLS = b
+	}
+
+	hosts := strings.Split(u.Host, ",")
+	if len(hosts) > 1 && slices.Contains(hosts, "") {
+		return nil, bad("empty host in %q", u.Host)
+	}
+	for i, h := range hosts {
+		if h == "" {
+			continue // go-redis's default, localhost:6379
+		}
+		if hosts[i], err = hostPort(h); err != nil {
+			return nil, bad("%v", err)
+		}
+	}
+	for _, a := range theirs["addr"] {
+		if _, err := hostPort(a); err != nil || !strings.Contains(a, ":") {
+			return nil, bad("addr=%q: want host:port", a)
+		}
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		if n, err := strconv.Atoi(db); err != nil || n < 0 {
+			return nil, bad("path %q: want /DB, a database number", u.Path)
+		}
+	}
+	extra := len(hosts) - 1 + len(theirs["addr"])
+	failover := theirs.Has("master_name")
+	cluster := extra > 0 && !failover
+	if v := ownq.Get("cluster"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, bad("cluster=%q: want true or false", v)
+		}
+		switch {
+		case b && failover:
+			return nil, bad("cluster=true and master_name (Sentinel) exclude each other")
+		case !b && cluster:
+			return nil, bad("cluster=false with %d hosts (several hosts are a Cluster's, or Sentinels with master_name)", extra+1)
+		}
+		cluster = b
+	}
+
+	gu := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], Path: u.Path, RawPath: u.RawPath}
+	if useTLS {
+		gu.Scheme = "rediss"
+	}
+	for _, h := range hosts[1:] {
+		theirs.Add("addr", h)
+	}
+	gu.RawQuery = theirs.Encode()
+	switch {
+	case failover:
+		c.Kind = Failover
+		c.Failover, err = redis.ParseFailoverURL(gu.String())
+		if err == nil {
+			o := c.Failover
+			o.ContextTimeoutEnabled = true
+			// go-redis takes the user info for the Sentinels' credentials;
+			// the primary's are the same here (its URL has no other place).
+			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
+			if c.Failover.TLSConfig != nil {
+				// Sentinels and the primary are verified by their own host names.
+				c.Failover.TLSConfig.ServerName = ""
+			}
+		}
+	case cluster:
+		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+			return nil, bad("a Redis Cluster has only database 0")
+		}
+		gu.Path, gu.RawPath = "", ""
+		c.Kind = Cluster
+		c.Cluster, err = redis.ParseClusterURL(gu.String())
+		if err == nil {
+			c.Cluster.ContextTimeoutEnabled = true
+			if c.Cluster.TLSConfig != nil {
+				// Each node is verified by its own host name, not the first's.
+				c.Cluster.TLSConfig.ServerName = ""
+			}
+		}
+	default:
+		c.Kind = Single
+		if theirs.Has("addr") {
+			return nil, bad("addr= adds hosts to a Cluster or Sentinel URL, not to a single server's")
+		}
+		c.Single, err = redis.ParseURL(gu.String())
+		if err == nil {
+			c.Single.ContextTimeoutEnabled = true
+		}
+	}
+	if err != nil {
+		return nil, bad("%s", explain(err))
+	}
+	return c, nil
+}
+
+// hostPort checks a host[:port], adding the default port 6379 when none
+// is given.
+func hostPort(h string) (string, error) {
+	host, port, err := net.SplitHostPort(h)
+	if err != nil {
+		if !strings.Contains(err.Error(), "missing port") {
+			return "", fmt.Errorf("host %q: %v", h, err)
+		}
+		host, port = strings.Trim(h, "[]"), "6379"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("host %q: bad port", h)
+	}
+	if host == "" {
+		return net.JoinHostPort("localhost", port), nil
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+var unexpected = regexp.MustCompile(`^redis: unexpected option: (.*)$`)
+
+// explain turns go-redis's parse errors into dlock's wording: an unknown
+// parameter lists the known ones.
+func explain(err error) string {
+	if m := unexpected.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Sprintf("unknown URL parameter %s (known: ttl, autorenew, %s, and go-redis's: %s)",
+			m[1], strings.Join(Params, ", "), strings.Join(redisParams, ", "))
+	}
+	var ne *strconv.NumError
+	if errors.As(err, &ne) {
+		return fmt.Sprintf("bad number %q", ne.Num)
+	}
+	return strings.TrimPrefix(err.Error(), "redis: ")
+}
+
+// redisParams are the parameters go-redis's URL parsers read (v9), for
+// error messages.
+var redisParams = []string{
+	"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime", "db", "dial_timeout",
+	"master_name", "max_active_conns", "max_idle_conns", "max_redirects", "max_retries",
+	"max_retry_backoff", "min_idle_conns", "min_retry_backoff", "pool_fifo", "pool_size",
+	"pool_timeout", "protocol", "read_only", "read_timeout", "replica_only", "route_by_latency",
+	"route_randomly", "skip_verify", "write_timeout",
+}
