@@ -2,7 +2,6 @@ package rediswatch
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"net"
 	"strconv"
@@ -10,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/dlock-go/dlock/driver/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -93,10 +92,9 @@ type waiter struct {
 }
 
 func newNotifier(client redis.UniversalClient, prefix string) *notifier {
-	id := uuid.New()
 	return &notifier{
 		client: client, healthEvery: defaultHealthEvery, linger: defaultLinger,
-		inbox: prefix + inboxInfix + hex.EncodeToString(id[:]),
+		inbox: prefix + inboxInfix + redisx.NewInboxID(),
 		subs:  map[string]*subscription{}, owners: map[string]*waiter{}, pings: map[string]*subscription{},
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"net/url"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/driver/internal/redisurl"
+	"github.com/dlock-go/dlock/driver/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -15,10 +15,10 @@ func init() {
 }
 
 // open makes the driver, and the client it owns, from a URL: see the
-// package doc's URLs section (driver/internal/redisurl reads it, for
+// package doc's URLs section (driver/internal/redisx reads it, for
 // redisnx too, so the same URL makes the same client).
 func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
-	c, err := redisurl.Parse(u, SchemeTLS)
+	c, err := redisx.Parse(u, SchemeTLS)
 	if err != nil {
 		return nil, nil, err
 	}

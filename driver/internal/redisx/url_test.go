@@ -1,4 +1,4 @@
-package redisurl
+package redisx
 
 import (
 	"errors"
@@ -114,5 +114,23 @@ func TestParseRefuses(t *testing.T) {
 		if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v; want ErrInvalid saying %q", tc.url, err, tc.want)
 		}
+	}
+}
+
+func TestSlot(t *testing.T) {
+	for name, want := range map[string]int{
+		"123456789":            12739, // CRC16/XMODEM check value 0x31c3
+		"{123456789}.x":        12739, // the hash tag alone
+		"a{123456789}b{c}":     12739, // the first tag
+		"foo{}{bar}":           Slot("foo{}{bar}"),
+		"":                     0,
+		LockKey("dlock:", "}"): Slot("\xff"), // the tag is "\xff", never empty
+	} {
+		if got := Slot(name); got != want {
+			t.Errorf("Slot(%q) = %d, want %d", name, got, want)
+		}
+	}
+	if Slot("foo{}{bar}") == Slot("bar") {
+		t.Error("an empty hash tag was taken for a tag")
 	}
 }

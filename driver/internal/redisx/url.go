@@ -1,8 +1,15 @@
-// Package redisurl makes a go-redis client from a dlock Redis URL, for the
-// redisnx and rediswatch drivers, so that one URL means one client for
-// both. The client comes from go-redis's own URL parsers (redis.ParseURL,
-// redis.ParseClusterURL, redis.ParseFailoverURL), so every parameter they
-// document works in a dlock URL.
+// Package redisx is what the Redis drivers (redisnx, rediswatch) share,
+// so that it is written once: the names of a lock on the server and their
+// Cluster slot (a wire contract between the two drivers, and with the plain
+// SET NX locks of redsync and redislock), and the client a URL makes.
+//
+// # URLs
+//
+// Parse makes a go-redis client's options from a dlock Redis URL, so that
+// one URL means one client for both drivers. The client comes from
+// go-redis's own URL parsers (redis.ParseURL, redis.ParseClusterURL,
+// redis.ParseFailoverURL), so every parameter they document works in a
+// dlock URL.
 //
 //	SCHEME://[user:password@][host][:port][,host:port...][/db][?params]
 //
@@ -25,7 +32,7 @@
 //
 // Clients made here have ContextTimeoutEnabled set, so that a call's
 // deadline bounds a request in flight.
-package redisurl
+package redisx
 
 import (
 	"errors"

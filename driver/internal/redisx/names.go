@@ -1,0 +1,75 @@
+package redisx
+
+import (
+	"encoding/hex"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// The Redis names both drivers share, for a user key K and prefix P
+// (each driver's Options.Prefix, "dlock:" by default, without braces):
+//
+//	P{K}               the lock: the holder's owner token, with a PX expiry
+//	P{K}:fence         the fencing counter
+//	P{K}:rel           the release channel (pub/sub)
+//	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
+//	Pinbox:ID          a Locker's inbox channel (ID: 32 hex digits)
+//
+// Each driver adds the names of its own queue. The braces make K the Redis
+// Cluster hash tag, so that every name of one lock shares a slot and one
+// script or transaction can touch them all. P{K} is injective in K (P has
+// no braces and K is delimited by them). Redis hashes a name whose hash tag
+// is empty ("{}") as a whole, which would put P{}x} and P{}x}:fence in
+// different slots: a key that starts with "}" is therefore carried as
+// "\xff" followed by the key (0xff never occurs in UTF-8, so this collides
+// with no other valid key, and the tag is never empty).
+const (
+	CounterSuffix = ":fence"
+	ChannelSuffix = ":rel"
+	VoidInfix     = ":void:"
+	InboxInfix    = "inbox:"
+)
+
+// LockKey returns the Redis key of the lock on key.
+func LockKey(prefix, key string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + len(key) + 3)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	if strings.HasPrefix(key, "}") {
+		b.WriteByte(0xff)
+	}
+	b.WriteString(key)
+	b.WriteByte('}')
+	return b.String()
+}
+
+// NewInboxID returns 32 random hex digits, a Locker's inbox ID.
+func NewInboxID() string {
+	u := uuid.New()
+	return hex.EncodeToString(u[:])
+}
+
+// Slot returns the Redis Cluster hash slot of a Redis name: CRC16 (XMODEM)
+// of its hash tag (the part between the first "{" and the next "}", when
+// not empty), or of the whole name, modulo 16384.
+func Slot(name string) int {
+	if i := strings.IndexByte(name, '{'); i >= 0 {
+		if j := strings.IndexByte(name[i+1:], '}'); j > 0 {
+			name = name[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(name); k++ {
+		crc ^= uint16(name[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
