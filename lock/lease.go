@@ -165,20 +165,10 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		free()
 	})
 	if !ok {
-		// Gave up at the context's end: the outcome is unknown until the
-		// refresh returns, so no deadline may count on more than it gives.
-		l.mu.Lock()
-		if l.unknownV == 0 || v < l.unknownV {
-			l.unknownV = v
-		}
-		expired := l.err == nil && !time.Now().Before(l.deadline)
-		l.mu.Unlock()
-		if expired {
-			// cctx ended at the lease's deadline, not the caller's.
-			l.lose(errors.New("the local validity deadline passed without a successful refresh"), true)
-		}
-		if ended := l.Err(); ended != nil {
-			return l.endedError("refresh", ended)
+		// Gave up at the context's end (the caller's, or the lease's
+		// deadline): the outcome is unknown until the refresh returns.
+		if err := l.unknownOutcome("refresh", v); err != nil {
+			return err
 		}
 		return ctxError("refresh", l.dl.Key, nil, cctx)
 	}
@@ -252,8 +242,21 @@ func (l *Lease) endRefresh(ctx context.Context, op string, ttl, v time.Duration,
 		}
 		return newError(op, l.dl.Key, ErrNotHeld, err)
 	}
-	// The outcome is unknown: the backend may have applied the refresh,
-	// or may apply it later than any refresh still to come.
+	if err := l.unknownOutcome(op, v); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return ctxError(op, l.dl.Key, nil, ctx)
+	}
+	return newError(op, l.dl.Key, nil, err)
+}
+
+// unknownOutcome records a refresh of validity v whose outcome is unknown:
+// the backend may have applied it, or may apply it later than any refresh
+// still to come, so no deadline may count on more than v from now on. It
+// loses the lease if its deadline has passed, and returns the error of a
+// lease that has ended, or nil.
+func (l *Lease) unknownOutcome(op string, v time.Duration) error {
 	l.mu.Lock()
 	if l.unknownV == 0 || v < l.unknownV {
 		l.unknownV = v
@@ -262,12 +265,11 @@ func (l *Lease) endRefresh(ctx context.Context, op string, ttl, v time.Duration,
 	l.mu.Unlock()
 	if expired {
 		l.lose(errors.New("the local validity deadline passed without a successful refresh"), true)
-		return l.endedError(op, l.Err())
 	}
-	if ctx.Err() != nil {
-		return ctxError(op, l.dl.Key, nil, ctx)
+	if ended := l.Err(); ended != nil {
+		return l.endedError(op, ended)
 	}
-	return newError(op, l.dl.Key, nil, err)
+	return nil
 }
 
 // endedError is the error of a call on a lease that ended with cause.

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/driver/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -83,25 +84,8 @@ var (
 	_ driver.BatchRefresher = (*redisDriver)(nil)
 )
 
-// nilClient reports whether client is nil, or a nil pointer of one of
-// go-redis's client types in the interface (var c *redis.Client; New(c,
-// nil)), which would otherwise panic at the first call.
-func nilClient(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return false
-}
-
 func newDriver(client redis.UniversalClient, prefix string, owned bool) *redisDriver {
-	if nilClient(client) {
+	if redisx.NilClient(client) {
 		client = nil
 	}
 	d := &redisDriver{client: client, owned: owned, prefix: prefix}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/driver/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -99,25 +100,8 @@ type watchDriver struct {
 	beforeExec atomic.Pointer[func(op, lockKey string)]
 }
 
-// nilClient reports whether client is nil, or a nil pointer of one of
-// go-redis's client types in the interface (var c *redis.Client; New(c,
-// nil)), which would otherwise panic at the first call.
-func nilClient(client redis.UniversalClient) bool {
-	switch c := client.(type) {
-	case nil:
-		return true
-	case *redis.Client:
-		return c == nil
-	case *redis.ClusterClient:
-		return c == nil
-	case *redis.Ring:
-		return c == nil
-	}
-	return false
-}
-
 func newDriver(client redis.UniversalClient, prefix string, owns bool) *watchDriver {
-	if nilClient(client) {
+	if redisx.NilClient(client) {
 		client = nil
 	}
 	d := &watchDriver{

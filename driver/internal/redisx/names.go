@@ -5,7 +5,25 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 )
+
+// NilClient reports whether client is nil, or a nil pointer of one of
+// go-redis's client types in the interface (var c *redis.Client; New(c,
+// nil)), which would otherwise panic at the first call.
+func NilClient(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
+}
 
 // The Redis names both drivers share, for a user key K and prefix P
 // (each driver's Options.Prefix, "dlock:" by default, without braces):
