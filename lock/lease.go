@@ -261,11 +261,8 @@ func (l *Lease) unknownOutcome(op string, v time.Duration) error {
 	if l.unknownV == 0 || v < l.unknownV {
 		l.unknownV = v
 	}
-	expired := l.err == nil && !time.Now().Before(l.deadline)
 	l.mu.Unlock()
-	if expired {
-		l.lose(errors.New("the local validity deadline passed without a successful refresh"), true)
-	}
+	l.expire()
 	if ended := l.Err(); ended != nil {
 		return l.endedError(op, ended)
 	}
@@ -346,9 +343,14 @@ func (l *Lease) expiry() time.Time {
 
 // finish ends the lease with err (nil-safe against a second call) and
 // reports whether this call ended it.
-func (l *Lease) finish(err error) bool {
+func (l *Lease) finish(err error) bool { return l.end(err, false) }
+
+// end is finish; with ifExpired, it ends the lease only if its deadline
+// has passed, judged under the same lock as the end, so that a refresh
+// that moved the deadline meanwhile is not undone.
+func (l *Lease) end(err error, ifExpired bool) bool {
 	l.mu.Lock()
-	if l.err != nil {
+	if l.err != nil || ifExpired && time.Now().Before(l.deadline) {
 		l.mu.Unlock()
 		return false
 	}
@@ -363,9 +365,19 @@ func (l *Lease) finish(err error) bool {
 // (a local deadline passed, a driver reported a session problem), release
 // it in the background so that it does not outlive the lease.
 func (l *Lease) lose(cause error, releaseBackend bool) {
+	l.loseIf(cause, releaseBackend, false)
+}
+
+// expire loses the lease if its deadline has passed (see end), and
+// reports whether it did.
+func (l *Lease) expire() bool {
+	return l.loseIf(errors.New("the local validity deadline passed without a successful refresh"), true, true)
+}
+
+func (l *Lease) loseIf(cause error, releaseBackend, ifExpired bool) bool {
 	until := l.expiry()
-	if !l.finish(newError("renew", l.dl.Key, ErrLost, cause)) {
-		return
+	if !l.end(newError("renew", l.dl.Key, ErrLost, cause), ifExpired) {
+		return false
 	}
 	if l.lk.opts.Logger != nil {
 		l.lk.opts.Logger.Warn("dlock: lease lost", "key", l.dl.Key, "token", l.dl.Token, "err", cause)
@@ -373,6 +385,7 @@ func (l *Lease) lose(cause error, releaseBackend bool) {
 	if releaseBackend {
 		l.lk.releaseLater(l.dl, until)
 	}
+	return true
 }
 
 // lostByDriver is driver.Lease.Lost.

@@ -132,7 +132,11 @@ func (s *scheduler) loop() {
 	for {
 		expired, next := s.collect(time.Now())
 		for _, l := range expired {
-			l.lose(errors.New("the local validity deadline passed without a successful refresh"), true)
+			// The deadline is checked again under the lease's lock: a
+			// refresh may have moved it since collect looked.
+			if !l.expire() {
+				s.schedule(l)
+			}
 		}
 		t.Reset(next)
 		select {
