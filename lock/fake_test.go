@@ -35,6 +35,7 @@ type faults struct {
 	releaseDelay time.Duration // a release's reply comes this late (the grant is deleted at once)
 	releaseErr   func() error
 	releaseHang  bool // a release waits for its context to end, and fails
+	releaseStuck time.Duration // a release fails after this long, whatever its context (gomemcache's own timeout)
 	acquireDelay time.Duration
 	acquireSlow  time.Duration // an attempt takes this long whatever its context, then grants
 	closeSlow    time.Duration // the driver's Close takes this long (a session closed against a lost server)
@@ -114,6 +115,10 @@ func (f *fake) Release(ctx context.Context, l *driver.Lease) error {
 	if f.getFaults().releaseHang {
 		<-ctx.Done()
 		return ctx.Err()
+	}
+	if d := f.getFaults().releaseStuck; d > 0 {
+		time.Sleep(d)
+		return errLostReply
 	}
 	if fn := f.getFaults().releaseErr; fn != nil {
 		if err := fn(); err != nil {

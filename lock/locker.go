@@ -358,7 +358,12 @@ func (lk *locker) retryRelease(dl *driver.Lease, until time.Time) error {
 			until = earlier(until, stopBy)
 		}
 		ctx, cancel := context.WithDeadline(lk.bgCtx, earlier(until, time.Now().Add(lk.opts.ReleaseTimeout)))
-		err := lk.d.Release(ctx, dl)
+		// Bounded by ctx even when the client is not (gomemcache's own
+		// timeouts): Close's releases keep its bound.
+		err, ok := lk.within(ctx, func() error { return lk.d.Release(ctx, dl) }, nil)
+		if !ok {
+			err = ctx.Err()
+		}
 		cancel()
 		if err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid) {
 			return nil
