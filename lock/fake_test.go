@@ -34,7 +34,7 @@ type faults struct {
 	refreshFail  string        // refresh of this key alone fails with a network error
 	releaseDelay time.Duration // a release's reply comes this late (the grant is deleted at once)
 	releaseErr   func() error
-	releaseHang  bool // a release waits for its context to end, and fails
+	releaseHang  bool          // a release waits for its context to end, and fails
 	releaseStuck time.Duration // a release fails after this long, whatever its context (gomemcache's own timeout)
 	acquireDelay time.Duration
 	acquireSlow  time.Duration // an attempt takes this long whatever its context, then grants
