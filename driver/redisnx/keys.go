@@ -1,9 +1,9 @@
 package redisnx
 
-import "github.com/dlock-go/dlock/driver/internal/redisx"
+import "github.com/dlock-go/dlock/internal/redisx"
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
-// share (driver/internal/redisx: P{K}, P{K}:fence, P{K}:rel,
+// share (internal/redisx: P{K}, P{K}:fence, P{K}:rel,
 // P{K}:void:OWNER, Pinbox:ID), and this driver's queue:
 //
 //	P{K}:q              queue of blocking Lock calls (sorted set)

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// URL parsing is driver/internal/redisx's (TestParse there); here,
+// URL parsing is internal/redisx's (TestParse there); here,
 // that Open uses it.
 
 func TestOpenRefusesBadURLs(t *testing.T) {

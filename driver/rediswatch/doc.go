@@ -211,7 +211,7 @@
 //	rediswatchs://...                                                   the same over TLS
 //
 // redisnx and rediswatch read their URLs alike (one parser,
-// driver/internal/redisx), so the same URL makes the same client for
+// internal/redisx), so the same URL makes the same client for
 // both, through go-redis's own URL parsers (redis.ParseURL,
 // ParseClusterURL, ParseFailoverURL). The host defaults to localhost, the
 // port to 6379 (Go's URL parser wants a port on the last of several hosts);

@@ -3,11 +3,11 @@ package rediswatch
 import (
 	"strings"
 
-	"github.com/dlock-go/dlock/driver/internal/redisx"
+	"github.com/dlock-go/dlock/internal/redisx"
 )
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
-// share (driver/internal/redisx: P{K}, P{K}:fence, P{K}:rel,
+// share (internal/redisx: P{K}, P{K}:fence, P{K}:rel,
 // P{K}:void:OWNER, Pinbox:ID), and this driver's queue:
 //
 //	P{K}:wq             queue of blocking Lock calls (list of "OWNER INBOX")

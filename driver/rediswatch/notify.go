@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/driver/internal/redisx"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 

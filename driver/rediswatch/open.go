@@ -5,7 +5,7 @@ import (
 	"net/url"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/driver/internal/redisx"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -15,7 +15,7 @@ func init() {
 }
 
 // open makes the driver, and the client it owns, from a URL: see the
-// package doc's URLs section (driver/internal/redisx reads it, for
+// package doc's URLs section (internal/redisx reads it, for
 // redisnx too, so the same URL makes the same client).
 func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
 	c, err := redisx.Parse(u, SchemeTLS)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/driver/internal/redisx"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

@@ -11,7 +11,7 @@ import (
 )
 
 // The same URL, with redisnx:// or rediswatch://, makes the same client:
-// one parser (driver/internal/redisx) reads both, go-redis's parameters
+// one parser (internal/redisx) reads both, go-redis's parameters
 // included, and both refuse the same bad URLs.
 func TestSameURLSameClient(t *testing.T) {
 	describe := func(l lock.Locker) string {
