@@ -8,8 +8,9 @@
 //   - Notifier: the backend can tell waiters that a key was released
 //     (Redis pub/sub), so lock retries at once instead of polling.
 //   - Queuer: the backend queues waiters itself (ZooKeeper sequential nodes,
-//     the Redis drivers' queues, the memory store), so lock hands the whole
-//     wait to the driver, unless the caller gave a retry strategy.
+//     the Redis drivers' queues, the memory store): lock runs the wait and
+//     the driver offers its steps (join, check, leave), unless the caller
+//     gave a retry strategy.
 //   - BatchRefresher: many leases can be refreshed in one round trip.
 //   - Sharer: the backend supports shared (read) leases beside exclusive ones.
 //
@@ -32,8 +33,8 @@
 //
 // # Lifetimes
 //
-// A Lease's validity is bounded by Validity, counted from the moment the
-// grant or refresh request was sent. Backends whose grants live as long as a
+// A Lease's validity is bounded by Validity, counted from the start of the
+// call that granted or refreshed it. Backends whose grants live as long as a
 // session (ZooKeeper) report the session timeout as Validity and implement
 // Refresh as a check that the grant still exists, which proves the session
 // alive at that moment; they also call Lease.Lost as soon as they learn the
@@ -98,8 +99,9 @@ func (m Mode) String() string {
 //
 // Package lock creates it, fills Key, Owner, Mode, TTL and Lost, and passes
 // the same pointer to every call about this grant. The driver fills Token,
-// Validity, Sent and Data during Acquire; after Acquire returns, both sides only
-// read the Lease, so no locking is needed on either side.
+// Validity and Data during the call that grants it; after that call
+// returns, both sides only read the Lease, so no locking is needed on
+// either side.
 type Lease struct {
 	// Key is the user's key, already checked by lock: non-empty, valid
 	// UTF-8, at most lock's maximum length. The driver maps it to backend
@@ -120,17 +122,12 @@ type Lease struct {
 
 	// Token is the fencing token: strictly increasing per key across grants.
 	Token uint64
-	// Validity is how long after the request was sent the grant is sure to
-	// last: TTL as applied by the backend (rounded, for instance), or the
-	// session timeout for session-bound backends.
+	// Validity is how long after the start of the call that granted it
+	// the grant is sure to last: TTL as applied by the backend (rounded,
+	// for instance), or the session timeout for session-bound backends.
+	// lock counts it from the moment it made that call, and applies the
+	// drift margin; a driver does neither.
 	Validity time.Duration
-	// Sent is when the request that made the grant was sent (for an
-	// in-process grant: a moment before it was made), when the driver
-	// knows it to be later than the start of the call: a grant made during
-	// AcquireWait's wait. Zero means the start of the call. lock counts
-	// Validity from it; a driver never adds waiting time to Validity
-	// itself, nor applies a drift margin: lock does both.
-	Sent time.Time
 	// Data is the driver's own state for this grant (a node path, say).
 	Data any
 }
@@ -190,21 +187,39 @@ type Notifier interface {
 	Subscribe(ctx context.Context, key string) (c <-chan struct{}, cancel func(), err error)
 }
 
+// Heartbeat is the longest lock lets a waiting lease go without a Queuer
+// step: queue entries that the backend expires by themselves (a Redis
+// waiter's) must outlive several heartbeats.
+const Heartbeat = time.Second
+
 // Queuer is implemented by drivers whose backend queues waiters (ZooKeeper
-// sequential nodes, the Redis drivers' queues, the memory store). lock calls AcquireWait for blocking Lock calls instead
-// of retrying Acquire, unless the call has a retry strategy given
-// explicitly (then it retries Acquire by it).
+// sequential nodes, the Redis drivers' queues, the memory store). For a
+// blocking Lock without an explicit retry strategy, lock runs the wait and
+// the driver offers single steps: lock calls Join once, then Check when
+// the driver signals wake, when a HeldError's RetryAfter has passed, and
+// at least every Heartbeat, until a step grants the lease (returns nil).
+// If the wait ends otherwise (the context, a failure), lock calls Leave,
+// exactly once, after the last step has returned; after a grant it never
+// does. Steps of one lease are made one at a time.
+//
+// A step returns nil when it granted l (filled as by Acquire), a
+// *HeldError while l waits (RetryAfter, when set, says when to Check at
+// the latest), or another error when the wait failed. A backend failure
+// that the waiter should ride out (a connection lost while the queue
+// entry survives) is reported as a HeldError.
 type Queuer interface {
-	// AcquireWait joins the key's queue and blocks until l is granted (nil,
-	// with l filled as by Acquire) or ctx ends. On any failure, including ctx
-	// ending, it removes its own queue entry before returning, and returns an
-	// error that wraps ctx.Err() when ctx ended.
-	//
-	// lock cannot see when, during the wait, the grant was made: the
-	// driver sets l.Sent to when the grant's request was sent (for an
-	// in-process grant, a moment before it was made), and l.Validity to
-	// the validity that grant carries from then.
-	AcquireWait(ctx context.Context, l *Lease) error
+	// Join makes an attempt at l's key and, if it is held, puts l in the
+	// key's queue. Until the wait ends, the driver sends on wake (without
+	// blocking: wake is buffered) whenever l's turn may have come.
+	Join(ctx context.Context, l *Lease, wake chan<- struct{}) error
+	// Check finds out whether l's turn has come and takes the key if so,
+	// and keeps l's place in the queue alive.
+	Check(ctx context.Context, l *Lease) error
+	// Leave ends a wait that did not get the key: it takes l out of the
+	// queue, removes a grant that a step whose reply was lost may have
+	// made, and stops sending on wake. lock calls it in the background,
+	// bounded by ctx, and again after a failure until its TTL has passed.
+	Leave(ctx context.Context, l *Lease) error
 }
 
 // BatchRefresher is implemented by drivers that refresh many leases in

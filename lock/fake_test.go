@@ -251,27 +251,28 @@ func (f batchingFake) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 	return ttl, errs
 }
 
-// queuingFake offers driver.Queuer: AcquireWait counts its calls in waits
-// and waits for the key by polling the fake, as a queue would hand it over.
+// queuingFake offers driver.Queuer: Join counts its calls in waits; the
+// wait polls the fake (Check every millisecond), as a queue would hand
+// the key over.
 type queuingFake struct {
 	*fake
 	waits *atomic.Int64
 }
 
-func (f queuingFake) AcquireWait(ctx context.Context, l *driver.Lease) error {
+func (f queuingFake) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
 	f.waits.Add(1)
-	for {
-		err := f.Acquire(ctx, l)
-		if !errors.Is(err, driver.ErrHeld) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
+	return f.Check(ctx, l)
 }
+
+func (f queuingFake) Check(ctx context.Context, l *driver.Lease) error {
+	err := f.Acquire(ctx, l)
+	if errors.Is(err, driver.ErrHeld) {
+		return &driver.HeldError{RetryAfter: time.Millisecond}
+	}
+	return err
+}
+
+func (f queuingFake) Leave(ctx context.Context, l *driver.Lease) error { return nil }
 
 // slowBatchingFake's RefreshBatch takes delay and records the most calls
 // in flight at once.

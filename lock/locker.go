@@ -156,27 +156,25 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 		subscribe = wait && lk.notifier != nil && !queue
 	)
 	for {
-		start := time.Now()
-		dl.Sent = time.Time{}
-		err, ok := lk.within(ctx, func() error {
-			if queue {
-				return lk.queuer.AcquireWait(ctx, dl)
-			}
-			return lk.d.Acquire(ctx, dl)
-		}, func(err error) {
-			// Abandoned at ctx's end: nothing may be left behind. A
-			// Queuer cleans up after a failure itself.
-			if err == nil || (!queue && !errors.Is(err, driver.ErrHeld) && !errors.Is(err, driver.ErrInvalid)) {
-				lk.releaseLater(dl, time.Now().Add(dl.TTL))
-			}
-		})
+		var (
+			start = time.Now()
+			err   error
+			ok    bool
+		)
+		if queue {
+			start, err, ok = lk.queueWait(ctx, dl)
+		} else {
+			err, ok = lk.within(ctx, func() error { return lk.d.Acquire(ctx, dl) }, func(err error) {
+				// Abandoned at ctx's end: nothing may be left behind.
+				if err == nil || (!errors.Is(err, driver.ErrHeld) && !errors.Is(err, driver.ErrInvalid)) {
+					lk.releaseLater(dl, time.Now().Add(dl.TTL))
+				}
+			})
+		}
 		if !ok {
 			return nil, ctxError(op, key, ErrNotAcquired, ctx)
 		}
 		if err == nil {
-			if dl.Sent.After(start) { // a grant made during the wait
-				start = dl.Sent
-			}
 			start, err = lk.revive(ctx, dl, start)
 			if errors.Is(err, driver.ErrNotHeld) {
 				// The grant came too late to be of use and has expired
@@ -201,7 +199,7 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 			// The outcome is unknown: the grant may have been applied and
 			// its reply lost. Remove it by owner, in the background so
 			// that this call returns by its context's deadline, so that
-			// nothing is left behind. (A Queuer cleans up after itself.)
+			// nothing is left behind. (queueWait has left the queue.)
 			if !queue {
 				lk.releaseLater(dl, time.Now().Add(dl.TTL))
 			}
@@ -246,6 +244,63 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 			return nil, ctxError(op, key, ErrNotAcquired, ctx)
 		case <-notify:
 			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// queueWait runs a blocking acquisition on a Queuer: Join, then a Check
+// whenever the driver signals news, the holder's grant is due to expire,
+// or a Heartbeat has passed, until a step grants dl. It returns when the
+// granting step started, or the error that ended the wait, with ok false
+// when ctx ended first. Every wait that ends without a grant leaves the
+// queue, in the background; a grant abandoned at ctx's end is released.
+func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.Time, err error, ok bool) {
+	wake := make(chan struct{}, 1)
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for joined := false; ; joined = true {
+		start = time.Now()
+		err, ok = lk.within(ctx, func() error {
+			if !joined {
+				return lk.queuer.Join(ctx, dl, wake)
+			}
+			return lk.queuer.Check(ctx, dl)
+		}, func(err error) {
+			if err == nil {
+				lk.releaseLater(dl, time.Now().Add(dl.TTL))
+			} else {
+				lk.leaveLater(dl)
+			}
+		})
+		if !ok {
+			return start, err, false
+		}
+		var held *driver.HeldError
+		if !errors.As(err, &held) {
+			if err != nil {
+				lk.leaveLater(dl)
+			}
+			return start, err, true
+		}
+		next := driver.Heartbeat
+		if r := held.RetryAfter; r > 0 && r < next {
+			next = r
+		}
+		if t == nil {
+			t = time.NewTimer(next)
+		} else {
+			t.Reset(next)
+		}
+		select {
+		case <-ctx.Done():
+			lk.leaveLater(dl)
+			return start, ctx.Err(), false
+		case <-wake:
 		case <-t.C:
 		}
 	}
@@ -338,16 +393,50 @@ func (lk *locker) releaseLater(dl *driver.Lease, until time.Time) {
 	}
 	go func() {
 		defer lk.bg.done()
-		if err := lk.retryRelease(dl, until); err != nil {
+		if err := lk.retry(dl, until, lk.d.Release); err != nil {
 			lk.logWarn("background release failed; the key is freed by its TTL", dl.Key, err)
 		}
 	}()
 }
 
-// retryRelease makes release attempts for dl until one succeeds, the
-// backend says the grant is gone, or until passes, or Close's bound. Each
-// attempt is bounded by ReleaseTimeout.
-func (lk *locker) retryRelease(dl *driver.Lease, until time.Time) error {
+// leaveLater ends a queued wait that did not get the key, in the
+// background, as releaseLater ends a grant.
+func (lk *locker) leaveLater(dl *driver.Lease) {
+	if !lk.bg.add() {
+		return // Close is past its bound: the queue entry dies by itself
+	}
+	go func() {
+		defer lk.bg.done()
+		if err := lk.retry(dl, time.Now().Add(dl.TTL), lk.leave); err != nil {
+			lk.logWarn("leaving the queue failed; the entry dies by itself", dl.Key, err)
+		}
+	}()
+}
+
+// leave is the Queuer's Leave, but that once Close has begun it fails
+// without trying again: what it leaves behind dies with the queue entry,
+// or with the TTL of a grant whose reply was lost, and Close does not wait
+// for an unreachable backend longer than one attempt.
+func (lk *locker) leave(ctx context.Context, dl *driver.Lease) error {
+	err := lk.queuer.Leave(ctx, dl)
+	lk.mu.Lock()
+	closing := !lk.stopBy.IsZero()
+	lk.mu.Unlock()
+	if err != nil && closing {
+		return &finalError{fmt.Errorf("%w (not retried: the Locker is closing)", err)}
+	}
+	return err
+}
+
+// finalError is an attempt's failure that retry does not retry.
+type finalError struct{ error }
+
+func (e *finalError) Unwrap() error { return e.error }
+
+// retry makes attempts of op (a release or a leave) for dl until one
+// succeeds, the backend says the grant is gone, or until passes, or
+// Close's bound. Each attempt is bounded by ReleaseTimeout.
+func (lk *locker) retry(dl *driver.Lease, until time.Time, op func(context.Context, *driver.Lease) error) error {
 	const first, maxWait = 20 * time.Millisecond, time.Second
 	wait := first
 	for {
@@ -360,13 +449,16 @@ func (lk *locker) retryRelease(dl *driver.Lease, until time.Time) error {
 		ctx, cancel := context.WithDeadline(lk.bgCtx, earlier(until, time.Now().Add(lk.opts.ReleaseTimeout)))
 		// Bounded by ctx even when the client is not (gomemcache's own
 		// timeouts): Close's releases keep its bound.
-		err, ok := lk.within(ctx, func() error { return lk.d.Release(ctx, dl) }, nil)
+		err, ok := lk.within(ctx, func() error { return op(ctx, dl) }, nil)
 		if !ok {
 			err = ctx.Err()
 		}
 		cancel()
 		if err == nil || errors.Is(err, driver.ErrNotHeld) || errors.Is(err, driver.ErrInvalid) {
 			return nil
+		}
+		if f := (*finalError)(nil); errors.As(err, &f) {
+			return err
 		}
 		if !time.Now().Add(wait).Before(until) {
 			return err
@@ -435,7 +527,7 @@ func (lk *locker) Close() error {
 		go func() {
 			defer wg.Done()
 			for r := range next {
-				if err := lk.retryRelease(r.dl, r.until); err != nil {
+				if err := lk.retry(r.dl, r.until, lk.d.Release); err != nil {
 					mu.Lock()
 					errs = append(errs, newError("close", r.dl.Key, nil, err))
 					mu.Unlock()

@@ -474,7 +474,7 @@ func TestExplicitRetryIsNotQueued(t *testing.T) {
 		t.Errorf("Lock with Options.Retry limited to 2 retries: err = %v, want ErrHeld", err)
 	}
 	if n := waits.Load() - before; n != 0 {
-		t.Errorf("AcquireWait called %d times for calls with a retry strategy; want 0", n)
+		t.Errorf("Join called %d times for calls with a retry strategy; want 0", n)
 	}
 
 	c, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -483,7 +483,7 @@ func TestExplicitRetryIsNotQueued(t *testing.T) {
 		t.Errorf("Lock without a strategy: err = %v, want the deadline", err)
 	}
 	if n := waits.Load() - before; n != 1 {
-		t.Errorf("AcquireWait called %d times for a Lock without a strategy; want 1", n)
+		t.Errorf("Join called %d times for a Lock without a strategy; want 1", n)
 	}
 	_ = held.Unlock(ctx)
 }

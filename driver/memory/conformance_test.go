@@ -74,11 +74,24 @@ func (c *crashable) Acquire(ctx context.Context, l *driver.Lease) error {
 	return c.memDriver.Acquire(ctx, l)
 }
 
-func (c *crashable) AcquireWait(ctx context.Context, l *driver.Lease) error {
+func (c *crashable) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
 	if c.dead.Load() {
 		return errDead
 	}
-	return c.memDriver.AcquireWait(ctx, l)
+	return c.memDriver.Join(ctx, l, wake)
+}
+
+func (c *crashable) Check(ctx context.Context, l *driver.Lease) error {
+	if c.dead.Load() {
+		return errDead
+	}
+	return c.memDriver.Check(ctx, l)
+}
+
+// Leave goes through even when dead: a crashed waiter's entry dies on
+// the network backends, and the Store has no entry expiry of its own.
+func (c *crashable) Leave(ctx context.Context, l *driver.Lease) error {
+	return c.memDriver.Leave(ctx, l)
 }
 
 func (c *crashable) Release(ctx context.Context, l *driver.Lease) error {

@@ -126,46 +126,52 @@ func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
 	l.Validity = l.TTL
 }
 
-func (d *memDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
-	s := d.s
-	s.mu.Lock()
-	q := s.queueLocked(l.Key, true)
-	e := &entry{owner: l.Owner, shared: l.Mode == driver.Shared}
-	q.entries = append(q.entries, e)
-	for {
-		i := q.find(l.Owner)
-		if i < 0 { // removed behind our back (DeleteKey): join again
-			q = s.queueLocked(l.Key, true)
-			q.entries = append(q.entries, e)
-			i = len(q.entries) - 1
-		}
-		if q.grantable(i) {
-			sent := time.Now() // before the grant: errs on the safe side
-			d.grantLocked(l, e)
-			l.Sent = sent // lock counts the validity from it (driver.Queuer)
-			s.mu.Unlock()
-			return nil
-		}
-		changed := q.changed
-		t := time.NewTimer(time.Hour)
-		if wait := d.untilFree(q); wait > 0 {
-			t.Reset(wait)
-		}
-		s.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			s.mu.Lock()
-			d.removeLocked(l.Key, l.Owner)
-			s.mu.Unlock()
-			return ctx.Err()
-		case <-changed:
-		case <-t.C:
-		}
-		t.Stop()
-		s.mu.Lock()
-		q = s.queueLocked(l.Key, true)
+// Join implements driver.Queuer: l's entry goes at the end of the key's
+// queue, and is granted when nothing before it blocks it.
+func (d *memDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	e := &entry{owner: l.Owner, shared: l.Mode == driver.Shared, wake: wake}
+	l.Data = e
+	q := d.s.queueLocked(l.Key, true)
+	q.entries = append(q.entries, e)
+	return d.turnLocked(l, q)
+}
+
+// Check implements driver.Queuer. An entry removed behind the waiter's
+// back (DeleteKey) joins again, at the end.
+func (d *memDriver) Check(ctx context.Context, l *driver.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	q := d.s.queueLocked(l.Key, true)
+	if q.find(l.Owner) < 0 {
+		q.entries = append(q.entries, l.Data.(*entry))
+	}
+	return d.turnLocked(l, q)
+}
+
+func (d *memDriver) turnLocked(l *driver.Lease, q *queue) error {
+	i := q.find(l.Owner)
+	if !q.grantable(i) {
+		return &driver.HeldError{RetryAfter: d.untilFree(q)}
+	}
+	q.entries[i].wake = nil
+	d.grantLocked(l, q.entries[i])
+	return nil
+}
+
+// Leave implements driver.Queuer.
+func (d *memDriver) Leave(ctx context.Context, l *driver.Lease) error {
+	d.s.mu.Lock()
+	defer d.s.mu.Unlock()
+	d.removeLocked(l.Key, l.Owner)
+	return nil
 }
 
 // removeLocked deletes owner's entry of key and reports whether there was

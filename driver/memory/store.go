@@ -27,14 +27,14 @@ func NewStore() *Store {
 // is before it (the ZooKeeper shared-lock recipe).
 type queue struct {
 	entries []*entry
-	changed chan struct{} // closed and replaced on every change
 }
 
 type entry struct {
 	owner   string
 	shared  bool
 	granted bool
-	expires time.Time // for granted entries
+	expires time.Time       // for granted entries
+	wake    chan<- struct{} // a waiting entry's, told of every change
 }
 
 func (q *queue) grantable(i int) bool {
@@ -53,8 +53,14 @@ func (q *queue) find(owner string) int {
 
 // signal wakes every waiter of q.
 func (q *queue) signal() {
-	close(q.changed)
-	q.changed = make(chan struct{})
+	for _, e := range q.entries {
+		if e.wake != nil {
+			select {
+			case e.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // queueLocked returns key's queue after dropping expired grants, creating
@@ -65,7 +71,7 @@ func (s *Store) queueLocked(key string, create bool) *queue {
 		if !create {
 			return nil
 		}
-		q = &queue{changed: make(chan struct{})}
+		q = &queue{}
 		s.keys[key] = q
 	}
 	now := s.now()
@@ -106,8 +112,8 @@ func (s *Store) DeleteKey(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q := s.keys[key]; q != nil {
-		q.entries = nil
 		q.signal()
+		q.entries = nil
 		delete(s.keys, key)
 	}
 }
@@ -118,8 +124,8 @@ func (s *Store) StealKey(key string, ttl time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queueLocked(key, true)
-	q.entries = []*entry{{owner: "intruder", granted: true, expires: s.now().Add(ttl)}}
 	q.signal()
+	q.entries = []*entry{{owner: "intruder", granted: true, expires: s.now().Add(ttl)}}
 }
 
 // DeleteCounter deletes key's fencing counter, as a backend restart without

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
+
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -159,7 +161,7 @@ func BenchmarkScriptCost(b *testing.B) {
 	ctx := context.Background()
 	trivial := redis.NewScript("return 1")
 	k := benchKey("scriptcost")
-	owner := newInboxID()
+	owner := redisx.NewInboxID()
 	n := names(DefaultPrefix, k, owner)
 	steps := []struct {
 		metric string

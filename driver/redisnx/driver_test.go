@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,7 +27,7 @@ func TestOneRoundTripEach(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
 		var n counter
 		c.AddHook(&n)
-		d := newDriver(c, DefaultPrefix, false)
+		d := testDriver(c)
 		defer d.Close()
 		ctx := tctx(t, 10*time.Second)
 		k := testKey(t)
@@ -88,7 +90,7 @@ func TestOneRoundTripEach(t *testing.T) {
 // arrives after the clean-up of its attempt changes nothing.
 func TestResentAndLateGrants(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
-		d := newDriver(c, DefaultPrefix, false)
+		d := testDriver(c)
 		defer d.Close()
 		ctx := tctx(t, 10*time.Second)
 		k := testKey(t)
@@ -122,7 +124,7 @@ func TestResentAndLateGrants(t *testing.T) {
 		if n := c.Exists(ctx, rk).Val(); n != 0 {
 			t.Errorf("the late grant left the key held")
 		}
-		if pttl := c.PTTL(ctx, rk+voidInfix+ownerB).Val(); pttl <= 0 || pttl > 10*time.Second {
+		if pttl := c.PTTL(ctx, rk+redisx.VoidInfix+ownerB).Val(); pttl <= 0 || pttl > 10*time.Second {
 			t.Errorf("tombstone PTTL %v, want the lease TTL", pttl)
 		}
 		other := newLease(k, ownerA, time.Second)
@@ -137,7 +139,7 @@ func TestResentAndLateGrants(t *testing.T) {
 // hint; a key not held after a cancelled, unsent grant needs no round trip.
 func TestHeldWithoutExpiry(t *testing.T) {
 	c := sharedClient(t, nil)
-	d := newDriver(c, DefaultPrefix, false)
+	d := testDriver(c)
 	defer d.Close()
 	ctx := tctx(t, 10*time.Second)
 	k := testKey(t)

@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 )
 
-// notSent marks, in driver.Lease.Data, an Acquire that failed before it sent
-// anything, so that the clean-up Release that follows needs no round trip.
-type notSent struct{}
+// noGrant marks, in driver.Lease.Data, an attempt known to have granted
+// nothing (it failed before it sent anything, say), so that the clean-up
+// that follows needs no round trip.
+type noGrant struct{}
 
 // viaQueue marks, in driver.Lease.Data, a grant made by wait.lua or handed
 // over through the queue: its queue entry holds the token until the
@@ -20,21 +22,21 @@ type viaQueue struct{}
 // Acquire runs acquire.lua: SET PX if the key is free and no one is queued,
 // and the fencing counter, one round trip.
 func (d *redisDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	return d.acquire(ctx, l, names(d.prefix, l.Key, l.Owner))
+	return d.acquire(ctx, l, names(d.Prefix, l.Key, l.Owner))
 }
 
 // acquire is Acquire with the key's names (see names) already made.
 func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys []string) error {
 	l.Data = nil
 	if err := ctx.Err(); err != nil {
-		l.Data = notSent{}
+		l.Data = noGrant{}
 		return err
 	}
 	px, validity := ms(l.TTL)
-	n, err := acquireScript.Run(ctx, d.client, keys, l.Owner, px).Int64()
+	n, err := acquireScript.Run(ctx, d.Client, keys, l.Owner, px).Int64()
 	switch {
 	case err != nil:
-		return fmt.Errorf("redisnx: grant: %w", err)
+		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
 	case n > 0:
 		l.Token = uint64(n)
 		l.Validity = validity
@@ -52,10 +54,10 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys []strin
 // unknown outcome (no token), it also leaves a tombstone that refuses
 // copies of that grant request still on their way.
 func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
-	if _, ok := l.Data.(notSent); ok {
+	if _, ok := l.Data.(noGrant); ok {
 		return driver.ErrNotHeld
 	}
-	n := names(d.prefix, l.Key, l.Owner)
+	n := names(d.Prefix, l.Key, l.Owner)
 	keys := []string{n[0], n[1], n[3], n[4]}
 	_, queued := l.Data.(viaQueue)
 	args := []any{l.Owner, n[0] + channelSuffix, 0}
@@ -67,9 +69,9 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 		keys = append(keys, n[2])
 		args = append(args, max(px, 1))
 	}
-	r, err := releaseScript.Run(ctx, d.client, keys, args...).Int64()
+	r, err := releaseScript.Run(ctx, d.Client, keys, args...).Int64()
 	if err != nil {
-		return fmt.Errorf("redisnx: release: %w", err)
+		return fmt.Errorf("redisnx: release: %w", redisx.WithCtx(ctx, err))
 	}
 	if r != 1 {
 		return driver.ErrNotHeld

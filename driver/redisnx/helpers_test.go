@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
+
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -141,4 +143,18 @@ func cloneClient(t testing.TB, c redis.UniversalClient, name string) redis.Unive
 	}
 	t.Cleanup(func() { n.Close() })
 	return n
+}
+
+// newLocker is New, or, with owns set, a Locker that owns its client as
+// one opened from a URL does.
+func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker {
+	core, lo := redisx.NewCore("redisnx", client, o, owns)
+	return lock.New(newDriver(core), lo)
+}
+
+// testDriver is the driver of New(client, nil), for tests that call it
+// directly.
+func testDriver(client redis.UniversalClient) *redisDriver {
+	core, _ := redisx.NewCore("redisnx", client, nil, false)
+	return newDriver(core)
 }

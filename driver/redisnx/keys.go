@@ -14,25 +14,17 @@ import "github.com/dlock-go/dlock/internal/redisx"
 const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix
-	voidInfix     = redisx.VoidInfix
-	inboxInfix    = redisx.InboxInfix
 	queueSuffix   = ":q"
 	entriesSuffix = ":w"
 )
-
-// newInboxID returns 32 random hex digits.
-func newInboxID() string { return redisx.NewInboxID() }
 
 // names are the Redis keys of one lock that the granting scripts take, in
 // their KEYS order: lock key, counter, tombstone of the attempt, queue,
 // queue entries.
 func names(prefix, key, owner string) []string {
 	lk := lockKey(prefix, key)
-	return []string{lk, lk + counterSuffix, lk + voidInfix + owner, lk + queueSuffix, lk + entriesSuffix}
+	return []string{lk, lk + counterSuffix, lk + redisx.VoidInfix + owner, lk + queueSuffix, lk + entriesSuffix}
 }
 
 // lockKey returns the Redis key of the lock on key.
 func lockKey(prefix, key string) string { return redisx.LockKey(prefix, key) }
-
-// slot returns the Redis Cluster hash slot of a Redis key.
-func slot(key string) int { return redisx.Slot(key) }

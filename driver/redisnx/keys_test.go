@@ -3,17 +3,19 @@ package redisnx
 import (
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/redisx"
 )
 
 func TestSlot(t *testing.T) {
 	for key, want := range map[string]int{
 		"123456789":            12739, // CRC16/XMODEM check value 0x31c3
-		"{user1000}.following": slot("user1000"),
-		"foo{}{bar}":           slot("foo{}{bar}"),
+		"{user1000}.following": redisx.Slot("user1000"),
+		"foo{}{bar}":           redisx.Slot("foo{}{bar}"),
 		"":                     0,
 	} {
-		if got := slot(key); got != want {
-			t.Errorf("slot(%q) = %d, want %d", key, got, want)
+		if got := redisx.Slot(key); got != want {
+			t.Errorf("redisx.Slot(%q) = %d, want %d", key, got, want)
 		}
 	}
 	// The server agrees, for lock keys of odd user keys.
@@ -25,13 +27,13 @@ func TestSlot(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CLUSTER KEYSLOT: %v", err)
 		}
-		if got := slot(lk); int64(got) != want {
-			t.Errorf("slot(%q) = %d, server says %d", lk, got, want)
+		if got := redisx.Slot(lk); int64(got) != want {
+			t.Errorf("redisx.Slot(%q) = %d, server says %d", lk, got, want)
 		}
 		if s := c.ClusterKeySlot(ctx, lk+counterSuffix).Val(); s != want {
 			t.Errorf("key %q: counter in slot %d, lock in %d", k, s, want)
 		}
-		if s := c.ClusterKeySlot(ctx, lk+voidInfix+ownerA).Val(); s != want {
+		if s := c.ClusterKeySlot(ctx, lk+redisx.VoidInfix+ownerA).Val(); s != want {
 			t.Errorf("key %q: tombstone in slot %d, lock in %d", k, s, want)
 		}
 	}
@@ -43,7 +45,7 @@ func TestNamesDistinct(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range keys {
 		lk := lockKey(DefaultPrefix, k)
-		for _, n := range []string{lk, lk + counterSuffix, lk + voidInfix + ownerA} {
+		for _, n := range []string{lk, lk + counterSuffix, lk + redisx.VoidInfix + ownerA} {
 			if prev, dup := seen[n]; dup {
 				t.Errorf("keys %q and %q share the name %q", prev, k, n)
 			}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
+
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -70,7 +72,7 @@ func TestLostReplyLeavesNoKey(t *testing.T) {
 				t.Fatalf("the lock key is still held after the stalled grant (PTTL %v)", ttl)
 			}
 			counted, _ := raw.Exists(context.Background(), rk+counterSuffix).Result()
-			voided, _ := raw.Keys(context.Background(), rk+voidInfix+"*").Result()
+			voided, _ := raw.Keys(context.Background(), rk+redisx.VoidInfix+"*").Result()
 			t.Logf("granted and removed: %v; tombstones: %d", counted == 1, len(voided))
 			if counted == 0 && len(voided) == 0 {
 				t.Errorf("neither the grant nor the clean-up reached the server")

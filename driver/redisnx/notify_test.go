@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
+
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -169,12 +171,10 @@ func nodeClient(t *testing.T, c redis.UniversalClient, addr string) *redis.Clien
 // An idle pub/sub connection is pinged and kept: the health check does not
 // replace a working connection.
 func TestIdleConnectionKept(t *testing.T) {
-	defer func(d time.Duration) { pingEvery = d }(pingEvery)
-	pingEvery = 100 * time.Millisecond
 	name := fmt.Sprintf("redisnx-idle-%d", time.Now().UnixNano())
 	admin := sharedClient(t, nil)
 	holder := newTestLocker(t, sharedClient(t, nil), nil)
-	waiter := newTestLocker(t, sharedClient(t, &redis.Options{ClientName: name}), nil)
+	waiter := newPingingLocker(t, sharedClient(t, &redis.Options{ClientName: name}), 100*time.Millisecond)
 	ctx := tctx(t, 30*time.Second)
 	k := testKey(t)
 	held, err := holder.TryLock(ctx, k)
@@ -212,14 +212,12 @@ func TestIdleConnectionKept(t *testing.T) {
 // drops it silently) is given up after an unanswered ping and made again;
 // the waiters are then woken, in case they missed a release.
 func TestUnansweredPingReconnects(t *testing.T) {
-	defer func(d time.Duration) { pingEvery = d }(pingEvery)
-	pingEvery = 100 * time.Millisecond
 	srv := testserver.StartRedis(t, nil)
 	srv.RequireFaults(t)
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { raw.Close() })
 	holder := newTestLocker(t, raw, nil)
-	waiter := newTestLocker(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 300 * time.Millisecond}), nil)
+	waiter := newPingingLocker(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 300 * time.Millisecond}), 100*time.Millisecond)
 	ctx := tctx(t, 30*time.Second)
 	k := testKey(t)
 	if _, err := holder.TryLock(ctx, k, lock.WithTTL(time.Minute), lock.WithAutoRenew(false)); err != nil {
@@ -253,4 +251,14 @@ func TestUnansweredPingReconnects(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("waiter not woken after its silent pub/sub connection was replaced")
 	}
+}
+
+// newPingingLocker is newTestLocker with a notifier that pings a silent
+// pub/sub connection every period.
+func newPingingLocker(t *testing.T, c redis.UniversalClient, every time.Duration) lock.Locker {
+	core, lo := redisx.NewCore("redisnx", c, nil, false)
+	core.Notify.PingEvery = every
+	l := lock.New(newDriver(core), lo)
+	t.Cleanup(func() { l.Close() })
+	return l
 }

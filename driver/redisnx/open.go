@@ -29,6 +29,6 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, lo := newDriverOptions(c.NewClient(), &Options{Options: *c.Options, Prefix: c.Prefix}, true)
-	return d, lo, nil
+	core, lo := redisx.NewCore("redisnx", c.NewClient(), &Options{Options: *c.Options, Prefix: c.Prefix}, true)
+	return newDriver(core), lo, nil
 }

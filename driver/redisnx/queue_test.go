@@ -50,7 +50,7 @@ func TestQueueFIFO(t *testing.T) {
 	})
 	t.Run("control", func(t *testing.T) {
 		c := sharedClient(t, nil)
-		d := newDriver(c, DefaultPrefix, false)
+		d := testDriver(c)
 		l := lock.New(pollingDriver{d, d}, nil)
 		defer l.Close()
 		for try := range 3 {
@@ -127,8 +127,8 @@ func TestQueueHeartbeatFindsSilentRelease(t *testing.T) {
 	deleted := time.Now()
 	select {
 	case at := <-got:
-		if d := at.Sub(deleted); d > heartbeat+time.Second {
-			t.Errorf("granted %v after the silent release; want within a heartbeat (%v) and a second", d, heartbeat)
+		if d := at.Sub(deleted); d > driver.Heartbeat+time.Second {
+			t.Errorf("granted %v after the silent release; want within a heartbeat (%v) and a second", d, driver.Heartbeat)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("waiter not granted 15s after the silent release")

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
 // Refresh runs refresh.lua on one key: compare-and-PEXPIRE, one round trip.
 func (d *redisDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	px, validity := ms(ttl)
-	res, err := refreshScript.Run(ctx, d.client, []string{lockKey(d.prefix, l.Key)}, px, l.Owner).Int64Slice()
+	res, err := refreshScript.Run(ctx, d.Client, []string{d.LockKey(l.Key)}, px, l.Owner).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisnx: refresh: %w", err)
 	}
@@ -36,7 +37,7 @@ func (d *redisDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 	groups := d.group(ls)
 	cmds := make([]*redis.Cmd, len(groups))
 	run := func(gs []int, eval bool) {
-		pipe := d.client.Pipeline()
+		pipe := d.Client.Pipeline()
 		for _, gi := range gs {
 			keys, args := d.refreshArgs(ls, groups[gi], px)
 			if eval {
@@ -85,7 +86,7 @@ func (d *redisDriver) refreshArgs(ls []*driver.Lease, g []int, px int64) ([]stri
 	args := make([]any, 1, len(g)+1)
 	args[0] = px
 	for k, i := range g {
-		keys[k] = lockKey(d.prefix, ls[i].Key)
+		keys[k] = lockKey(d.Prefix, ls[i].Key)
 		args = append(args, ls[i].Owner)
 	}
 	return keys, args
@@ -100,9 +101,9 @@ func (d *redisDriver) group(ls []*driver.Lease) [][]int {
 		var k any
 		switch d.topo {
 		case cluster:
-			k = slot(lockKey(d.prefix, l.Key))
+			k = redisx.Slot(d.LockKey(l.Key))
 		case ring:
-			c, err := d.client.(*redis.Ring).GetShardClientForKey(lockKey(d.prefix, l.Key))
+			c, err := d.Client.(*redis.Ring).GetShardClientForKey(d.LockKey(l.Key))
 			if err != nil {
 				k = i // no shard known: a group of its own, which will fail alone
 			} else {

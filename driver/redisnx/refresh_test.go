@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
+
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -30,7 +32,7 @@ func testRefreshBatch(t *testing.T, c redis.UniversalClient, flushed bool) {
 	var n counter
 	dc := cloneClient(t, c, "")
 	dc.AddHook(&n)
-	d := newDriver(dc, DefaultPrefix, false)
+	d := testDriver(dc)
 	defer d.Close()
 	ctx := tctx(t, 30*time.Second)
 	base := testKey(t)
@@ -42,7 +44,7 @@ func testRefreshBatch(t *testing.T, c redis.UniversalClient, flushed bool) {
 			t.Fatalf("Acquire: %v", err)
 		}
 		ls = append(ls, l)
-		slots[slot(lockKey(DefaultPrefix, l.Key))] = true
+		slots[redisx.Slot(lockKey(DefaultPrefix, l.Key))] = true
 	}
 	defer func() {
 		for _, l := range ls {

@@ -59,7 +59,7 @@ func TestRing(t *testing.T) {
 	var n counter
 	rc := newRing()
 	rc.AddHook(&n)
-	d := newDriver(rc, DefaultPrefix, false)
+	d := testDriver(rc)
 	defer d.Close()
 	var dls []*driver.Lease
 	for _, k := range keys[:10] {

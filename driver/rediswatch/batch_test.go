@@ -28,7 +28,7 @@ func TestRefreshBatch(t *testing.T) {
 		for _, prefix := range []string{DefaultPrefix, "dlock-test{batch}:"} {
 			t.Run(prefix, func(t *testing.T) {
 				ctx := testCtx(t)
-				d := newDriver(rdb, prefix, false)
+				d := testDriver(rdb, prefix)
 				t.Cleanup(func() { d.Close() })
 				ls := make([]*driver.Lease, 5)
 				for i := range ls {
@@ -38,7 +38,7 @@ func TestRefreshBatch(t *testing.T) {
 					}
 				}
 				stolen := ls[3]
-				if err := rdb.Set(ctx, d.lockKey(stolen.Key), "foreign", time.Minute).Err(); err != nil {
+				if err := rdb.Set(ctx, d.LockKey(stolen.Key), "foreign", time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
 				check := func(what string) {
@@ -57,12 +57,12 @@ func TestRefreshBatch(t *testing.T) {
 						if err != nil {
 							t.Errorf("%s: lease %d: %v", what, i, err)
 						}
-						if pttl := rdb.PTTL(ctx, d.lockKey(ls[i].Key)).Val(); pttl < 50*time.Second {
+						if pttl := rdb.PTTL(ctx, d.LockKey(ls[i].Key)).Val(); pttl < 50*time.Second {
 							t.Errorf("%s: lease %d: PTTL %v after a refresh to 1m", what, i, pttl)
 						}
-						rdb.PExpire(ctx, d.lockKey(ls[i].Key), 2*time.Second)
+						rdb.PExpire(ctx, d.LockKey(ls[i].Key), 2*time.Second)
 					}
-					if v := rdb.Get(ctx, d.lockKey(stolen.Key)).Val(); v != "foreign" {
+					if v := rdb.Get(ctx, d.LockKey(stolen.Key)).Val(); v != "foreign" {
 						t.Errorf("%s: the stolen key now holds %q", what, v)
 					}
 				}
@@ -79,7 +79,7 @@ func TestRefreshBatch(t *testing.T) {
 				check("batch with an aborted transaction")
 				_, multi := rdb.(*redis.Client)
 				multi = multi || prefix != DefaultPrefix
-				if s := d.stats.snapshot(d.n); multi && s.BatchFallbacks != 1 {
+				if s := d.stats.snapshot(d.Notify); multi && s.BatchFallbacks != 1 {
 					t.Errorf("BatchFallbacks = %d, want 1", s.BatchFallbacks)
 				}
 				for _, l := range ls {

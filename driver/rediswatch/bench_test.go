@@ -146,7 +146,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 func BenchmarkAcquireRelease(b *testing.B) {
 	topologies(b, func(b *testing.B, topology string) {
 		rdb := benchClient(b, topology)
-		d := newDriver(rdb, DefaultPrefix, false)
+		d := testDriver(rdb, DefaultPrefix)
 		b.Cleanup(func() { d.Close() })
 		ctx := context.Background()
 		key := fmt.Sprintf("bench/acquirerelease/%d", time.Now().UnixNano())

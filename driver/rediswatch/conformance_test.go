@@ -65,24 +65,24 @@ func (h *harness) Crash(t *testing.T, l lock.Locker) {
 }
 
 // names maps keys to Redis names as the driver does.
-var names = newDriver(nil, DefaultPrefix, false)
+var names = testDriver(nil, DefaultPrefix)
 
 func (h *harness) DeleteKey(ctx context.Context, key string) error {
-	return h.admin.Del(ctx, names.lockKey(key)).Err()
+	return h.admin.Del(ctx, names.LockKey(key)).Err()
 }
 
 func (h *harness) StealKey(ctx context.Context, key string) error {
-	return h.admin.Set(ctx, names.lockKey(key), "foreign-owner", time.Minute).Err()
+	return h.admin.Set(ctx, names.LockKey(key), "foreign-owner", time.Minute).Err()
 }
 
 func (h *harness) DeleteCounter(ctx context.Context, key string) error {
-	return h.admin.Del(ctx, counterKey(names.lockKey(key))).Err()
+	return h.admin.Del(ctx, counterKey(names.LockKey(key))).Err()
 }
 
 // Residue lists the lock key, the queue and its entries, and any tombstone
 // (a clean-up after a lost grant reply leaves one for the lease's TTL).
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
-	lk := names.lockKey(key)
+	lk := names.LockKey(key)
 	node := h.admin
 	if c, ok := h.admin.(*redis.ClusterClient); ok {
 		n, err := c.MasterForKey(ctx, lk)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 )
 
 // pastDeadline is a context whose deadline has passed but whose timer has
@@ -49,7 +50,7 @@ func TestWithCtx(t *testing.T) {
 		{"held after cancel", cancelled, &driver.HeldError{}, nil},
 		{"not held after cancel", cancelled, driver.ErrNotHeld, nil},
 	} {
-		got := withCtx(tc.ctx, tc.err)
+		got := redisx.WithCtx(tc.ctx, tc.err)
 		if !errors.Is(got, tc.err) {
 			t.Errorf("%s: %v does not wrap %v", tc.name, got, tc.err)
 		}

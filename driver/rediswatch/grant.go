@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,6 +17,29 @@ import (
 // of, and only then does the clean-up Release that follows a failure need
 // to reach the server.
 type execSent struct{}
+
+// markSent records whether a grant's EXEC was sent (whose reply has not
+// come): in the queued wait's state, or as execSent.
+func markSent(l *driver.Lease, sent bool) {
+	if s, ok := l.Data.(*waiting); ok {
+		s.sent = sent
+	} else if sent {
+		l.Data = execSent{}
+	} else {
+		l.Data = nil
+	}
+}
+
+// wasSent reports what markSent recorded.
+func wasSent(l *driver.Lease) bool {
+	switch s := l.Data.(type) {
+	case execSent:
+		return true
+	case *waiting:
+		return s.sent
+	}
+	return false
+}
 
 // fenceLife is how long a fencing counter outlives the last grant that set
 // it to the clock (nearly every grant), redisnx's FENCE_LIFE_MS.
@@ -67,7 +91,7 @@ type attempt int
 const (
 	// tryOnce: Acquire's single attempt, which takes a dead waiter's place.
 	tryOnce attempt = iota
-	// tryThenJoin: AcquireWait's first attempt, which joins the queue
+	// tryThenJoin: Join's attempt, which joins the queue
 	// when the key is held or someone is queued, in the round trip that
 	// releases the watch (see unwatchAndJoin).
 	tryThenJoin
@@ -80,8 +104,8 @@ const (
 // attempt joined the queue, where inbox is the channel to name the caller
 // on (see queueElem).
 func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox string) (joined bool, err error) {
-	l.Data = nil
-	lk := d.lockKey(l.Key)
+	markSent(l, false)
+	lk := d.LockKey(l.Key)
 	ck := counterKey(lk)
 	wq := waitQueue(lk)
 	ttl := px(l.TTL)
@@ -148,7 +172,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 			}
 		}
 		clock := now.Val().UnixMicro()
-		l.Data = execSent{}
+		markSent(l, true)
 		d.hook("grant", lk)
 		var (
 			set  *redis.Cmd
@@ -165,7 +189,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 				p.LRem(ctx, wq, 1, dead)
 			}
 			if how == queued {
-				leaveCmds(ctx, p, lk, l.Owner, d.n.inbox)
+				leaveCmds(ctx, p, lk, l.Owner, inbox)
 			}
 		})
 		if err != nil {
@@ -177,12 +201,15 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		}
 		return nil
 	})
+	if how != tryOnce && (err == nil || errors.Is(err, errAborted)) {
+		markSent(l, false) // the reply came: Leave has no grant to remove
+	}
 	switch {
 	case errors.Is(err, errAborted):
 		d.stats.grantAborts.Add(1)
 		return false, &driver.HeldError{}
 	case err != nil:
-		return joined, withCtx(ctx, err)
+		return joined, redisx.WithCtx(ctx, err)
 	case !granted:
 		return false, &driver.HeldError{}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -76,3 +77,10 @@ func userURL(user, pass string, addrs []string, query string) string {
 }
 
 type driverLease = driver.Lease
+
+// testDriver is the driver of New(client, &Options{Prefix: prefix}), for
+// tests that call it directly.
+func testDriver(client redis.UniversalClient, prefix string) *watchDriver {
+	core, _ := redisx.NewCore("rediswatch", client, &Options{Prefix: prefix}, false)
+	return newDriver(core)
+}

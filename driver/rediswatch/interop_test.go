@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -195,7 +196,7 @@ func TestKeyStartingWithBrace(t *testing.T) {
 		l, _ := newTestLocker(t, rdb, nil)
 		k := "}" + testKey(t)
 		lk := "dlock:{\xff" + k + "}"
-		if slot(lk) != slot(lk+":fence") {
+		if redisx.Slot(lk) != redisx.Slot(lk+":fence") {
 			t.Fatalf("lock and counter in different slots")
 		}
 		lease, err := l.TryLock(ctx, k)

@@ -21,12 +21,9 @@ const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix
 	voidInfix     = redisx.VoidInfix
-	inboxInfix    = redisx.InboxInfix
 	queueSuffix   = ":wq"
 	entryInfix    = ":we:"
 )
-
-func (d *watchDriver) lockKey(key string) string { return redisx.LockKey(d.prefix, key) }
 
 func counterKey(lk string) string       { return lk + counterSuffix }
 func channel(lk string) string          { return lk + channelSuffix }

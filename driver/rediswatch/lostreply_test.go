@@ -16,7 +16,7 @@ import (
 func TestCleanupAfterLostGrantReply(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := testCtx(t)
-		d := newDriver(rdb, DefaultPrefix, false)
+		d := testDriver(rdb, DefaultPrefix)
 		defer d.Close()
 
 		// The EXEC arrives late: the clean-up sets the tombstone first and
@@ -33,7 +33,7 @@ func TestCleanupAfterLostGrantReply(t *testing.T) {
 			t.Fatalf("Acquire whose EXEC came after the clean-up: err = %v, want an aborted (held) attempt", err)
 		}
 		d.beforeExec.Store(nil)
-		lk := d.lockKey(l.Key)
+		lk := d.LockKey(l.Key)
 		if n := rdb.Exists(ctx, lk).Val(); n != 0 {
 			t.Errorf("the late EXEC granted the key after the clean-up")
 		}
@@ -52,7 +52,7 @@ func TestCleanupAfterLostGrantReply(t *testing.T) {
 		if err := d.Release(ctx, &cleanup); err != nil {
 			t.Fatalf("clean-up of an applied grant: %v", err)
 		}
-		if n := rdb.Exists(ctx, d.lockKey(l.Key)).Val(); n != 0 {
+		if n := rdb.Exists(ctx, d.LockKey(l.Key)).Val(); n != 0 {
 			t.Errorf("the clean-up left the grant")
 		}
 	})
@@ -63,7 +63,7 @@ func TestCleanupAfterLostGrantReply(t *testing.T) {
 func TestCleanupWithoutExecNeedsNoIO(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	rdb.Close()
-	d := newDriver(rdb, DefaultPrefix, false)
+	d := testDriver(rdb, DefaultPrefix)
 	defer d.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -22,6 +22,6 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	d, lo := newDriverOptions(c.NewClient(), &Options{Options: *c.Options, Prefix: c.Prefix}, true)
-	return d, lo, nil
+	core, lo := redisx.NewCore("rediswatch", c.NewClient(), &Options{Options: *c.Options, Prefix: c.Prefix}, true)
+	return newDriver(core), lo, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,139 +39,135 @@ import (
 // redsync, redislock), and a dead waiter in first place (the key stays
 // free), whose place the attempt takes. A waiter also tries when the
 // holder's grant expires, at its PTTL.
-const (
-	entryLife   = 3 * time.Second
-	entryLifeMS = int64(entryLife / time.Millisecond)
-	heartbeat   = time.Second
-	// leaveWait is how long a Lock call that gives up waits for its
-	// leave; a slower one goes on in the background, bounded by
-	// leaveTimeout, and Close waits for it.
-	leaveWait    = time.Second
-	leaveTimeout = 5 * time.Second
-)
 
-var _ driver.Queuer = (*watchDriver)(nil)
+// waiting is a queued Lock call's state, in driver.Lease.Data until it is
+// granted.
+type waiting struct {
+	w       *redisx.Waiter // nil until the first attempt found the key held
+	renewed time.Time      // when the entry was last made or renewed
+	hintAt  time.Time      // when the holder's grant expires, if known
+	sent    bool           // a grant's EXEC was sent and its reply did not come
+}
 
-// AcquireWait implements driver.Queuer: a plain attempt; if the key is
-// held, it joins the key's queue and tries again whenever a release names
-// it (or no one), or a heartbeat or the holder's expiry comes, until it is
-// granted or ctx ends. On any failure it leaves the queue, and removes a
-// grant whose reply it did not get.
-func (d *watchDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
-	lk := d.lockKey(l.Key)
-	var (
-		news <-chan struct{} // nil: no notification, the heartbeat polls
-		stop func()
-	)
-	defer func() {
-		if stop != nil {
-			stop()
-		}
-	}()
-	listen := func() error {
-		c, unsub, err := d.n.subscribe(ctx, channel(lk), l.Owner)
-		switch {
-		case err == nil:
-			news, stop = c, unsub
-		case ctx.Err() != nil || errors.Is(err, errNotifierClosed):
-			return withCtx(ctx, err)
-		}
-		return nil
+// Join implements driver.Queuer: a plain attempt that joins the queue, in
+// the round trip that ends it, if the key is held. It listens before the
+// attempt if the key's channel is subscribed already (that costs nothing),
+// so that a release after the attempt is heard; otherwise it subscribes
+// once the key is found held (the key is often free), and the confirmation
+// of the subscriptions wakes it to try again: a release may have come
+// before them.
+func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
+	lk := d.LockKey(l.Key)
+	s := &waiting{}
+	l.Data = s
+	listen := func() (err error) {
+		s.w, err = d.Notify.Queue(lk, l.Owner, wake)
+		return err
 	}
-	// Listen before the first attempt if the channel is subscribed already
-	// (that costs nothing), so that a release after the attempt is heard.
-	// Otherwise the first attempt goes without: the key is often free.
-	early := d.n.confirmed(channel(lk))
-	if early {
+	if d.Notify.Confirmed(lk) {
 		if err := listen(); err != nil {
 			return err
 		}
 	}
-	var (
-		how     = tryThenJoin
-		renewed time.Time // when the entry was last made or renewed
-		hintAt  time.Time // when the holder's grant expires, if known
-		t       *time.Timer
-	)
-	for try := true; ; {
+	at := time.Now()
+	joined, err := d.acquire(ctx, l, tryThenJoin, s.inbox())
+	if err == nil {
+		s.stop()
+		return nil
+	}
+	var held *driver.HeldError
+	if !errors.As(err, &held) {
+		return err
+	}
+	s.hint(held)
+	if !joined {
+		// The attempt's transaction was aborted: join now.
+		at = time.Now()
+		if err := d.join(ctx, lk, l.Owner, s.inbox()); err != nil {
+			return redisx.WithCtx(ctx, err)
+		}
+	}
+	s.renewed = at
+	if s.w == nil {
+		if err := listen(); err != nil {
+			return err
+		}
+	}
+	return s.held()
+}
+
+// Check implements driver.Queuer: an attempt when a release named the
+// waiter (or no one), when the subscriptions were confirmed, or when the
+// holder's grant is due to expire; else, or when the entry is due for
+// renewal, a renewal that also reads the key's PTTL, and an attempt if the
+// key is free or the entry had died (the waiter joins again, at the end).
+// That finds a release whose message was lost, a release by a client that
+// names no one (redisnx, redsync, redislock), and a dead waiter in first
+// place (the key stays free), whose place the attempt takes.
+func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
+	s := l.Data.(*waiting)
+	lk := d.LockKey(l.Key)
+	try := s.w.News() || (!s.hintAt.IsZero() && !time.Now().Before(s.hintAt))
+	for {
 		if try {
-			sent := time.Now()
-			joined, err := d.acquire(ctx, l, how, d.n.inboxFor(l.Owner))
+			_, err := d.acquire(ctx, l, queued, s.w.Inbox())
 			if err == nil {
-				l.Sent = sent // lock counts the validity from it
+				s.stop()
 				return nil
 			}
 			var held *driver.HeldError
 			if !errors.As(err, &held) {
-				_, unknown := l.Data.(execSent)
-				d.leave(l, unknown)
 				return err
 			}
-			hintAt = time.Time{}
-			if held.RetryAfter > 0 {
-				hintAt = time.Now().Add(held.RetryAfter)
-			}
-			if how == tryThenJoin {
-				if joined {
-					renewed = sent
-				} else {
-					// The attempt's transaction was aborted: join now.
-					at := time.Now()
-					if err := d.join(ctx, lk, l.Owner, d.n.inboxFor(l.Owner)); err != nil {
-						d.leave(l, false)
-						return withCtx(ctx, err)
-					}
-					renewed = at
-				}
-				how = queued
-				if !early {
-					if err := listen(); err != nil {
-						d.leave(l, false)
-						return err
-					}
-					continue // a release may have come before the subscription
-				}
+			s.hint(held)
+			if time.Since(s.renewed) < driver.Heartbeat {
+				return s.held()
 			}
 		}
-		try = false
-		if time.Since(renewed) >= heartbeat {
-			at := time.Now()
-			r, err := d.renew(ctx, lk, l.Owner, d.n.inboxFor(l.Owner))
-			if err != nil {
-				d.leave(l, false)
-				return withCtx(ctx, err)
-			}
-			renewed = at
-			if r.rejoined || r.free {
-				try = true
-				continue
-			}
-			hintAt = time.Time{}
+		at := time.Now()
+		r, err := d.renew(ctx, lk, l.Owner, s.inbox())
+		if err != nil {
+			return redisx.WithCtx(ctx, err)
+		}
+		s.renewed = at
+		if try || !(r.rejoined || r.free) {
+			s.hintAt = time.Time{}
 			if r.pttl >= 0 {
-				hintAt = time.Now().Add(r.pttl + time.Millisecond)
+				s.hintAt = time.Now().Add(r.pttl + time.Millisecond)
 			}
+			return s.held()
 		}
-		wait := heartbeat - time.Since(renewed)
-		if !hintAt.IsZero() {
-			wait = min(wait, time.Until(hintAt))
-		}
-		if t == nil {
-			t = time.NewTimer(wait)
-			defer t.Stop()
-		} else {
-			t.Reset(wait)
-		}
-		select {
-		case <-news:
-			try = true
-		case <-t.C:
-			// The holder's grant expired: try. A heartbeat's renewal
-			// decides whether to.
-			try = !hintAt.IsZero() && !time.Now().Before(hintAt)
-		case <-ctx.Done():
-			d.leave(l, false)
-			return ctx.Err()
-		}
+		try = true
+	}
+}
+
+// inbox is the channel releases are to name the waiter on: its Locker's
+// inbox once subscribed, else "" (the key's channel).
+func (s *waiting) inbox() string {
+	if s.w != nil && s.w.InboxReady() {
+		return s.w.Inbox()
+	}
+	return ""
+}
+
+func (s *waiting) hint(held *driver.HeldError) {
+	s.hintAt = time.Time{}
+	if held.RetryAfter > 0 {
+		s.hintAt = time.Now().Add(held.RetryAfter)
+	}
+}
+
+// held is the result of a step that leaves the waiter queued.
+func (s *waiting) held() error {
+	if s.hintAt.IsZero() {
+		return &driver.HeldError{}
+	}
+	return &driver.HeldError{RetryAfter: max(time.Until(s.hintAt), time.Millisecond)}
+}
+
+func (s *waiting) stop() {
+	if s.w != nil {
+		s.w.Stop()
 	}
 }
 
@@ -184,9 +181,9 @@ func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox string) {
 	if inbox != "" {
 		p.Do(ctx, "lrem", wq, 0, queueElem(owner, inbox))
 	}
-	p.Do(ctx, "set", waitEntry(lk, owner), "", "px", entryLifeMS)
+	p.Do(ctx, "set", waitEntry(lk, owner), "", "px", redisx.EntryLifeMS)
 	p.Do(ctx, "rpush", wq, queueElem(owner, inbox))
-	p.Do(ctx, "pexpire", wq, 2*entryLifeMS)
+	p.Do(ctx, "pexpire", wq, 2*redisx.EntryLifeMS)
 }
 
 // leaveCmds queues the commands that take owner out of lk's queue: its
@@ -247,8 +244,8 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox string) (r ren
 			pttl  *redis.DurationCmd
 		)
 		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			alive = p.PExpire(ctx, entry, entryLife)
-			p.PExpire(ctx, wq, 2*entryLife)
+			alive = p.PExpire(ctx, entry, redisx.EntryLife)
+			p.PExpire(ctx, wq, 2*redisx.EntryLife)
 			pttl = p.PTTL(ctx, lk)
 			return nil
 		}); err != nil {
@@ -266,39 +263,33 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox string) (r ren
 	return r, err
 }
 
-// leave ends an AcquireWait that did not get the key: it removes a grant
-// whose reply was lost (unknown, see Release) and takes l's owner out of
-// the queue, waking the other waiters if it was first in line, so that the
-// next one takes a free key at once. It waits at most leaveWait; an entry
-// it could not remove dies after entryLife.
-func (d *watchDriver) leave(l *driver.Lease, unknown bool) {
-	d.bg.Add(1) // lock calls Close only after every call returned
-	done := make(chan struct{})
-	go func() {
-		defer d.bg.Done()
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
-		defer cancel()
-		if unknown {
-			_ = d.Release(ctx, l)
-		}
-		lk := d.lockKey(l.Key)
-		_ = d.onConn(ctx, lk, func(tx *redis.Tx) error {
-			var first *redis.StringCmd
-			err := exec(ctx, tx, func(p redis.Pipeliner) {
-				first = p.LIndex(ctx, waitQueue(lk), 0)
-				leaveCmds(ctx, p, lk, l.Owner, d.n.inbox)
-			})
-			if owner, _ := splitElem(first.Val()); err == nil && owner == l.Owner {
-				err = tx.Publish(ctx, channel(lk), "").Err()
-			}
+// Leave implements driver.Queuer: it removes a grant whose reply was lost
+// (see Release) and takes l's owner out of the queue, waking the other
+// waiters if it was first in line, so that the next one takes a free key
+// at once. An entry it cannot remove dies after redisx.EntryLife.
+func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
+	s := l.Data.(*waiting)
+	s.stop()
+	if s.sent {
+		if err := d.Release(ctx, l); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 			return err
-		})
-	}()
-	t := time.NewTimer(leaveWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+		}
+		s.sent = false
 	}
+	lk := d.LockKey(l.Key)
+	inbox := ""
+	if s.w != nil {
+		inbox = s.w.Inbox()
+	}
+	return redisx.WithCtx(ctx, d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		var first *redis.StringCmd
+		err := exec(ctx, tx, func(p redis.Pipeliner) {
+			first = p.LIndex(ctx, waitQueue(lk), 0)
+			leaveCmds(ctx, p, lk, l.Owner, inbox)
+		})
+		if owner, _ := splitElem(first.Val()); err == nil && owner == l.Owner {
+			err = tx.Publish(ctx, channel(lk), "").Err()
+		}
+		return err
+	}))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -45,7 +46,7 @@ type notifyingDriver struct {
 func TestQueueFIFO(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
 		k := testKey(t)
-		lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+		lk := redisx.LockKey(DefaultPrefix, k)
 		newLocker := func() lock.Locker { l, _ := newTestLocker(t, rdb, nil); return l }
 		order := conformance.GrantOrder(t, newLocker, k, 8, func() int64 { return queueLen(t, rdb, lk) })
 		if !conformance.IsFIFO(order) {
@@ -58,7 +59,7 @@ func TestQueueFIFO(t *testing.T) {
 	t.Run("control", func(t *testing.T) {
 		rdb := standalone(t)
 		newLocker := func() lock.Locker {
-			d := newDriver(rdb, DefaultPrefix, false)
+			d := testDriver(rdb, DefaultPrefix)
 			l := lock.New(notifyingDriver{d, d}, &lock.Options{DisableAutoRenew: true})
 			t.Cleanup(func() { l.Close() })
 			return l
@@ -80,7 +81,7 @@ func TestQueueCancelLeavesNothing(t *testing.T) {
 	rdb := standalone(t)
 	l, _ := newTestLocker(t, rdb, nil)
 	k := testKey(t)
-	lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+	lk := redisx.LockKey(DefaultPrefix, k)
 	held, err := l.TryLock(testCtx(t), k)
 	if err != nil {
 		t.Fatal(err)
@@ -114,12 +115,12 @@ func TestQueueCancelLeavesNothing(t *testing.T) {
 }
 
 // A release that names no one (a foreign SET NX lock deleted by its owner)
-// is found by the waiter's heartbeat, long before the foreign lock's PTTL.
+// is found by the waiter's driver.Heartbeat, long before the foreign lock's PTTL.
 func TestQueueHeartbeatFindsSilentRelease(t *testing.T) {
 	rdb := standalone(t)
 	l, _ := newTestLocker(t, rdb, nil)
 	k := testKey(t)
-	lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+	lk := redisx.LockKey(DefaultPrefix, k)
 	if err := rdb.Set(testCtx(t), lk, "foreign", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -142,8 +143,8 @@ func TestQueueHeartbeatFindsSilentRelease(t *testing.T) {
 	deleted := time.Now()
 	select {
 	case at := <-got:
-		if d := at.Sub(deleted); d > heartbeat+time.Second {
-			t.Errorf("granted %v after the silent release; want within a heartbeat (%v) and a second", d, heartbeat)
+		if d := at.Sub(deleted); d > driver.Heartbeat+time.Second {
+			t.Errorf("granted %v after the silent release; want within a driver.Heartbeat (%v) and a second", d, driver.Heartbeat)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("waiter not granted 15s after the silent release")
@@ -155,7 +156,7 @@ func TestQueueHeartbeatFindsSilentRelease(t *testing.T) {
 func queueGhost(t *testing.T, rdb redis.UniversalClient, lk, owner string, life time.Duration) {
 	t.Helper()
 	ctx := testCtx(t)
-	if err := rdb.RPush(ctx, waitQueue(lk), queueElem(owner, DefaultPrefix+inboxInfix+owner)).Err(); err != nil {
+	if err := rdb.RPush(ctx, waitQueue(lk), queueElem(owner, DefaultPrefix+redisx.InboxInfix+owner)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Set(ctx, waitEntry(lk, owner), "", life).Err(); err != nil {
@@ -180,7 +181,7 @@ func TestQueueSkipsDeadWaiter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := testKey(t)
-			lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+			lk := redisx.LockKey(DefaultPrefix, k)
 			held, err := l.TryLock(testCtx(t), k)
 			if err != nil {
 				t.Fatal(err)
@@ -223,7 +224,7 @@ func TestTryLockYieldsToQueue(t *testing.T) {
 	l, _ := newTestLocker(t, rdb, nil)
 	for _, alive := range []bool{true, false} {
 		k := testKey(t)
-		lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+		lk := redisx.LockKey(DefaultPrefix, k)
 		life := time.Minute
 		if !alive {
 			life = time.Millisecond
@@ -250,24 +251,33 @@ func TestTryLockYieldsToQueue(t *testing.T) {
 // only; "" on the key's channel wakes every waiter.
 func TestReleaseWakesOnlyTheFirst(t *testing.T) {
 	rdb := standalone(t)
-	d := newDriver(rdb, DefaultPrefix, false)
+	d := testDriver(rdb, DefaultPrefix)
 	defer d.Close()
 	ctx := testCtx(t)
-	ch := channel(d.lockKey(testKey(t)))
+	lk := d.LockKey(testKey(t))
 	owners := []string{strings.Repeat("a", 32), strings.Repeat("b", 32), strings.Repeat("c", 32)}
-	var cs []<-chan struct{}
+	var (
+		cs []chan struct{}
+		ws []*redisx.Waiter
+	)
 	for _, o := range owners {
-		c, cancel, err := d.n.subscribe(ctx, ch, o)
+		c := make(chan struct{}, 1)
+		w, err := d.Notify.Queue(lk, o, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cancel()
-		cs = append(cs, c)
+		defer w.Stop()
+		cs, ws = append(cs, c), append(ws, w)
 	}
-	if d.n.inboxFor(owners[1]) == "" {
-		t.Fatalf("no inbox for a subscribed waiter")
+	for deadline := time.Now().Add(2 * time.Second); !ws[1].Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("subscriptions of a queued waiter never confirmed")
+		}
 	}
-	rdb.Publish(ctx, d.n.inbox, owners[1])
+	for _, c := range cs { // drop the confirmations' wake-ups
+		received(c, 100*time.Millisecond)
+	}
+	rdb.Publish(ctx, ws[1].Inbox(), owners[1])
 	if !received(cs[1], time.Second) {
 		t.Fatalf("the named waiter was not woken")
 	}
@@ -276,7 +286,7 @@ func TestReleaseWakesOnlyTheFirst(t *testing.T) {
 			t.Errorf("waiter %d woken by a release naming another", i)
 		}
 	}
-	rdb.Publish(ctx, ch, "")
+	rdb.Publish(ctx, channel(lk), "")
 	for i, c := range cs {
 		if !received(c, time.Second) {
 			t.Errorf("waiter %d not woken by a release naming no one", i)
@@ -284,13 +294,13 @@ func TestReleaseWakesOnlyTheFirst(t *testing.T) {
 	}
 }
 
-// A waiter behind another on a held key makes one round trip a heartbeat
+// A waiter behind another on a held key makes one round trip a driver.Heartbeat
 // (its renewal) and no attempt: only a release that names it, a free key
 // or its own expiry makes it try.
 func TestQueuedHeartbeatIsOneRoundTrip(t *testing.T) {
 	rdb := standalone(t)
 	k := testKey(t)
-	lk := (&watchDriver{prefix: DefaultPrefix}).lockKey(k)
+	lk := redisx.LockKey(DefaultPrefix, k)
 	holder, _ := newTestLocker(t, rdb, nil)
 	held, err := holder.TryLock(testCtx(t), k)
 	if err != nil {
@@ -314,7 +324,7 @@ func TestQueuedHeartbeatIsOneRoundTrip(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	rec.take() // the attempts that queued it
-	time.Sleep(2*heartbeat + 300*time.Millisecond)
+	time.Sleep(2*driver.Heartbeat + 300*time.Millisecond)
 	trips := rec.take()
 	cancel()
 	<-done
@@ -323,7 +333,7 @@ func TestQueuedHeartbeatIsOneRoundTrip(t *testing.T) {
 	}
 	for _, trip := range trips {
 		if trip != "pexpire pexpire pttl" {
-			t.Errorf("round trip %q in a heartbeat; want only renewals (pexpire pexpire pttl)", trip)
+			t.Errorf("round trip %q in a driver.Heartbeat; want only renewals (pexpire pexpire pttl)", trip)
 		}
 	}
 	held.Unlock(testCtx(t))

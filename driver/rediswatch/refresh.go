@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,7 +17,7 @@ import (
 //	WATCH lock; GET lock
 //	MULTI; PEXPIRE lock ttl; EXEC                  (if GET == l.Owner)
 func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
-	lk := d.lockKey(l.Key)
+	lk := d.LockKey(l.Key)
 	ttl = px(ttl)
 	err := d.ownerTx(ctx, "refresh", lk, l.Owner, nil, func(p redis.Pipeliner) *redis.IntCmd {
 		return pexpire(ctx, p, lk, ttl)
@@ -74,7 +75,7 @@ func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 
 // groups splits the indexes of ls into groups one transaction can cover.
 func (d *watchDriver) groups(ls []*driver.Lease) [][]int {
-	switch d.client.(type) {
+	switch d.Client.(type) {
 	case *redis.Client:
 		all := make([]int, len(ls))
 		for i := range all {
@@ -82,10 +83,10 @@ func (d *watchDriver) groups(ls []*driver.Lease) [][]int {
 		}
 		return [][]int{all}
 	case *redis.ClusterClient:
-		bySlot := map[uint16]int{}
+		bySlot := map[int]int{}
 		var out [][]int
 		for i, l := range ls {
-			s := slot(d.lockKey(l.Key))
+			s := redisx.Slot(d.LockKey(l.Key))
 			j, ok := bySlot[s]
 			if !ok {
 				j = len(out)
@@ -112,7 +113,7 @@ func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx 
 	}
 	keys := make([]string, len(idx))
 	for j, i := range idx {
-		keys[j] = d.lockKey(ls[i].Key)
+		keys[j] = d.LockKey(ls[i].Key)
 	}
 	var (
 		owned   []int // positions in idx of the leases whose key holds their owner
@@ -157,7 +158,7 @@ func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx 
 		}
 	case err != nil:
 		for _, i := range idx {
-			errs[i] = withCtx(ctx, err)
+			errs[i] = redisx.WithCtx(ctx, err)
 		}
 	default:
 		for _, i := range idx {

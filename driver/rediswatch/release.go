@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,12 +29,12 @@ import (
 func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 	var tomb string
 	if l.Token == 0 {
-		if _, sent := l.Data.(execSent); !sent {
+		if !wasSent(l) {
 			return driver.ErrNotHeld
 		}
-		tomb = tombstone(d.lockKey(l.Key), l.Owner)
+		tomb = tombstone(d.LockKey(l.Key), l.Owner)
 	}
-	lk := d.lockKey(l.Key)
+	lk := d.LockKey(l.Key)
 	ch := channel(lk)
 	var head *redis.StringCmd
 	before := func(p redis.Pipeliner) {
@@ -95,7 +96,7 @@ func (d *watchDriver) ownerTx(ctx context.Context, op, lk, owner string, before 
 			return nil
 		})
 		if !errors.Is(err, errAborted) {
-			return withCtx(ctx, err)
+			return redisx.WithCtx(ctx, err)
 		}
 		aborts.Add(1)
 		if attempt >= d.maxAttempts {
@@ -103,7 +104,7 @@ func (d *watchDriver) ownerTx(ctx context.Context, op, lk, owner string, before 
 			return fmt.Errorf("%w: %s of %q gave up after %d aborted transactions", ErrConflict, op, lk, attempt)
 		}
 		if ctx.Err() != nil {
-			return withCtx(ctx, ctx.Err())
+			return redisx.WithCtx(ctx, ctx.Err())
 		}
 	}
 }

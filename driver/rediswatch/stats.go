@@ -1,6 +1,10 @@
 package rediswatch
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/dlock-go/dlock/internal/redisx"
+)
 
 // Stats counts the events of a Locker's driver that a healthy system keeps
 // rare; get a snapshot with lock.As:
@@ -31,13 +35,13 @@ type counters struct {
 	grantAborts, releaseAborts, refreshAborts, gaveUp, batchFallbacks atomic.Uint64
 }
 
-func (c *counters) snapshot(n *notifier) Stats {
+func (c *counters) snapshot(n *redisx.Notifier) Stats {
 	return Stats{
 		GrantAborts:    c.grantAborts.Load(),
 		ReleaseAborts:  c.releaseAborts.Load(),
 		RefreshAborts:  c.refreshAborts.Load(),
 		GaveUp:         c.gaveUp.Load(),
 		BatchFallbacks: c.batchFallbacks.Load(),
-		Reconnects:     n.reconnects.Load(),
+		Reconnects:     n.Reconnects(),
 	}
 }

@@ -3,12 +3,9 @@ package rediswatch
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,7 +34,7 @@ var errAborted = errors.New("rediswatch: transaction aborted by a concurrent cha
 // WATCH sent yet. fn may run again (Cluster redirection), so it must set
 // all of its results afresh on each run.
 func (d *watchDriver) onConn(ctx context.Context, key string, fn func(tx *redis.Tx) error) error {
-	switch c := d.client.(type) {
+	switch c := d.Client.(type) {
 	case *redis.Client:
 		return c.Watch(ctx, fn)
 	case *redis.ClusterClient:
@@ -58,7 +55,7 @@ func (d *watchDriver) onConn(ctx context.Context, key string, fn func(tx *redis.
 	default:
 		// Ring and wrappers: go-redis picks the shard and sends WATCH key
 		// first; fn's own WATCH adds the other keys.
-		return d.client.Watch(ctx, fn, key)
+		return d.Client.Watch(ctx, fn, key)
 	}
 }
 
@@ -145,34 +142,4 @@ func (d *watchDriver) hook(op, lockKey string) {
 	if f := d.beforeExec.Load(); f != nil {
 		(*f)(op, lockKey)
 	}
-}
-
-// withCtx makes an error that ctx caused say so. go-redis with
-// ContextTimeoutEnabled turns ctx's deadline into a socket deadline, and
-// its "i/o timeout" can come back before ctx's own timer has fired and set
-// ctx.Err(). Then withCtx waits for that timer (it is due), so that the
-// caller finds ctx ended, as lock and its users expect, and the error
-// wraps the context's.
-func withCtx(ctx context.Context, err error) error {
-	if err == nil || errors.Is(err, driver.ErrHeld) || errors.Is(err, driver.ErrNotHeld) {
-		return err
-	}
-	cerr := ctx.Err()
-	if cerr == nil {
-		var ne net.Error
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && errors.As(err, &ne) && ne.Timeout() {
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				cerr = ctx.Err()
-			case <-t.C:
-				cerr = context.DeadlineExceeded
-			}
-			t.Stop()
-		}
-	}
-	if cerr == nil || errors.Is(err, cerr) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", cerr, err)
 }

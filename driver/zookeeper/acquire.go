@@ -17,7 +17,7 @@ import (
 // (see join); when something earlier blocks the node, delete it and report
 // the key held. Round trips: 1 when granted, 2 when held.
 func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	n, v, err := d.first(ctx, l, d.keyPath(l.Key), false)
+	n, v, err := d.first(ctx, l, d.keyPath(l.Key))
 	if err != nil {
 		return err
 	}
@@ -28,175 +28,172 @@ func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	return nil
 }
 
-// AcquireWait is Lock and RLock: create the node, then until it is
-// granted: list the queue; if something earlier blocks the node, watch the
-// nearest blocker (getData with a watch, as zk.Lock and Curator do) and
-// wait for it to go. A lost connection is waited out, keeping the node
-// (its session survives a reconnection within the session timeout; if it
-// does not, the node is gone and the waiter queues again). When ctx ends
-// or on any other failure, the node is deleted before returning (when ctx
-// ends while the create is under way, as soon as its reply comes). Round
-// trips: 1 when the key is free (the create's reply shows the node alone);
-// else 1 to list the queue, 1 to set the watch, and after the release the
-// server's notification and 1 more listing.
-//
-// The requests are made by one goroutine (see queue), in a row, and the
-// call waits for it or for ctx. So a hand-off (the watch fires, the waiter
-// lists the queue and finds itself first) starts no goroutine: on a loaded
-// machine, a contended key's throughput is the hand-offs' latency.
-func (d *zkDriver) AcquireWait(ctx context.Context, l *driver.Lease) error {
-	d.mon.waiting(1)
-	defer d.mon.waiting(-1)
-	kp := d.keyPath(l.Key)
-	q := &queue{done: make(chan struct{})}
-	d.calls.Add(1)
-	go func() {
-		defer d.calls.Done()
-		d.queue(ctx, l, kp, q)
-	}()
-	select {
-	case <-q.done:
-	case <-ctx.Done():
-		q.mu.Lock()
+// Lock and RLock are the steps of driver.Queuer, which lock drives: Join
+// creates the node and lists the queue; if something earlier blocks the
+// node, it watches the nearest blocker (getData with a watch, as zk.Lock
+// and Curator do). The watch's firing wakes lock, whose Check lists the
+// queue again; a Check before it fires costs nothing. A lost connection
+// is waited out, keeping the node (its session survives a reconnection
+// within the session timeout; if it does not, the node is gone and the
+// waiter queues again). Leave deletes the node. Round trips: 1 when the
+// key is free (the create's reply shows the node alone); else 1 to list
+// the queue, 1 to set the watch, and after the release the server's
+// notification and 1 more listing.
+
+// waiter is l.Data while l waits, from Join to the grant or Leave.
+type waiter struct {
+	kp   string
+	n    node // the node in the queue; no path when not queued
+	wake chan<- struct{}
+	// fired is closed when the watch set on the blocker fires; nil when no
+	// watch is set (none was needed, or a step failed), so that the next
+	// Check lists the queue.
+	fired chan struct{}
+	stop  chan struct{} // closed by end: the watch's goroutine stops
+	ended sync.Once
+}
+
+// Join implements driver.Queuer.
+func (d *zkDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
+	w := &waiter{kp: d.keyPath(l.Key), wake: wake, stop: make(chan struct{})}
+	l.Data = w
+	d.mon.waiting(1) // the monitor proves the session while l waits
+	return d.step(ctx, l, w)
+}
+
+// Check implements driver.Queuer. While the watch has not fired, the
+// blocker is still there (or the connection is down, which the watch
+// outlives): nothing to ask the server.
+func (d *zkDriver) Check(ctx context.Context, l *driver.Lease) error {
+	w, ok := l.Data.(*waiter)
+	if !ok {
+		return fmt.Errorf("zookeeper: Check of %s without Join", l.Key)
+	}
+	if w.fired != nil {
 		select {
-		case <-q.done: // done meanwhile: the result stands
+		case <-w.fired:
+			w.fired = nil
 		default:
-			q.abandoned = true
-		}
-		abandoned, path := q.abandoned, q.path
-		q.mu.Unlock()
-		if abandoned {
-			// The goroutine deletes a node it makes from now on; this
-			// one is ours to delete.
-			if path != "" {
-				d.discard(kp, l.Owner, path)
-			}
-			return ctx.Err()
+			return &driver.HeldError{}
 		}
 	}
-	if q.err != nil {
-		return q.err
+	return d.step(ctx, l, w)
+}
+
+// Leave implements driver.Queuer. It may run more than once (lock retries
+// one whose context ended, possibly while the first still runs): the
+// deletion is harmless to repeat, and end runs once.
+func (d *zkDriver) Leave(ctx context.Context, l *driver.Lease) error {
+	w, ok := l.Data.(*waiter)
+	if !ok {
+		return nil // no wait to end
 	}
-	// The grant's validity starts at the listing that granted it.
-	d.grant(l, q.n, d.sessionTimeout())
-	l.Sent = q.listed
+	d.end(w)
+	if w.n.path != "" {
+		d.discard(w.kp, l.Owner, w.n.path)
+	}
 	return nil
 }
 
-// queue is the state AcquireWait shares with its goroutine.
-type queue struct {
-	done chan struct{} // closed with the outcome: n and listed, or err
-	n    node
-	// listed is when the listing that granted n was sent.
-	listed time.Time
-	err    error
-
-	mu        sync.Mutex
-	path      string // the node the goroutine holds in the queue, if any
-	abandoned bool   // AcquireWait returned: ctx ended
+// end ends w's wait: its watch's goroutine stops, and the monitor counts
+// one waiter less.
+func (d *zkDriver) end(w *waiter) {
+	w.ended.Do(func() {
+		close(w.stop)
+		d.mon.waiting(-1)
+	})
 }
 
-// hold records that the goroutine holds the node at path ("" for none)
-// and reports false when the caller has gone: then the node is the
-// goroutine's to delete.
-func (q *queue) hold(path string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.path = path
-	return !q.abandoned
-}
-
-// finish hands the outcome to AcquireWait.
-func (q *queue) finish(n node, listed time.Time, err error) {
-	q.mu.Lock()
-	q.n, q.listed, q.err = n, listed, err
-	close(q.done)
-	q.mu.Unlock()
-}
-
-// queue is AcquireWait's goroutine: it makes the requests, with
-// go-zookeeper's blocking calls in a row (ctx only for pauses and for
-// waiting on the watch), and finishes q with the grant or with a failure,
-// having deleted its node on a failure. When ctx ends it just stops:
-// AcquireWait, which sees ctx end too, deletes the node it held (and the
-// goroutine deletes one it makes after that).
-func (d *zkDriver) queue(ctx context.Context, l *driver.Lease, kp string, q *queue) {
-	bg := context.WithoutCancel(ctx) // requests run to the end
-	var (
-		n      node
-		v      verdict
-		err    error
-		listed time.Time
-	)
-	fail := func(err error) {
-		if ctx.Err() != nil {
-			return // AcquireWait deletes the node
+// step is Join's and Check's work: join the queue if l is not in it, list
+// the queue, and take the key or watch the nearest blocker. Its requests
+// run to the end (a deletion by Leave follows a step cut short), with
+// go-zookeeper's blocking calls in a row, so a hand-off (the watch fires,
+// Check lists the queue and finds l first) starts no goroutine here: on a
+// loaded machine, a contended key's throughput is the hand-offs' latency.
+// A connection or session failure leaves the node in place and is
+// reported as a wait, with the next Check, which lists the queue again,
+// due soon.
+func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
+	bg := context.WithoutCancel(ctx)
+	ride := func(err error) error {
+		if transient(err) {
+			return &driver.HeldError{RetryAfter: pollEvery(d.sessionTimeout())}
 		}
-		d.discard(kp, l.Owner, n.path)
-		q.finish(node{}, time.Time{}, err)
+		return err
 	}
-	for queued := false; ; {
-		if ctx.Err() != nil {
-			return // AcquireWait deletes the node
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		if !queued {
-			listed = time.Now()
-			if n, v, err = d.firstMoves(ctx, l, kp, true); err != nil {
-				if ctx.Err() == nil {
-					q.finish(node{}, time.Time{}, err) // firstMoves deleted the node
-				}
-				return
+		var v verdict
+		if w.n.path == "" {
+			n, err := d.join(ctx, l, w.kp, true)
+			if err != nil {
+				return err
 			}
-			if !q.hold(n.path) {
-				d.discard(kp, l.Owner, n.path)
-				return
-			}
-			queued = true
-		}
-		if v.granted {
-			if err = d.ensureProof(ctx, n.session); err == nil {
-				q.finish(n, listed, nil)
-				return
-			}
-		} else if ch, werr := d.watch(bg, kp+"/"+v.watch); werr != nil {
-			err = werr
-		} else if ch != nil {
-			select {
-			case <-ch:
-				// Deleted, changed, or the watch ended with the session or
-				// the connection: the next listing tells.
-			case <-ctx.Done():
-				return
-			}
-		}
-		for { // list the queue again, waiting out a lost connection
-			if err != nil && !(transient(err) && d.pause(ctx)) {
-				fail(err)
-				return
-			}
-			listed = time.Now()
-			if v, err = d.inspect(bg, kp, &n); err == nil {
-				break
+			w.n = n
+			if n.alone && n.listing == nil {
+				// The only child: granted, as a listing would show.
+				v = verdict{present: true, granted: true}
 			}
 		}
 		if !v.present {
+			var err error
+			if v, err = d.inspect(bg, w.kp, &w.n); err != nil {
+				return ride(err)
+			}
+		}
+		switch {
+		case !v.present:
 			// The node is gone: its session expired, or another client
 			// deleted it. Queue again, at the back.
-			if !q.hold("") {
-				return
+			w.n = node{}
+			continue
+		case v.granted:
+			if err := d.ensureProof(ctx, w.n.session); err != nil {
+				return ride(err)
 			}
-			queued = false
+			d.grant(l, w.n, d.sessionTimeout())
+			d.end(w)
+			return nil
 		}
+		ch, err := d.watch(bg, w.kp+"/"+v.watch)
+		if err != nil {
+			return ride(err)
+		}
+		if ch == nil {
+			continue // the blocker is gone already: list again
+		}
+		w.fired = make(chan struct{})
+		go w.await(ch, w.fired, d.mon.stop)
+		return &driver.HeldError{}
 	}
 }
 
-// first makes the first moves of an attempt: join the queue and list it,
-// and for TryLock (!wait) leave again when the key is held. It makes them
-// in one goroutine, with go-zookeeper's blocking calls in a row, and waits
-// for that goroutine or for ctx: the uncontended path costs one goroutine
-// hand-off, not one per request. When ctx ends first, the goroutine
-// deletes the node it made once it is done.
-func (d *zkDriver) first(ctx context.Context, l *driver.Lease, kp string, wait bool) (node, verdict, error) {
+// await waits for the watch's event (the blocker deleted or changed, or
+// the watch ended with the session or the connection: the next listing
+// tells) and wakes lock. go-zookeeper cannot remove a watch, but its
+// channel is buffered: when the wait ends first (or the driver closes),
+// the goroutine just stops.
+func (w *waiter) await(ch <-chan zk.Event, fired, closed chan struct{}) {
+	select {
+	case <-ch:
+		close(fired)
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	case <-w.stop:
+	case <-closed:
+	}
+}
+
+// first makes TryLock's moves: join the queue, list it, and leave again
+// when the key is held. It makes them in one goroutine, with go-zookeeper's
+// blocking calls in a row, and waits for that goroutine or for ctx: the
+// uncontended path costs one goroutine hand-off, not one per request. When
+// ctx ends first, the goroutine deletes the node it made once it is done.
+func (d *zkDriver) first(ctx context.Context, l *driver.Lease, kp string) (node, verdict, error) {
 	type result struct {
 		n node
 		v verdict
@@ -209,7 +206,7 @@ func (d *zkDriver) first(ctx context.Context, l *driver.Lease, kp string, wait b
 	d.calls.Add(1)
 	go func() {
 		defer d.calls.Done()
-		n, v, err := d.firstMoves(ctx, l, kp, wait)
+		n, v, err := d.firstMoves(ctx, l, kp)
 		mu.Lock()
 		fu.v, fu.err = result{n, v}, err
 		close(fu.done)
@@ -238,36 +235,28 @@ func (d *zkDriver) first(ctx context.Context, l *driver.Lease, kp string, wait b
 
 // firstMoves is first's goroutine. It returns the node (no path when it
 // deleted it) and its place in the queue.
-func (d *zkDriver) firstMoves(ctx context.Context, l *driver.Lease, kp string, wait bool) (node, verdict, error) {
-	bg := context.WithoutCancel(ctx) // requests run to the end; ctx is for pauses
-	for {
-		n, err := d.join(ctx, l, kp, wait)
-		if err != nil {
-			return node{}, verdict{}, err
-		}
-		if n.alone && n.listing == nil {
-			// The only child: granted, as a listing would show.
-			return n, verdict{present: true, granted: true}, nil
-		}
-		v, err := d.inspect(bg, kp, &n)
-		for err != nil && wait && transient(err) && d.pause(ctx) {
-			v, err = d.inspect(bg, kp, &n)
-		}
-		if err != nil {
-			d.discard(kp, l.Owner, n.path)
-			return node{}, verdict{}, errors.Join(err, ctx.Err())
-		}
-		switch {
-		case !v.present && wait && ctx.Err() == nil:
-			continue // gone already (session expired?): queue again
-		case !v.present:
-			return node{}, verdict{}, errors.Join(fmt.Errorf("zookeeper: lock node %s vanished right after its creation (session expired, or deleted by another client)", n.path), ctx.Err())
-		case !v.granted && !wait:
-			d.discard(kp, l.Owner, n.path)
-			n.path = ""
-		}
-		return n, v, nil
+func (d *zkDriver) firstMoves(ctx context.Context, l *driver.Lease, kp string) (node, verdict, error) {
+	n, err := d.join(ctx, l, kp, false)
+	if err != nil {
+		return node{}, verdict{}, err
 	}
+	if n.alone && n.listing == nil {
+		// The only child: granted, as a listing would show.
+		return n, verdict{present: true, granted: true}, nil
+	}
+	v, err := d.inspect(context.WithoutCancel(ctx), kp, &n) // runs to the end
+	if err != nil {
+		d.discard(kp, l.Owner, n.path)
+		return node{}, verdict{}, errors.Join(err, ctx.Err())
+	}
+	switch {
+	case !v.present:
+		return node{}, verdict{}, errors.Join(fmt.Errorf("zookeeper: lock node %s vanished right after its creation (session expired, or deleted by another client)", n.path), ctx.Err())
+	case !v.granted:
+		d.discard(kp, l.Owner, n.path)
+		n.path = ""
+	}
+	return n, v, nil
 }
 
 // transient reports whether err is a connection or session failure that a

@@ -71,10 +71,12 @@
 //     new node is alone, so no listing is sent. Otherwise a listing (1
 //     round trip) and a watch on the blocker (1); when it goes, the server
 //     notifies the waiter, which lists the children again (1) and is
-//     granted. One goroutine per waiting call makes these requests in a
-//     row, so a hand-off (release, notification, listing, grant) starts no
-//     goroutine: on a busy machine a hot key's throughput is bounded by
-//     the hand-offs' latency.
+//     granted. lock drives the wait (driver.Queuer): Join creates and
+//     lists, the watch's notification wakes lock, whose Check lists again;
+//     a Check before the notification sends nothing. Each step makes its
+//     requests in a row, so on a busy machine a hot key's throughput is
+//     bounded by the hand-offs' latency (release, notification, listing,
+//     grant).
 //   - Unlock: 1 (delete).
 //   - Renewal: 1 per lease (exists: the node is still there), or one multi
 //     of check operations per batch of leases (lock batches renewals that

@@ -30,8 +30,8 @@ type node struct {
 // lost, it finds the node again by its owner prefix once the connection is
 // back. With persist (a waiter), connection failures are waited out until
 // ctx ends; otherwise join gives up after a few attempts. It makes its
-// requests in the calling goroutine (see first) and consults ctx only
-// between attempts.
+// requests in the calling goroutine (see first and step) and consults ctx
+// only between attempts.
 func (d *zkDriver) join(ctx context.Context, l *driver.Lease, kp string, persist bool) (node, error) {
 	bg := context.WithoutCancel(ctx)
 	prefix := kp + "/" + nodePrefix(l.Owner, l.Mode)
@@ -48,7 +48,7 @@ func (d *zkDriver) join(ctx context.Context, l *driver.Lease, kp string, persist
 			// A waiter sends the create by itself: the multi's reply tells
 			// whether the node is the key node's only child (see create),
 			// granted then without a listing; a waiter behind others lists
-			// the queue next (see firstMoves), without a goroutine for the
+			// the queue next (see step), without a goroutine for the
 			// create, whose reply it waits for anyway.
 			n, err = run(d, true, func() (node, error) { return d.create(prefix, kp) })
 		} else {

@@ -324,7 +324,8 @@ func (m *monitor) remove(l *driver.Lease) bool {
 	return ok
 }
 
-// waiting counts AcquireWait calls under way, which need heartbeats too.
+// waiting counts the waits under way (from Join to the grant or Leave),
+// which need heartbeats too.
 func (m *monitor) waiting(delta int) {
 	m.mu.Lock()
 	m.waiters += delta

@@ -3,7 +3,9 @@ package redisx
 import (
 	"encoding/hex"
 	"strings"
+	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
@@ -91,3 +93,12 @@ func Slot(name string) int {
 	}
 	return int(crc) % 16384
 }
+
+// The queues of both drivers: a waiter renews its entry every
+// driver.Heartbeat (lock calls Check that often at least); an entry not
+// renewed for EntryLife is dead (its process crashed or is cut off) and is
+// skipped.
+const (
+	EntryLife   = 3 * driver.Heartbeat
+	EntryLifeMS = int64(EntryLife / time.Millisecond)
+)

@@ -1,0 +1,162 @@
+package redisx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is put before every Redis key and channel name when
+// Options.Prefix is empty; both drivers' default, so that they use the same
+// names for a key.
+const DefaultPrefix = "dlock:"
+
+// Options configure a Locker of either Redis driver. A nil *Options means
+// defaults.
+type Options struct {
+	lock.Options
+	// Prefix is put before every Redis key and channel name the Locker
+	// uses (DefaultPrefix when empty). For a key K the lock is "<prefix>{K}",
+	// its fencing counter "<prefix>{K}:fence" and its release channel
+	// "<prefix>{K}:rel". It must not contain "{" or "}": the key's braces
+	// are the Redis Cluster hash tag.
+	Prefix string
+}
+
+// Core is what both drivers are made of besides their algorithms: the
+// client, the names, the notifier, validation and the client's life.
+// Embedded in a driver, it provides As, Close and Subscribe
+// (driver.Notifier).
+type Core struct {
+	Client redis.UniversalClient
+	Prefix string
+	Notify *Notifier
+	name   string
+	owns   bool  // opened from a URL: Close closes Client
+	bad    error // an unusable configuration; Validate reports it
+}
+
+// NewCore returns the core of driver name over client, and the lock.Options
+// part of o. A nil or typed-nil client, or a prefix with braces, makes
+// every Validate fail with ErrInvalid rather than a call panic.
+func NewCore(name string, client redis.UniversalClient, o *Options, owns bool) (Core, *lock.Options) {
+	var lo *lock.Options
+	prefix := DefaultPrefix
+	if o != nil {
+		lo = &o.Options
+		if o.Prefix != "" {
+			prefix = o.Prefix
+		}
+	}
+	c := Core{Client: client, Prefix: prefix, name: name, owns: owns}
+	switch {
+	case NilClient(client):
+		c.Client = nil
+		c.bad = fmt.Errorf("%s: nil Redis client", name)
+	case strings.ContainsAny(prefix, "{}"):
+		c.bad = fmt.Errorf("%s: key prefix %q contains \"{\" or \"}\"", name, prefix)
+	}
+	c.Notify = NewNotifier(c.Client, prefix)
+	return c, lo
+}
+
+// LockKey returns the Redis key of the lock on key.
+func (c *Core) LockKey(key string) string { return LockKey(c.Prefix, key) }
+
+// Validate refuses what neither driver can carry: shared leases, keys that
+// are not UTF-8, TTLs below Redis's millisecond.
+func (c *Core) Validate(l *driver.Lease) error {
+	switch {
+	case c.bad != nil:
+		return fmt.Errorf("%w: %v", driver.ErrInvalid, c.bad)
+	case l.Mode != driver.Exclusive:
+		return fmt.Errorf("%w: %s grants exclusive leases only", driver.ErrInvalid, c.name)
+	case !utf8.ValidString(l.Key):
+		return fmt.Errorf("%w: key is not valid UTF-8", driver.ErrInvalid)
+	case l.TTL < time.Millisecond:
+		return fmt.Errorf("%w: TTL %v is below Redis's 1ms resolution", driver.ErrInvalid, l.TTL)
+	}
+	return nil
+}
+
+// Subscribe implements driver.Notifier.
+func (c *Core) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
+	return c.Notify.Subscribe(ctx, c.LockKey(key))
+}
+
+// As sets a *redis.UniversalClient target to the client, and a
+// **redis.Client, **redis.ClusterClient or **redis.Ring target when the
+// client is of that type.
+func (c *Core) As(target any) bool {
+	switch p := target.(type) {
+	case *redis.UniversalClient:
+		*p = c.Client
+		return c.Client != nil
+	case **redis.Client:
+		return as(c.Client, p)
+	case **redis.ClusterClient:
+		return as(c.Client, p)
+	case **redis.Ring:
+		return as(c.Client, p)
+	}
+	return false
+}
+
+func as[T any](client redis.UniversalClient, p *T) bool {
+	c, ok := client.(T)
+	if ok {
+		*p = c
+	}
+	return ok
+}
+
+// Close ends the pub/sub connections and, for a Locker opened from a URL,
+// closes the client. A second Close returns nil.
+func (c *Core) Close() error {
+	c.Notify.Close()
+	if c.owns && c.Client != nil {
+		c.owns = false
+		if err := c.Client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {
+			return fmt.Errorf("%s: closing the client: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+// WithCtx returns err, the failure of a call bound to ctx, wrapping
+// ctx.Err() when ctx ended, so that callers see context.DeadlineExceeded
+// or Canceled. go-redis reports a deadline that passed during a read as a
+// network timeout, sometimes a moment before ctx itself reports it (its
+// socket deadline and ctx's timer race): a timeout at or past ctx's
+// deadline waits briefly for ctx to agree.
+func WithCtx(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, driver.ErrHeld) || errors.Is(err, driver.ErrNotHeld) {
+		return err
+	}
+	cerr := ctx.Err()
+	if cerr == nil {
+		var ne net.Error
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && errors.As(err, &ne) && ne.Timeout() {
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				cerr = ctx.Err()
+			case <-t.C:
+				cerr = context.DeadlineExceeded
+			}
+			t.Stop()
+		}
+	}
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
+}
