@@ -187,6 +187,14 @@ type Notifier interface {
 	Subscribe(ctx context.Context, key string) (c <-chan struct{}, cancel func(), err error)
 }
 
+// DriftMargin is what lock subtracts from a validity to get a lease's
+// local deadline: 1% of the validity for clock-rate drift between client
+// and server, plus 2 ms for timer and scheduling delays. A driver that ends
+// leases on its own clock (ZooKeeper's session monitor) uses the same.
+func DriftMargin(validity time.Duration) time.Duration {
+	return validity/100 + 2*time.Millisecond
+}
+
 // Heartbeat is the longest lock lets a waiting lease go without a Queuer
 // step: queue entries that the backend expires by themselves (a Redis
 // waiter's) must outlive several heartbeats.
@@ -206,7 +214,10 @@ const Heartbeat = time.Second
 // *HeldError while l waits (RetryAfter, when set, says when to Check at
 // the latest), or another error when the wait failed. A backend failure
 // that the waiter should ride out (a connection lost while the queue
-// entry survives) is reported as a HeldError.
+// entry survives) is reported as a HeldError. A step does not wait for a
+// key; the one wait a step may make is for its own request's outcome
+// (ZooKeeper's create, whose lost reply must be resolved before another
+// node is made for the same attempt), and it ends when ctx does.
 type Queuer interface {
 	// Join makes an attempt at l's key and, if it is held, puts l in the
 	// key's queue. Until the wait ends, the driver sends on wake (without

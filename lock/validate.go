@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 func checkKey(key string) error {
@@ -26,8 +28,5 @@ func checkTTL(ttl time.Duration) error {
 }
 
 // driftMargin is subtracted from a grant's validity to get the local
-// deadline: 1% of the validity for clock-rate drift between client and
-// server, plus 2 ms for timer and scheduling delays.
-func driftMargin(validity time.Duration) time.Duration {
-	return validity/100 + 2*time.Millisecond
-}
+// deadline (driver.DriftMargin).
+func driftMargin(validity time.Duration) time.Duration { return driver.DriftMargin(validity) }

@@ -1,34 +1,18 @@
 package redisnx
 
 import (
-	"context"
-	"net/url"
-
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redisx"
-	"github.com/dlock-go/dlock/lock"
 )
 
 // URL schemes this package registers with lock.Open: SchemeTLS is Scheme
-// over TLS.
+// over TLS. See the package doc's URLs section; internal/redisx reads the
+// URL, for rediswatch too, so the same URL makes the same client.
 const (
 	Scheme    = "redisnx"
 	SchemeTLS = "redisnxs"
 )
 
 func init() {
-	lock.Register(Scheme, open)
-	lock.Register(SchemeTLS, open)
-}
-
-// open makes the driver, and the client it owns, from a URL: see the
-// package doc's URLs section (internal/redisx reads it, for
-// rediswatch too, so the same URL makes the same client).
-func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
-	c, err := redisx.Parse(u, SchemeTLS)
-	if err != nil {
-		return nil, nil, err
-	}
-	core, lo := redisx.NewCore("redisnx", c.NewClient(), &Options{Options: *c.Options, Prefix: c.Prefix}, true)
-	return newDriver(core), lo, nil
+	redisx.Register(Scheme, SchemeTLS, func(c redisx.Core) driver.Driver { return newDriver(c) })
 }

@@ -11,12 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Scheme and SchemeTLS are the URL schemes this package registers with
-// lock.Open.
+// URL schemes this package registers with lock.Open: SchemeTLS is Scheme
+// over TLS. See the package doc's URLs section; internal/redisx reads the
+// URL, for redisnx too, so the same URL makes the same client.
 const (
 	Scheme    = "rediswatch"
 	SchemeTLS = "rediswatchs"
 )
+
+func init() {
+	redisx.Register(Scheme, SchemeTLS, func(c redisx.Core) driver.Driver { return newDriver(c) })
+}
 
 // DefaultPrefix is put before every Redis key and channel name when
 // Options.Prefix is empty. It is redisnx's too, so that the two drivers use

@@ -82,10 +82,6 @@ func pollEvery(timeout time.Duration) time.Duration {
 	return min(max(timeout/20, 5*time.Millisecond), 100*time.Millisecond)
 }
 
-// margin is subtracted from the session timeout for clock-rate drift and
-// timer delays, as lock does for validities.
-func margin(timeout time.Duration) time.Duration { return timeout/100 + 2*time.Millisecond }
-
 func (m *monitor) poke() {
 	select {
 	case m.wake <- struct{}{}:
@@ -147,7 +143,7 @@ func (m *monitor) tick(now time.Time) time.Duration {
 	var deadline time.Time
 	if len(m.leases) > 0 {
 		if m.proofSid == sid {
-			deadline = m.proofAt.Add(timeout - margin(timeout))
+			deadline = m.proofAt.Add(timeout - driver.DriftMargin(timeout))
 		}
 		if !now.Before(deadline) {
 			for l, g := range m.leases {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -159,4 +160,20 @@ func WithCtx(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", cerr, err)
+}
+
+// Register registers the URL schemes of driver name with lock.Open: name
+// and its TLS variant tlsName. mk makes the driver from its Core, which
+// owns the client the URL describes (see Parse).
+func Register(name, tlsName string, mk func(Core) driver.Driver) {
+	open := func(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
+		c, err := Parse(u, tlsName)
+		if err != nil {
+			return nil, nil, err
+		}
+		core, lo := NewCore(name, c.NewClient(), &Options{Options: *c.Options, Prefix: c.Prefix}, true)
+		return mk(core), lo, nil
+	}
+	lock.Register(name, open)
+	lock.Register(tlsName, open)
 }
