@@ -182,7 +182,9 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	leases := make([]*lock.Lease, n) // counted in heap0, not per lease
 	heap0 := liveHeap()
 	g0 := runtime.NumGoroutine()
-	locker := newLocker(rdb, &lock.Options{TTL: cfg.renewTTL})
+	// Close releases every lease within ReleaseTimeout (5 s by default);
+	// 100k releases take longer than that on a small machine.
+	locker := newLocker(rdb, &lock.Options{TTL: cfg.renewTTL, ReleaseTimeout: time.Minute})
 	closed := false
 	defer func() {
 		if !closed {

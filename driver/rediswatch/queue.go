@@ -268,7 +268,10 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox string) (r ren
 // waiters if it was first in line, so that the next one takes a free key
 // at once. An entry it cannot remove dies after redisx.EntryLife.
 func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
-	s := l.Data.(*waiting)
+	s, ok := l.Data.(*waiting)
+	if !ok {
+		return nil // Join never ran
+	}
 	s.stop()
 	if s.sent {
 		if err := d.Release(ctx, l); err != nil && !errors.Is(err, driver.ErrNotHeld) {

@@ -58,8 +58,9 @@ func (r *recorder) take() []string {
 	return t
 }
 
-// Every operation takes the round trips the package doc says, made of the
-// commands it lists, and no script command ever.
+// Every operation takes the round trips docs/design.md says ("rediswatch
+// transactions"), made of the commands it lists, and no script command
+// ever.
 func TestRoundTrips(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := testCtx(t)

@@ -114,6 +114,7 @@ func (d *zkDriver) end(w *waiter) {
 // reported as a wait, with the next Check, which lists the queue again,
 // due soon.
 func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
+	begin := time.Now() // lock counts the validity from a moment before
 	bg := context.WithoutCancel(ctx)
 	ride := func(err error) error {
 		if transient(err) {
@@ -153,7 +154,10 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			if err := d.ensureProof(ctx, w.n.session); err != nil {
 				return ride(err)
 			}
-			d.grant(l, w.n, d.sessionTimeout())
+			// The session was proven alive at most a third of its
+			// timeout ago, maybe before the step began: the grant lasts
+			// as long as the session may, counted from that proof.
+			d.grant(l, w.n, d.mon.validitySince(begin, w.n.session, d.sessionTimeout()))
 			d.end(w)
 			return nil
 		}

@@ -277,3 +277,51 @@ func TestTokenUnderContention(t *testing.T) {
 		ds[i%len(ds)].Release(ctx, l)
 	}
 }
+
+// TestQueuedGrantValidityFromProof: a waiter's grant lasts as long as its
+// session may, counted from the last proof that the session was alive (a
+// write or sync), not from the listing that found the waiter first, which
+// a follower answers without proving anything: the lease's Deadline never
+// outlasts the session.
+func TestQueuedGrantValidityFromProof(t *testing.T) {
+	servers := testserver.SharedZooKeeper(t).Addrs()
+	d := newTestDriver(t, servers, nil)
+	waiter := lock.New(d, nil)
+	defer waiter.Close()
+	holder := lock.New(newTestDriver(t, servers, nil), nil)
+	defer holder.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		k := uniqueKey(t)
+		h, err := holder.TryLock(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lock.Lease, 1)
+		go func() {
+			l, err := waiter.Lock(ctx, k)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		// The waiter's monitor proves the session every third of its
+		// timeout; release between two proofs.
+		time.Sleep(testSessionTimeout/2 + time.Duration(i)*testSessionTimeout/9)
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := <-got
+		if l == nil {
+			return
+		}
+		d.mon.mu.Lock()
+		proof := d.mon.proofAt
+		d.mon.mu.Unlock()
+		if bound := proof.Add(d.sessionTimeout()); l.Deadline().After(bound) {
+			t.Errorf("deadline %v after the session's last proof plus its timeout", l.Deadline().Sub(bound))
+		}
+		l.Unlock(ctx)
+	}
+}

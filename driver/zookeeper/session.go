@@ -299,6 +299,21 @@ func (m *monitor) provenSince(sid int64, t time.Time) bool {
 	return m.proofSid == sid && !m.proofAt.Before(t)
 }
 
+// validitySince is how long after begin session sid is sure to live: its
+// timeout, counted from the last proof that it was alive when that proof
+// is older than begin.
+func (m *monitor) validitySince(begin time.Time, sid int64, timeout time.Duration) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proofSid != sid {
+		return 0 // no proof of this session: lock refreshes the grant first
+	}
+	if m.proofAt.Before(begin) {
+		return timeout - begin.Sub(m.proofAt)
+	}
+	return timeout
+}
+
 // add registers a granted lease.
 func (m *monitor) add(l *driver.Lease, g *grant) {
 	m.mu.Lock()

@@ -1,49 +1,67 @@
-package rediswatch
+package redismix
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver/redisnx"
+	"github.com/dlock-go/dlock/driver/rediswatch"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
 
-// minimalRules is the ACL rule set the package doc says is enough on a
-// standalone server; clusterRules is what a Cluster needs on top.
+// The ACL rule sets each driver's package doc ("Permissions") says are
+// enough on a standalone server (commands a script calls are checked
+// against them too), and what a Cluster client needs on top.
 var (
-	minimalRules = strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +incr +del +pexpire +exists +lindex +lrem +rpush +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*")
+	minimalRules = map[string][]string{
+		redisnx.Scheme:    strings.Fields("-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl +incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
+		rediswatch.Scheme: strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +incr +del +pexpire +exists +lindex +lrem +rpush +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
+	}
 	clusterRules = strings.Fields("+cluster|slots")
 )
 
-// Every operation works as a user allowed only the commands, keys and
-// channels the package doc lists, and no command is refused on the way.
+// Every operation of either driver works as a user allowed only what its
+// package doc lists, on one server and on a Cluster: grants, a held key,
+// batched renewals, Refresh, a queued waiter handed the key, a waiter
+// woken by a release, Unlock and Close; and no node's ACL LOG shows a
+// refusal on the way.
 func TestMinimalPermissions(t *testing.T) {
-	t.Run("standalone", func(t *testing.T) {
-		srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "dlock-min", ACLRules: minimalRules})
-		admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-		defer admin.Close()
-		exercise(t, userURL(srv.Username, srv.Password, []string{srv.Addr()}, ""))
-		assertNothingRefused(t, admin, srv.Username)
-	})
-	t.Run("cluster", func(t *testing.T) {
-		c := testserver.SharedRedisCluster(t)
-		admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-		defer admin.Close()
-		user, pass := aclUser(t, admin, append(append([]string{}, minimalRules...), clusterRules...)...)
-		exercise(t, userURL(user, pass, c.Addrs(), ""))
-		assertNothingRefused(t, admin, user)
-	})
+	for _, scheme := range []string{redisnx.Scheme, rediswatch.Scheme} {
+		t.Run(scheme+"/standalone", func(t *testing.T) {
+			srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "dlock-min", ACLRules: minimalRules[scheme]})
+			admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+			defer admin.Close()
+			exercise(t, userURL(scheme, srv.Username, srv.Password, []string{srv.Addr()}))
+			assertNothingRefused(t, admin, srv.Username)
+		})
+		t.Run(scheme+"/cluster", func(t *testing.T) {
+			c := testserver.SharedRedisCluster(t)
+			admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+			defer admin.Close()
+			user, pass := aclUser(t, admin, append(append([]string{}, minimalRules[scheme]...), clusterRules...))
+			exercise(t, userURL(scheme, user, pass, c.Addrs()))
+			assertNothingRefused(t, admin, user)
+		})
+	}
 }
 
-// exercise runs every driver operation through Lockers opened from u:
-// grants, a held key, auto-renewal of several leases (batched), a Refresh,
-// waiters woken by a release (one queued), Unlock and Close.
+func userURL(scheme, user, pass string, addrs []string) string {
+	u := url.URL{Scheme: scheme, User: url.UserPassword(user, pass), Host: strings.Join(addrs, ",")}
+	return u.String()
+}
+
+// exercise runs every driver operation through Lockers opened from u.
 func exercise(t *testing.T, u string) {
-	ctx := testCtx(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	a, err := lock.Open(ctx, u+"?ttl=300ms")
 	if err != nil {
 		t.Fatal(err)
@@ -56,14 +74,13 @@ func exercise(t *testing.T, u string) {
 	defer b.Close()
 	var leases []*lock.Lease
 	for range 3 {
-		lease, err := a.TryLock(ctx, testKey(t))
+		lease, err := a.TryLock(ctx, "acl-"+randHex(8))
 		if err != nil {
 			t.Fatalf("TryLock: %v", err)
 		}
 		leases = append(leases, lease)
 	}
-	k := leases[0].Key()
-	if _, err := b.TryLock(ctx, k); !errors.Is(err, lock.ErrNotAcquired) {
+	if _, err := b.TryLock(ctx, leases[0].Key()); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("TryLock on a held key: %v", err)
 	}
 	time.Sleep(700 * time.Millisecond) // two TTLs: only renewals keep them
@@ -72,11 +89,11 @@ func exercise(t *testing.T, u string) {
 			t.Fatalf("lease lost despite auto-renewal: %v", err)
 		}
 	}
-	if err := leases[1].Refresh(ctx, time.Second); err != nil {
+	if err := leases[2].Refresh(ctx, time.Second); err != nil {
 		t.Fatalf("Refresh: %v", err)
 	}
 	// A waiter with a retry strategy (woken through Subscribe), and one
-	// in the queue.
+	// in the queue (handed the key).
 	for i, opts := range [][]lock.Option{{lock.WithRetry(lock.LinearBackoff(time.Hour))}, nil} {
 		got := make(chan error, 1)
 		go func() {
@@ -108,9 +125,9 @@ func exercise(t *testing.T, u string) {
 
 // aclUser makes an ACL user with rules on every master of the Cluster
 // behind admin, deleted at cleanup, and returns its name and password.
-func aclUser(t *testing.T, admin *redis.ClusterClient, rules ...string) (user, pass string) {
+func aclUser(t *testing.T, admin *redis.ClusterClient, rules []string) (user, pass string) {
 	t.Helper()
-	user, pass = "dlock-rediswatch-"+randHex(4), randHex(12)
+	user, pass = "dlock-acl-"+randHex(4), randHex(12)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	args := append([]string{"reset", "on", ">" + pass, "~*", "&*", "+@all"}, rules...)
@@ -134,7 +151,9 @@ func aclUser(t *testing.T, admin *redis.ClusterClient, rules ...string) (user, p
 // user: a command, key or channel it was not allowed.
 func assertNothingRefused(t *testing.T, admin redis.UniversalClient, user string) {
 	t.Helper()
-	forEachNode(t, admin, func(ctx context.Context, node *redis.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	check := func(ctx context.Context, node *redis.Client) error {
 		entries, err := node.ACLLog(ctx, 1000).Result()
 		if err != nil {
 			t.Errorf("%s: ACL LOG: %v", node.Options().Addr, err)
@@ -144,20 +163,20 @@ func assertNothingRefused(t *testing.T, admin redis.UniversalClient, user string
 				t.Errorf("%s: %s refused %q to the driver's user (%s) %d time(s)", node.Options().Addr, e.Reason, e.Object, e.Context, e.Count)
 			}
 		}
-	})
-}
-
-// forEachNode runs fn on the standalone server or every Cluster master.
-func forEachNode(t *testing.T, admin redis.UniversalClient, fn func(ctx context.Context, node *redis.Client)) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+		return nil
+	}
 	switch c := admin.(type) {
 	case *redis.ClusterClient:
-		if err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { fn(ctx, node); return nil }); err != nil {
+		if err := c.ForEachMaster(ctx, check); err != nil {
 			t.Errorf("ForEachMaster: %v", err)
 		}
 	case *redis.Client:
-		fn(ctx, c)
+		_ = check(ctx, c)
 	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
