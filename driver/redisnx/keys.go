@@ -3,14 +3,9 @@ package redisnx
 import "github.com/dlock-go/dlock/internal/redisx"
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
-// share (internal/redisx: P{K}, P{K}:fence, P{K}:rel,
-// P{K}:void:OWNER, Pinbox:ID), and this driver's queue:
-//
-//	P{K}:q              queue of blocking Lock calls (sorted set)
-//	P{K}:w              their entries (hash), see prelude.lua
-//
-// Lock keys end in '}', counters in ":fence", tombstones in 32 hex digits,
-// queues in ":q" and ":w", so no name of one kind equals one of another.
+// share (internal/redisx), and this driver's queue, P{K}:q (a sorted set of
+// owners) and P{K}:w (their entries, a hash: see prelude.lua).
+// docs/design.md lists them all, and why they cannot meet.
 const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix

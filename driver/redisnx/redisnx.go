@@ -30,21 +30,9 @@ func New(client redis.UniversalClient, o *Options) lock.Locker {
 	return lock.New(newDriver(core), lo)
 }
 
-// topology says how keys map to servers, for batching.
-type topology uint8
-
-const (
-	single  topology = iota // one primary: a Client, Sentinel failover, a wrapper
-	cluster                 // Redis Cluster: scripts stay within one slot
-	ring                    // Ring: independent shards chosen by key
-)
-
 // redisDriver implements driver.Driver, driver.Queuer, driver.Notifier and
 // driver.BatchRefresher over go-redis, with Lua scripts.
-type redisDriver struct {
-	redisx.Core
-	topo topology
-}
+type redisDriver struct{ redisx.Core }
 
 var (
 	_ driver.Driver         = (*redisDriver)(nil)
@@ -53,16 +41,7 @@ var (
 	_ driver.BatchRefresher = (*redisDriver)(nil)
 )
 
-func newDriver(c redisx.Core) *redisDriver {
-	d := &redisDriver{Core: c}
-	switch c.Client.(type) {
-	case *redis.ClusterClient:
-		d.topo = cluster
-	case *redis.Ring:
-		d.topo = ring
-	}
-	return d
-}
+func newDriver(c redisx.Core) *redisDriver { return &redisDriver{Core: c} }
 
 // ms is a TTL in whole milliseconds, as PX applies it, and that duration.
 func ms(ttl time.Duration) (int64, time.Duration) {

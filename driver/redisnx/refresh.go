@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,12 +33,16 @@ const maxScriptKeys = 100
 // not know the script (NOSCRIPT) is a second round trip made, with EVAL.
 func (d *redisDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
 	px, validity := ms(ttl)
-	groups := d.group(ls)
+	lks := make([]string, len(ls))
+	for i, l := range ls {
+		lks[i] = d.LockKey(l.Key)
+	}
+	groups := d.Groups(lks, maxScriptKeys, true)
 	cmds := make([]*redis.Cmd, len(groups))
 	run := func(gs []int, eval bool) {
 		pipe := d.Client.Pipeline()
 		for _, gi := range gs {
-			keys, args := d.refreshArgs(ls, groups[gi], px)
+			keys, args := refreshArgs(ls, lks, groups[gi], px)
 			if eval {
 				cmds[gi] = refreshScript.Eval(ctx, pipe, keys, args...)
 			} else {
@@ -81,48 +84,13 @@ func (d *redisDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 	return validity, errs
 }
 
-func (d *redisDriver) refreshArgs(ls []*driver.Lease, g []int, px int64) ([]string, []any) {
+func refreshArgs(ls []*driver.Lease, lks []string, g []int, px int64) ([]string, []any) {
 	keys := make([]string, len(g))
 	args := make([]any, 1, len(g)+1)
 	args[0] = px
 	for k, i := range g {
-		keys[k] = lockKey(d.Prefix, ls[i].Key)
+		keys[k] = lks[i]
 		args = append(args, ls[i].Owner)
 	}
 	return keys, args
-}
-
-// group splits the indexes of ls into groups whose keys one script may
-// touch, of at most maxScriptKeys each.
-func (d *redisDriver) group(ls []*driver.Lease) [][]int {
-	byKey := map[any][]int{}
-	var order []any
-	for i, l := range ls {
-		var k any
-		switch d.topo {
-		case cluster:
-			k = redisx.Slot(d.LockKey(l.Key))
-		case ring:
-			c, err := d.Client.(*redis.Ring).GetShardClientForKey(d.LockKey(l.Key))
-			if err != nil {
-				k = i // no shard known: a group of its own, which will fail alone
-			} else {
-				k = c
-			}
-		}
-		if _, ok := byKey[k]; !ok {
-			order = append(order, k)
-		}
-		byKey[k] = append(byKey[k], i)
-	}
-	var groups [][]int
-	for _, k := range order {
-		g := byKey[k]
-		for len(g) > 0 {
-			n := min(len(g), maxScriptKeys)
-			groups = append(groups, g[:n:n])
-			g = g[n:]
-		}
-	}
-	return groups
 }

@@ -84,3 +84,11 @@ func testDriver(client redis.UniversalClient, prefix string) *watchDriver {
 	core, _ := redisx.NewCore("rediswatch", client, &Options{Prefix: prefix}, false)
 	return newDriver(core)
 }
+
+// newLockerDriver is New, also returning the driver; with owns set, the
+// Locker owns its client, as one opened from a URL does.
+func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (lock.Locker, *watchDriver) {
+	core, lo := redisx.NewCore("rediswatch", client, o, owns)
+	d := newDriver(core)
+	return lock.New(d, lo), d
+}

@@ -7,16 +7,8 @@ import (
 )
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
-// share (internal/redisx: P{K}, P{K}:fence, P{K}:rel,
-// P{K}:void:OWNER, Pinbox:ID), and this driver's queue:
-//
-//	P{K}:wq             queue of blocking Lock calls (list of "OWNER INBOX")
-//	P{K}:we:OWNER       a queued owner's entry, alive while it waits
-//
-// Lock keys end in "}", counters in ":fence", queues in ":wq", tombstones
-// and entries in ":void:" and ":we:" followed by 32 hex digits, so the
-// kinds cannot meet. (redisnx's queue is "P{K}:q" and "P{K}:w": the two
-// drivers queue apart.)
+// share (internal/redisx), and this driver's queue (see queue.go), apart
+// from redisnx's. docs/design.md lists them all, and why they cannot meet.
 const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix

@@ -13,32 +13,17 @@ import (
 // A blocking Lock waits in a queue kept on the server with plain commands:
 //
 //	P{K}:wq          list of the queued owners, the first in line at its head
-//	P{K}:we:OWNER    a queued owner's entry, expiring entryLife after the
-//	                 waiter last renewed it
-//
-// A waiter whose entry is gone is dead (its process crashed, was cut off,
-// or paused past entryLife) and has lost its place.
+//	P{K}:we:OWNER    a queued owner's entry, expiring redisx.EntryLife after
+//	                 the waiter last renewed it (dead: it lost its place)
 //
 // A free key with a live waiter first in line is that waiter's: every
 // other attempt is refused (see acquire). A release names the first waiter
-// on its Locker's inbox channel (see notify.go), and only that waiter is
-// woken: it takes the key
-// with an ordinary grant transaction, which also takes it out of the
-// queue. So a releaser cannot take the key back ahead of those who waited,
-// and a release wakes one waiter, not all of them.
-//
-// No transaction watches the queue, so joining, renewing and leaving never
+// on its Locker's inbox, which alone is woken and takes the key with an
+// ordinary grant transaction that also takes it out of the queue. No
+// transaction watches the queue, so joining, renewing and leaving never
 // abort a grant or a release: what must not change under a grant is
 // watched instead (the lock key, and the entry of a dead waiter whose
 // place it takes).
-//
-// Every heartbeat a waiter renews its entry and reads the key's PTTL, in
-// one round trip, and tries again only when the key is free or its entry
-// had died (it then joins again, at the end). That finds a release whose
-// message was lost, a release by a client that names no one (redisnx,
-// redsync, redislock), and a dead waiter in first place (the key stays
-// free), whose place the attempt takes. A waiter also tries when the
-// holder's grant expires, at its PTTL.
 
 // waiting is a queued Lock call's state, in driver.Lease.Data until it is
 // granted.

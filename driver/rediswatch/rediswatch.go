@@ -50,16 +50,8 @@ type Options = redisx.Options
 // (standalone or Sentinel failover), a *redis.ClusterClient or any other
 // redis.UniversalClient. The Locker's Close leaves client open.
 func New(client redis.UniversalClient, o *Options) lock.Locker {
-	l, _ := newLockerDriver(client, o, false)
-	return l
-}
-
-// newLockerDriver is New, also returning the driver; with owns set, the
-// Locker owns its client, as one opened from a URL does.
-func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (lock.Locker, *watchDriver) {
-	core, lo := redisx.NewCore("rediswatch", client, o, owns)
-	d := newDriver(core)
-	return lock.New(d, lo), d
+	core, lo := redisx.NewCore("rediswatch", client, o, false)
+	return lock.New(newDriver(core), lo)
 }
 
 // watchDriver implements driver.Driver, driver.Queuer, driver.Notifier and

@@ -54,7 +54,11 @@ const maxBatchGroups = 8
 func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
 	ttl = px(ttl)
 	errs := make([]error, len(ls))
-	groups := d.groups(ls)
+	lks := make([]string, len(ls))
+	for i, l := range ls {
+		lks[i] = d.LockKey(l.Key)
+	}
+	groups := d.Groups(lks, len(ls), false)
 	if len(groups) == 1 {
 		d.refreshGroup(ctx, ls, groups[0], ttl, errs)
 		return ttl, errs
@@ -71,38 +75,6 @@ func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 	}
 	wg.Wait()
 	return ttl, errs
-}
-
-// groups splits the indexes of ls into groups one transaction can cover.
-func (d *watchDriver) groups(ls []*driver.Lease) [][]int {
-	switch d.Client.(type) {
-	case *redis.Client:
-		all := make([]int, len(ls))
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
-	case *redis.ClusterClient:
-		bySlot := map[int]int{}
-		var out [][]int
-		for i, l := range ls {
-			s := redisx.Slot(d.LockKey(l.Key))
-			j, ok := bySlot[s]
-			if !ok {
-				j = len(out)
-				bySlot[s] = j
-				out = append(out, nil)
-			}
-			out[j] = append(out[j], i)
-		}
-		return out
-	default:
-		out := make([][]int, len(ls))
-		for i := range ls {
-			out[i] = []int{i}
-		}
-		return out
-	}
 }
 
 // refreshGroup refreshes ls[idx...] in one transaction, setting errs.

@@ -177,3 +177,39 @@ func Register(name, tlsName string, mk func(Core) driver.Driver) {
 	lock.Register(name, open)
 	lock.Register(tlsName, open)
 }
+
+// Groups splits the indexes of the lock keys lks into groups that one
+// script or transaction may touch, of at most limit each: all of them on a
+// single server, one hash slot on a Cluster, one shard on a Ring when
+// byShard is set (else, as for other clients, one key each).
+func (c *Core) Groups(lks []string, limit int, byShard bool) [][]int {
+	byKey := map[any][]int{}
+	var order []any
+	for i, lk := range lks {
+		var k any
+		switch cl := c.Client.(type) {
+		case *redis.Client:
+		case *redis.ClusterClient:
+			k = Slot(lk)
+		case *redis.Ring:
+			k = i // no shard known: a group of its own, which will fail alone
+			if s, err := cl.GetShardClientForKey(lk); err == nil && byShard {
+				k = s
+			}
+		default:
+			k = i
+		}
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	var groups [][]int
+	for _, k := range order {
+		for g := byKey[k]; len(g) > 0; g = g[min(len(g), limit):] {
+			n := min(len(g), limit)
+			groups = append(groups, g[:n:n])
+		}
+	}
+	return groups
+}

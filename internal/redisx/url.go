@@ -1,37 +1,19 @@
-// Package redisx is what the Redis drivers (redisnx, rediswatch) share,
-// so that it is written once: the names of a lock on the server and their
+// Package redisx is what the Redis drivers (redisnx, rediswatch) share, so
+// that it is written once: the names of a lock on the server and their
 // Cluster slot (a wire contract between the two drivers, and with the plain
-// SET NX locks of redsync and redislock), and the client a URL makes.
+// SET NX locks of redsync and redislock), the client a URL makes, the
+// client's life (Core), the pub/sub notifier and context handling. The
+// design, and why, is in docs/design.md.
 //
-// # URLs
-//
-// Parse makes a go-redis client's options from a dlock Redis URL, so that
-// one URL means one client for both drivers. The client comes from
-// go-redis's own URL parsers (redis.ParseURL, redis.ParseClusterURL,
-// redis.ParseFailoverURL), so every parameter they document works in a
-// dlock URL.
-//
-//	SCHEME://[user:password@][host][:port][,host:port...][/db][?params]
-//
-// SCHEME is the driver's (redisnx, rediswatch), or its TLS variant
-// (redisnxs, rediswatchs), which go-redis reads as rediss://. The host
-// defaults to localhost and the port to 6379, as in go-redis. Several hosts,
-// or cluster=true, make a Cluster client; master_name=NAME makes a Sentinel
-// failover client whose hosts are the Sentinels (the user info then
-// authenticates to the Sentinels, as go-redis reads it, and to the primary).
-// go-redis's own spelling of extra hosts, addr=host:port, works too.
-//
-// Parameters read here: ttl and autorenew (lock's, see lock.Open), prefix
-// (the drivers' Options.Prefix), cluster and tls (true or false). The others
-// go to go-redis: dial_timeout, read_timeout, write_timeout, pool_size,
-// pool_timeout, min_idle_conns, max_idle_conns, max_retries, protocol,
-// client_name, skip_verify, master_name, route_by_latency, read_only and
-// the rest of what its parsers document. A parameter neither knows is an
-// error wrapping lock.ErrInvalid that lists the known ones. A parameter
-// given twice is an error too (but for addr).
-//
-// Clients made here have ContextTimeoutEnabled set, so that a call's
-// deadline bounds a request in flight.
+// Parse reads a dlock Redis URL with go-redis's own parsers
+// (redis.ParseURL, ParseClusterURL, ParseFailoverURL), so that one URL
+// means one client for both drivers and every parameter go-redis documents
+// works. It reads ttl and autorenew (lock's), prefix, cluster and tls
+// itself; several hosts or cluster=true make a Cluster client, and
+// master_name a Sentinel failover client whose hosts are the Sentinels. An
+// unknown or repeated parameter is an error wrapping lock.ErrInvalid that
+// lists the known ones. Clients made here have ContextTimeoutEnabled set,
+// so that a call's deadline bounds a request in flight.
 package redisx
 
 import (
