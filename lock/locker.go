@@ -249,13 +249,35 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	}
 }
 
-// queueWait runs a blocking acquisition on a Queuer: Join, then a Check
-// whenever the driver signals news, the holder's grant is due to expire,
-// or a Heartbeat has passed, until a step grants dl. It returns when the
-// granting step started, or the error that ended the wait, with ok false
-// when ctx ended first. Every wait that ends without a grant leaves the
-// queue, in the background; a grant abandoned at ctx's end is released.
+// queueWait runs a blocking acquisition on a Queuer (see steps). It
+// returns when the granting step started, or the error that ended the
+// wait, with ok false when ctx ended first. The whole wait runs on one
+// goroutine (within), so that a hand-off costs no goroutine of its own.
+// Every wait that ends without a grant leaves the queue, in the
+// background; a grant that comes after ctx ended is released.
 func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.Time, err error, ok bool) {
+	err, ok = lk.within(ctx, func() error {
+		var err error
+		start, err = lk.steps(ctx, dl)
+		return err
+	}, func(err error) {
+		if err == nil {
+			lk.releaseLater(dl, time.Now().Add(dl.TTL))
+		} else {
+			lk.leaveLater(dl)
+		}
+	})
+	if ok && err != nil {
+		lk.leaveLater(dl)
+	}
+	return start, err, ok
+}
+
+// steps makes the steps of a wait: Join, then a Check whenever the driver
+// signals news, the holder's grant is due to expire, or a Heartbeat has
+// passed, until a step grants dl or fails, or ctx ends. It returns when
+// the last step started, and its error (ctx's when ctx ended).
+func (lk *locker) steps(ctx context.Context, dl *driver.Lease) (time.Time, error) {
 	wake := make(chan struct{}, 1)
 	var t *time.Timer
 	defer func() {
@@ -264,28 +286,16 @@ func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.T
 		}
 	}()
 	for joined := false; ; joined = true {
-		start = time.Now()
-		err, ok = lk.within(ctx, func() error {
-			if !joined {
-				return lk.queuer.Join(ctx, dl, wake)
-			}
-			return lk.queuer.Check(ctx, dl)
-		}, func(err error) {
-			if err == nil {
-				lk.releaseLater(dl, time.Now().Add(dl.TTL))
-			} else {
-				lk.leaveLater(dl)
-			}
-		})
-		if !ok {
-			return start, err, false
+		start := time.Now()
+		var err error
+		if joined {
+			err = lk.queuer.Check(ctx, dl)
+		} else {
+			err = lk.queuer.Join(ctx, dl, wake)
 		}
 		var held *driver.HeldError
 		if !errors.As(err, &held) {
-			if err != nil {
-				lk.leaveLater(dl)
-			}
-			return start, err, true
+			return start, err
 		}
 		next := driver.Heartbeat
 		if r := held.RetryAfter; r > 0 && r < next {
@@ -298,8 +308,7 @@ func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.T
 		}
 		select {
 		case <-ctx.Done():
-			lk.leaveLater(dl)
-			return start, ctx.Err(), false
+			return start, ctx.Err()
 		case <-wake:
 		case <-t.C:
 		}
