@@ -5,13 +5,9 @@ import (
 	"github.com/dlock-go/dlock/internal/redisx"
 )
 
-// URL schemes this package registers with lock.Open: SchemeTLS is Scheme
-// over TLS. See the package doc's URLs section; internal/redisx reads the
-// URL, for rediswatch too, so the same URL makes the same client.
-const (
-	Scheme    = "redisnx"
-	SchemeTLS = "redisnxs"
-)
+// Scheme and SchemeTLS (Scheme over TLS) are the URL schemes this package
+// registers with lock.Open; see URLs in the package doc.
+const Scheme, SchemeTLS = "redisnx", "redisnxs"
 
 func init() {
 	redisx.Register(Scheme, SchemeTLS, func(c redisx.Core) driver.Driver { return newDriver(c) })

@@ -11,13 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// URL schemes this package registers with lock.Open: SchemeTLS is Scheme
-// over TLS. See the package doc's URLs section; internal/redisx reads the
-// URL, for redisnx too, so the same URL makes the same client.
-const (
-	Scheme    = "rediswatch"
-	SchemeTLS = "rediswatchs"
-)
+// Scheme and SchemeTLS (Scheme over TLS) are the URL schemes this package
+// registers with lock.Open; see URLs in the package doc.
+const Scheme, SchemeTLS = "rediswatch", "rediswatchs"
 
 func init() {
 	redisx.Register(Scheme, SchemeTLS, func(c redisx.Core) driver.Driver { return newDriver(c) })
