@@ -4,9 +4,10 @@ import "fmt"
 
 // The targets, checked against the table of one run.
 const (
-	uncontendedVsPings = 1.2 // redisnx Lock+Unlock within 1.2× two PINGs
-	handoffRoundTrips  = 3   // hand-off median within 3 round trips
-	hotThroughputShare = 0.8 // Redis drivers keep 0.8× the best peer's grants/s
+	uncontendedVsPings = 1.2  // redisnx Lock+Unlock within 1.2× two PINGs
+	serverTimeShare    = 1.25 // redisnx's server time within 1.25× redislock's
+	handoffRoundTrips  = 3    // hand-off median within 3 round trips
+	hotThroughputShare = 0.8  // Redis drivers keep 0.8× the best peer's grants/s
 	hotP99Share        = 0.25
 	hotSpread          = 3   // most-served within 3× the least-served
 	zkFairSpread       = 1.5 // FIFO-fair: every contender served alike
@@ -51,6 +52,14 @@ func targets(t *table) []target {
 		add("uncontended: memcached median <= 1.2 x its 4 round trips",
 			fmt.Sprintf("%s vs 4 x %s: %.2fx", dur(m), dur(rt), m/(memcachedRoundTrips*rt)),
 			m <= uncontendedVsPings*memcachedRoundTrips*rt, ok6 && ok7)
+		sc, ok8 := t.value(s, "redisnx", "server command time/cycle")
+		rc, ok9 := t.value(s, "redislock", "server command time/cycle")
+		add("uncontended: redisnx server command time <= 1.25 x redislock's",
+			fmt.Sprintf("%s vs %s: %.2fx", dur(sc), dur(rc), sc/rc), sc <= serverTimeShare*rc, ok8 && ok9)
+		a, ok10 := t.value(s, "redisnx", "allocs/cycle")
+		ra, ok11 := t.value(s, "redislock", "allocs/cycle")
+		add("uncontended: redisnx allocs/cycle <= redislock's",
+			fmt.Sprintf("%.0f vs %.0f: %.2fx", a, ra, a/ra), a <= ra, ok10 && ok11)
 	}
 	{
 		v, ok := t.value(scenHandoff, "memcached", "median")

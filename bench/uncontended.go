@@ -17,9 +17,11 @@ import (
 // lock and an unlock) and every library take turns, one cycle each per
 // round, in a fresh random order per round, each on its own connection and
 // key: load from elsewhere on the machine weighs on all of them alike.
-// Allocations are counted in a separate pass per library (a cycle's
-// mallocs, from runtime.MemStats, including the library's background
-// goroutines), so that reading the counters does not slow the timed loop.
+// Allocations and CPU time are counted in a separate pass (a cycle's
+// mallocs, from runtime.MemStats, and CPU time, client and server; see
+// cpu.go), so that reading the counters does not slow the timed loop: in
+// blocks of cycles, each library's in turn, in a fresh random order per
+// round, and CPU per cycle is the median of a library's blocks.
 
 const scenUncontended = "1 uncontended Lock+Unlock"
 
@@ -38,6 +40,7 @@ type cycler struct {
 	run     func(ctx context.Context) error
 	samples []time.Duration
 	allocs  float64
+	cpu     cpuSamples
 }
 
 func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) error {
@@ -100,27 +103,50 @@ func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) e
 		}
 	}
 
-	n := max(cfg.cycles/4, 50)
-	for _, c := range cs {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		for range n {
-			if err := c.run(ctx); err != nil {
-				return fmt.Errorf("uncontended %s: %w", c.name, err)
+	// getrusage counts CPU time in scheduler ticks on many kernels (4 ms):
+	// blocks of cpuBlock keep that within a few percent.
+	const blocks, cpuBlock = 5, 300 * time.Millisecond
+	meter := newServerMeter(backend, addr)
+	mallocs, cycles := map[*cycler]uint64{}, map[*cycler]int{}
+	for range blocks {
+		rand.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+		for _, c := range order {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s0, ok0 := meter(ctx)
+			c0, t0 := clientCPU(), time.Now()
+			n := 0
+			for ; n < 20 || time.Since(t0) < cpuBlock; n++ {
+				if err := c.run(ctx); err != nil {
+					return fmt.Errorf("uncontended %s: %w", c.name, err)
+				}
+			}
+			c1 := clientCPU()
+			s1, ok1 := meter(ctx)
+			runtime.ReadMemStats(&after)
+			mallocs[c] += after.Mallocs - before.Mallocs
+			cycles[c] += n
+			per := func(d time.Duration) time.Duration { return d / time.Duration(n) }
+			c.cpu.client = append(c.cpu.client, per(c1-c0))
+			if c.cpu.serverKnown = ok0 && ok1; c.cpu.serverKnown {
+				c.cpu.server = append(c.cpu.server, per(s1.cpu-s0.cpu))
+				c.cpu.cmd = append(c.cpu.cmd, per(s1.cmd-s0.cmd))
 			}
 		}
-		runtime.ReadMemStats(&after)
-		c.allocs = float64(after.Mallocs-before.Mallocs) / float64(n)
+	}
+	for _, c := range cs {
+		c.allocs = float64(mallocs[c]) / float64(cycles[c])
 	}
 
 	for _, c := range cs {
 		s := summarize(c.samples)
-		t.add(&row{scenario: scenUncontended, backend: backend, lib: c.name, kind: c.kind, figs: []figure{
+		figs := []figure{
 			durFig("median", s.median, lowerBetter),
 			durFig("p99", s.p99, lowerBetter),
 			{name: "allocs/cycle", value: c.allocs, unit: count, dir: lowerBetter},
-		}})
+		}
+		t.add(&row{scenario: scenUncontended, backend: backend, lib: c.name, kind: c.kind, figs: append(figs, c.cpu.figures()...)})
 	}
 	return nil
 }
