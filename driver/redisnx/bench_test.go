@@ -181,7 +181,7 @@ func BenchmarkScriptCost(b *testing.B) {
 			return c.Del(ctx, n[0]+"-plain").Err()
 		}},
 		{metric: "scripts-ns", run: func() error {
-			if err := acquireScript.Run(ctx, c, n, owner, 60000).Err(); err != nil {
+			if err := acquireScript.Run(ctx, c, n[:5], owner, 60000).Err(); err != nil {
 				return err
 			}
 			return releaseScript.Run(ctx, c, []string{n[0], n[1], n[3], n[4]}, owner, n[0]+channelSuffix, 0).Err()

@@ -14,10 +14,10 @@ import (
 // that follows needs no round trip.
 type noGrant struct{}
 
-// viaQueue marks, in driver.Lease.Data, a grant made by wait.lua or handed
-// over through the queue: its queue entry holds the token until the
-// release deletes it.
-type viaQueue struct{}
+// handed is driver.Lease.Data of a grant made by wait.lua or handed over
+// through the queue (its queue entry holds the token until the release
+// deletes it); that of another grant is its *keyNames.
+type handed keyNames
 
 // Acquire runs acquire.lua: SET PX if the key is free and no one is queued,
 // and the fencing counter, one round trip.
@@ -25,21 +25,20 @@ func (d *redisDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	return d.acquire(ctx, l, names(d.Prefix, l.Key, l.Owner))
 }
 
-// acquire is Acquire with the key's names (see names) already made.
-func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys []string) error {
+// acquire is Acquire with the key's names already made.
+func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys *keyNames) error {
 	l.Data = nil
 	if err := ctx.Err(); err != nil {
 		l.Data = noGrant{}
 		return err
 	}
 	px, validity := ms(l.TTL)
-	n, err := acquireScript.Run(ctx, d.Client, keys, l.Owner, px).Int64()
+	n, err := acquireScript.Run(ctx, d.Client, keys[:5], l.Owner, px).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
 	case n > 0:
-		l.Token = uint64(n)
-		l.Validity = validity
+		l.Token, l.Validity, l.Data = uint64(n), validity, keys
 		return nil
 	case n < -1:
 		// Free one millisecond after the holder's PTTL at most.
@@ -54,13 +53,22 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys []strin
 // unknown outcome (no token), it also leaves a tombstone that refuses
 // copies of that grant request still on their way.
 func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
-	if _, ok := l.Data.(noGrant); ok {
+	var (
+		n      *keyNames
+		queued bool
+	)
+	switch data := l.Data.(type) {
+	case noGrant:
 		return driver.ErrNotHeld
+	case *keyNames:
+		n = data
+	case *handed:
+		n, queued = (*keyNames)(data), true
+	default: // an attempt whose outcome is unknown
+		n = names(d.Prefix, l.Key, l.Owner)
 	}
-	n := names(d.Prefix, l.Key, l.Owner)
 	keys := []string{n[0], n[1], n[3], n[4]}
-	_, queued := l.Data.(viaQueue)
-	args := []any{l.Owner, n[0] + channelSuffix, 0}
+	args := []any{l.Owner, n[5], 0}
 	if queued || l.Token == 0 {
 		args[2] = 1
 	}

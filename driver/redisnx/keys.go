@@ -1,6 +1,10 @@
 package redisnx
 
-import "github.com/dlock-go/dlock/internal/redisx"
+import (
+	"strings"
+
+	"github.com/dlock-go/dlock/internal/redisx"
+)
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
 // share (internal/redisx), and this driver's queue, P{K}:q (a sorted set of
@@ -13,12 +17,32 @@ const (
 	entriesSuffix = ":w"
 )
 
-// names are the Redis keys of one lock that the granting scripts take, in
-// their KEYS order: lock key, counter, tombstone of the attempt, queue,
-// queue entries.
-func names(prefix, key, owner string) []string {
+// keyNames are the Redis names of one attempt: the keys the granting
+// scripts take, in their KEYS order (lock key, counter, tombstone of the
+// attempt, queue, queue entries), and the key's release channel. They are
+// slices of one string, made in one allocation; a grant keeps them in
+// driver.Lease.Data for its release.
+type keyNames [6]string
+
+func names(prefix, key, owner string) *keyNames {
 	lk := lockKey(prefix, key)
-	return []string{lk, lk + counterSuffix, lk + redisx.VoidInfix + owner, lk + queueSuffix, lk + entriesSuffix}
+	var b strings.Builder
+	b.Grow(5*len(lk) + len(counterSuffix) + len(redisx.VoidInfix) + len(owner) + len(queueSuffix) + len(entriesSuffix) + len(channelSuffix))
+	var ends [6]int
+	for i, parts := range [6][2]string{{"", ""}, {counterSuffix, ""}, {redisx.VoidInfix, owner}, {queueSuffix, ""}, {entriesSuffix, ""}, {channelSuffix, ""}} {
+		if i != 1 { // the counter follows the lock key written for the lock
+			b.WriteString(lk)
+		}
+		b.WriteString(parts[0])
+		b.WriteString(parts[1])
+		ends[i] = b.Len()
+	}
+	all := b.String()
+	n := &keyNames{all[:ends[0]], all[:ends[1]]}
+	for i := 2; i < 6; i++ {
+		n[i] = all[ends[i-1]:ends[i]]
+	}
+	return n
 }
 
 // lockKey returns the Redis key of the lock on key.

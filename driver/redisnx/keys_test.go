@@ -53,3 +53,14 @@ func TestNamesDistinct(t *testing.T) {
 		}
 	}
 }
+
+// names, made in one allocation, are the names spelled out.
+func TestNamesSpelledOut(t *testing.T) {
+	for _, k := range []string{"a", "}x", "é", "a}:fence"} {
+		lk := lockKey(DefaultPrefix, k)
+		want := keyNames{lk, lk + counterSuffix, lk + redisx.VoidInfix + ownerA, lk + queueSuffix, lk + entriesSuffix, lk + channelSuffix}
+		if got := names(DefaultPrefix, k, ownerA); *got != want {
+			t.Errorf("names(%q) = %q, want %q", k, *got, want)
+		}
+	}
+}

@@ -26,7 +26,7 @@ import (
 // key is handed to it.
 type waiting struct {
 	w       *redisx.Waiter
-	keys    []string  // see names
+	keys    *keyNames
 	since   time.Time // when w was registered
 	queued  bool      // wait.lua has run: l is in the queue
 	unknown bool      // a wait.lua was sent whose reply did not come
@@ -87,7 +87,7 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
 	px, validity := ms(l.TTL)
 	s.unknown = true
-	res, err := waitScript.Run(ctx, d.Client, s.keys, l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS).Int64Slice()
+	res, err := waitScript.Run(ctx, d.Client, s.keys[:5], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS).Int64Slice()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: wait: %w", redisx.WithCtx(ctx, err))
@@ -100,7 +100,7 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 		// Granted by this request, or handed over before it and extended
 		// by it: either way the TTL runs from the start of the step.
 		s.w.Stop()
-		l.Token, l.Data, l.Validity = uint64(res[1]), viaQueue{}, validity
+		l.Token, l.Data, l.Validity = uint64(res[1]), (*handed)(s.keys), validity
 		return nil
 	case 0:
 		return errAbandoned
@@ -129,7 +129,7 @@ func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
 		px, _ := ms(l.TTL)
 		voidPX = max(px, redisx.EntryLifeMS)
 	}
-	if err := leaveScript.Run(ctx, d.Client, keys, l.Owner, keys[0]+channelSuffix, voidPX).Err(); err != nil {
+	if err := leaveScript.Run(ctx, d.Client, keys[:5], l.Owner, keys[5], voidPX).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
 	}
 	return nil
