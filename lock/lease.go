@@ -277,6 +277,9 @@ func (l *Lease) endedError(op string, cause error) error {
 	return newError(op, l.dl.Key, ErrNotHeld, cause)
 }
 
+// errReleased is the cause of the error of a lease after its Unlock.
+var errReleased = errors.New("lease released")
+
 // Unlock releases the lease: the key is deleted on the backend only if this
 // lease still owns it. The lease ends (Done closes) whatever the outcome.
 // It returns nil on success, an error wrapping ErrNotHeld if the grant was
@@ -303,7 +306,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Unlock()
 	l.lk.sched.schedule(l) // renews no more; still ends the lease at its deadline
 
-	released := newError("unlock", l.dl.Key, ErrNotHeld, errors.New("lease released"))
+	released := newError("unlock", l.dl.Key, ErrNotHeld, errReleased)
 	until := l.expiry()
 	err, ok := l.lk.within(ctx, func() error { return l.lk.d.Release(ctx, l.dl) }, func(err error) {
 		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
