@@ -14,10 +14,11 @@ import (
 // that follows needs no round trip.
 type noGrant struct{}
 
-// handed is driver.Lease.Data of a grant made by wait.lua or handed over
-// through the queue (its queue entry holds the token until the release
-// deletes it); that of another grant is its *keyNames.
-type handed keyNames
+// viaQueue marks, in driver.Lease.Data, a grant made by wait.lua or handed
+// over through the queue: its queue entry holds the token until the
+// release deletes it. (A grant keeps nothing else: its names would cost
+// more memory per lease than making them again for the release.)
+type viaQueue struct{}
 
 // Acquire runs acquire.lua: SET PX if the key is free and no one is queued,
 // and the fencing counter, one round trip.
@@ -38,7 +39,7 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys *keyNam
 	case err != nil:
 		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
 	case n > 0:
-		l.Token, l.Validity, l.Data = uint64(n), validity, keys
+		l.Token, l.Validity = uint64(n), validity
 		return nil
 	case n < -1:
 		// Free one millisecond after the holder's PTTL at most.
@@ -53,20 +54,11 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys *keyNam
 // unknown outcome (no token), it also leaves a tombstone that refuses
 // copies of that grant request still on their way.
 func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
-	var (
-		n      *keyNames
-		queued bool
-	)
-	switch data := l.Data.(type) {
-	case noGrant:
+	if _, ok := l.Data.(noGrant); ok {
 		return driver.ErrNotHeld
-	case *keyNames:
-		n = data
-	case *handed:
-		n, queued = (*keyNames)(data), true
-	default: // an attempt whose outcome is unknown
-		n = names(d.Prefix, l.Key, l.Owner)
 	}
+	_, queued := l.Data.(viaQueue)
+	n := names(d.Prefix, l.Key, l.Owner)
 	keys := []string{n[0], n[1], n[3], n[4]}
 	args := []any{l.Owner, n[5], 0}
 	if queued || l.Token == 0 {

@@ -20,18 +20,16 @@ const (
 // keyNames are the Redis names of one attempt: the keys the granting
 // scripts take, in their KEYS order (lock key, counter, tombstone of the
 // attempt, queue, queue entries), and the key's release channel. They are
-// slices of one string, made in one allocation; a grant keeps them in
-// driver.Lease.Data for its release.
+// slices of one string, made in one allocation.
 type keyNames [6]string
 
 func names(prefix, key, owner string) *keyNames {
-	lk := lockKey(prefix, key)
 	var b strings.Builder
-	b.Grow(5*len(lk) + len(counterSuffix) + len(redisx.VoidInfix) + len(owner) + len(queueSuffix) + len(entriesSuffix) + len(channelSuffix))
+	b.Grow(5*(len(prefix)+len(key)+3) + len(counterSuffix) + len(redisx.VoidInfix) + len(owner) + len(queueSuffix) + len(entriesSuffix) + len(channelSuffix))
 	var ends [6]int
 	for i, parts := range [6][2]string{{"", ""}, {counterSuffix, ""}, {redisx.VoidInfix, owner}, {queueSuffix, ""}, {entriesSuffix, ""}, {channelSuffix, ""}} {
 		if i != 1 { // the counter follows the lock key written for the lock
-			b.WriteString(lk)
+			redisx.WriteLockKey(&b, prefix, key)
 		}
 		b.WriteString(parts[0])
 		b.WriteString(parts[1])

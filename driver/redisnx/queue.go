@@ -100,7 +100,7 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 		// Granted by this request, or handed over before it and extended
 		// by it: either way the TTL runs from the start of the step.
 		s.w.Stop()
-		l.Token, l.Data, l.Validity = uint64(res[1]), (*handed)(s.keys), validity
+		l.Token, l.Data, l.Validity = uint64(res[1]), viaQueue{}, validity
 		return nil
 	case 0:
 		return errAbandoned

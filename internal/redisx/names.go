@@ -55,6 +55,12 @@ const (
 func LockKey(prefix, key string) string {
 	var b strings.Builder
 	b.Grow(len(prefix) + len(key) + 3)
+	WriteLockKey(&b, prefix, key)
+	return b.String()
+}
+
+// WriteLockKey writes the Redis key of the lock on key to b.
+func WriteLockKey(b *strings.Builder, prefix, key string) {
 	b.WriteString(prefix)
 	b.WriteByte('{')
 	if strings.HasPrefix(key, "}") {
@@ -62,7 +68,6 @@ func LockKey(prefix, key string) string {
 	}
 	b.WriteString(key)
 	b.WriteByte('}')
-	return b.String()
 }
 
 // NewInboxID returns 32 random hex digits, a Locker's inbox ID.
