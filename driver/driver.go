@@ -229,7 +229,9 @@ type Queuer interface {
 	// Leave ends a wait that did not get the key: it takes l out of the
 	// queue, removes a grant that a step whose reply was lost may have
 	// made, and stops sending on wake. lock calls it in the background,
-	// bounded by ctx, and again after a failure until its TTL has passed.
+	// bounded by ctx, and again after a failure until its TTL has passed;
+	// a call that outlived its ctx may still run then, so two calls may
+	// overlap and must both be harmless.
 	Leave(ctx context.Context, l *Lease) error
 }
 

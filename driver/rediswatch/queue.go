@@ -258,11 +258,10 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 		return nil // Join never ran
 	}
 	s.stop()
-	if s.sent {
+	if s.sent { // a repeated Release finds nothing: harmless
 		if err := d.Release(ctx, l); err != nil && !errors.Is(err, driver.ErrNotHeld) {
 			return err
 		}
-		s.sent = false
 	}
 	lk := d.LockKey(l.Key)
 	inbox := ""
