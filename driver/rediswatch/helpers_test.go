@@ -3,8 +3,6 @@ package rediswatch
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -68,12 +66,6 @@ func stats(t *testing.T, l lock.Locker) Stats {
 		t.Fatalf("As(*Stats) failed")
 	}
 	return s
-}
-
-// userURL is a rediswatch URL for user at addrs.
-func userURL(user, pass string, addrs []string, query string) string {
-	u := url.URL{Scheme: Scheme, User: url.UserPassword(user, pass), Host: strings.Join(addrs, ","), RawQuery: query}
-	return u.String()
 }
 
 type driverLease = driver.Lease
