@@ -100,3 +100,37 @@ func TestFencingCounterExpires(t *testing.T) {
 		t.Errorf("fencing counter's PTTL %v; want about a week", ttl)
 	}
 }
+
+// A counter ahead of the server's clock (tokens given in a burst within one
+// microsecond, or by a server whose clock ran ahead) is counted on from, not
+// set back to the clock: each grant's token is the counter plus one, and
+// the counter keeps it.
+func TestFencingCounterAheadOfClock(t *testing.T) {
+	c := sharedClient(t, nil)
+	l := newTestLocker(t, c, nil)
+	k := testKey(t)
+	ctx := tctx(t, 10*time.Second)
+	ck := lockKey(DefaultPrefix, k) + counterSuffix
+	ahead := uint64(time.Now().Add(24*time.Hour).UnixMicro())
+	if err := c.Set(ctx, ck, ahead, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 2; i++ {
+		lease, err := l.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		if got := lease.Token(); got != ahead+i {
+			t.Errorf("grant %d: token %d, want the counter plus one, %d", i, got, ahead+i)
+		}
+		if v, err := c.Get(ctx, ck).Uint64(); err != nil || v != ahead+i {
+			t.Errorf("grant %d: counter %d (%v), want %d", i, v, err, ahead+i)
+		}
+		if err := lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ttl := c.PTTL(ctx, ck).Val(); ttl <= 0 {
+		t.Errorf("counter's PTTL %v after grants; want its 7-day expiry", ttl)
+	}
+}

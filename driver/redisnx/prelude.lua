@@ -21,21 +21,30 @@
 -- the same rule on the same counter.
 --
 -- Needs Redis 5 or later, which replicates a script's effects: TIME may
--- precede a write.
+-- precede a write. On Redis 7 (which tells scripts its version) the
+-- counter is read and set in one command, SET ... GET (Redis 6.2); older
+-- servers take INCR and a SET.
 --
--- The counter expires FENCE_LIFE_MS (7 days) after the last grant that set
--- it to the clock (nearly every grant: the clock runs a million times a
--- second), so that keys locked once do not leave a counter forever; a grant
--- after that seeds it from the clock again, above every token given before.
+-- The counter expires FENCE_LIFE_MS (7 days) after the last grant, so that
+-- keys locked once do not leave a counter forever; a grant after that
+-- seeds it from the clock again, above every token given before.
 local FENCE_LIFE_MS = 604800000
 
 local function next_token(ctr)
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local now = t[1] * 1000000 + t[2]
+  if redis.REDIS_VERSION_NUM then
+    local last = tonumber(redis.call('SET', ctr, string.format('%d', now), 'PX', FENCE_LIFE_MS, 'GET'))
+    if last and last >= now then
+      now = last + 1
+      redis.call('SET', ctr, string.format('%d', now), 'PX', FENCE_LIFE_MS)
+    end
+    return now
+  end
   local token = redis.call('INCR', ctr)
   if token < now then
     token = now
-    redis.call('SET', ctr, t[1] .. string.format('%06d', tonumber(t[2])), 'PX', FENCE_LIFE_MS)
+    redis.call('SET', ctr, string.format('%d', now), 'PX', FENCE_LIFE_MS)
   end
   return token
 end
