@@ -111,7 +111,7 @@ func TestFencingCounterAheadOfClock(t *testing.T) {
 	k := testKey(t)
 	ctx := tctx(t, 10*time.Second)
 	ck := lockKey(DefaultPrefix, k) + counterSuffix
-	ahead := uint64(time.Now().Add(24*time.Hour).UnixMicro())
+	ahead := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
 	if err := c.Set(ctx, ck, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
