@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,13 +40,12 @@ func runHotKey(ctx context.Context, cfg *config, t *table) error {
 			if err := baselineThroughput(ctx, cfg, t, scen, backend, n); err != nil {
 				return err
 			}
-			for _, l := range cfg.libs(backend) {
-				key := cfg.key("hotkey", fmt.Sprint(n), l.name)
-				res, err := contend(ctx, l, cfg.addr[backend], n, cfg.hotDur, func(int) string { return key })
-				if err != nil {
-					return fmt.Errorf("%s %s: %w", scen, l.name, err)
-				}
-				t.add(res.row(scen, l, true))
+			err := interleaved(ctx, cfg, t, scen, backend, true, func(l lib, round int) (*contention, error) {
+				key := cfg.key("hotkey", fmt.Sprint(n), l.name, fmt.Sprint(round))
+				return contend(ctx, l, cfg.addr[backend], n, cfg.hotDur/time.Duration(cfg.rounds), func(int) string { return key })
+			})
+			if err != nil {
+				return err
 			}
 		}
 	}
@@ -59,20 +59,66 @@ func runManyKeys(ctx context.Context, cfg *config, t *table) error {
 		if err := baselineThroughput(ctx, cfg, t, scen, backend, n); err != nil {
 			return err
 		}
-		for _, l := range cfg.libs(backend) {
-			base := cfg.key("manykeys", l.name)
-			res, err := contend(ctx, l, cfg.addr[backend], n, cfg.manyDur, func(i int) string { return fmt.Sprintf("%s/%d", base, i) })
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", scen, l.name, err)
-			}
-			t.add(res.row(scen, l, false))
+		err := interleaved(ctx, cfg, t, scen, backend, false, func(l lib, round int) (*contention, error) {
+			base := cfg.key("manykeys", l.name, fmt.Sprint(round))
+			return contend(ctx, l, cfg.addr[backend], n, cfg.manyDur/time.Duration(cfg.rounds), func(i int) string { return fmt.Sprintf("%s/%d", base, i) })
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// interleaved runs the backend's libraries in cfg.rounds alternations
+// (dlock, peer, dlock, peer, ...), each for its share of the scenario's
+// duration, so that load that comes and goes on the machine weighs on all
+// of them alike, and adds one row per library: the median of its rounds'
+// grants/s, and the waits and grants of all its rounds together.
+func interleaved(ctx context.Context, cfg *config, t *table, scen, backend string, hot bool, run func(l lib, round int) (*contention, error)) error {
+	libs := cfg.libs(backend)
+	results := make([][]*contention, len(libs))
+	for round := range cfg.rounds {
+		for i, l := range libs {
+			res, err := run(l, round)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", scen, l.name, err)
+			}
+			results[i] = append(results[i], res)
+		}
+	}
+	for i, l := range libs {
+		t.add(merge(results[i]).row(scen, l, hot))
+	}
+	return nil
+}
+
+// merge pools rounds of one library: grants per contender and waits added
+// up, rates the median of the rounds'.
+func merge(rounds []*contention) *contention {
+	m := &contention{grants: make([]int, len(rounds[0].grants))}
+	for _, r := range rounds {
+		m.dur += r.dur
+		for i, g := range r.grants {
+			m.grants[i] += g
+		}
+		m.waits = append(m.waits, r.waits...)
+		m.censored += r.censored
+		m.failures += r.failures
+		m.overlaps += r.overlaps
+		m.unlockErrs += r.unlockErrs
+		total := 0
+		for _, g := range r.grants {
+			total += g
+		}
+		m.rates = append(m.rates, float64(total)/r.dur.Seconds())
+	}
+	return m
+}
+
 type contention struct {
 	dur        time.Duration
+	rates      []float64 // grants/s of each round, when merged
 	grants     []int
 	waits      []time.Duration
 	censored   int
@@ -90,7 +136,14 @@ func (c *contention) row(scen string, l lib, hot bool) *row {
 	if l.peer {
 		kind = peerRow
 	}
-	figs := []figure{{name: "grants/s", value: float64(total) / c.dur.Seconds(), unit: rate, dir: higherBetter}}
+	gps := figure{name: "grants/s", value: float64(total) / c.dur.Seconds(), unit: rate, dir: higherBetter}
+	if len(c.rates) > 1 {
+		rates := slices.Clone(c.rates)
+		slices.Sort(rates)
+		gps.value = rates[len(rates)/2]
+		gps.note = fmt.Sprintf("median of %d interleaved rounds", len(rates))
+	}
+	figs := []figure{gps}
 	if hot {
 		s := summarize(c.waits)
 		p99 := durFig("p99 wait", s.p99, lowerBetter)

@@ -14,8 +14,11 @@ import (
 // probe round trip is timed from the same idle state (the baseline: the
 // round trip a wake-up costs at best), then after 2 ms more the holder
 // unlocks. The figure is the time from Unlock returning to the waiter's
-// Lock returning. Libraries run one after the other; each stops after
-// cfg.handoffs samples or cfg.handoffBudget, whichever comes first.
+// Lock returning. Libraries alternate in cfg.rounds rounds (dlock, peer,
+// dlock, peer, ...), so that load that comes and goes hits all alike; each
+// round of a library stops after its share of cfg.handoffs samples or of
+// cfg.handoffBudget, whichever comes first, and a library's row pools its
+// rounds' samples.
 
 const scenHandoff = "2 hand-off"
 
@@ -27,15 +30,21 @@ func runHandoff(ctx context.Context, cfg *config, t *table) error {
 			return err
 		}
 		var rtts []time.Duration
-		var rows []*row
-		for _, l := range cfg.libs(backend) {
-			r, lrtts, err := handoffLib(ctx, cfg, l, addr, pr)
-			if err != nil {
-				pr.Close()
-				return fmt.Errorf("hand-off %s: %w", l.name, err)
+		libs := cfg.libs(backend)
+		samples := make([]handoffSamples, len(libs))
+		for range cfg.rounds {
+			for i, l := range libs {
+				err := handoffLib(ctx, cfg, l, addr, pr, &samples[i])
+				if err != nil {
+					pr.Close()
+					return fmt.Errorf("hand-off %s: %w", l.name, err)
+				}
 			}
-			rtts = append(rtts, lrtts...)
-			rows = append(rows, r)
+		}
+		var rows []*row
+		for i, l := range libs {
+			rtts = append(rtts, samples[i].rtts...)
+			rows = append(rows, samples[i].row(l))
 		}
 		pr.Close()
 		s := summarize(rtts)
@@ -56,26 +65,33 @@ type waitResult struct {
 	err error
 }
 
-func handoffLib(ctx context.Context, cfg *config, l lib, addr string, pr probe) (*row, []time.Duration, error) {
+// handoffSamples are one library's hand-offs: latencies, the probe round
+// trips timed before them, and the waits that gave up.
+type handoffSamples struct {
+	lat, rtts []time.Duration
+	failed    int
+}
+
+// handoffLib runs one round of hand-offs of l, adding to hs.
+func handoffLib(ctx context.Context, cfg *config, l lib, addr string, pr probe, hs *handoffSamples) error {
 	holder, err := l.open(ctx, addr)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer holder.Close()
 	waiter, err := l.open(ctx, addr)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	defer waiter.Close()
 	key := cfg.key("handoff", l.name)
 
-	var lat, rtts []time.Duration
-	failed := 0
-	deadline := time.Now().Add(cfg.handoffBudget)
-	for len(lat) < cfg.handoffs && time.Now().Before(deadline) {
+	want := len(hs.lat) + max(cfg.handoffs/cfg.rounds, 1)
+	deadline := time.Now().Add(cfg.handoffBudget / time.Duration(cfg.rounds))
+	for len(hs.lat) < want && time.Now().Before(deadline) {
 		h, err := holder.Lock(ctx, key)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		got := make(chan waitResult, 1)
 		go func() {
@@ -87,26 +103,30 @@ func handoffLib(ctx context.Context, cfg *config, l lib, addr string, pr probe) 
 		time.Sleep(5*time.Millisecond + rand.N(5*time.Millisecond))
 		t0 := time.Now()
 		if err := pr.roundTrip(ctx); err != nil {
-			return nil, nil, err
+			return err
 		}
 		rtt := time.Since(t0)
 		time.Sleep(2 * time.Millisecond)
 		if err := h.Unlock(ctx); err != nil {
-			return nil, nil, fmt.Errorf("unlock: %w", err)
+			return fmt.Errorf("unlock: %w", err)
 		}
 		released := time.Now()
 		w := <-got
 		if w.err != nil {
-			failed++ // the waiter gave up (a peer's try limit)
+			hs.failed++ // the waiter gave up (a peer's try limit)
 			continue
 		}
-		lat = append(lat, w.at.Sub(released))
-		rtts = append(rtts, rtt)
+		hs.lat = append(hs.lat, w.at.Sub(released))
+		hs.rtts = append(hs.rtts, rtt)
 		if err := w.h.Unlock(ctx); err != nil {
-			return nil, nil, fmt.Errorf("waiter's unlock: %w", err)
+			return fmt.Errorf("waiter's unlock: %w", err)
 		}
 	}
-	s := summarize(lat)
+	return nil
+}
+
+func (hs *handoffSamples) row(l lib) *row {
+	s := summarize(hs.lat)
 	kind := dlockRow
 	if l.peer {
 		kind = peerRow
@@ -114,8 +134,8 @@ func handoffLib(ctx context.Context, cfg *config, l lib, addr string, pr probe) 
 	med := durFig("median", s.median, lowerBetter)
 	med.note = fmt.Sprintf("n=%d", s.n)
 	figs := []figure{med, durFig("p99", s.p99, lowerBetter)}
-	if failed > 0 {
-		figs = append(figs, figure{name: "waiter gave up", value: float64(failed), unit: count, dir: lowerBetter})
+	if hs.failed > 0 {
+		figs = append(figs, figure{name: "waiter gave up", value: float64(hs.failed), unit: count, dir: lowerBetter})
 	}
-	return &row{scenario: scenHandoff, backend: l.backend, lib: l.name, kind: kind, figs: figs}, rtts, nil
+	return &row{scenario: scenHandoff, backend: l.backend, lib: l.name, kind: kind, figs: figs}
 }

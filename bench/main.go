@@ -44,6 +44,7 @@ type config struct {
 	baseDur        time.Duration
 	leases         []int
 	renewTTL       time.Duration
+	rounds         int // interleaved alternations of the contention scenarios
 }
 
 var backendOrder = []string{"redis", "memcached", "zookeeper"}
@@ -106,6 +107,7 @@ func run() int {
 	flag.DurationVar(&cfg.hotDur, "hot", 5*time.Second, "duration of each hot-key run")
 	flag.IntVar(&cfg.manyContenders, "many-contenders", 32, "contenders of the many-keys scenario")
 	flag.DurationVar(&cfg.manyDur, "many", 3*time.Second, "duration of each many-keys run")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved alternations of the libraries in the hot-key and many-keys scenarios (each runs its share of -hot, -many)")
 	flag.DurationVar(&cfg.baseDur, "base", time.Second, "duration of each throughput baseline")
 	flag.DurationVar(&cfg.renewTTL, "renew-ttl", 3*time.Second, "lease TTL of the renewal scenario (renewed every TTL/3, held 3 TTLs)")
 	flag.Parse()
@@ -117,6 +119,10 @@ func run() int {
 	var err error
 	if cfg.hotContenders, err = ints(*hot); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -hot-contenders:", err)
+		return 2
+	}
+	if cfg.rounds < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -rounds: want at least 1")
 		return 2
 	}
 	if cfg.leases, err = ints(*leases); err != nil {
