@@ -6,10 +6,11 @@
 --
 --   P{K}:q   sorted set: the waiting owners, scored by arrival (server
 --            clock, microseconds)
---   P{K}:w   hash: owner -> "DEADLINE_MS TTL_MS INBOX" while it waits
+--   P{K}:w   hash: owner -> "DEADLINE_MS TTL_MS N INBOX" while it waits
 --            (DEADLINE_MS on the server's clock: the entry is dead after it
---            unless the waiter renews it; INBOX the channel of the waiter's
---            Locker), or "gTOKEN" once the key was handed to it
+--            unless the waiter renews it; N numbers the waiter's wait.lua
+--            runs; INBOX the channel of the waiter's Locker), or "gTOKEN"
+--            once the key was handed to it
 --
 -- Both expire two entry lifetimes after the last waiter touched them.
 
@@ -66,9 +67,10 @@ end
 -- handover grants the free lock lk to the first live waiter queued in q,
 -- dropping dead entries on the way (at most 64 in one call), records the
 -- grant in w as "gTOKEN", and tells the new owner on its inbox with
--- "OWNER TOKEN", unless the new owner is self (the caller, told by the
--- script's reply). Returns the owner and token, or nil when no live waiter
--- is queued.
+-- "OWNER TOKEN N" (N from the entry: the waiter takes the message as the
+-- grant only if N is its last wait.lua's), unless the new owner is self
+-- (the caller, told by the script's reply). Returns the owner and token,
+-- or nil when no live waiter is queued.
 local function handover(lk, ctr, q, w, self)
   if redis.call('EXISTS', q) == 0 then
     return nil
@@ -81,9 +83,12 @@ local function handover(lk, ctr, q, w, self)
     end
     redis.call('ZREM', q, head)
     local e = redis.call('HGET', w, head)
-    local deadline, px, inbox
+    local deadline, px, n, inbox
     if e then
-      deadline, px, inbox = string.match(e, '^(%d+) (%d+) (.+)$')
+      deadline, px, n, inbox = string.match(e, '^(%d+) (%d+) (%d+) (.+)$')
+      if not deadline then -- written by a version without N
+        deadline, px, inbox = string.match(e, '^(%d+) (%d+) (.+)$')
+      end
     end
     if deadline and tonumber(deadline) >= now then
       redis.call('SET', lk, head, 'PX', px)
@@ -94,7 +99,7 @@ local function handover(lk, ctr, q, w, self)
       -- longer than a heartbeat: the token outlives a lost message.
       redis.call('HSET', w, head, 'g' .. tok)
       if head ~= self then
-        redis.call('PUBLISH', inbox, head .. ' ' .. tok)
+        redis.call('PUBLISH', inbox, head .. ' ' .. tok .. ' ' .. (n or ''))
       end
       return head, token
     end

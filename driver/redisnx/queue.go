@@ -30,6 +30,10 @@ type waiting struct {
 	since   time.Time // when w was registered
 	queued  bool      // wait.lua has run: l is in the queue
 	unknown bool      // a wait.lua was sent whose reply did not come
+	// n numbers the wait.lua runs (N in the queue entry); asked is when
+	// the last one that found l waiting was sent, and askedN its number.
+	n, askedN uint64
+	asked     time.Time
 }
 
 // errAbandoned: wait.lua found the attempt's tombstone. Only a clean-up of
@@ -69,11 +73,16 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	return d.wait(ctx, l, s)
 }
 
-// Check implements driver.Queuer: wait.lua, unless the subscriptions are
-// still being confirmed (for at most redisx.ConfirmWait: a hand-over
-// message missed meanwhile is found by the next heartbeat).
+// Check implements driver.Queuer. A hand-over message naming l is the
+// grant, with no round trip (see handedOver). Otherwise it runs wait.lua,
+// unless the subscriptions are still being confirmed (for at most
+// redisx.ConfirmWait: a hand-over message missed meanwhile is found by the
+// next heartbeat).
 func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 	s := l.Data.(*waiting)
+	if d.handedOver(l, s) {
+		return nil
+	}
 	if !s.queued && !s.w.Ready() {
 		if rest := redisx.ConfirmWait - time.Since(s.since); rest > 0 {
 			return &driver.HeldError{RetryAfter: rest}
@@ -82,12 +91,41 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 	return d.wait(ctx, l, s)
 }
 
+// handedOver takes the grant that a hand-over message names, without a
+// round trip. The message says which queue entry the release found: the
+// one written by wait.lua run N. If that is the last run, which found l
+// waiting, the release ran after it and set the key to l's owner with l's
+// TTL, so the grant lasts at least the TTL from when that run was sent:
+// its validity is counted from then. (A message about an older entry is
+// from a hand-over that l never learned of and that a later run found gone,
+// its grant expired: it is ignored.) Only that release sends the message:
+// nothing publishes a redisnx owner before the key is handed to it, and it
+// is 128 random bits. When less than half the TTL would be left (a tiny
+// TTL, or a message that came late), or the last run's reply was lost, the
+// next wait.lua takes the key instead and extends it to the whole TTL.
+func (d *redisDriver) handedOver(l *driver.Lease, s *waiting) bool {
+	h := s.w.HandedOver()
+	if h == nil || !s.queued || s.unknown || h.N != s.askedN {
+		return false
+	}
+	_, validity := ms(l.TTL)
+	left := validity - time.Since(s.asked)
+	if left < validity/2 {
+		return false
+	}
+	s.w.Stop()
+	l.Token, l.Data, l.Validity = h.Token, viaQueue{}, left
+	return true
+}
+
 // wait runs wait.lua: it queues the waiter or renews its entry, and takes
 // the key if it was handed to the waiter or is free for it.
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
 	px, validity := ms(l.TTL)
 	s.unknown = true
-	res, err := waitScript.Run(ctx, d.Client, s.keys[:5], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS).Int64Slice()
+	s.n++
+	asked, n := time.Now(), s.n
+	res, err := waitScript.Run(ctx, d.Client, s.keys[:5], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, n).Int64Slice()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: wait: %w", redisx.WithCtx(ctx, err))
@@ -105,6 +143,7 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 	case 0:
 		return errAbandoned
 	}
+	s.asked, s.askedN = asked, n
 	if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {
 		return &driver.HeldError{RetryAfter: pttl + time.Millisecond} // check when it expires
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -238,9 +239,11 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	return ctx, cancel
 }
 
-// A hand-over message is only a wake-up: a forged one (anyone allowed to
-// PUBLISH on the inbox can send it) does not make a waiter believe it
-// holds the key, nor take its token; the real hand-over still comes.
+// A hand-over message is a grant only when it names the waiter's owner
+// and its last check of the queue: a forged one without the run number, or
+// with an older one (a stale message about a hand-over that a later check
+// found gone), does not make a waiter believe it holds the key, nor take
+// its token; the real hand-over still comes.
 func TestForgedHandOverIsNotAGrant(t *testing.T) {
 	c := sharedClient(t, nil)
 	l := newTestLocker(t, c, nil)
@@ -263,12 +266,21 @@ func TestForgedHandOverIsNotAGrant(t *testing.T) {
 	ctx := tctx(t, time.Second)
 	owner := c.ZRange(ctx, lk+queueSuffix, 0, 0).Val()[0]
 	entry := strings.Fields(c.HGet(ctx, lk+entriesSuffix, owner).Val())
-	if len(entry) != 3 {
-		t.Fatalf("queue entry %q: want deadline, TTL and inbox", entry)
+	if len(entry) != 4 {
+		t.Fatalf("queue entry %q: want deadline, TTL, run number and inbox", entry)
+	}
+	n, err := strconv.ParseUint(entry[2], 10, 64)
+	if err != nil || n == 0 {
+		t.Fatalf("queue entry %q: run number %q", entry, entry[2])
 	}
 	const forged = 999999999
-	if n := c.Publish(ctx, entry[2], fmt.Sprintf("%s %d", owner, forged)).Val(); n != 1 {
-		t.Fatalf("forged message reached %d subscribers, want the waiter's Locker", n)
+	for _, msg := range []string{
+		fmt.Sprintf("%s %d", owner, forged),
+		fmt.Sprintf("%s %d %d", owner, forged, n-1),
+	} {
+		if got := c.Publish(ctx, entry[3], msg).Val(); got != 1 {
+			t.Fatalf("forged message reached %d subscribers, want the waiter's Locker", got)
+		}
 	}
 	select {
 	case r := <-got:
@@ -286,4 +298,54 @@ func TestForgedHandOverIsNotAGrant(t *testing.T) {
 		t.Errorf("token %d after the holder's %d", r.lease.Token(), held.Token())
 	}
 	r.lease.Unlock(tctx(t, time.Second))
+}
+
+// The hand-over message is the grant: the waiter's Lock returns with no
+// request of its own after the release (the check has teeth: a waiter
+// that confirms on the server sends one wait.lua per hand-off). A lock
+// check of the heartbeat may fall between release and grant; one hand-off
+// in three without any request is asked.
+func TestHandOverNeedsNoRoundTrip(t *testing.T) {
+	c := sharedClient(t, nil)
+	holder := newTestLocker(t, c, nil)
+	wc := cloneClient(t, c, "waiter")
+	var count counter
+	wc.AddHook(&count)
+	waiter := newTestLocker(t, wc, nil)
+	k := testKey(t)
+	lk := lockKey(DefaultPrefix, k)
+	var scripts []int64
+	for range 3 {
+		held, err := holder.TryLock(tctx(t, 5*time.Second), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		var lease *lock.Lease
+		go func() {
+			var err error
+			lease, err = waiter.Lock(tctx(t, 10*time.Second), k)
+			got <- err
+		}()
+		waitQueued(t, c, lk, 1)
+		time.Sleep(20 * time.Millisecond) // the reply of the waiter's wait.lua is in
+		before := count.cmds.Load()
+		if err := held.Unlock(tctx(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		scripts = append(scripts, count.cmds.Load()-before)
+		if lease.Token() <= held.Token() {
+			t.Errorf("hand-over token %d, not above the holder's %d", lease.Token(), held.Token())
+		}
+		if err := lease.Unlock(tctx(t, 5*time.Second)); err != nil {
+			t.Fatalf("the handed-over lease's Unlock: %v", err)
+		}
+		if slices.Contains(scripts, 0) {
+			return
+		}
+	}
+	t.Errorf("scripts the waiter ran between the release and its grant, per hand-off: %v; want none", scripts)
 }

@@ -6,7 +6,9 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
 -- attempt, KEYS[4] queue, KEYS[5] queue entries
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] the inbox channel of the
--- owner's Locker, ARGV[4] queue entry lifetime in ms
+-- owner's Locker, ARGV[4] queue entry lifetime in ms, ARGV[5] the number
+-- of this run among the attempt's (N in the entry, and in the hand-over
+-- message: see prelude.lua)
 --
 -- Returns {1, token} when the owner has the key: granted by this run, or
 -- handed over by a release before it (the message on the inbox only wakes
@@ -37,7 +39,7 @@ if not redis.call('ZSCORE', KEYS[4], owner) then
   redis.call('ZADD', KEYS[4], string.format('%d', now), owner)
 end
 redis.call('HSET', KEYS[5], owner,
-  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. ARGV[3])
 keep_queue(KEYS[4], KEYS[5], ARGV[4])
 if not cur then
   local head, token = handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], owner)

@@ -3,6 +3,7 @@ package redisx
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,11 +109,20 @@ func (n *Notifier) Confirmed(lk string) bool {
 // names its owner, by a message on its inbox naming its owner, and when
 // its subscriptions are confirmed or confirmed again after a reconnection.
 type Waiter struct {
-	h     *hub
-	ch    string
-	owner string
-	wake  chan<- struct{}
-	news  atomic.Bool
+	h      *hub
+	ch     string
+	owner  string
+	wake   chan<- struct{}
+	news   atomic.Bool
+	handed atomic.Pointer[HandOver] // the last inbox message "OWNER TOKEN N"
+}
+
+// A HandOver is what a redisnx hand-over message says: the fencing token
+// of the grant, and the number of the waiter's wait.lua run whose queue
+// entry the release found.
+type HandOver struct {
+	Token uint64
+	N     uint64
 }
 
 // Queue registers the queued waiter owner of the lock key lk.
@@ -136,6 +146,12 @@ func (w *Waiter) InboxReady() bool { return w.h.confirmed(w.h.inbox) }
 
 // Ready reports whether w's subscriptions are confirmed.
 func (w *Waiter) Ready() bool { return w.h.confirmed(w.ch) && w.h.confirmed(w.h.inbox) }
+
+// HandedOver returns the last hand-over message ("OWNER TOKEN N" on the
+// inbox) received for w, or nil. Only a release that handed the key to the
+// owner sends one: no message names a redisnx owner before that, and the
+// owner is 128 random bits.
+func (w *Waiter) HandedOver() *HandOver { return w.handed.Load() }
 
 // News reports whether w was woken since the last call.
 func (w *Waiter) News() bool { return w.news.Swap(false) }
@@ -451,8 +467,14 @@ func (h *hub) message(gen uint64, ch, payload string) {
 	switch {
 	case c == nil || gen != h.gen:
 	case ch == h.inbox:
-		owner, _, _ := strings.Cut(payload, " ")
+		owner, rest, _ := strings.Cut(payload, " ")
 		if w := c.queued[owner]; w != nil {
+			token, n, _ := strings.Cut(rest, " ")
+			t, err1 := strconv.ParseUint(token, 10, 64)
+			k, err2 := strconv.ParseUint(n, 10, 64)
+			if err1 == nil && err2 == nil && t > 0 {
+				w.handed.Store(&HandOver{Token: t, N: k})
+			}
 			w.signal()
 		}
 	default:
