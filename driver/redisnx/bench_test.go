@@ -3,7 +3,9 @@ package redisnx
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -237,4 +239,41 @@ func BenchmarkScriptCost(b *testing.B) {
 		b.ReportMetric(median(s.d), s.metric)
 	}
 	b.ReportMetric(median(steps[3].d)/median(steps[0].d), "scripts/2ping")
+}
+
+// BenchmarkManyKeys is 32 contenders, each with its own client and Locker
+// (a process of its own) and its own key, making Lock+Unlock cycles with a
+// cancellable context (as callers pass): the many-keys scenario of make
+// bench, for a CPU profile of the client. ns/op is per cycle of all of
+// them together; cpu-ns/op the client's CPU per cycle.
+func BenchmarkManyKeys(b *testing.B) {
+	const n = 32
+	lockers := make([]lock.Locker, n)
+	for i := range lockers {
+		lockers[i] = New(benchClient(b), nil)
+		b.Cleanup(func() { lockers[i].Close() })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base := benchKey("manykeys")
+	var next atomic.Int64
+	b.SetParallelism((n + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(1)-1) % n
+		l, key := lockers[i], fmt.Sprintf("%s/%d", base, i)
+		for pb.Next() {
+			lease, err := l.Lock(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := lease.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
