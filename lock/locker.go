@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -54,7 +55,7 @@ type RWLocker interface {
 func New(d driver.Driver, o *Options) Locker {
 	opts, err := o.resolved()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	lk := &locker{d: d, opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}}
+	lk := &locker{d: d, opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}, work: make(chan *call)}
 	lk.bgCtx, lk.bgCancel = context.WithCancel(context.Background())
 	lk.notifier, _ = d.(driver.Notifier)
 	lk.queuer, _ = d.(driver.Queuer)
@@ -82,6 +83,12 @@ type locker struct {
 	bg       group
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
+
+	// Goroutines that run driver calls for within, kept between calls
+	// (see worker): idle ones receive on work.
+	work        chan *call
+	workers     group
+	idleWorkers atomic.Int32
 
 	mu     sync.Mutex
 	closed bool
@@ -256,9 +263,10 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 // Every wait that ends without a grant leaves the queue, in the
 // background; a grant that comes after ctx ended is released.
 func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.Time, err error, ok bool) {
+	var granted time.Time // written by the wait: read only if within waited for it
 	err, ok = lk.within(ctx, func() error {
 		var err error
-		start, err = lk.steps(ctx, dl)
+		granted, err = lk.steps(ctx, dl)
 		return err
 	}, func(err error) {
 		if err == nil {
@@ -267,10 +275,13 @@ func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.T
 			lk.leaveLater(dl)
 		}
 	})
-	if ok && err != nil {
+	if !ok {
+		return time.Time{}, err, false
+	}
+	if err != nil {
 		lk.leaveLater(dl)
 	}
-	return start, err, ok
+	return granted, err, true
 }
 
 // steps makes the steps of a wait: Join, then a Check whenever the driver
@@ -564,6 +575,7 @@ func (lk *locker) Close() error {
 	lk.bg.stop()
 	lk.bgCancel()
 	lk.sched.stop()
+	lk.workers.stop()
 	// Closing the driver ends its calls under way, if cutting their
 	// contexts did not. It may itself wait for the backend (a ZooKeeper
 	// session's close): Close waits for it up to its bound (or 100ms, if
@@ -574,6 +586,7 @@ func (lk *locker) Close() error {
 		<-lk.calls.idleChan()
 		<-lk.bg.idleChan()
 		<-lk.sched.workers.idleChan()
+		<-lk.workers.idleChan()
 		closed <- err
 	}()
 	timer.Reset(max(time.Until(bound), 100*time.Millisecond))
