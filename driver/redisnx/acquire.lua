@@ -1,3 +1,4 @@
+--@fence
 -- Grant the lock KEYS[1] to owner ARGV[1] for ARGV[2] ms, and return a
 -- fencing token from the counter KEYS[2]. One attempt, as TryLock makes:
 -- it never queues, and it is fair to the queue: a free key with live
@@ -19,6 +20,7 @@ if redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
 elseif redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
+--@queue
 local cur = redis.call('GET', KEYS[1])
 if not cur then
   if handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], nil) then

@@ -1,3 +1,5 @@
+--@fence
+--@queue
 -- Take owner ARGV[1] out of the queue of the lock KEYS[1], when its Lock
 -- call ends without the key (cancelled, timed out, failed). If the key was
 -- handed to it meanwhile, give it to the next waiter, or free it.
@@ -15,4 +17,4 @@ if tonumber(ARGV[3]) > 0 then
 end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
-return release(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[2], ARGV[1])
+return release(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[2], ARGV[1], redis.call('GET', KEYS[1]))

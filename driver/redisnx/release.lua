@@ -11,6 +11,17 @@
 --
 -- Returns 1 when the grant was deleted, 0 when the owner did not hold it.
 
+local cur = redis.call('GET', KEYS[1])
+-- The common case first: a grant of acquire.lua (no tombstone to leave, no
+-- queue entry to delete) released with no one queued.
+if cur == ARGV[1] and not KEYS[5] and ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], '')
+  return 1
+end
+--@fence
+--@queue
+
 -- Clean-up after a lost reply: copies of the grant request that reach the
 -- server after this point find the tombstone and change nothing.
 if KEYS[5] then
@@ -20,4 +31,4 @@ end
 if ARGV[3] == '1' then
   redis.call('HDEL', KEYS[4], ARGV[1])
 end
-return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[1])
+return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[1], cur)

@@ -2,12 +2,14 @@ package redisnx
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The Lua scripts, one per operation; those that may grant the key start
-// with prelude.lua (fencing tokens, the hand-over to the queue). Script.Run
+// The Lua scripts, one per operation; those that may grant the key take
+// the functions of prelude.lua (fencing tokens, the hand-over to the queue)
+// where they say (see compose). Script.Run
 // sends EVALSHA (one round trip) and falls back to EVAL once when the server
 // answers NOSCRIPT (after a restart or SCRIPT FLUSH).
 var (
@@ -24,12 +26,23 @@ var (
 	//go:embed refresh.lua
 	refreshLua string
 
-	acquireScript = redis.NewScript(preludeLua + acquireLua)
-	waitScript    = redis.NewScript(preludeLua + waitLua)
-	leaveScript   = redis.NewScript(preludeLua + leaveLua)
-	releaseScript = redis.NewScript(preludeLua + releaseLua)
+	acquireScript = redis.NewScript(compose(acquireLua))
+	waitScript    = redis.NewScript(compose(waitLua))
+	leaveScript   = redis.NewScript(compose(leaveLua))
+	releaseScript = redis.NewScript(compose(releaseLua))
 	refreshScript = redis.NewScript(refreshLua)
 )
+
+// compose puts the two parts of prelude.lua into script, in place of its
+// lines "--@fence" (next_token) and "--@queue" (the queue's functions).
+func compose(script string) string {
+	fence, queue, ok := strings.Cut(preludeLua, "--@queue\n")
+	if !ok || strings.Count(script, "--@fence\n") != 1 || strings.Count(script, "--@queue\n") != 1 {
+		panic("redisnx: a script without its --@fence and --@queue lines")
+	}
+	script = strings.Replace(script, "--@fence\n", fence, 1)
+	return strings.Replace(script, "--@queue\n", queue, 1)
+}
 
 // isNoScript reports whether err is the server's NOSCRIPT reply.
 func isNoScript(err error) bool {

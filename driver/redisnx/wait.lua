@@ -1,3 +1,5 @@
+--@fence
+--@queue
 -- Queue owner ARGV[1] for the lock KEYS[1], or renew its queue entry, and
 -- grant it the key when its turn has come. A blocking Lock runs it when it
 -- starts to wait and then at least once per heartbeat; the release that
