@@ -19,7 +19,8 @@ import (
 // to notice (see Token).
 type Lease struct {
 	lk        *locker
-	dl        *driver.Lease
+	dl        *driver.Lease // &own
+	own       driver.Lease
 	done      chan struct{}
 	autoRenew bool
 	// refreshing admits one refresh of this lease at a time (a renewal or

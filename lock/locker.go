@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/google/uuid"
 )
 
 // A Locker grants leases on keys of one backend. It is safe for concurrent
@@ -117,12 +117,14 @@ func (rw *rwLocker) TryRLock(ctx context.Context, key string, opts ...Option) (*
 // begin registers a call under way, or fails when the Locker is closed.
 func (lk *locker) begin() bool { return lk.calls.add() }
 
+// newOwner returns a fresh owner token: 128 random bits in hex.
 func newOwner() string {
-	u := uuid.New()
-	return hex.EncodeToString(u[:])
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand, Go 1.24)
+	return hex.EncodeToString(b[:])
 }
 
-func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode, wait bool, opts []Option) (*Lease, error) {
+func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mode, wait bool, opts []Option) (*Lease, error) {
 	if lk.optsErr != nil {
 		return nil, newError(op, key, ErrInvalid, lk.optsErr)
 	}
@@ -133,7 +135,11 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	if err != nil {
 		return nil, newError(op, key, ErrInvalid, err)
 	}
-	dl := &driver.Lease{Key: key, Owner: newOwner(), Mode: mode, TTL: co.ttl}
+	// The Lease and its driver.Lease in one allocation.
+	l := &Lease{lk: lk, autoRenew: co.autoRenew, ttl: co.ttl, idx: -1,
+		own: driver.Lease{Key: key, Owner: newOwner(), Mode: mode, TTL: co.ttl}}
+	dl := &l.own
+	l.dl = dl
 	if err := lk.d.Validate(dl); err != nil {
 		return nil, driverError(op, key, err, ErrInvalid)
 	}
@@ -147,13 +153,13 @@ func (lk *locker) acquire(ctx context.Context, op, key string, mode driver.Mode,
 	defer lk.calls.done()
 
 	// Close cancels lk.ctx; make it end this call too, with ErrClosed.
-	ctx, cancel := context.WithCancelCause(ctx)
+	// (A new variable, assigned once: the closures below copy it.)
+	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	stop := context.AfterFunc(lk.ctx, func() { cancel(ErrClosed) })
 	defer stop()
 
-	l := &Lease{lk: lk, dl: dl, autoRenew: co.autoRenew, ttl: co.ttl, validity: validity,
-		done: make(chan struct{}), refreshing: make(chan struct{}, 1), idx: -1}
+	l.validity, l.done, l.refreshing = validity, make(chan struct{}), make(chan struct{}, 1)
 	dl.Lost = l.lostByDriver
 
 	var (

@@ -106,11 +106,16 @@ func WithRetry(s RetryStrategy) Option {
 
 func (lk *locker) callOptions(opts []Option) (callOptions, error) {
 	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry}
-	for _, o := range opts {
-		if o == nil {
-			return c, fmt.Errorf("nil Option")
+	if len(opts) > 0 {
+		p := new(callOptions) // escapes to the options: only when there are some
+		*p = c
+		for _, o := range opts {
+			if o == nil {
+				return c, fmt.Errorf("nil Option")
+			}
+			o(p)
 		}
-		o(&c)
+		c = *p
 	}
 	if err := checkTTL(c.ttl); err != nil {
 		return c, err
