@@ -130,7 +130,7 @@ func (s *cpuSamples) figures() []figure {
 	}
 	figs = append(figs, figure{name: "server CPU/cycle", value: med(s.server), unit: duration, dir: lowerBetter, note: note})
 	if len(s.cmd) > 0 && med(s.cmd) > 0 {
-		figs = append(figs, figure{name: "server command time/cycle", value: med(s.cmd), unit: duration, dir: lowerBetter, note: "INFO commandstats"})
+		figs = append(figs, figure{name: "server command time/cycle", value: med(s.cmd), unit: duration, dir: lowerBetter, note: "INFO commandstats: a script's own commands count twice, in it and by name"})
 	}
 	return figs
 }

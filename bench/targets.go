@@ -59,6 +59,10 @@ func targets(t *table) []target {
 		rc, ok9 := t.value(s, "redislock", "server command time/cycle")
 		add("uncontended: redisnx server command time <= 1.25 x redislock's",
 			fmt.Sprintf("%s vs %s: %.2fx", dur(sc), dur(rc), sc/rc), sc <= serverTimeShare*rc, ok8 && ok9)
+		scpu, ok12 := t.value(s, "redisnx", "server CPU/cycle")
+		rcpu, ok13 := t.value(s, "redislock", "server CPU/cycle")
+		add("uncontended: redisnx server CPU <= 1.25 x redislock's",
+			fmt.Sprintf("%s vs %s: %.2fx", dur(scpu), dur(rcpu), scpu/rcpu), scpu <= serverTimeShare*rcpu, ok12 && ok13)
 		a, ok10 := t.value(s, "redisnx", "allocs/cycle")
 		ra, ok11 := t.value(s, "redislock", "allocs/cycle")
 		add("uncontended: redisnx allocs/cycle <= redislock's",
