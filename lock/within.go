@@ -56,7 +56,7 @@ func (lk *locker) within(ctx context.Context, f func() error, after func(error))
 // maxIdleWorkers of them wait at once; Close ends them.
 const (
 	workerIdle     = 200 * time.Millisecond
-	maxIdleWorkers = 16
+	maxIdleWorkers = 8
 )
 
 func (lk *locker) worker(c *call) {
