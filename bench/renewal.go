@@ -30,8 +30,10 @@ import (
 //     out for redisnx), per renewal period;
 //   - lease refreshes per period (keys in refresh scripts, PEXPIREs), which
 //     should be N;
-//   - the goroutines the Locker added (the most seen during the hold, less
-//     those before the Locker existed);
+//   - the goroutines the Locker added (the most seen during the hold,
+//     sampled every 50 ms from 50 ms into it, when the goroutines that ran
+//     the acquisitions' calls have ended; less those before the Locker
+//     existed);
 //   - client heap per lease: the live heap after a GC at the end of the
 //     hold, less the live heap before the Locker existed (the client's
 //     connections open, the bench's slice of leases allocated), divided by N;
@@ -236,8 +238,8 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	holdStart := time.Now()
 	gmax := 0
 	for time.Since(holdStart) < hold {
-		gmax = max(gmax, runtime.NumGoroutine())
 		time.Sleep(50 * time.Millisecond)
+		gmax = max(gmax, runtime.NumGoroutine())
 	}
 	counter.on.Store(false)
 	held := time.Since(holdStart)

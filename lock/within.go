@@ -52,10 +52,11 @@ func (lk *locker) within(ctx context.Context, f func() error, after func(error))
 // stack from its small start to what the client library needs (go-redis:
 // several copies), which cost a quarter of the client's CPU with 32
 // contenders on as many keys. So the goroutines are kept: after a call, a
-// worker waits for the next one for up to workerIdle, and at most
-// maxIdleWorkers of them wait at once; Close ends them.
+// worker waits for the next one for up to workerIdle (a caller's next call
+// in a loop comes within microseconds), and at most maxIdleWorkers of them
+// wait at once; Close ends them.
 const (
-	workerIdle     = 200 * time.Millisecond
+	workerIdle     = 10 * time.Millisecond
 	maxIdleWorkers = 8
 )
 
