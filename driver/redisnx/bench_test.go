@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -276,4 +278,78 @@ func BenchmarkManyKeys(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkScriptServerTime is the server's side of an uncontended grant
+// and release: the time Redis spends running acquire.lua then release.lua
+// (INFO commandstats, EVALSHA usec per cycle, which includes the commands
+// they call), beside the same for scripts as small as a plain SET NX lock
+// can have (SET NX PX; compare and delete: redislock's), alternated in
+// blocks of 2000 cycles; medians of the blocks. Run it with -benchtime
+// 20000x or more.
+func BenchmarkScriptServerTime(b *testing.B) {
+	c := benchClient(b)
+	ctx := context.Background()
+	k := benchKey("servertime")
+	n := names(DefaultPrefix, k, "")
+	plainSet := redis.NewScript(`if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end return 0`)
+	plainDel := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+	evalsha := func() (calls, usec int64) {
+		info := c.Info(ctx, "commandstats").Val()
+		_, rest, ok := strings.Cut(info, "cmdstat_evalsha:")
+		if !ok {
+			return 0, 0
+		}
+		rest, _, _ = strings.Cut(rest, "\r\n")
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				calls, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return calls, usec
+	}
+	const block = 2000
+	var ours, plain []time.Duration
+	cycle := 0
+	for b.Loop() {
+		cycle++
+		if cycle%block != 0 {
+			continue
+		}
+		for _, side := range []*[]time.Duration{&ours, &plain} {
+			c0, u0 := evalsha()
+			for i := range block {
+				owner := fmt.Sprintf("%032x", i)
+				var err error
+				if side == &ours {
+					keys := names(DefaultPrefix, k, owner)
+					if err = acquireScript.Run(ctx, c, keys[:5], owner, 60000).Err(); err == nil {
+						err = releaseScript.Run(ctx, c, []string{keys[0], keys[1], keys[3], keys[4]}, owner, keys[5], 0).Err()
+					}
+				} else {
+					if err = plainSet.Run(ctx, c, []string{n[0] + "-plain"}, owner, 60000).Err(); err == nil {
+						err = plainDel.Run(ctx, c, []string{n[0] + "-plain"}, owner).Err()
+					}
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			c1, u1 := evalsha()
+			if c1-c0 < 2*block {
+				b.Fatalf("commandstats counted %d EVALSHA for %d", c1-c0, 2*block)
+			}
+			*side = append(*side, time.Duration(u1-u0)*time.Microsecond/block)
+		}
+	}
+	if len(ours) == 0 {
+		b.Skip("too few cycles for a block: use -benchtime 20000x")
+	}
+	o, p := median(ours), median(plain)
+	b.ReportMetric(o, "scripts-server-ns/cycle")
+	b.ReportMetric(p, "setnx-server-ns/cycle")
+	b.ReportMetric(o/p, "ratio")
 }
