@@ -51,12 +51,12 @@ func (h Hooks) At(point string) {
 
 // Controls are the seeds' broken algorithms.
 var Controls = []*Control{
-	// SETNX key owner; DEL key. No expiry at all: a holder that dies
-	// leaves the key forever.
+	// SETNX key owner; DEL key (after comparing: see ownerDel). No expiry
+	// at all: a holder that dies leaves the key forever.
 	{Name: "setnx-del", Backend: RedisBackend, TTL: time.Second,
 		Open: openRedisControl(func(b ctlBase) driver.Driver { return &setnxDel{b} })},
 	// SETNX, then PEXPIRE in a second command: killed in between, a key
-	// without expiry.
+	// without expiry. (Its release checks the owner: see ownerDel.)
 	{Name: "setnx-then-expire", Backend: RedisBackend, TTL: time.Second, Gaps: []string{"acquire-gap"},
 		Open: openRedisControl(func(b ctlBase) driver.Driver { return &setnxThenExpire{b} })},
 	// SET NX PX, but an unconditional DEL and PEXPIRE: a holder that
@@ -106,6 +106,23 @@ func openRedisControl(mk func(ctlBase) driver.Driver) func(ctx context.Context, 
 	}
 }
 
+// ownerDel is the release of the controls whose flaw is the key's missing
+// expiry (setnx-del, setnx-then-expire): GET, compare, DEL (not atomic),
+// so that each has only the flaw it stands for. With a plain DEL, the
+// clean-up of a contender's attempt abandoned at its deadline (lock
+// releases by owner after an attempt whose outcome is unknown) deleted the
+// dead holder's orphan that holder-kill is there to find.
+func (b ctlBase) ownerDel(ctx context.Context, l *driver.Lease) error {
+	v, err := b.rdb.Get(ctx, ctlKey(l.Key)).Result()
+	if err == redis.Nil || (err == nil && v != l.Owner) {
+		return driver.ErrNotHeld
+	}
+	if err != nil {
+		return err
+	}
+	return notHeldIfZero(b.rdb.Del(ctx, ctlKey(l.Key)).Result())
+}
+
 func notHeldIfZero(n int64, err error) error {
 	if err != nil {
 		return err
@@ -132,7 +149,7 @@ func (d *setnxDel) Acquire(ctx context.Context, l *driver.Lease) error {
 }
 
 func (d *setnxDel) Release(ctx context.Context, l *driver.Lease) error {
-	return notHeldIfZero(d.rdb.Del(ctx, ctlKey(l.Key)).Result())
+	return d.ownerDel(ctx, l)
 }
 
 func (d *setnxDel) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
@@ -160,7 +177,7 @@ func (d *setnxThenExpire) Acquire(ctx context.Context, l *driver.Lease) error {
 }
 
 func (d *setnxThenExpire) Release(ctx context.Context, l *driver.Lease) error {
-	return notHeldIfZero(d.rdb.Del(ctx, ctlKey(l.Key)).Result())
+	return d.ownerDel(ctx, l)
 }
 
 func (d *setnxThenExpire) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
