@@ -105,7 +105,7 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 // next wait.lua takes the key instead and extends it to the whole TTL.
 func (d *redisDriver) handedOver(l *driver.Lease, s *waiting) bool {
 	h := s.w.HandedOver()
-	if h == nil || !s.queued || s.unknown || h.N != s.askedN {
+	if h == nil || s.unknown || h.N != s.askedN { // askedN is 0 until a run found l queued; N starts at 1
 		return false
 	}
 	_, validity := ms(l.TTL)
