@@ -99,7 +99,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 			left = append(left, k)
 		}
 	}
-	for _, prefix := range []string{tombstone(lk, ""), waitEntry(lk, "")} {
+	for _, prefix := range []string{tombstone(lk, ""), waitEntry(lk, ""), grantRecord(lk, "")} {
 		iter := node.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
 		for iter.Next(ctx) {
 			left = append(left, iter.Val())

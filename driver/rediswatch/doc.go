@@ -104,7 +104,7 @@
 //
 // All keys and channels start with the prefix. The ACL rules
 //
-//	-@all +@connection +@transaction +get +mget +set +pttl +time +incr
+//	-@all +@connection +@transaction +get +mget +set +pttl +time +lrange
 //	+del +pexpire +exists +lindex +lrem +rpush +publish +subscribe
 //	+unsubscribe ~dlock:* &dlock:*
 //

@@ -47,8 +47,8 @@ const fenceLife = 7 * 24 * time.Hour
 
 // Acquire makes one attempt at the grant, in two round trips:
 //
-//	WATCH counter tombstone; GET lock; GET counter; TIME; LINDEX queue 0
-//	MULTI; SET lock owner NX PX ttl; SET counter clock | INCR counter; EXEC
+//	WATCH counter tombstone; GET lock; GET counter; TIME; LRANGE queue 0 1
+//	MULTI; SET lock owner NX PX ttl; SET counter token PX 7d; EXEC
 //
 // When GET finds the key held, it sends UNWATCH and PTTL instead of the
 // transaction and returns a *driver.HeldError with the holder's PTTL. When the
@@ -64,15 +64,15 @@ const fenceLife = 7 * 24 * time.Hour
 // it from the queue in the transaction.
 //
 // The token is the server's clock in microseconds, or the counter plus one
-// when that is more (redisnx's rule): the counter is set to the clock when
-// it is behind, and incremented otherwise, so tokens keep increasing when
-// the counter was lost (restart, eviction, expiry) or lags (a promoted
-// replica). Setting it to the clock gives it an expiry of fenceLife, so
-// that keys locked once do not keep a counter forever.
+// when that is more (redisnx's rule), and the counter is set to it, so
+// tokens keep increasing when the counter was lost (restart, eviction,
+// expiry) or lags (a promoted replica). The counter is watched, so no
+// other grant comes in between. Setting it gives it an expiry of
+// fenceLife, so that keys locked once do not keep a counter forever.
 //
 // The lock key is not watched: NX makes the grant conditional on the
-// server, and INCR in the same transaction keeps token order and grant
-// order the same. Watching it would abort grants attempted as the
+// server, and the counter's write in the same transaction keeps token
+// order and grant order the same. Watching it would abort grants attempted as the
 // holder's grant expires (Redis counts a watched key's expiry as a
 // change), which is exactly when waiters retry, at the holder's PTTL. A
 // SET NX that fails inside the transaction still moves the counter on,
@@ -81,7 +81,7 @@ const fenceLife = 7 * 24 * time.Hour
 // clean-up Release (see there). A transaction that also changes the queue
 // does watch the lock key: the queue must change only with a grant.
 func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	_, err := d.acquire(ctx, l, tryOnce, "")
+	_, err := d.acquire(ctx, l, tryOnce, "", "")
 	return err
 }
 
@@ -102,8 +102,15 @@ const (
 
 // acquire makes an attempt of kind how; joined reports that a tryThenJoin
 // attempt joined the queue, where inbox is the channel to name the caller
-// on (see queueElem).
-func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox string) (joined bool, err error) {
+// on (see queueElem) and entry the value of its queue entry (see
+// entryValue).
+//
+// A queued attempt that finds the key its own was handed the key by a
+// release whose message it missed, or did not take as the grant: it
+// extends the key to its TTL (the validity counts from this call), takes
+// the token from the grant record, and leaves the queue, in the
+// transaction. (When the record expired, it takes a new token.)
+func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
 	markSent(l, false)
 	lk := d.LockKey(l.Key)
 	ck := counterKey(lk)
@@ -112,14 +119,16 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 	var (
 		granted bool
 		token   int64
+		next    string // the element behind the caller, for its release
 	)
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		joined = false
+		joined, next = false, ""
 		var (
 			get     *redis.StringCmd
 			counter *redis.StringCmd
 			now     *redis.TimeCmd
-			head    *redis.StringCmd
+			line    *redis.StringSliceCmd
+			record  *redis.StringCmd
 		)
 		watch := []string{ck, tombstone(lk, l.Owner)}
 		if how == queued {
@@ -130,14 +139,21 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 			get = p.Get(ctx, lk)
 			counter = p.Get(ctx, ck)
 			now = p.Time(ctx)
-			head = p.LIndex(ctx, wq, 0)
+			line = p.LRange(ctx, wq, 0, 1)
+			if how == queued {
+				record = p.Get(ctx, grantRecord(lk, l.Owner))
+			}
 		})
 		if err != nil {
 			return err
 		}
-		first, _ := splitElem(head.Val()) // "" when no one is queued
+		var head string // "" when no one is queued
+		if q := line.Val(); len(q) > 0 {
+			head = q[0]
+		}
+		first, _ := splitElem(head)
 		if how == tryThenJoin && (get.Err() == nil || first != "") {
-			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner, inbox)
+			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
 			if err != nil {
 				return err
 			}
@@ -147,13 +163,14 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 			}
 			return heldFor(pttl)
 		}
-		if get.Err() == nil {
+		mine := how == queued && get.Err() == nil && get.Val() == l.Owner
+		if get.Err() == nil && !mine {
 			// The UNWATCH costs a round trip anyway: read the PTTL with it,
 			// rather than on every grant.
 			return heldFor(unwatchPTTL(ctx, tx, lk))
 		}
 		var dead string // a dead waiter queued first
-		if first != "" && first != l.Owner {
+		if !mine && first != "" && first != l.Owner {
 			alive, err := watchAlive(ctx, tx, lk, waitEntry(lk, first))
 			if err != nil {
 				return err
@@ -162,28 +179,37 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 				unwatch(ctx, tx)
 				return &driver.HeldError{}
 			}
-			dead = head.Val()
+			dead = head
 		}
-		var last int64 // a missing counter counts as 0
-		if counter.Err() == nil {
-			if last, err = strconv.ParseInt(counter.Val(), 10, 64); err != nil {
-				unwatch(ctx, tx)
-				return fmt.Errorf("rediswatch: fencing counter %q holds %q, not an integer", ck, counter.Val())
+		for _, e := range line.Val() {
+			if o, _ := splitElem(e); o != l.Owner && e != dead {
+				next = e
+				break
 			}
 		}
-		clock := now.Val().UnixMicro()
+		fresh := true // a new token, not the grant record's
+		if mine && record.Err() == nil {
+			if token, err = strconv.ParseInt(record.Val(), 10, 64); err == nil && token > 0 {
+				fresh = false
+			}
+		}
+		if fresh {
+			if token, err = nextToken(counter, now); err != nil {
+				unwatch(ctx, tx)
+				return fmt.Errorf("%w (%q)", err, ck)
+			}
+		}
 		markSent(l, true)
 		d.hook("grant", lk)
-		var (
-			set  *redis.Cmd
-			incr *redis.IntCmd
-		)
+		var set *redis.Cmd
 		err = exec(ctx, tx, func(p redis.Pipeliner) {
-			set = p.Do(ctx, "set", lk, l.Owner, "nx", "px", ttl.Milliseconds())
-			if last+1 < clock {
-				p.Set(ctx, ck, clock, fenceLife)
+			if mine {
+				set = p.Do(ctx, "pexpire", lk, ttl.Milliseconds())
 			} else {
-				incr = p.Incr(ctx, ck)
+				set = p.Do(ctx, "set", lk, l.Owner, "nx", "px", ttl.Milliseconds())
+			}
+			if fresh {
+				p.Do(ctx, "set", ck, strconv.FormatInt(token, 10), "px", fenceLife.Milliseconds())
 			}
 			if dead != "" {
 				p.LRem(ctx, wq, 1, dead)
@@ -195,10 +221,9 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		if err != nil {
 			return err
 		}
-		granted = set.Err() == nil // a refused SET NX replies nil
-		if token = clock; incr != nil {
-			token = incr.Val()
-		}
+		// A refused SET NX replies nil; a PEXPIRE of a key that expired
+		// after GET (on servers that do not abort the EXEC for it), 0.
+		granted = set.Err() == nil && (!mine || set.Val() == int64(1))
 		return nil
 	})
 	if how != tryOnce && (err == nil || errors.Is(err, errAborted)) {
@@ -215,6 +240,9 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 	}
 	l.Token = uint64(token)
 	l.Validity = ttl
+	if how == queued {
+		l.Data = fromQueue{next: next}
+	}
 	return false, nil
 }
 

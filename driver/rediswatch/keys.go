@@ -15,6 +15,7 @@ const (
 	voidInfix     = redisx.VoidInfix
 	queueSuffix   = ":wq"
 	entryInfix    = ":we:"
+	grantInfix    = ":wg:"
 )
 
 func counterKey(lk string) string       { return lk + counterSuffix }
@@ -22,6 +23,10 @@ func channel(lk string) string          { return lk + channelSuffix }
 func tombstone(lk, owner string) string { return lk + voidInfix + owner }
 func waitQueue(lk string) string        { return lk + queueSuffix }
 func waitEntry(lk, owner string) string { return lk + entryInfix + owner }
+
+// grantRecord holds the token of a grant handed over to owner by a release,
+// for EntryLife (see release).
+func grantRecord(lk, owner string) string { return lk + grantInfix + owner }
 
 // queueElem is a waiter's element in a queue: its owner and, when it has
 // one, the inbox channel of its Locker, where releases name it.

@@ -3,6 +3,7 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -13,17 +14,21 @@ import (
 // A blocking Lock waits in a queue kept on the server with plain commands:
 //
 //	P{K}:wq          list of the queued owners, the first in line at its head
-//	P{K}:we:OWNER    a queued owner's entry, expiring redisx.EntryLife after
-//	                 the waiter last renewed it (dead: it lost its place)
+//	P{K}:we:OWNER    a queued owner's entry, "TTL N", expiring
+//	                 redisx.EntryLife after the waiter last renewed it (dead:
+//	                 it lost its place); TTL in ms, N the number of the
+//	                 waiter's run (join or renewal) that wrote it
+//	P{K}:wg:OWNER    the token of a grant handed over to OWNER, for
+//	                 redisx.EntryLife
 //
 // A free key with a live waiter first in line is that waiter's: every
-// other attempt is refused (see acquire). A release names the first waiter
-// on its Locker's inbox, which alone is woken and takes the key with an
-// ordinary grant transaction that also takes it out of the queue. No
-// transaction watches the queue, so joining, renewing and leaving never
-// abort a grant or a release: what must not change under a grant is
-// watched instead (the lock key, and the entry of a dead waiter whose
-// place it takes).
+// other attempt is refused (see acquire). A release hands the key to the
+// first waiter in its transaction (see release) and tells it on its
+// Locker's inbox: that message is the grant (see handedOver). No
+// transaction watches the queue, so joining and leaving never abort a
+// grant or a release: what must not change under a grant is watched
+// instead (the lock key, and the entry of the waiter it goes to or of a
+// dead waiter whose place it takes).
 
 // waiting is a queued Lock call's state, in driver.Lease.Data until it is
 // granted.
@@ -32,6 +37,27 @@ type waiting struct {
 	renewed time.Time      // when the entry was last made or renewed
 	hintAt  time.Time      // when the holder's grant expires, if known
 	sent    bool           // a grant's EXEC was sent and its reply did not come
+
+	// The entry: n numbers the runs that write it; the last one whose reply
+	// came wrote askedN, sent at asked. unknown: a later run's reply did
+	// not come (the entry may hold its number).
+	n, askedN uint64
+	asked     time.Time
+	unknown   bool
+}
+
+// write starts a run that writes the entry: it returns the entry's value,
+// for l's TTL, and marks the entry unknown until wrote.
+func (s *waiting) write(l *driver.Lease) (value string, n uint64, at time.Time) {
+	s.n++
+	s.unknown = true
+	return strconv.FormatInt(px(l.TTL).Milliseconds(), 10) + " " + strconv.FormatUint(s.n, 10), s.n, time.Now()
+}
+
+// wrote records that run n, sent at at, wrote the entry.
+func (s *waiting) wrote(n uint64, at time.Time) {
+	s.askedN, s.asked, s.unknown = n, at, false
+	s.renewed = at
 }
 
 // Join implements driver.Queuer: a plain attempt that joins the queue, in
@@ -54,8 +80,8 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 			return err
 		}
 	}
-	at := time.Now()
-	joined, err := d.acquire(ctx, l, tryThenJoin, s.inbox())
+	entry, n, at := s.write(l)
+	joined, err := d.acquire(ctx, l, tryThenJoin, s.inbox(), entry)
 	if err == nil {
 		s.stop()
 		return nil
@@ -67,12 +93,12 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	s.hint(held)
 	if !joined {
 		// The attempt's transaction was aborted: join now.
-		at = time.Now()
-		if err := d.join(ctx, lk, l.Owner, s.inbox()); err != nil {
+		entry, n, at = s.write(l)
+		if err := d.join(ctx, lk, l.Owner, s.inbox(), entry); err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
 	}
-	s.renewed = at
+	s.wrote(n, at)
 	if s.w == nil {
 		if err := listen(); err != nil {
 			return err
@@ -81,21 +107,27 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	return s.held()
 }
 
-// Check implements driver.Queuer: an attempt when a release named the
-// waiter (or no one), when the subscriptions were confirmed, or when the
-// holder's grant is due to expire; else, or when the entry is due for
-// renewal, a renewal that also reads the key's PTTL, and an attempt if the
-// key is free or the entry had died (the waiter joins again, at the end).
-// That finds a release whose message was lost, a release by a client that
-// names no one (redisnx, redsync, redislock), and a dead waiter in first
-// place (the key stays free), whose place the attempt takes.
+// Check implements driver.Queuer. A hand-over message naming l is the
+// grant, with no round trip (see handedOver). Otherwise: an attempt when a
+// release named the waiter (or no one), when the subscriptions were
+// confirmed, or when the holder's grant is due to expire; else, or when
+// the entry is due for renewal, a renewal that also reads the key and its
+// PTTL, and an attempt if the key is free, is the waiter's own (handed over
+// by a release whose message was missed) or the entry had died (the waiter
+// joins again, at the end). That finds a release whose message was lost, a
+// release by a client that names no one (redisnx, redsync, redislock), and
+// a dead waiter in first place (the key stays free), whose place the
+// attempt takes.
 func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 	s := l.Data.(*waiting)
+	if d.handedOver(l, s) {
+		return nil
+	}
 	lk := d.LockKey(l.Key)
 	try := s.w.News() || (!s.hintAt.IsZero() && !time.Now().Before(s.hintAt))
 	for {
 		if try {
-			_, err := d.acquire(ctx, l, queued, s.w.Inbox())
+			_, err := d.acquire(ctx, l, queued, s.w.Inbox(), "")
 			if err == nil {
 				s.stop()
 				return nil
@@ -109,13 +141,13 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 				return s.held()
 			}
 		}
-		at := time.Now()
-		r, err := d.renew(ctx, lk, l.Owner, s.inbox())
+		entry, n, at := s.write(l)
+		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry)
 		if err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
-		s.renewed = at
-		if try || !(r.rejoined || r.free) {
+		s.wrote(n, at)
+		if try || !(r.rejoined || r.free || r.mine) {
 			s.hintAt = time.Time{}
 			if r.pttl >= 0 {
 				s.hintAt = time.Now().Add(r.pttl + time.Millisecond)
@@ -124,6 +156,35 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 		}
 		try = true
 	}
+}
+
+// handedOver takes the grant that a hand-over message names, without a
+// round trip. The message says which write of the queue entry the release
+// found: run N's. If that is the last run whose reply came, the release ran
+// after it and set the key to l's owner with l's TTL, so the grant lasts at
+// least the TTL from when that run was sent: its validity is counted from
+// then. (A message about an older run is from a hand-over that l never
+// learned of, and that its later run must have found gone: it is ignored.)
+// Only that release sends the message, and the owner is 128 random bits.
+// When less than half the TTL would be left (a tiny TTL, or a message that
+// came late), or the last run's reply was lost, the next attempt finds the
+// key l's own and extends it to the whole TTL (see acquire).
+func (d *watchDriver) handedOver(l *driver.Lease, s *waiting) bool {
+	if s.w == nil {
+		return false
+	}
+	h := s.w.HandedOver()
+	if h == nil || s.unknown || s.askedN == 0 || h.N != s.askedN {
+		return false
+	}
+	validity := px(l.TTL)
+	left := validity - time.Since(s.asked)
+	if left < validity/2 {
+		return false
+	}
+	s.stop()
+	l.Token, l.Validity, l.Data = h.Token, left, fromQueue{next: h.Next}
+	return true
 }
 
 // inbox is the channel releases are to name the waiter on: its Locker's
@@ -157,41 +218,41 @@ func (s *waiting) stop() {
 }
 
 // joinCmds queues the commands that put owner at the end of lk's queue
-// with a fresh entry, for a MULTI/EXEC: no one may see the owner queued
-// without its entry (it would count as dead). inbox is where releases are
-// to name owner ("": on the key's channel).
-func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox string) {
+// with a fresh entry (value: "TTL N"), for a MULTI/EXEC: no one may see the
+// owner queued without its entry (it would count as dead). inbox is where
+// releases are to name owner ("": on the key's channel).
+func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox, value string) {
 	wq := waitQueue(lk)
 	p.Do(ctx, "lrem", wq, 0, owner)
 	if inbox != "" {
 		p.Do(ctx, "lrem", wq, 0, queueElem(owner, inbox))
 	}
-	p.Do(ctx, "set", waitEntry(lk, owner), "", "px", redisx.EntryLifeMS)
+	p.Do(ctx, "set", waitEntry(lk, owner), value, "px", redisx.EntryLifeMS)
 	p.Do(ctx, "rpush", wq, queueElem(owner, inbox))
 	p.Do(ctx, "pexpire", wq, 2*redisx.EntryLifeMS)
 }
 
 // leaveCmds queues the commands that take owner out of lk's queue: its
-// element, in either form (with the Locker's inbox or without), and its
-// entry.
+// element, in either form (with the Locker's inbox or without), its entry,
+// and its grant record.
 func leaveCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox string) {
 	wq := waitQueue(lk)
 	p.LRem(ctx, wq, 0, owner)
 	p.LRem(ctx, wq, 0, queueElem(owner, inbox))
-	p.Del(ctx, waitEntry(lk, owner))
+	p.Del(ctx, waitEntry(lk, owner), grantRecord(lk, owner))
 }
 
 // unwatchAndJoin releases tx's watch, reads lk's PTTL and puts owner in
 // lk's queue, in one round trip:
 //
 //	UNWATCH; PTTL lock; MULTI; LREM queue; SET entry PX; RPUSH queue; PEXPIRE queue; EXEC
-func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox string) (time.Duration, error) {
+func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string) (time.Duration, error) {
 	var pttl *redis.DurationCmd
 	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.Do(ctx, "unwatch")
 		pttl = p.PTTL(ctx, lk)
 		p.Do(ctx, "multi")
-		joinCmds(ctx, p, lk, owner, inbox)
+		joinCmds(ctx, p, lk, owner, inbox, value)
 		p.Do(ctx, "exec")
 		return nil
 	})
@@ -203,9 +264,9 @@ func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox string) 
 
 // join puts owner at the end of lk's queue with a fresh entry, in one
 // round trip.
-func (d *watchDriver) join(ctx context.Context, lk, owner, inbox string) error {
+func (d *watchDriver) join(ctx context.Context, lk, owner, inbox, value string) error {
 	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox) })
+		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox, value) })
 	})
 }
 
@@ -213,37 +274,41 @@ func (d *watchDriver) join(ctx context.Context, lk, owner, inbox string) error {
 type renewal struct {
 	rejoined bool          // the entry had died: owner joined again, at the end
 	free     bool          // the lock key does not exist
+	mine     bool          // the lock key is owner's: a release handed it over
 	pttl     time.Duration // the lock key's PTTL (-1: no expiry)
 }
 
-// renew renews owner's entry in lk's queue and reads the lock key's PTTL,
-// in one round trip, and joins the queue again if the entry died (one
-// more). A waiter tries for the key after a renewal only when it rejoined
-// or the key is free: a held key's release will name the first waiter,
-// and its expiry is due at its PTTL.
-func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox string) (r renewal, err error) {
+// renew writes owner's entry in lk's queue again (value: "TTL N", only if
+// it exists) and reads the lock key and its PTTL, in one round trip, and
+// joins the queue again if the entry died (one more). A waiter tries for
+// the key after a renewal only when it rejoined, or the key is free or its
+// own: a held key's release hands it over, and its expiry is due at its
+// PTTL.
+func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string) (r renewal, err error) {
 	wq, entry := waitQueue(lk), waitEntry(lk, owner)
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		var (
-			alive *redis.BoolCmd
-			pttl  *redis.DurationCmd
+			set  *redis.Cmd
+			get  *redis.StringCmd
+			pttl *redis.DurationCmd
 		)
 		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-			alive = p.PExpire(ctx, entry, redisx.EntryLife)
+			set = p.Do(ctx, "set", entry, value, "xx", "px", redisx.EntryLifeMS)
 			p.PExpire(ctx, wq, 2*redisx.EntryLife)
+			get = p.Get(ctx, lk)
 			pttl = p.PTTL(ctx, lk)
 			return nil
-		}); err != nil {
+		}); err != nil && !errors.Is(err, redis.Nil) {
 			return err
 		}
 		// PTTL: -2 for a missing key, -1 for one without expiry (go-redis
 		// keeps them as durations of -2 and -1 nanoseconds).
-		r = renewal{free: pttl.Val() == -2, pttl: pttl.Val()}
-		if alive.Val() {
-			return nil
+		r = renewal{free: pttl.Val() == -2, mine: get.Err() == nil && get.Val() == owner, pttl: pttl.Val()}
+		if set.Err() == nil || r.mine {
+			return nil // alive (or granted: the release deleted the entry)
 		}
 		r.rejoined = true
-		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox) })
+		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox, value) })
 	})
 	return r, err
 }
@@ -251,7 +316,9 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox string) (r ren
 // Leave implements driver.Queuer: it removes a grant whose reply was lost
 // (see Release) and takes l's owner out of the queue, waking the other
 // waiters if it was first in line, so that the next one takes a free key
-// at once. An entry it cannot remove dies after redisx.EntryLife.
+// at once. When a release had handed the key to l (its message missed, or
+// not yet taken), it releases the key, handing it to the next waiter. An
+// entry it cannot remove dies after redisx.EntryLife.
 func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	s, ok := l.Data.(*waiting)
 	if !ok {
@@ -268,15 +335,29 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	if s.w != nil {
 		inbox = s.w.Inbox()
 	}
-	return redisx.WithCtx(ctx, d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		var first *redis.StringCmd
+	var mine bool
+	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		var key, first *redis.StringCmd
 		err := exec(ctx, tx, func(p redis.Pipeliner) {
+			key = p.Get(ctx, lk)
 			first = p.LIndex(ctx, waitQueue(lk), 0)
 			leaveCmds(ctx, p, lk, l.Owner, inbox)
 		})
-		if owner, _ := splitElem(first.Val()); err == nil && owner == l.Owner {
-			err = tx.Publish(ctx, channel(lk), "").Err()
+		if err != nil {
+			return err
 		}
-		return err
-	}))
+		if mine = key.Val() == l.Owner; mine {
+			return nil
+		}
+		if owner, _ := splitElem(first.Val()); owner == l.Owner {
+			return tx.Publish(ctx, channel(lk), "").Err()
+		}
+		return nil
+	})
+	if err == nil && mine {
+		if err = d.release(ctx, lk, l.Owner, "", 0, "", true); errors.Is(err, driver.ErrNotHeld) {
+			err = nil // expired meanwhile
+		}
+	}
+	return redisx.WithCtx(ctx, err)
 }

@@ -3,6 +3,7 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -19,7 +20,7 @@ import (
 func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	lk := d.LockKey(l.Key)
 	ttl = px(ttl)
-	err := d.ownerTx(ctx, "refresh", lk, l.Owner, nil, func(p redis.Pipeliner) *redis.IntCmd {
+	err := d.ownerTx(ctx, "refresh", lk, l.Owner, func(p redis.Pipeliner) *redis.IntCmd {
 		return pexpire(ctx, p, lk, ttl)
 	})
 	if err != nil {
@@ -140,6 +141,49 @@ func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx 
 			if applied[n].Val() == 1 {
 				errs[idx[j]] = nil
 			}
+		}
+	}
+}
+
+// ownerTx runs an owner-checked write: WATCH lock and GET it; if lock holds
+// owner, run the writes queued by queue in MULTI/EXEC. The integer reply of
+// the command queue returns must be 1 (PEXPIRE returns 0 for a key that
+// expired after GET, on servers that do not abort the EXEC for it). An
+// aborted EXEC is retried, up to d.maxAttempts transactions per call.
+func (d *watchDriver) ownerTx(ctx context.Context, op, lk, owner string, queue func(p redis.Pipeliner) *redis.IntCmd) error {
+	for attempt := 1; ; attempt++ {
+		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var get *redis.StringCmd
+			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
+				get = p.Get(ctx, lk)
+			})
+			if err != nil {
+				return err
+			}
+			if get.Err() != nil || get.Val() != owner {
+				unwatch(ctx, tx)
+				return driver.ErrNotHeld
+			}
+			d.hook(op, lk)
+			var applied *redis.IntCmd
+			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = queue(p) }); err != nil {
+				return err
+			}
+			if applied.Val() != 1 {
+				return driver.ErrNotHeld
+			}
+			return nil
+		})
+		if !errors.Is(err, errAborted) {
+			return redisx.WithCtx(ctx, err)
+		}
+		d.stats.refreshAborts.Add(1)
+		if attempt >= d.maxAttempts {
+			d.stats.gaveUp.Add(1)
+			return fmt.Errorf("%w: %s of %q gave up after %d aborted transactions", ErrConflict, op, lk, attempt)
+		}
+		if ctx.Err() != nil {
+			return redisx.WithCtx(ctx, ctx.Err())
 		}
 	}
 }

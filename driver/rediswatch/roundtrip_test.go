@@ -99,11 +99,11 @@ func TestRoundTrips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check("grant", "watch get get time lindex", "multi set set exec")
+		check("grant", "watch get get time lrange", "multi set set exec")
 		if _, err := other.TryLock(ctx, k); !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("TryLock on a held key: %v", err)
 		}
-		check("grant of a held key", "watch get get time lindex", "unwatch pttl")
+		check("grant of a held key", "watch get get time lrange", "unwatch pttl")
 		if err := lease.Refresh(ctx, lock.DefaultTTL); err != nil {
 			t.Fatal(err)
 		}
@@ -111,16 +111,16 @@ func TestRoundTrips(t *testing.T) {
 		if err := lease.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		check("release", "watch lindex get", "multi del publish exec")
+		check("release", "watch get lrange", "multi del publish exec")
 		if err := d.Release(ctx, &driverLease{Key: k, Owner: "not-the-owner", Token: 1}); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("Release by a stranger: %v", err)
 		}
-		check("release by a stranger", "watch lindex get", "unwatch")
+		check("release by a stranger", "watch get lrange", "unwatch")
 		stray := &driverLease{Key: k, Owner: "not-the-owner", TTL: lock.DefaultTTL, Data: execSent{}}
 		if err := d.Release(ctx, stray); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("clean-up Release: %v", err)
 		}
-		check("clean-up after a lost grant reply", "watch set lindex get", "unwatch")
+		check("clean-up after a lost grant reply", "watch set get lrange", "unwatch")
 
 		if _, ok := rdb.(*redis.Client); ok {
 			// A batch refresh covers every lease in two round trips.

@@ -6,8 +6,8 @@ import (
 	"github.com/dlock-go/dlock/internal/redisx"
 )
 
-// Stats counts the events of a Locker's driver that a healthy system keeps
-// rare; get a snapshot with lock.As:
+// Stats counts events of a Locker's driver, most of which a healthy system
+// keeps rare; get a snapshot with lock.As:
 //
 //	var s rediswatch.Stats
 //	lock.As(locker, &s)
@@ -17,6 +17,9 @@ type Stats struct {
 	// key first). Each is one failed attempt that lock retries like a held
 	// key.
 	GrantAborts uint64
+	// HandOvers counts releases that handed the key to the first waiter in
+	// line (not rare: on a busy key, nearly every release).
+	HandOvers uint64
 	// ReleaseAborts and RefreshAborts count aborted release and refresh
 	// transactions; each is retried, up to MaxAttempts per call.
 	ReleaseAborts, RefreshAborts uint64
@@ -32,12 +35,13 @@ type Stats struct {
 }
 
 type counters struct {
-	grantAborts, releaseAborts, refreshAborts, gaveUp, batchFallbacks atomic.Uint64
+	grantAborts, handOvers, releaseAborts, refreshAborts, gaveUp, batchFallbacks atomic.Uint64
 }
 
 func (c *counters) snapshot(n *redisx.Notifier) Stats {
 	return Stats{
 		GrantAborts:    c.grantAborts.Load(),
+		HandOvers:      c.handOvers.Load(),
 		ReleaseAborts:  c.releaseAborts.Load(),
 		RefreshAborts:  c.refreshAborts.Load(),
 		GaveUp:         c.gaveUp.Load(),

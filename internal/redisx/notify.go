@@ -114,15 +114,18 @@ type Waiter struct {
 	owner  string
 	wake   chan<- struct{}
 	news   atomic.Bool
-	handed atomic.Pointer[HandOver] // the last inbox message "OWNER TOKEN N"
+	handed atomic.Pointer[HandOver] // the last inbox message "OWNER TOKEN N [NEXT]"
 }
 
-// A HandOver is what a redisnx hand-over message says: the fencing token
-// of the grant, and the number of the waiter's wait.lua run whose queue
-// entry the release found.
+// A HandOver is what a hand-over message says: the fencing token of the
+// grant, the number of the waiter's run (redisnx: wait.lua; rediswatch:
+// join or renewal) whose queue entry the release found, and, from
+// rediswatch, the queue element that was next in line (Next, "" if none),
+// which the new holder's release looks at first.
 type HandOver struct {
 	Token uint64
 	N     uint64
+	Next  string
 }
 
 // Queue registers the queued waiter owner of the lock key lk.
@@ -147,10 +150,10 @@ func (w *Waiter) InboxReady() bool { return w.h.confirmed(w.h.inbox) }
 // Ready reports whether w's subscriptions are confirmed.
 func (w *Waiter) Ready() bool { return w.h.confirmed(w.ch) && w.h.confirmed(w.h.inbox) }
 
-// HandedOver returns the last hand-over message ("OWNER TOKEN N" on the
-// inbox) received for w, or nil. Only a release that handed the key to the
-// owner sends one: no message names a redisnx owner before that, and the
-// owner is 128 random bits.
+// HandedOver returns the last hand-over message ("OWNER TOKEN N [NEXT]", on
+// the inbox or the key's channel) received for w, or nil. Only a release that handed the key to
+// the owner sends one (other messages name the owner alone, to wake it),
+// and the owner is 128 random bits.
 func (w *Waiter) HandedOver() *HandOver { return w.handed.Load() }
 
 // News reports whether w was woken since the last call.
@@ -458,27 +461,33 @@ func (h *hub) read(ps *redis.PubSub, gen uint64) (worked bool) {
 }
 
 // message passes a message of ch to its waiters. On the inbox it names the
-// owner woken ("OWNER" or "OWNER TOKEN"); on a key's channel it names the
-// owner queued first, or no one ("") to wake every waiter.
+// owner woken ("OWNER"), or handed the key ("OWNER TOKEN N [NEXT]"); on a
+// key's channel it names the owner queued first (the same two forms, from
+// a release that found the owner queued without an inbox), or no one ("")
+// to wake every waiter.
 func (h *hub) message(gen uint64, ch, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.chans[ch]
-	switch {
-	case c == nil || gen != h.gen:
-	case ch == h.inbox:
-		owner, rest, _ := strings.Cut(payload, " ")
-		if w := c.queued[owner]; w != nil {
-			token, n, _ := strings.Cut(rest, " ")
-			t, err1 := strconv.ParseUint(token, 10, 64)
-			k, err2 := strconv.ParseUint(n, 10, 64)
-			if err1 == nil && err2 == nil && t > 0 {
-				w.handed.Store(&HandOver{Token: t, N: k})
-			}
-			w.signal()
+	if c == nil || gen != h.gen {
+		return
+	}
+	owner, rest, _ := strings.Cut(payload, " ")
+	w := c.queued[owner]
+	if w != nil && rest != "" {
+		token, rest, _ := strings.Cut(rest, " ")
+		n, next, _ := strings.Cut(rest, " ")
+		t, err1 := strconv.ParseUint(token, 10, 64)
+		k, err2 := strconv.ParseUint(n, 10, 64)
+		if err1 == nil && err2 == nil && t > 0 {
+			w.handed.Store(&HandOver{Token: t, N: k, Next: next})
 		}
-	default:
-		c.wakeLocked(payload)
+	}
+	switch {
+	case ch != h.inbox:
+		c.wakeLocked(owner)
+	case w != nil:
+		w.signal()
 	}
 }
 
