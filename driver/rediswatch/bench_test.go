@@ -3,7 +3,12 @@ package rediswatch
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,4 +231,72 @@ func BenchmarkHandoff(b *testing.B) {
 		}
 		report(b, ops, pings, 1)
 	})
+}
+
+// BenchmarkHotKey is 32 contenders, each with its own client and Locker, on
+// one key: each op is one grant (Lock and Unlock). It reports the client's
+// CPU (cpu-ns/op) and the server's (server-cpu-ns/op, INFO cpu deltas) per
+// grant, which decide throughput when client and server share the CPUs.
+func BenchmarkHotKey(b *testing.B) {
+	const n = 32
+	admin := benchClient(b, "standalone")
+	lockers := make([]lock.Locker, n)
+	for i := range lockers {
+		lockers[i] = New(benchClient(b, "standalone"), nil)
+		b.Cleanup(func() { lockers[i].Close() })
+	}
+	ctx := context.Background()
+	key := fmt.Sprintf("bench/hotkey/%d", time.Now().UnixNano())
+	var next atomic.Int64
+	b.SetParallelism((n + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	cpu0, srv0 := cpuTime(), serverCPU(b, admin)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		l := lockers[int(next.Add(1)-1)%n]
+		for pb.Next() {
+			lease, err := l.Lock(ctx, key)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := lease.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((serverCPU(b, admin)-srv0).Nanoseconds())/float64(b.N), "server-cpu-ns/op")
+}
+
+// cpuTime is this process's CPU time so far (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the Redis server's CPU time so far (INFO cpu: used_cpu_sys
+// and used_cpu_user).
+func serverCPU(b *testing.B, rdb redis.UniversalClient) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %q", name, v)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

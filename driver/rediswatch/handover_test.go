@@ -289,3 +289,59 @@ func TestLeaveAfterHandOver(t *testing.T) {
 		t.Errorf("the cancelled waiter's grant record left behind")
 	}
 }
+
+// A Lock on a key whose channel the Locker has subscribed (others of its
+// waiters are queued on it: the key is busy) joins the queue in one round
+// trip, with no attempt at the held key first; when the key turns out
+// free, the attempt follows and takes it.
+func TestBusyKeyJoinsFirst(t *testing.T) {
+	rdb := standalone(t)
+	rec := &recorder{}
+	holder, _ := newTestLocker(t, rdb, nil)
+	l, _ := newTestLocker(t, recorded(t, rdb, rec), nil)
+	k := testKey(t)
+	lk := redisx.LockKey(DefaultPrefix, k)
+	ctx := testCtx(t)
+	held, err := holder.TryLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got1 := lockLater(ctx, l, k)
+	waiterAt(t, rdb, lk, 0)
+	time.Sleep(50 * time.Millisecond) // subscribed and confirmed
+	rec.take()
+	got2 := lockLater(ctx, l, k)
+	waiterAt(t, rdb, lk, 1)
+	time.Sleep(20 * time.Millisecond)
+	want := []string{"multi lrem lrem set rpush pexpire get pttl exec"}
+	if trips := rec.take(); !slices.Equal(trips, want) {
+		t.Errorf("join of a busy key: round trips\n  %q\nwant\n  %q", trips, want)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range []<-chan granted{got1, got2} {
+		r := <-got
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := r.lease.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The channel is still subscribed (it lingers): the next Lock joins
+	// first, finds the key free and takes it.
+	rec.take()
+	lease, err := l.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"multi lrem lrem set rpush pexpire get pttl exec", "watch get get time lrange get", "multi set set lrem lrem del exec"}
+	if trips := rec.take(); !slices.Equal(trips, want) {
+		t.Errorf("join of a busy key found free: round trips\n  %q\nwant\n  %q", trips, want)
+	}
+	lease.Unlock(ctx)
+	if n := queueLen(t, rdb, lk); n != 0 {
+		t.Errorf("%d left in the queue", n)
+	}
+}

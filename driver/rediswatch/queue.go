@@ -61,12 +61,13 @@ func (s *waiting) wrote(n uint64, at time.Time) {
 }
 
 // Join implements driver.Queuer: a plain attempt that joins the queue, in
-// the round trip that ends it, if the key is held. It listens before the
-// attempt if the key's channel is subscribed already (that costs nothing),
-// so that a release after the attempt is heard; otherwise it subscribes
-// once the key is found held (the key is often free), and the confirmation
-// of the subscriptions wakes it to try again: a release may have come
-// before them.
+// the round trip that ends it, if the key is held. It subscribes once the
+// key is found held (the key is often free), and the confirmation of the
+// subscriptions wakes it to try again: a release may have come before
+// them. When the key's channel is subscribed and confirmed already (other
+// waiters of this Locker queued on it lately: the key is busy), it joins
+// the queue first, in one round trip that also reads the key, and makes an
+// attempt only if the key is free.
 func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
 	lk := d.LockKey(l.Key)
 	s := &waiting{}
@@ -76,9 +77,24 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 		return err
 	}
 	if d.Notify.Confirmed(lk) {
+		// Waiters of this Locker were queued on the key within the
+		// notifier's linger: it is busy. Join first, in one round trip.
 		if err := listen(); err != nil {
 			return err
 		}
+		entry, n, at := s.write(l)
+		free, pttl, err := d.joinFirst(ctx, lk, l.Owner, s.inbox(), entry)
+		if err != nil {
+			return redisx.WithCtx(ctx, err)
+		}
+		s.wrote(n, at)
+		if !free {
+			s.hint(heldFor(pttl).(*driver.HeldError))
+			return s.held()
+		}
+		// Free: ours if no live waiter is ahead; Check's attempt decides.
+		s.hintAt = time.Now()
+		return d.Check(ctx, l)
 	}
 	entry, n, at := s.write(l)
 	joined, err := d.acquire(ctx, l, tryThenJoin, s.inbox(), entry)
@@ -260,6 +276,26 @@ func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value s
 		return 0, err
 	}
 	return pttl.Val(), nil
+}
+
+// joinFirst puts owner at the end of lk's queue with a fresh entry and
+// reads whether the key is free, and its PTTL, in one round trip:
+//
+//	MULTI; LREM queue; SET entry PX; RPUSH queue; PEXPIRE queue; GET lock; PTTL lock; EXEC
+func (d *watchDriver) joinFirst(ctx context.Context, lk, owner, inbox, value string) (free bool, pttl time.Duration, err error) {
+	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		var (
+			get *redis.StringCmd
+			ttl *redis.DurationCmd
+		)
+		err := exec(ctx, tx, func(p redis.Pipeliner) {
+			joinCmds(ctx, p, lk, owner, inbox, value)
+			get, ttl = p.Get(ctx, lk), p.PTTL(ctx, lk)
+		})
+		free, pttl = errors.Is(get.Err(), redis.Nil), ttl.Val()
+		return err
+	})
+	return free, pttl, err
 }
 
 // join puts owner at the end of lk's queue with a fresh entry, in one
