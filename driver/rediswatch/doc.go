@@ -21,10 +21,10 @@
 // WATCH with its reads, then a MULTI/EXEC transaction or UNWATCH. A grant
 // reads the key, the fencing counter, TIME and the queue's head, then sets
 // the key (SET NX PX, whole milliseconds) and moves the counter. A release
-// reads the key and, if it holds the owner's token, deletes it and
-// publishes the release to the first waiter queued; a refresh extends it
-// (PEXPIRE) on the same condition. Each takes two round trips (on a Ring,
-// three), so an uncontended Lock and Unlock take four. Renewals are
+// reads the key and, if it holds the owner's token, deletes it, or hands
+// it to the first live waiter queued; a refresh extends it (PEXPIRE) on
+// the same condition. Each takes two round trips (on a Ring, three), so an
+// uncontended Lock and Unlock take four. Renewals are
 // batched: one transaction per server, or per Cluster slot (not on a Ring).
 //
 // A fencing token is the server's clock in microseconds, or the counter
@@ -38,10 +38,13 @@
 // # Waiting
 //
 // A blocking Lock waits in a FIFO queue kept on the server (a list); lock
-// runs the wait and checks at least once a second. A release names the
-// first waiter, on its Locker's inbox (one pub/sub connection per Locker,
-// or per Ring shard), and wakes it alone; it takes the key with an ordinary
-// grant, so a releaser that locks again at once goes to the end of the queue.
+// runs the wait and checks at least once a second. A release hands the key
+// to the first live waiter in its own transaction, with a fresh fencing
+// token, and tells it on its Locker's inbox (one pub/sub connection per
+// Locker, or per Ring shard): the message is the grant, so the waiter's
+// Lock returns with no round trip of its own, and a releaser that locks
+// again at once goes to the end of the queue. On a busy key (one where the
+// Locker's waiters queued lately) a Lock joins the queue in one round trip.
 //
 //   - TryLock never queues, and is fair to the queue: it is refused a free
 //     key while a live waiter is first in line.
