@@ -250,3 +250,21 @@ type BatchRefresher interface {
 type Sharer interface {
 	SupportsShared() bool
 }
+
+// Resumer is implemented by drivers that can take over a grant made through
+// another Locker, in this process or another (lock's Locker.Resume), and by
+// drivers that cannot and say why.
+type Resumer interface {
+	// Resumable returns nil when the driver resumes grants, or an error
+	// wrapping ErrInvalid that says why it cannot (a ZooKeeper grant is an
+	// ephemeral node of its client's session). It makes no I/O.
+	Resumable() error
+	// Resume checks that l.Key is granted to l.Owner, in mode l.Mode, with
+	// fencing token l.Token as far as the backend can tell, and extends
+	// that grant to l.TTL from now as Refresh would; it sets l.Validity and
+	// l.Data as Acquire does. It returns ErrNotHeld when there is no such
+	// grant (and changes nothing), and the error of Resumable when that is
+	// not nil. A failed Resume leaves nothing to clean up: the grant stays
+	// its first holder's, at most extended.
+	Resume(ctx context.Context, l *Lease) error
+}

@@ -25,6 +25,19 @@ type Locker interface {
 	// ErrNotAcquired and ErrHeld; a backend failure, one wrapping
 	// ErrNotAcquired and the backend's error.
 	TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error)
+	// Resume takes over the grant that handle describes (Lease.Handle,
+	// Lease.Detach), made through another Locker of the same backend, in
+	// this process or another: the backend checks that the grant still
+	// exists with that owner (and, where it records it, that token) and
+	// extends it to the TTL; the new Lease has the same key and token, and
+	// its own deadline, renewal (the options as for Lock; WithRetry is
+	// not used: Resume makes one attempt) and Done. Until one of them ends
+	// it, the grant is held by both Leases: the first holder should have
+	// died, or Detach it. Errors wrap ErrInvalid (a malformed handle, or a
+	// backend whose driver cannot resume: ZooKeeper's), ErrNotAcquired and
+	// ErrNotHeld (the grant is gone), ErrNotAcquired and the backend's or
+	// the context's error, or ErrClosed. A failed Resume changes nothing.
+	Resume(ctx context.Context, handle string, opts ...Option) (*Lease, error)
 	// Close releases every lease still held through this Locker, stops its
 	// background work, makes waiting Lock calls return ErrClosed, and closes
 	// the backend client if the Locker opened it (Open does; New does not).

@@ -146,3 +146,37 @@ func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime 
 	}
 	return fmt.Errorf("memcached %s: the item changed under %d consecutive cas attempts; it was left as it was", op, maxCASAttempts)
 }
+
+// Resumable implements driver.Resumer.
+func (d *mcDriver) Resumable() error { return nil }
+
+// Resume implements driver.Resumer: the counter must have reached l.Token
+// (a larger token is refused; a missing counter, evicted or lost, proves
+// nothing and is let pass), then the item must hold l.Owner (128 random
+// bits, unique to the grant), and its expiration is set to l.TTL as a
+// refresh sets it: get, gets, cas; three round trips.
+func (d *mcDriver) Resume(ctx context.Context, l *driver.Lease) error {
+	secs, err := ttlSeconds(l.TTL)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := d.keys(l.Key)
+	it, err := d.c.Get(k.counter)
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+	case err != nil:
+		return fmt.Errorf("memcached resume: get counter: %w", err)
+	default:
+		if c, err := strconv.ParseUint(string(it.Value), 10, 64); err == nil && c < l.Token {
+			return driver.ErrNotHeld
+		}
+	}
+	if err := d.casOwned(ctx, "resume", k.lock, l.Owner, secs); err != nil {
+		return err
+	}
+	l.Validity, l.Data = validity(secs), k
+	return nil
+}

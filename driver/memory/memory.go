@@ -123,6 +123,7 @@ func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
 	e.granted = true
 	e.expires = d.s.now().Add(l.TTL)
 	l.Token = d.s.nextTokenLocked(l.Key)
+	e.token = l.Token
 	l.Validity = l.TTL
 }
 
@@ -221,6 +222,37 @@ func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durat
 	}
 	q.entries[i].expires = s.now().Add(ttl)
 	return ttl, nil
+}
+
+// Resumable implements driver.Resumer: a Store's grants can be resumed by
+// any Locker over the same Store.
+func (d *memDriver) Resumable() error { return nil }
+
+// Resume implements driver.Resumer: it extends the grant of l.Owner on
+// l.Key if it has l's mode and token.
+func (d *memDriver) Resume(ctx context.Context, l *driver.Lease) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := d.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queueLocked(l.Key, false)
+	if q == nil {
+		return driver.ErrNotHeld
+	}
+	defer s.dropIfEmptyLocked(l.Key, q)
+	i := q.find(l.Owner)
+	if i < 0 {
+		return driver.ErrNotHeld
+	}
+	e := q.entries[i]
+	if !e.granted || e.token != l.Token || e.shared != (l.Mode == driver.Shared) {
+		return driver.ErrNotHeld
+	}
+	e.expires = s.now().Add(l.TTL)
+	l.Validity = l.TTL
+	return nil
 }
 
 func (d *memDriver) Close() error { return nil }

@@ -34,6 +34,7 @@ type entry struct {
 	shared  bool
 	granted bool
 	expires time.Time       // for granted entries
+	token   uint64          // for granted entries
 	wake    chan<- struct{} // a waiting entry's, told of every change
 }
 

@@ -88,5 +88,5 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, DeletableCounter: true}
+	return conformance.Caps{Notify: true, DeletableCounter: true, Resume: true}
 }

@@ -22,6 +22,28 @@ func (d *redisDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dur
 	return validity, nil
 }
 
+// Resumable implements driver.Resumer.
+func (d *redisDriver) Resumable() error { return nil }
+
+// Resume implements driver.Resumer with resume.lua: the key must hold
+// l.Owner (128 random bits, unique to the grant), and the fencing counter
+// must have reached l.Token (a larger token is refused); one round trip.
+// The resumed lease may have come through the queue, so its release also
+// clears the queue's record of it.
+func (d *redisDriver) Resume(ctx context.Context, l *driver.Lease) error {
+	px, validity := ms(l.TTL)
+	lk := d.LockKey(l.Key)
+	n, err := resumeScript.Run(ctx, d.Client, []string{lk, lk + counterSuffix}, l.Owner, px, l.Token).Int64()
+	if err != nil {
+		return fmt.Errorf("redisnx: resume: %w", err)
+	}
+	if n != 1 {
+		return driver.ErrNotHeld
+	}
+	l.Validity, l.Data = validity, viaQueue{}
+	return nil
+}
+
 // maxScriptKeys bounds the keys of one refresh script, so that a large batch
 // does not block the server for long in one script.
 const maxScriptKeys = 100

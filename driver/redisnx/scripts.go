@@ -25,12 +25,15 @@ var (
 	releaseLua string
 	//go:embed refresh.lua
 	refreshLua string
+	//go:embed resume.lua
+	resumeLua string
 
 	acquireScript = redis.NewScript(compose(acquireLua))
 	waitScript    = redis.NewScript(compose(waitLua))
 	leaveScript   = redis.NewScript(compose(leaveLua))
 	releaseScript = redis.NewScript(compose(releaseLua))
 	refreshScript = redis.NewScript(refreshLua)
+	resumeScript  = redis.NewScript(resumeLua)
 )
 
 // compose puts the two parts of prelude.lua into script, in place of its

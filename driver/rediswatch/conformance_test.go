@@ -124,5 +124,5 @@ func globEscape(s string) string {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, DeletableCounter: true}
+	return conformance.Caps{Notify: true, DeletableCounter: true, Resume: true}
 }

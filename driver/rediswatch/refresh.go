@@ -187,3 +187,58 @@ func (d *watchDriver) ownerTx(ctx context.Context, op, lk, owner string, queue f
 		}
 	}
 }
+
+// Resumable implements driver.Resumer.
+func (d *watchDriver) Resumable() error { return nil }
+
+// Resume implements driver.Resumer, in two round trips:
+//
+//	WATCH lock; GET lock; GET counter
+//	MULTI; PEXPIRE lock ttl; EXEC      (if GET == l.Owner and counter >= l.Token)
+//
+// The key must hold l.Owner (128 random bits, unique to the grant), and
+// the fencing counter must have reached l.Token (a larger token is
+// refused; a missing counter means the server lost its data, or a week
+// without grants). The resumed lease may have come through the queue, so
+// its release also deletes the queue's grant record of it.
+func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
+	lk := d.LockKey(l.Key)
+	ttl := px(l.TTL)
+	for attempt := 1; ; attempt++ {
+		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var get, counter *redis.StringCmd
+			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
+				get, counter = p.Get(ctx, lk), p.Get(ctx, counterKey(lk))
+			})
+			if err != nil {
+				return err
+			}
+			if get.Err() != nil || get.Val() != l.Owner {
+				unwatch(ctx, tx)
+				return driver.ErrNotHeld
+			}
+			if c, err := counter.Uint64(); err == nil && c < l.Token {
+				unwatch(ctx, tx)
+				return driver.ErrNotHeld
+			}
+			var applied *redis.BoolCmd
+			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = p.PExpire(ctx, lk, ttl) }); err != nil {
+				return err
+			}
+			if !applied.Val() {
+				return driver.ErrNotHeld
+			}
+			return nil
+		})
+		if err == nil {
+			l.Validity, l.Data = ttl, fromQueue{}
+			return nil
+		}
+		if !errors.Is(err, errAborted) || attempt >= d.maxAttempts {
+			if errors.Is(err, errAborted) {
+				return fmt.Errorf("%w: resume of %q gave up after %d aborted transactions", ErrConflict, lk, attempt)
+			}
+			return redisx.WithCtx(ctx, err)
+		}
+	}
+}

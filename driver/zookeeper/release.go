@@ -121,3 +121,12 @@ func (d *zkDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 	flush()
 	return d.sessionTimeout(), errs
 }
+
+// errNoResume is why the driver cannot resume a lease.
+var errNoResume = fmt.Errorf("%w: zookeeper: a lease is an ephemeral node of its client's session, which another session can neither keep alive nor take over", driver.ErrInvalid)
+
+// Resumable implements driver.Resumer: the driver cannot resume leases.
+func (d *zkDriver) Resumable() error { return errNoResume }
+
+// Resume implements driver.Resumer: it refuses (see Resumable).
+func (d *zkDriver) Resume(ctx context.Context, l *driver.Lease) error { return errNoResume }

@@ -67,6 +67,9 @@ type Caps struct {
 	// DeletableCounter: the fencing counter is a backend object that can be
 	// lost (not so for ZooKeeper's czxid).
 	DeletableCounter bool
+	// Resume: the driver resumes leases (lock's Resume and Detach); without
+	// it, the suite checks that both are refused with ErrInvalid.
+	Resume bool
 }
 
 // ttl returns a short test TTL the driver accepts.

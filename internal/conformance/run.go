@@ -36,6 +36,9 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Shared/ReadersShare", testReadersShare},
 		{"Shared/WriterExcludes", testWriterExcludes},
 		{"Shared/WriterNotStarved", testWriterNotStarved},
+		{"Resume/TakesOver", testResumeTakesOver},
+		{"Resume/Gone", testResumeGone},
+		{"Resume/AfterCrash", testResumeAfterCrash},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,203 @@
+package lock
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+// ErrDetached is reported by Lease.Err after Detach: the grant was left
+// on the backend, to be resumed elsewhere (see Locker.Resume).
+var ErrDetached = errors.New("lock: lease detached")
+
+// handlePrefix starts every handle: the format's name and version.
+const handlePrefix = "dlock1."
+
+// Handle returns a printable description of the lease's grant, for
+// Locker.Resume in another Locker or process: its mode, owner token,
+// fencing token and key, as "dlock1.MODE.OWNER.TOKEN.KEY" (MODE "x" or
+// "s", OWNER 32 hex digits, TOKEN decimal, KEY in unpadded URL-safe
+// base64). It is safe in a file, a command line or an environment
+// variable.
+//
+// A handle is a capability: whoever has it can extend and release the
+// grant (and, on most backends, so can whoever reads the backend's keys).
+// Keep it as secret as the lease deserves.
+func (l *Lease) Handle() string {
+	mode := "x"
+	if l.dl.Mode == driver.Shared {
+		mode = "s"
+	}
+	return handlePrefix + mode + "." + l.dl.Owner + "." + strconv.FormatUint(l.dl.Token, 10) + "." +
+		base64.RawURLEncoding.EncodeToString([]byte(l.dl.Key))
+}
+
+// handle is a parsed Handle.
+type handle struct {
+	key, owner string
+	token      uint64
+	mode       driver.Mode
+}
+
+// parseHandle parses what Lease.Handle returns, and nothing else.
+func parseHandle(s string) (handle, error) {
+	var h handle
+	rest, ok := strings.CutPrefix(s, handlePrefix)
+	if !ok {
+		return h, fmt.Errorf("lease handle %.40q does not start with %q", s, handlePrefix)
+	}
+	parts := strings.Split(rest, ".")
+	if len(parts) != 4 {
+		return h, fmt.Errorf("lease handle %.40q: want dlock1.MODE.OWNER.TOKEN.KEY", s)
+	}
+	switch parts[0] {
+	case "x":
+		h.mode = driver.Exclusive
+	case "s":
+		h.mode = driver.Shared
+	default:
+		return h, fmt.Errorf("lease handle: mode %.8q, want x or s", parts[0])
+	}
+	h.owner = parts[1]
+	if !isOwner(h.owner) {
+		return h, fmt.Errorf("lease handle: owner %.40q is not 32 lowercase hex digits", h.owner)
+	}
+	var err error
+	if h.token, err = strconv.ParseUint(parts[2], 10, 64); err != nil || h.token == 0 {
+		return h, fmt.Errorf("lease handle: token %.24q is not a positive integer", parts[2])
+	}
+	key, err := base64.RawURLEncoding.Strict().DecodeString(parts[3])
+	if err != nil {
+		return h, fmt.Errorf("lease handle: key is not unpadded URL-safe base64: %v", err)
+	}
+	h.key = string(key)
+	if err := checkKey(h.key); err != nil {
+		return h, fmt.Errorf("lease handle: %w", err)
+	}
+	return h, nil
+}
+
+// isOwner reports whether s is an owner token as newOwner makes them.
+func isOwner(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Resume implements Locker.
+func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lease, error) {
+	const op = "resume"
+	if lk.optsErr != nil {
+		return nil, newError(op, "", ErrInvalid, lk.optsErr)
+	}
+	hd, err := parseHandle(h)
+	if err != nil {
+		return nil, newError(op, "", ErrInvalid, err)
+	}
+	key := hd.key
+	r, err := lk.resumer()
+	if err != nil {
+		return nil, newError(op, key, ErrInvalid, err)
+	}
+	if hd.mode == driver.Shared {
+		if s, ok := lk.d.(driver.Sharer); !ok || !s.SupportsShared() {
+			return nil, newError(op, key, ErrInvalid, errors.New("a shared lease, and this backend's driver grants none"))
+		}
+	}
+	co, err := lk.callOptions(opts)
+	if err != nil {
+		return nil, newError(op, key, ErrInvalid, err)
+	}
+	l := &Lease{lk: lk, autoRenew: co.autoRenew, ttl: co.ttl, idx: -1,
+		own: driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, TTL: co.ttl, Token: hd.token}}
+	dl := &l.own
+	l.dl = dl
+	if err := lk.d.Validate(dl); err != nil {
+		return nil, driverError(op, key, err, ErrInvalid)
+	}
+	validity, err := validityFor(dl)
+	if err != nil {
+		return nil, newError(op, key, ErrInvalid, err)
+	}
+	if !lk.begin() {
+		return nil, newError(op, key, ErrClosed, nil)
+	}
+	defer lk.calls.done()
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stop := context.AfterFunc(lk.ctx, func() { cancel(ErrClosed) })
+	defer stop()
+
+	l.validity, l.done, l.refreshing = validity, make(chan struct{}), make(chan struct{}, 1)
+	dl.Lost = l.lostByDriver
+	start := time.Now()
+	// No clean-up after a failure: the grant is someone else's until this
+	// call succeeds, and a Resume only ever extends it.
+	err, ok := lk.within(ctx, func() error { return r.Resume(ctx, dl) }, nil)
+	switch {
+	case !ok:
+		return nil, ctxError(op, key, ErrNotAcquired, ctx)
+	case errors.Is(err, driver.ErrNotHeld):
+		return nil, newError(op, key, ErrNotAcquired, newError(op, key, ErrNotHeld, err))
+	case err != nil:
+		if errors.Is(err, driver.ErrInvalid) {
+			return nil, newError(op, key, ErrInvalid, err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctxError(op, key, ErrNotAcquired, ctx)
+		}
+		return nil, newError(op, key, ErrNotAcquired, err)
+	}
+	if err := lk.register(op, l, start); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// resumer returns the driver as a Resumer, or why it cannot resume.
+func (lk *locker) resumer() (driver.Resumer, error) {
+	r, ok := lk.d.(driver.Resumer)
+	if !ok {
+		return nil, errors.New("this backend's driver cannot resume a lease")
+	}
+	if err := r.Resumable(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Detach ends the lease here without releasing its grant, and returns its
+// Handle, so that another Locker (another process) can Resume it: renewal
+// stops, Close will not release it, Done closes and Err reports
+// ErrDetached. The grant lasts until its TTL passes unless it is resumed
+// before. It fails, with the error that ended it, when the lease has
+// ended, and with ErrInvalid, leaving the lease as it was, when the
+// backend's driver cannot resume leases.
+func (l *Lease) Detach() (string, error) {
+	if _, err := l.lk.resumer(); err != nil {
+		return "", newError("detach", l.dl.Key, ErrInvalid, err)
+	}
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return "", l.endedError("detach", err)
+	}
+	l.mu.Unlock()
+	if !l.finish(newError("detach", l.dl.Key, ErrDetached, nil)) {
+		return "", l.endedError("detach", l.Err())
+	}
+	return l.Handle(), nil
+}
