@@ -77,6 +77,24 @@
 // everywhere; such a call is not queued. Each call gets its own backoff
 // state.
 //
+// Locks are not reentrant: a second Lock of a key this process holds waits
+// like any other, through the same Locker or another.
+//
+// # Handing a lease over
+//
+// Lease.Handle describes a grant in one printable word, for a file, a
+// command line or an environment variable (dlock run gives its command
+// DLOCK_LEASE). Locker.Resume takes the grant over through another Locker
+// of the same backend, in this process or another: the backend checks that
+// the grant still exists with that owner and token, and the new Lease has
+// its own deadline, renewal and Done. Lease.Detach ends a Lease without
+// releasing its grant, so that Close leaves it for the resumer. Until one
+// of them ends it, a resumed grant is held by both Leases: Unlock of either
+// releases it, and the other finds out at its next renewal. A handle is a
+// capability: whoever has it can extend and release the grant. ZooKeeper's
+// driver cannot resume (a grant belongs to its client's session) and
+// refuses with ErrInvalid.
+//
 // # Closing
 //
 // Close ends the leases still held through the Locker at once (Done closes),

@@ -80,17 +80,17 @@ func backendName(raw string) string {
 	return u.Redacted()
 }
 
-// childEnv is the environment of the command: dlock's own, with DLOCK_KEY
-// and DLOCK_TOKEN set to the lease's.
+// childEnv is the environment of the command: dlock's own, with DLOCK_KEY,
+// DLOCK_TOKEN and DLOCK_LEASE (the lease's handle) set to the lease's.
 func childEnv(lease *lock.Lease) []string {
 	env := os.Environ()
 	out := env[:0:0]
 	for _, kv := range env {
-		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") {
+		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") && !hasPrefix(kv, "DLOCK_LEASE=") {
 			out = append(out, kv)
 		}
 	}
-	return append(out, "DLOCK_KEY="+lease.Key(), fmt.Sprintf("DLOCK_TOKEN=%d", lease.Token()))
+	return append(out, "DLOCK_KEY="+lease.Key(), fmt.Sprintf("DLOCK_TOKEN=%d", lease.Token()), "DLOCK_LEASE="+lease.Handle())
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -29,9 +30,18 @@ func TestRunEnvironment(t *testing.T) {
 		t.Fatal(r)
 	}
 	env := readFile(t, filepath.Join(dir, "env"))
-	var token uint64
-	if _, err := fmt.Sscanf(env, "DLOCK_KEY=jobs/nightly\nDLOCK_TOKEN=%d\n", &token); err != nil || token == 0 {
-		t.Errorf("command's environment:\n%s\nwant DLOCK_KEY=jobs/nightly and a non-zero DLOCK_TOKEN (%v)", env, err)
+	var (
+		token  uint64
+		handle string
+	)
+	if _, err := fmt.Sscanf(env, "DLOCK_KEY=jobs/nightly\nDLOCK_TOKEN=%d\nDLOCK_LEASE=%s\n", &token, &handle); err != nil || token == 0 {
+		t.Fatalf("command's environment:\n%s\nwant DLOCK_KEY=jobs/nightly, a non-zero DLOCK_TOKEN and DLOCK_LEASE (%v)", env, err)
+	}
+	// The handle names the same grant: dlock1.x.OWNER.TOKEN.KEY.
+	parts := strings.Split(handle, ".")
+	if len(parts) != 5 || parts[0] != "dlock1" || parts[1] != "x" || parts[3] != fmt.Sprint(token) ||
+		parts[4] != base64.RawURLEncoding.EncodeToString([]byte("jobs/nightly")) {
+		t.Errorf("DLOCK_LEASE=%q; want the handle of the lease on jobs/nightly with token %d", handle, token)
 	}
 }
 

@@ -25,6 +25,10 @@
 //	              increases per key across grants: pass it to the resource
 //	              the lock protects, which should refuse writes with a token
 //	              smaller than one it has seen (see package lock)
+//	DLOCK_LEASE   the lease's handle (lock.Lease.Handle): a program that
+//	              opens a Locker on the same backend can Resume it, to
+//	              watch and renew the lease itself (dlock still releases
+//	              it when the command ends); keep it as secret as the lock
 //
 // Flags:
 //

@@ -106,6 +106,7 @@ func helper(mode, dir string) int {
 	case "env":
 		appendLine(filepath.Join(dir, "env"), "DLOCK_KEY="+key)
 		appendLine(filepath.Join(dir, "env"), "DLOCK_TOKEN="+token)
+		appendLine(filepath.Join(dir, "env"), "DLOCK_LEASE="+os.Getenv("DLOCK_LEASE"))
 		return 0
 	case "ran":
 		appendLine(filepath.Join(dir, "ran"), token)
