@@ -11,8 +11,11 @@
 // lock.RWLocker, lock.Do (whose fn panics one time in five), holds of
 // random length that write to a fenced resource, Refresh with longer and
 // shorter TTLs (some with their reply lost on purpose), Unlock, leases left
-// to expire, contexts that time out or are cancelled at random moments,
-// and Lockers closed under load (some while partitioned) and replaced.
+// to expire, leases detached (Lease.Detach) and resumed from their handle
+// through another Locker of the process (Locker.Resume), most soon, some
+// after the grant expired (Resume must then refuse), contexts that time
+// out or are cancelled at random moments, and Lockers closed under load
+// (some while partitioned) and replaced.
 //
 // # Faults
 //
@@ -43,15 +46,17 @@
 //     are shared, or the backend lost its state between their grants
 //     (counted as excused);
 //   - token-order: a grant whose fencing token is not above those granted
-//     before it (for a shared grant: above the exclusive ones);
+//     before it (for a shared grant: above the exclusive ones); a resumed
+//     lease is not a grant, and its token must be the detached lease's
+//     (resume-mismatch);
 //   - stale-write: the fenced resource accepting a write of a lease after
 //     a write of a lease granted later (a refused one is fencing at work);
 //   - done-late: a lease's Done still open DoneSlack past its deadline;
 //   - refresh-not-held: Refresh returned nil but the lease is not held;
 //   - late-return: a call returning CallSlack past its context's end, or
 //     Close past its ReleaseTimeout plus CallSlack;
-//   - closed-open, unlock-open, do-open, do-ctx, err-nil: a lease whose
-//     Done is open after Close, Unlock or Do returned, a Do whose fn
+//   - closed-open, unlock-open, detach-open, do-open, do-ctx, err-nil: a
+//     lease whose Done is open after Close, Unlock, Detach or Do returned, a Do whose fn
 //     context outlived its lease, a Done closed with a nil Err;
 //   - liveness: while no server fault is under way (nor was for the
 //     target's Recovery), a free key not granted within LivenessBound.

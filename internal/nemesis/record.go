@@ -24,10 +24,13 @@ type LeaseRec struct {
 	Shared bool
 	Holder string // the Locker that granted it
 	Proc   string // the process: "parent" or a child's name
-	Op     string // lock, trylock, rlock, tryrlock, do
+	Op     string // lock, trylock, rlock, tryrlock, do, resume
 	Token  uint64
-	TTL    time.Duration
-	Renew  bool
+	// Resumes is the ID of the lease whose grant this one resumed (Op
+	// "resume"); "" for a grant.
+	Resumes string
+	TTL     time.Duration
+	Renew   bool
 	// Granted is the first observation, right after Lock returned; for a
 	// lease Lock returned already ended or past its deadline (dead on
 	// arrival, DOA), the moment it was seen so.
@@ -134,6 +137,9 @@ type Stats struct {
 	Ops, Faults, Grants, DOA, Shared        int
 	Writes, Accepted, StaleRejected, Probes int
 	Refreshes, LostReplies                  int
+	// Resumes counts Resume calls of detached leases, Resumed those that
+	// got the lease (the others found the grant expired, or failed).
+	Resumes, Resumed int
 	// FaultKinds counts the faults by kind.
 	FaultKinds map[string]int
 }
@@ -618,6 +624,10 @@ func (r *Recorder) tokensLocked(key string, horizon Stamp) []string {
 	ls := r.byKey[key]
 	for ; ts.checked < len(ls) && ls[ts.checked].Granted <= horizon; ts.checked++ {
 		l := ls[ts.checked]
+		if l.Resumes != "" {
+			// Not a grant: the token is its origin's (resume checks that).
+			continue
+		}
 		var bound uint64
 		var boundID string
 		var have bool
@@ -698,6 +708,10 @@ func (r *Recorder) Stat(name string, n int) {
 		r.stats.LostReplies += n
 	case "probe":
 		r.stats.Probes += n
+	case "resume":
+		r.stats.Resumes += n
+	case "resumed":
+		r.stats.Resumed += n
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,14 +39,49 @@ type slotAPI interface {
 
 // procEnv is what the workers of one process share.
 type procEnv struct {
-	proc string
-	clk  *Clock
-	sink sink
-	tg   *Target
-	keys []string
-	live *liveSet
-	seq  atomic.Int64
-	stop chan struct{}
+	proc    string
+	clk     *Clock
+	sink    sink
+	tg      *Target
+	keys    []string
+	live    *liveSet
+	handles handlePool
+	seq     atomic.Int64
+	stop    chan struct{}
+}
+
+// detached is a lease a worker detached, for another worker (of another
+// Locker) to resume from its handle, not before notBefore: some of them
+// after the grant expired, when Resume must refuse.
+type detached struct {
+	key, handle, origin string
+	token               uint64
+	notBefore           time.Time
+}
+
+// handlePool holds the detached leases of a process.
+type handlePool struct {
+	mu sync.Mutex
+	ds []detached
+}
+
+func (p *handlePool) put(d detached) {
+	p.mu.Lock()
+	p.ds = append(p.ds, d)
+	p.mu.Unlock()
+}
+
+// take removes and returns a detached lease that is due, if any.
+func (p *handlePool) take(now time.Time) (detached, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, d := range p.ds {
+		if !now.Before(d.notBefore) {
+			p.ds = append(p.ds[:i], p.ds[i+1:]...)
+			return d, true
+		}
+	}
+	return detached{}, false
 }
 
 func (e *procEnv) newID() string {
@@ -102,6 +138,14 @@ func (w *worker) step() {
 	if in == nil {
 		w.sleep(20 * time.Millisecond)
 		return
+	}
+	if w.chance(0.5) {
+		if d, ok := w.env.handles.take(time.Now()); ok {
+			if !w.resume(in, d) {
+				w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
+			}
+			return
+		}
 	}
 	key := pick(w.rng, w.env.keys)
 	_, rw := in.lk.(lock.RWLocker)
@@ -231,6 +275,73 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 	return true
 }
 
+// resume resumes a detached lease through the worker's Locker and holds
+// it; it reports whether it got the lease. Resume must refuse a grant that
+// expired (and then perhaps went to another lease): the checker finds the
+// overlap if it does not, and the token must be the detached lease's.
+func (w *worker) resume(in *lockerInst, d detached) bool {
+	ttl, renew, opts := w.lockOpts()
+	c := w.newCallCtx(tryTimeouts, 0.1)
+	clk := w.env.clk
+	start := clk.Now()
+	lease, err := in.lk.Resume(c.ctx, d.handle, opts...)
+	end := clk.Now()
+	limit := c.end()
+	c.release()
+	w.env.sink.Ops(1)
+	w.env.sink.Stat("resume", 1)
+	w.checkReturn("resume", d.key, start, end, limit, "its context ended")
+	if err != nil {
+		w.failed("resume", d.key, err)
+		return false
+	}
+	w.env.sink.Stat("resumed", 1)
+	if lease.Key() != d.key || lease.Token() != d.token {
+		w.env.sink.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: d.key, Proc: w.env.proc,
+			Text: fmt.Sprintf("Resume of lease %s on key %q (token %d) by %s gave key %q token %d", d.origin, d.key, d.token, w.name, lease.Key(), lease.Token())})
+	}
+	l := w.grantedAs(in, lease, "resume", d.key, false, ttl, renew, d.origin)
+	if l != nil {
+		w.hold(in, l, ttl, renew)
+	}
+	return true
+}
+
+// detach detaches l and leaves its handle in the pool, due after a random
+// delay (up to one and a half times its TTL). It reports false, having
+// changed nothing, when the driver cannot resume leases.
+func (w *worker) detach(l *liveLease) bool {
+	clk, s := w.env.clk, w.env.sink
+	ttl := l.lease.TTL()
+	start := clk.Now()
+	h, err := l.lease.Detach()
+	end := clk.Now()
+	if errors.Is(err, lock.ErrInvalid) {
+		if !closed(l.lease.Done()) {
+			return false
+		}
+		s.Violate(Violation{Kind: "detach-refused-ended", At: end, From: start, Key: l.key, Proc: w.env.proc, Lease: l.id,
+			Text: fmt.Sprintf("key %q: a refused Detach of lease %s ended it: %v", l.key, l.id, l.lease.Err())})
+		return true
+	}
+	l.markUnlocking(clk, s, "detach")
+	s.Ops(1)
+	s.Event(Event{At: end, Kind: "detach", Key: l.key, Lease: l.id, Text: short(err)})
+	if err == nil {
+		if !closed(l.lease.Done()) || !errors.Is(l.lease.Err(), lock.ErrDetached) {
+			s.Violate(Violation{Kind: "detach-open", At: end, From: start, Key: l.key, Proc: w.env.proc, Lease: l.id,
+				Text: fmt.Sprintf("key %q: Detach of lease %s returned with Done closed %v, Err %v", l.key, l.id, closed(l.lease.Done()), l.lease.Err())})
+		}
+		wait := between(w.rng, 0, ttl/3)
+		if w.chance(0.15) {
+			wait = between(w.rng, ttl, ttl*3/2)
+		}
+		w.env.handles.put(detached{key: l.key, handle: h, origin: l.id, token: l.token, notBefore: time.Now().Add(wait)})
+	}
+	l.observe(clk, s)
+	return true
+}
+
 // failed checks the error of a Lock that failed: inputs are valid, so
 // ErrInvalid is a bug.
 func (w *worker) failed(op, key string, err error) {
@@ -244,6 +355,12 @@ func (w *worker) failed(op, key string, err error) {
 // granted records a lease Lock returned: its first observation is its
 // grant (or finds it dead on arrival), and it is watched from then on.
 func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool) *liveLease {
+	return w.grantedAs(in, lease, op, key, shared, ttl, renew, "")
+}
+
+// grantedAs is granted, for a lease that resumes the grant of lease
+// resumes when that is not "".
+func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool, resumes string) *liveLease {
 	clk := w.env.clk
 	now := time.Now()
 	dl := lease.Deadline()
@@ -252,7 +369,7 @@ func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, shar
 	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, shared: shared, token: lease.Token(), granted: t, lease: lease, inst: in}
 	doa := !open || t >= d
 	rec := LeaseRec{
-		ID: l.id, Key: key, Shared: shared, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(),
+		ID: l.id, Key: key, Shared: shared, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
 		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
 	}
 	if doa {
@@ -294,6 +411,9 @@ func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 	if abandon {
 		w.env.sink.Event(Event{At: w.env.clk.Now(), Kind: "abandon", Key: l.key, Lease: l.id,
 			Text: fmt.Sprintf("left to expire after %v", time.Since(start).Round(time.Millisecond))})
+		return
+	}
+	if !l.shared && w.chance(0.12) && w.detach(l) {
 		return
 	}
 	w.unlock(l)
