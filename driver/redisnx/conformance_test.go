@@ -75,7 +75,7 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	lk := lockKey(DefaultPrefix, key)
 	var out []string
-	for _, k := range []string{lk, lk + queueSuffix, lk + entriesSuffix} {
+	for _, k := range []string{lk, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix} {
 		n, err := h.raw.Exists(ctx, k).Result()
 		if err != nil {
 			return out, err
@@ -88,5 +88,5 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, DeletableCounter: true, Resume: true}
+	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true}
 }

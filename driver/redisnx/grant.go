@@ -20,6 +20,19 @@ type noGrant struct{}
 // more memory per lease than making them again for the release.)
 type viaQueue struct{}
 
+// modeArg is the scripts' argument for l's mode: "s" for shared, "x" for
+// exclusive.
+func modeArg(l *driver.Lease) string {
+	if l.Mode == driver.Shared {
+		return "s"
+	}
+	return "x"
+}
+
+// SupportsShared implements driver.Sharer: shared grants are members of
+// the readers set P{K}:r, with the lock key holding "R" (see prelude.lua).
+func (d *redisDriver) SupportsShared() bool { return true }
+
 // Acquire runs acquire.lua: SET PX if the key is free and no one is queued,
 // and the fencing counter, one round trip.
 func (d *redisDriver) Acquire(ctx context.Context, l *driver.Lease) error {
@@ -34,7 +47,7 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys *keyNam
 		return err
 	}
 	px, validity := ms(l.TTL)
-	n, err := acquireScript.Run(ctx, d.Client, keys[:5], l.Owner, px).Int64()
+	n, err := acquireScript.Run(ctx, d.Client, keys[:6], l.Owner, px, modeArg(l)).Int64()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
@@ -59,8 +72,8 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	_, queued := l.Data.(viaQueue)
 	n := names(d.Prefix, l.Key, l.Owner)
-	keys := []string{n[0], n[1], n[3], n[4]}
-	args := []any{l.Owner, n[5], 0}
+	keys := []string{n[0], n[1], n[3], n[4], n[5]}
+	args := []any{l.Owner, n[6], 0, modeArg(l)}
 	if queued || l.Token == 0 {
 		args[2] = 1
 	}

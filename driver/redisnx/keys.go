@@ -7,27 +7,29 @@ import (
 )
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
-// share (internal/redisx), and this driver's queue, P{K}:q (a sorted set of
-// owners) and P{K}:w (their entries, a hash: see prelude.lua).
+// share (internal/redisx), this driver's queue, P{K}:q (a sorted set of
+// owners) and P{K}:w (their entries, a hash), and its readers, P{K}:r (a
+// sorted set: see prelude.lua).
 // docs/design.md lists them all, and why they cannot meet.
 const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix
 	queueSuffix   = ":q"
 	entriesSuffix = ":w"
+	readersSuffix = ":r"
 )
 
 // keyNames are the Redis names of one attempt: the keys the granting
 // scripts take, in their KEYS order (lock key, counter, tombstone of the
-// attempt, queue, queue entries), and the key's release channel. They are
-// slices of one string, made in one allocation.
-type keyNames [6]string
+// attempt, queue, queue entries, readers), and the key's release channel.
+// They are slices of one string, made in one allocation.
+type keyNames [7]string
 
 func names(prefix, key, owner string) *keyNames {
 	var b strings.Builder
-	b.Grow(5*(len(prefix)+len(key)+3) + len(counterSuffix) + len(redisx.VoidInfix) + len(owner) + len(queueSuffix) + len(entriesSuffix) + len(channelSuffix))
-	var ends [6]int
-	for i, parts := range [6][2]string{{"", ""}, {counterSuffix, ""}, {redisx.VoidInfix, owner}, {queueSuffix, ""}, {entriesSuffix, ""}, {channelSuffix, ""}} {
+	b.Grow(6*(len(prefix)+len(key)+3) + len(counterSuffix) + len(redisx.VoidInfix) + len(owner) + len(queueSuffix) + len(entriesSuffix) + len(readersSuffix) + len(channelSuffix))
+	var ends [7]int
+	for i, parts := range [7][2]string{{"", ""}, {counterSuffix, ""}, {redisx.VoidInfix, owner}, {queueSuffix, ""}, {entriesSuffix, ""}, {readersSuffix, ""}, {channelSuffix, ""}} {
 		if i != 1 { // the counter follows the lock key written for the lock
 			redisx.WriteLockKey(&b, prefix, key)
 		}
@@ -37,7 +39,7 @@ func names(prefix, key, owner string) *keyNames {
 	}
 	all := b.String()
 	n := &keyNames{all[:ends[0]], all[:ends[1]]}
-	for i := 2; i < 6; i++ {
+	for i := 2; i < 7; i++ {
 		n[i] = all[ends[i-1]:ends[i]]
 	}
 	return n

@@ -45,7 +45,7 @@ func TestNamesDistinct(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range keys {
 		lk := lockKey(DefaultPrefix, k)
-		for _, n := range []string{lk, lk + counterSuffix, lk + redisx.VoidInfix + ownerA} {
+		for _, n := range []string{lk, lk + counterSuffix, lk + redisx.VoidInfix + ownerA, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix} {
 			if prev, dup := seen[n]; dup {
 				t.Errorf("keys %q and %q share the name %q", prev, k, n)
 			}
@@ -58,7 +58,7 @@ func TestNamesDistinct(t *testing.T) {
 func TestNamesSpelledOut(t *testing.T) {
 	for _, k := range []string{"a", "}x", "é", "a}:fence"} {
 		lk := lockKey(DefaultPrefix, k)
-		want := keyNames{lk, lk + counterSuffix, lk + redisx.VoidInfix + ownerA, lk + queueSuffix, lk + entriesSuffix, lk + channelSuffix}
+		want := keyNames{lk, lk + counterSuffix, lk + redisx.VoidInfix + ownerA, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix, lk + channelSuffix}
 		if got := names(DefaultPrefix, k, ownerA); *got != want {
 			t.Errorf("names(%q) = %q, want %q", k, *got, want)
 		}

@@ -5,7 +5,7 @@
 -- handed to it meanwhile, give it to the next waiter, or free it.
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
--- attempt, KEYS[4] queue, KEYS[5] queue entries
+-- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers
 -- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] tombstone lifetime
 -- in ms (0: none; the waiter leaves one when a request of its own may still
 -- be on its way, so that the copy changes nothing)
@@ -17,4 +17,7 @@ if tonumber(ARGV[3]) > 0 then
 end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
-return release(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[2], ARGV[1], redis.call('GET', KEYS[1]))
+if redis.call('ZSCORE', KEYS[6], ARGV[1]) then
+  return release_reader(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1])
+end
+return release(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1], redis.call('GET', KEYS[1]))

@@ -13,10 +13,21 @@
 --   P{K}:w   hash: owner -> "DEADLINE_MS TTL_MS N INBOX" while it waits
 --            (DEADLINE_MS on the server's clock: the entry is dead after it
 --            unless the waiter renews it; N numbers the waiter's wait.lua
---            runs; INBOX the channel of the waiter's Locker), or "gTOKEN"
---            once the key was handed to it
+--            runs; INBOX the channel of the waiter's Locker; a shared
+--            waiter's TTL_MS has an "s" before it), or "gTOKEN" once the
+--            key was handed to it
 --
 -- Both expire two entry lifetimes after the last waiter touched them.
+--
+-- Shared (read) grants: the lock key holds "R" (never an owner: owners are
+-- lowercase hex), so that every exclusive attempt, ours or a plain SET NX
+-- lock's, finds it held, with a PX at least the longest reader's; and
+--
+--   P{K}:r   sorted set: the reader owners, scored by when each grant
+--            expires (server clock, ms); expired members hold nothing and
+--            are dropped by the next script that looks
+--
+-- The last reader to leave deletes both and hands the key on.
 
 -- next_token returns the next fencing token of counter ctr: the counter plus
 -- one, or the server's clock in microseconds when that is more (the counter
@@ -70,67 +81,145 @@ local function keep_queue(q, w, life)
   redis.call('PEXPIRE', w, ttl)
 end
 
--- handover grants the free lock lk to the first live waiter queued in q,
--- dropping dead entries on the way (at most 64 in one call), records the
--- grant in w as "gTOKEN", and tells the new owner on its inbox with
--- "OWNER TOKEN N" (N from the entry: the waiter takes the message as the
--- grant only if N is its last wait.lua's), unless the new owner is self
--- (the caller, told by the script's reply). Returns the owner and token,
--- or nil when no live waiter is queued.
-local function handover(lk, ctr, q, w, self)
-  if redis.call('EXISTS', q) == 0 then
+-- readers drops the expired members of the readers set r (now: server
+-- clock in ms) and returns how many hold a grant.
+local function readers(r, now)
+  redis.call('ZREMRANGEBYSCORE', r, '-inf', '(' .. string.format('%d', now))
+  return redis.call('ZCARD', r)
+end
+
+-- current returns the value of lk, or nil when it is free; "R" with no
+-- reader left holding a grant (the last ones expired) is deleted as free.
+local function current(lk, r)
+  local cur = redis.call('GET', lk)
+  if cur == 'R' and readers(r, math.floor(now_us() / 1000)) == 0 then
+    redis.call('DEL', lk, r)
     return nil
   end
+  return cur
+end
+
+-- grant_reader grants owner a shared lease on lk for px ms (lk free or
+-- "R"): its member in r, and lk and r kept at least that long.
+local function grant_reader(lk, r, owner, px, now)
+  px = tonumber(px)
+  redis.call('ZADD', r, string.format('%d', now + px), owner)
+  if redis.call('PTTL', lk) < px then
+    redis.call('SET', lk, 'R', 'PX', px)
+  end
+  if redis.call('PTTL', r) < px then
+    redis.call('PEXPIRE', r, px)
+  end
+end
+
+-- handover grants the lock lk, free or held by readers ("R"), to the live
+-- waiters first in line in q that it can take: the first one if it is
+-- exclusive and lk is free; else every shared waiter in a row from the
+-- head. It drops dead entries on the way (at most 64 in one call), records
+-- each grant in w as "gTOKEN", and tells each new owner on its inbox with
+-- "OWNER TOKEN N" (N from the entry: the waiter takes the message as the
+-- grant only if N is its last wait.lua's), unless the new owner is self
+-- (the caller, told by the script's reply). Returns whether it granted
+-- anyone, and self's token if self was granted.
+local function handover(lk, ctr, q, w, r, self)
+  if redis.call('EXISTS', q) == 0 then
+    return false
+  end
   local now = math.floor(now_us() / 1000)
+  local any, mine = false, nil
   for _ = 1, 64 do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then
-      return nil
+      break
     end
-    redis.call('ZREM', q, head)
     local e = redis.call('HGET', w, head)
-    local deadline, px, n, inbox
+    local deadline, shared, px, n, inbox
     if e then
-      deadline, px, n, inbox = string.match(e, '^(%d+) (%d+) (%d+) (.+)$')
+      deadline, shared, px, n, inbox = string.match(e, '^(%d+) (s?)(%d+) (%d+) (.+)$')
       if not deadline then -- written by a version without N
         deadline, px, inbox = string.match(e, '^(%d+) (%d+) (.+)$')
+        shared = ''
       end
     end
     if deadline and tonumber(deadline) >= now then
-      redis.call('SET', lk, head, 'PX', px)
+      local cur = redis.call('GET', lk)
+      if shared == 's' then
+        if cur and cur ~= 'R' then
+          break
+        end
+        redis.call('ZREM', q, head)
+        grant_reader(lk, r, head, px, now)
+      else
+        if any or cur then
+          break
+        end
+        redis.call('ZREM', q, head)
+        redis.call('SET', lk, head, 'PX', px)
+      end
       local token = next_token(ctr)
       local tok = string.format('%d', token)
       -- The new owner's entry is live: it renewed it, and w's expiry with
       -- it, less than an entry lifetime ago, so w lives at least one more,
       -- longer than a heartbeat: the token outlives a lost message.
       redis.call('HSET', w, head, 'g' .. tok)
-      if head ~= self then
+      if head == self then
+        mine = token
+      else
         redis.call('PUBLISH', inbox, head .. ' ' .. tok .. ' ' .. (n or ''))
       end
-      return head, token
-    end
-    if e then
-      redis.call('HDEL', w, head)
+      any = true
+      if shared ~= 's' then
+        break
+      end
+    else
+      redis.call('ZREM', q, head)
+      if e then
+        redis.call('HDEL', w, head)
+      end
     end
   end
-  return nil
+  return any, mine
 end
 
 -- release deletes the lock lk if owner holds it (cur is lk's value, read
--- by the caller) and hands it to the first live waiter, or, when none is
+-- by the caller) and hands it to the first live waiters, or, when none is
 -- queued, announces the release on channel ch. A key found free (expired)
 -- is handed over too: the waiters need not wait for their next check.
 -- Returns 1 when owner held the key, else 0.
-local function release(lk, ctr, q, w, ch, owner, cur)
+local function release(lk, ctr, q, w, r, ch, owner, cur)
   if cur == owner then
     redis.call('DEL', lk)
-    if not handover(lk, ctr, q, w, nil) then
+    if not handover(lk, ctr, q, w, r, nil) then
       redis.call('PUBLISH', ch, '')
     end
     return 1
   end
   if not cur then
-    handover(lk, ctr, q, w, nil)
+    handover(lk, ctr, q, w, r, nil)
   end
   return 0
+end
+
+-- release_reader ends owner's shared grant on lk, if it holds one (its
+-- member in r, not expired), and when no reader is left deletes lk and r
+-- and hands the key on as release does. Returns 1 when owner held a
+-- shared grant, else 0.
+local function release_reader(lk, ctr, q, w, r, ch, owner)
+  local now = math.floor(now_us() / 1000)
+  local score = redis.call('ZSCORE', r, owner)
+  redis.call('ZREM', r, owner)
+  local held = 0
+  if score and tonumber(score) >= now then
+    held = 1
+  end
+  if redis.call('GET', lk) ~= 'R' then
+    return held
+  end
+  if readers(r, now) == 0 then
+    redis.call('DEL', lk, r)
+    if not handover(lk, ctr, q, w, r, nil) then
+      redis.call('PUBLISH', ch, '')
+    end
+  end
+  return held
 end

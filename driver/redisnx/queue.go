@@ -125,7 +125,7 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 	s.unknown = true
 	s.n++
 	asked, n := time.Now(), s.n
-	res, err := waitScript.Run(ctx, d.Client, s.keys[:5], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, n).Int64Slice()
+	res, err := waitScript.Run(ctx, d.Client, s.keys[:6], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, n, modeArg(l)).Int64Slice()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: wait: %w", redisx.WithCtx(ctx, err))
@@ -168,7 +168,7 @@ func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
 		px, _ := ms(l.TTL)
 		voidPX = max(px, redisx.EntryLifeMS)
 	}
-	if err := leaveScript.Run(ctx, d.Client, keys[:5], l.Owner, keys[5], voidPX).Err(); err != nil {
+	if err := leaveScript.Run(ctx, d.Client, keys[:6], l.Owner, keys[6], voidPX).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
 	}
 	return nil

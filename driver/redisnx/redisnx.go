@@ -39,9 +39,14 @@ var (
 	_ driver.Notifier       = (*redisDriver)(nil)
 	_ driver.Queuer         = (*redisDriver)(nil)
 	_ driver.BatchRefresher = (*redisDriver)(nil)
+	_ driver.Sharer         = (*redisDriver)(nil)
+	_ driver.Resumer        = (*redisDriver)(nil)
 )
 
-func newDriver(c redisx.Core) *redisDriver { return &redisDriver{Core: c} }
+func newDriver(c redisx.Core) *redisDriver {
+	c.SharedLeases = true
+	return &redisDriver{Core: c}
+}
 
 // ms is a TTL in whole milliseconds, as PX applies it, and that duration.
 func ms(ttl time.Duration) (int64, time.Duration) {

@@ -12,7 +12,7 @@ import (
 // Refresh runs refresh.lua on one key: compare-and-PEXPIRE, one round trip.
 func (d *redisDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	px, validity := ms(ttl)
-	res, err := refreshScript.Run(ctx, d.Client, []string{d.LockKey(l.Key)}, px, l.Owner).Int64Slice()
+	res, err := refreshScript.Run(ctx, d.Client, []string{d.LockKey(l.Key)}, px, refreshOwner(l)).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisnx: refresh: %w", err)
 	}
@@ -33,7 +33,7 @@ func (d *redisDriver) Resumable() error { return nil }
 func (d *redisDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	px, validity := ms(l.TTL)
 	lk := d.LockKey(l.Key)
-	n, err := resumeScript.Run(ctx, d.Client, []string{lk, lk + counterSuffix}, l.Owner, px, l.Token).Int64()
+	n, err := resumeScript.Run(ctx, d.Client, []string{lk, lk + counterSuffix, lk + readersSuffix}, l.Owner, px, l.Token, modeArg(l)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisnx: resume: %w", err)
 	}
@@ -112,7 +112,16 @@ func refreshArgs(ls []*driver.Lease, lks []string, g []int, px int64) ([]string,
 	args[0] = px
 	for k, i := range g {
 		keys[k] = lks[i]
-		args = append(args, ls[i].Owner)
+		args = append(args, refreshOwner(ls[i]))
 	}
 	return keys, args
+}
+
+// refreshOwner is refresh.lua's owner argument for l: "s" and the owner
+// for a shared grant.
+func refreshOwner(l *driver.Lease) string {
+	if l.Mode == driver.Shared {
+		return "s" + l.Owner
+	}
+	return l.Owner
 }

@@ -1,16 +1,38 @@
 -- Extend each lock in KEYS to ARGV[1] ms if its owner still holds it.
 --
--- KEYS[i] lock key; ARGV[1] TTL in ms; ARGV[i+1] owner token of KEYS[i]
--- (all keys in one Redis Cluster slot)
+-- KEYS[i] lock key; ARGV[1] TTL in ms; ARGV[i+1] owner token of KEYS[i],
+-- or "s" and the owner token for a shared grant, whose readers set is
+-- KEYS[i] .. ":r" (all keys in one Redis Cluster slot: the readers set
+-- shares the lock key's hash tag)
 --
 -- Returns one integer per key: 1 extended, 0 not held by that owner.
 local held = {}
+local px = tonumber(ARGV[1])
+local now
 for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[i + 1] then
-    redis.call('PEXPIRE', KEYS[i], ARGV[1])
+  local owner = ARGV[i + 1]
+  held[i] = 0
+  if #owner == 33 and string.sub(owner, 1, 1) == 's' then
+    -- A shared grant: its member in the readers set, not expired.
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local r = KEYS[i] .. ':r'
+    local score = redis.call('ZSCORE', r, string.sub(owner, 2))
+    if score and tonumber(score) >= now and redis.call('GET', KEYS[i]) == 'R' then
+      redis.call('ZADD', r, string.format('%d', now + px), string.sub(owner, 2))
+      if redis.call('PTTL', KEYS[i]) < px then
+        redis.call('PEXPIRE', KEYS[i], px)
+      end
+      if redis.call('PTTL', r) < px then
+        redis.call('PEXPIRE', r, px)
+      end
+      held[i] = 1
+    end
+  elseif redis.call('GET', KEYS[i]) == owner then
+    redis.call('PEXPIRE', KEYS[i], px)
     held[i] = 1
-  else
-    held[i] = 0
   end
 end
 return held

@@ -1,20 +1,21 @@
--- Delete the lock KEYS[1] if owner ARGV[1] holds it, and hand it to the
--- first live waiter of its queue, or announce the release on channel
--- ARGV[2] when none is queued.
+-- Delete the lock KEYS[1] if owner ARGV[1] holds it (exclusive), or end its
+-- shared grant (ARGV[4] "s"), and hand the key to the first live waiters
+-- of its queue when it is free, or announce the release on channel ARGV[2]
+-- when none is queued.
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue
--- entries; KEYS[5] (clean-up only) tombstone of the attempt
+-- entries, KEYS[5] readers; KEYS[6] (clean-up only) tombstone of the
+-- attempt
 -- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] "1" when the grant
--- may have come through the queue (its entry holds the token); ARGV[4]
--- (clean-up only) tombstone
--- lifetime in ms
+-- may have come through the queue (its entry holds the token), ARGV[4] "s"
+-- for a shared grant; ARGV[5] (clean-up only) tombstone lifetime in ms
 --
 -- Returns 1 when the grant was deleted, 0 when the owner did not hold it.
 
 local cur = redis.call('GET', KEYS[1])
--- The common case first: a grant of acquire.lua (no tombstone to leave, no
--- queue entry to delete) released with no one queued.
-if cur == ARGV[1] and not KEYS[5] and ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
+-- The common case first: an exclusive grant of acquire.lua (no tombstone
+-- to leave, no queue entry to delete) released with no one queued.
+if cur == ARGV[1] and not KEYS[6] and ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   return 1
@@ -24,11 +25,14 @@ end
 
 -- Clean-up after a lost reply: copies of the grant request that reach the
 -- server after this point find the tombstone and change nothing.
-if KEYS[5] then
-  redis.call('SET', KEYS[5], '', 'PX', ARGV[4])
+if KEYS[6] then
+  redis.call('SET', KEYS[6], '', 'PX', ARGV[5])
 end
 -- A grant handed over through the queue left its token in the entries.
 if ARGV[3] == '1' then
   redis.call('HDEL', KEYS[4], ARGV[1])
 end
-return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[1], cur)
+if ARGV[4] == 's' then
+  return release_reader(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1])
+end
+return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1], cur)

@@ -1,15 +1,34 @@
--- Extend the lock KEYS[1] to ARGV[2] ms if owner ARGV[1] holds it, and the
--- fencing counter KEYS[2] has reached token ARGV[3] (a grant with that token
--- was made; the counter is missing only when the server lost its data, and
--- then the grant went with it, or after a week without grants).
+-- Extend the lock KEYS[1] to ARGV[2] ms if owner ARGV[1] holds it
+-- (exclusive, or shared when ARGV[4] is "s": its member in the readers set
+-- KEYS[3], not expired), and the fencing counter KEYS[2] has reached token
+-- ARGV[3] (a grant with that token was made; the counter is missing only
+-- when the server lost its data, and then the grant went with it, or after
+-- a week without grants).
 --
 -- Returns 1 when extended, 0 when no such grant exists.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
 local c = redis.call('GET', KEYS[2])
 if c and tonumber(c) < tonumber(ARGV[3]) then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local px = tonumber(ARGV[2])
+if ARGV[4] ~= 's' then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+  end
+  redis.call('PEXPIRE', KEYS[1], px)
+  return 1
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not score or tonumber(score) < now or redis.call('GET', KEYS[1]) ~= 'R' then
+  return 0
+end
+redis.call('ZADD', KEYS[3], string.format('%d', now + px), ARGV[1])
+if redis.call('PTTL', KEYS[1]) < px then
+  redis.call('PEXPIRE', KEYS[1], px)
+end
+if redis.call('PTTL', KEYS[3]) < px then
+  redis.call('PEXPIRE', KEYS[3], px)
+end
 return 1

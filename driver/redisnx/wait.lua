@@ -6,11 +6,11 @@
 -- hands it the key tells it at once on its inbox.
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
--- attempt, KEYS[4] queue, KEYS[5] queue entries
+-- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] the inbox channel of the
 -- owner's Locker, ARGV[4] queue entry lifetime in ms, ARGV[5] the number
 -- of this run among the attempt's (N in the entry, and in the hand-over
--- message: see prelude.lua)
+-- message: see prelude.lua), ARGV[6] "s" for a shared grant
 --
 -- Returns {1, token} when the owner has the key: granted by this run, or
 -- handed over by a release before it (the message on the inbox only wakes
@@ -20,14 +20,24 @@
 -- attempt was abandoned (its clean-up ran first).
 
 local owner = ARGV[1]
+local shared = ARGV[6] == 's'
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, 0}
 end
-local cur = redis.call('GET', KEYS[1])
-if cur == owner then
+local cur = current(KEYS[1], KEYS[6])
+local mine = cur == owner
+if shared and cur == 'R' then
+  local score = redis.call('ZSCORE', KEYS[6], owner)
+  mine = score ~= false and score ~= nil
+end
+if mine then
   -- Handed over by a release, or granted by an earlier copy of this request.
   local e = redis.call('HGET', KEYS[5], owner)
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if shared then
+    grant_reader(KEYS[1], KEYS[6], owner, ARGV[2], math.floor(now_us() / 1000))
+  else
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   if e and string.sub(e, 1, 1) == 'g' then
     return {1, tonumber(string.sub(e, 2))}
   end
@@ -40,12 +50,16 @@ local now = now_us()
 if not redis.call('ZSCORE', KEYS[4], owner) then
   redis.call('ZADD', KEYS[4], string.format('%d', now), owner)
 end
+local mode = ''
+if shared then
+  mode = 's'
+end
 redis.call('HSET', KEYS[5], owner,
-  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. ARGV[3])
+  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. mode .. ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. ARGV[3])
 keep_queue(KEYS[4], KEYS[5], ARGV[4])
-if not cur then
-  local head, token = handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], owner)
-  if head == owner then
+if not cur or cur == 'R' then
+  local _, token = handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], owner)
+  if token then
     return {1, token}
   end
 end

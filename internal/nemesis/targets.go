@@ -64,7 +64,7 @@ var targets = []*Target{
 		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
 	},
 	{
-		Name: "redisnx", Backend: chaos.RedisBackend, TTL: time.Second,
+		Name: "redisnx", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "redisnx://%s/0", classify: classifyRESP,
@@ -93,7 +93,7 @@ var targets = []*Target{
 	{
 		// Three masters, no replicas: a node paused or killed makes the
 		// cluster refuse every command until it is back.
-		Name: "redisnx-cluster", Backend: chaos.RedisBackend, TTL: time.Second, Long: true, cluster: true,
+		Name: "redisnx-cluster", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
@@ -227,7 +227,11 @@ func (t *Target) openCluster(addrs []string, o lock.Options) lock.Locker {
 			return d.DialContext(ctx, network, addr)
 		},
 	})
-	return &ownClient{Locker: t.newRedis(rdb, o), client: rdb}
+	lk := t.newRedis(rdb, o)
+	if rw, ok := lk.(lock.RWLocker); ok {
+		return &ownRWClient{ownClient{Locker: lk, client: rdb}, rw}
+	}
+	return &ownClient{Locker: lk, client: rdb}
 }
 
 // ownClient is a Locker that closes its client after itself.
@@ -240,6 +244,20 @@ func (o *ownClient) Close() error {
 	err := o.Locker.Close()
 	o.client.Close()
 	return err
+}
+
+// ownRWClient is an ownClient over a lock.RWLocker, which it stays.
+type ownRWClient struct {
+	ownClient
+	rw lock.RWLocker
+}
+
+func (o *ownRWClient) RLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	return o.rw.RLock(ctx, key, opts...)
+}
+
+func (o *ownRWClient) TryRLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	return o.rw.TryRLock(ctx, key, opts...)
 }
 
 // classifyRESP names the requests of redisnx (scripts), rediswatch

@@ -40,9 +40,11 @@ type Core struct {
 	Client redis.UniversalClient
 	Prefix string
 	Notify *Notifier
-	name   string
-	owns   bool  // opened from a URL: Close closes Client
-	bad    error // an unusable configuration; Validate reports it
+	// SharedLeases: Validate accepts shared leases (the driver grants them).
+	SharedLeases bool
+	name         string
+	owns         bool  // opened from a URL: Close closes Client
+	bad          error // an unusable configuration; Validate reports it
 }
 
 // NewCore returns the core of driver name over client, and the lock.Options
@@ -72,13 +74,13 @@ func NewCore(name string, client redis.UniversalClient, o *Options, owns bool) (
 // LockKey returns the Redis key of the lock on key.
 func (c *Core) LockKey(key string) string { return LockKey(c.Prefix, key) }
 
-// Validate refuses what neither driver can carry: shared leases, keys that
-// are not UTF-8, TTLs below Redis's millisecond.
+// Validate refuses what the drivers cannot carry: shared leases (unless
+// SharedLeases), keys that are not UTF-8, TTLs below Redis's millisecond.
 func (c *Core) Validate(l *driver.Lease) error {
 	switch {
 	case c.bad != nil:
 		return fmt.Errorf("%w: %v", driver.ErrInvalid, c.bad)
-	case l.Mode != driver.Exclusive:
+	case l.Mode != driver.Exclusive && !c.SharedLeases:
 		return fmt.Errorf("%w: %s grants exclusive leases only", driver.ErrInvalid, c.name)
 	case !utf8.ValidString(l.Key):
 		return fmt.Errorf("%w: key is not valid UTF-8", driver.ErrInvalid)
