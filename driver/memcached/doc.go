@@ -177,6 +177,17 @@
 // # Not offered
 //
 // There is no release notification (driver.Notifier) and no shared lease.
+// Readers could share one item updated by cas (a list of reader owners),
+// but each share must expire on its own, so that a crashed reader frees its
+// share within its TTL while others keep reading: the item would have to
+// carry each share's expiry, and memcached gives clients no clock to write
+// it in. Written by the readers' own clocks, a client whose clock runs
+// ahead would drop a live reader's share and let a writer in beside it; the
+// item's own expiration, the one clock the server keeps, is shared by all
+// the readers, so one live reader would keep a crashed one's share alive.
+// Either breaks a guarantee, so the driver refuses shared leases
+// (ErrInvalid: the Locker is not a lock.RWLocker).
+//
 // Renewals are not batched (driver.BatchRefresher): gomemcache sends each
 // cas as its own round trip, so a batch could only merge the gets; lock
 // already runs up to 16 refreshes at once.

@@ -32,6 +32,20 @@
 // lease exclude this driver's leases and are excluded by them, so they can
 // share keys; each driver queues its own waiters.
 //
+// # Shared (read) leases
+//
+// The Locker is a lock.RWLocker. While readers hold a key, "dlock:{K}"
+// holds "R" (never an owner token), with a PX at least as long as the
+// longest reader's, so every exclusive attempt, this driver's, rediswatch's
+// or a plain SET NX lock's, finds it held; each reader's share is a member
+// of the sorted set "dlock:{K}:r", scored by when it expires on the
+// server's clock. A share expires on its own: a crashed reader frees its
+// share within its TTL, and the next script that looks drops it. Readers
+// queue behind a waiting writer (none overtakes it), and the release that
+// frees the key hands it to every reader queued in a row at the head of the
+// queue at once, each with its own fencing token from the key's counter.
+// The last reader to leave deletes both keys and hands the key on.
+//
 // # Waiting
 //
 // A blocking Lock waits in a FIFO queue kept on the server; lock runs the
