@@ -21,13 +21,15 @@ type noGrant struct{}
 type viaQueue struct{}
 
 // modeArg is the scripts' argument for l's mode: "s" for shared, "x" for
-// exclusive.
-func modeArg(l *driver.Lease) string {
+// exclusive (boxed once: a script call's arguments are interfaces).
+func modeArg(l *driver.Lease) any {
 	if l.Mode == driver.Shared {
-		return "s"
+		return argShared
 	}
-	return "x"
+	return argExclusive
 }
+
+var argShared, argExclusive any = "s", "x"
 
 // SupportsShared implements driver.Sharer: shared grants are members of
 // the readers set P{K}:r, with the lock key holding "R" (see prelude.lua).
