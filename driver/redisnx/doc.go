@@ -123,8 +123,9 @@
 // and PING. All keys and channels start with the prefix. The rules
 //
 //	-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl
-//	+incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem +publish
-//	+subscribe +unsubscribe ~dlock:* &dlock:*
+//	+incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem
+//	+zremrangebyscore +zcard +publish +subscribe +unsubscribe
+//	~dlock:* &dlock:*
 //
 // are enough on a standalone server (TestMinimalPermissions runs with
 // exactly these); a Cluster client also needs +cluster|slots.
@@ -132,7 +133,8 @@
 // # Names
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
-// queue P{K}:q and P{K}:w, tombstones P{K}:void:OWNER, the channel P{K}:rel)
+// queue P{K}:q and P{K}:w, the readers P{K}:r, tombstones P{K}:void:OWNER,
+// the channel P{K}:rel)
 // share K as Cluster hash tag; each Locker has an inbox channel, P +
 // "inbox:" + 32 hex digits. docs/design.md gives the full wire format.
 package redisnx

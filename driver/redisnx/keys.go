@@ -16,7 +16,7 @@ const (
 	channelSuffix = redisx.ChannelSuffix
 	queueSuffix   = ":q"
 	entriesSuffix = ":w"
-	readersSuffix = ":r"
+	readersSuffix = redisx.ReadersSuffix
 )
 
 // keyNames are the Redis names of one attempt: the keys the granting

@@ -55,6 +55,19 @@
 //     waiter's next check takes its place. A Lock that gives up leaves the
 //     queue; if the server cannot be reached, its entry dies after 3 s.
 //
+// # Shared (read) leases
+//
+// The Locker is a lock.RWLocker, with redisnx's layout, so that the two
+// drivers' readers share a key: while readers hold it, "dlock:{K}" holds
+// "R" (never an owner) with a PX at least as long as the longest share, so
+// every exclusive attempt finds it held, and each share is a member of
+// "dlock:{K}:r", scored by when it expires on the server's clock. A share
+// expires on its own (a crashed reader frees its share within its TTL).
+// Readers queue behind a waiting writer; a release names the first waiter
+// rather than handing the key to a reader, and each reader's grant wakes
+// the waiter behind it, so readers in a row follow one another in. Shares
+// are renewed one transaction each, not batched.
+//
 // # Failure modes
 //
 // A restart without persistence, a failover to a replica that lacked the
@@ -108,8 +121,8 @@
 // All keys and channels start with the prefix. The ACL rules
 //
 //	-@all +@connection +@transaction +get +mget +set +pttl +time +lrange
-//	+del +pexpire +exists +lindex +lrem +rpush +publish +subscribe
-//	+unsubscribe ~dlock:* &dlock:*
+//	+del +pexpire +exists +lindex +lrem +rpush +zadd +zscore +zrange +zrem
+//	+zremrangebyscore +publish +subscribe +unsubscribe ~dlock:* &dlock:*
 //
 // are enough on a standalone server; a Cluster client also needs
 // +cluster|slots (TestMinimalPermissions runs with exactly these).

@@ -111,6 +111,9 @@ const (
 // the token from the grant record, and leaves the queue, in the
 // transaction. (When the record expired, it takes a new token.)
 func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
+	if l.Mode == driver.Shared {
+		return d.acquireShared(ctx, l, how, inbox, entry)
+	}
 	markSent(l, false)
 	lk := d.LockKey(l.Key)
 	ck := counterKey(lk)

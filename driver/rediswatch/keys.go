@@ -13,6 +13,7 @@ const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix
 	voidInfix     = redisx.VoidInfix
+	readersSuffix = redisx.ReadersSuffix
 	queueSuffix   = ":wq"
 	entryInfix    = ":we:"
 	grantInfix    = ":wg:"
@@ -22,6 +23,7 @@ func counterKey(lk string) string       { return lk + counterSuffix }
 func channel(lk string) string          { return lk + channelSuffix }
 func tombstone(lk, owner string) string { return lk + voidInfix + owner }
 func waitQueue(lk string) string        { return lk + queueSuffix }
+func readersKey(lk string) string       { return lk + readersSuffix }
 func waitEntry(lk, owner string) string { return lk + entryInfix + owner }
 
 // grantRecord holds the token of a grant handed over to owner by a release,

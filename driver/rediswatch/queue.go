@@ -51,7 +51,11 @@ type waiting struct {
 func (s *waiting) write(l *driver.Lease) (value string, n uint64, at time.Time) {
 	s.n++
 	s.unknown = true
-	return strconv.FormatInt(px(l.TTL).Milliseconds(), 10) + " " + strconv.FormatUint(s.n, 10), s.n, time.Now()
+	mode := ""
+	if l.Mode == driver.Shared {
+		mode = "s" // no release hands the key to it (see shared.go)
+	}
+	return mode + strconv.FormatInt(px(l.TTL).Milliseconds(), 10) + " " + strconv.FormatUint(s.n, 10), s.n, time.Now()
 }
 
 // wrote records that run n, sent at at, wrote the entry.
@@ -76,7 +80,7 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 		s.w, err = d.Notify.Queue(lk, l.Owner, wake)
 		return err
 	}
-	if d.Notify.Confirmed(lk) {
+	if d.Notify.Confirmed(lk) && l.Mode != driver.Shared {
 		// Waiters of this Locker were queued on the key within the
 		// notifier's linger: it is busy. Join first, in one round trip.
 		if err := listen(); err != nil {

@@ -67,9 +67,12 @@ var (
 	_ driver.Notifier       = (*watchDriver)(nil)
 	_ driver.Queuer         = (*watchDriver)(nil)
 	_ driver.BatchRefresher = (*watchDriver)(nil)
+	_ driver.Sharer         = (*watchDriver)(nil)
+	_ driver.Resumer        = (*watchDriver)(nil)
 )
 
 func newDriver(c redisx.Core) *watchDriver {
+	c.SharedLeases = true
 	return &watchDriver{Core: c, maxAttempts: MaxAttempts}
 }
 

@@ -19,6 +19,12 @@ import (
 //	MULTI; PEXPIRE lock ttl; EXEC                  (if GET == l.Owner)
 func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	lk := d.LockKey(l.Key)
+	if l.Mode == driver.Shared {
+		if err := d.extendShared(ctx, lk, l.Owner, ttl, 0); err != nil {
+			return 0, err
+		}
+		return px(ttl), nil
+	}
 	ttl = px(ttl)
 	err := d.ownerTx(ctx, "refresh", lk, l.Owner, func(p redis.Pipeliner) *redis.IntCmd {
 		return pexpire(ctx, p, lk, ttl)
@@ -80,6 +86,20 @@ func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 
 // refreshGroup refreshes ls[idx...] in one transaction, setting errs.
 func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx []int, ttl time.Duration, errs []error) {
+	// Shares are refreshed one at a time (a share's transaction watches its
+	// readers set, not only the lock key).
+	excl := idx[:0:0]
+	for _, i := range idx {
+		if ls[i].Mode == driver.Shared {
+			_, errs[i] = d.Refresh(ctx, ls[i], ttl)
+		} else {
+			excl = append(excl, i)
+		}
+	}
+	idx = excl
+	if len(idx) == 0 {
+		return
+	}
 	if len(idx) == 1 {
 		_, errs[idx[0]] = d.Refresh(ctx, ls[idx[0]], ttl)
 		return
@@ -204,6 +224,13 @@ func (d *watchDriver) Resumable() error { return nil }
 func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	lk := d.LockKey(l.Key)
 	ttl := px(l.TTL)
+	if l.Mode == driver.Shared {
+		if err := d.extendShared(ctx, lk, l.Owner, ttl, l.Token); err != nil {
+			return err
+		}
+		l.Validity, l.Data = ttl, fromQueue{}
+		return nil
+	}
 	for attempt := 1; ; attempt++ {
 		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var get, counter *redis.StringCmd

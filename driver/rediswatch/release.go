@@ -36,6 +36,9 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 		}
 		tomb = tombstone(lk, l.Owner)
 	}
+	if l.Mode == driver.Shared {
+		return d.releaseShared(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1))
+	}
 	q, viaQueue := l.Data.(fromQueue)
 	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue)
 }

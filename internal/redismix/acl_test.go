@@ -22,8 +22,8 @@ import (
 // against them too), and what a Cluster client needs on top.
 var (
 	minimalRules = map[string][]string{
-		redisnx.Scheme:    strings.Fields("-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl +incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
-		rediswatch.Scheme: strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +lrange +del +pexpire +exists +lindex +lrem +rpush +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
+		redisnx.Scheme:    strings.Fields("-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl +incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
+		rediswatch.Scheme: strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +lrange +del +pexpire +exists +lindex +lrem +rpush +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
 	}
 	clusterRules = strings.Fields("+cluster|slots")
 )
@@ -115,6 +115,45 @@ func exercise(t *testing.T, u string) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("waiter %d not woken by the release", i)
 		}
+	}
+	// Shared leases: two readers (renewed), a writer queued behind them,
+	// a reader's Refresh, and the releases that let the writer in.
+	k := "acl-shared-" + randHex(8)
+	r1, err := a.(lock.RWLocker).RLock(ctx, k)
+	if err != nil {
+		t.Fatalf("RLock: %v", err)
+	}
+	r2, err := b.(lock.RWLocker).TryRLock(ctx, k)
+	if err != nil {
+		t.Fatalf("TryRLock beside a reader: %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(ctx, k)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(700 * time.Millisecond) // r1's renewals (TTL 300ms)
+	if err := r1.Err(); err != nil {
+		t.Fatalf("share lost despite auto-renewal: %v", err)
+	}
+	if err := r2.Refresh(ctx, time.Second); err != nil {
+		t.Fatalf("Refresh of a share: %v", err)
+	}
+	for _, r := range []*lock.Lease{r1, r2} {
+		if err := r.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of a share: %v", err)
+		}
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("writer behind the readers: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("writer not let in after the readers left")
 	}
 	for _, l := range []lock.Locker{a, b} {
 		if err := l.Close(); err != nil {

@@ -33,6 +33,9 @@ func NilClient(client redis.UniversalClient) bool {
 //	P{K}               the lock: the holder's owner token, with a PX expiry
 //	P{K}:fence         the fencing counter
 //	P{K}:rel           the release channel (pub/sub)
+//	P{K}:r             the readers of a shared grant (P{K} then holds
+//	                   Readers): a sorted set of owners scored by when each
+//	                   share expires, in ms on the server's clock
 //	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
 //	Pinbox:ID          a Locker's inbox channel (ID: 32 hex digits)
 //
@@ -47,9 +50,14 @@ func NilClient(client redis.UniversalClient) bool {
 const (
 	CounterSuffix = ":fence"
 	ChannelSuffix = ":rel"
+	ReadersSuffix = ":r"
 	VoidInfix     = ":void:"
 	InboxInfix    = "inbox:"
 )
+
+// Readers is the value of a lock key while readers hold shares (never an
+// owner token: those are lowercase hex).
+const Readers = "R"
 
 // LockKey returns the Redis key of the lock on key.
 func LockKey(prefix, key string) string {
