@@ -70,7 +70,7 @@ var targets = []*Target{
 		Server: chaos.ServerOptions{Persistence: true}, url: "redisnx://%s/0", classify: classifyRESP,
 	},
 	{
-		Name: "rediswatch", Backend: chaos.RedisBackend, TTL: time.Second,
+		Name: "rediswatch", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "rediswatch://%s/0", classify: classifyRESP,
@@ -102,7 +102,7 @@ var targets = []*Target{
 		},
 	},
 	{
-		Name: "rediswatch-cluster", Backend: chaos.RedisBackend, TTL: time.Second, Long: true, cluster: true,
+		Name: "rediswatch-cluster", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,

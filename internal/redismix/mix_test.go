@@ -164,3 +164,97 @@ func TestQueuedWaiterWokenByWatchRelease(t *testing.T) {
 		l.Unlock(ctx)
 	}
 }
+
+// Readers of both drivers share a key; a writer of either driver, and a
+// plain SET NX lock (redsync's, redislock's), are kept out while any of
+// them holds a share, and a writer waiting on either driver gets the key
+// when the last of them leaves. A crashed reader (never renewed, never
+// released) keeps its share until its own TTL and no longer.
+func TestMixedReaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nxL, watchL := lockers(t)
+	nx, watch := nxL.(lock.RWLocker), watchL.(lock.RWLocker)
+	srv := testserver.SharedRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	for _, p := range []struct {
+		name           string
+		first, second  lock.RWLocker
+		writer         lock.Locker
+		writerName     string
+		crashedReaders bool
+	}{
+		{"redisnx then rediswatch reader, rediswatch writer", nx, watch, watchL, "rediswatch", false},
+		{"rediswatch then redisnx reader, redisnx writer", watch, nx, nxL, "redisnx", true},
+	} {
+		k := "redismix/readers/" + p.writerName
+		rk := redisnx.DefaultPrefix + "{" + k + "}"
+		r1, err := p.first.TryRLock(ctx, k)
+		if err != nil {
+			t.Fatalf("%s: first reader: %v", p.name, err)
+		}
+		const crashTTL = 1200 * time.Millisecond
+		opts := []lock.Option{}
+		if p.crashedReaders {
+			opts = append(opts, lock.WithTTL(crashTTL), lock.WithAutoRenew(false))
+		}
+		r2, err := p.second.TryRLock(ctx, k, opts...)
+		if err != nil {
+			t.Fatalf("%s: second reader, of the other driver: %v", p.name, err)
+		}
+		if r2.Token() <= r1.Token() {
+			t.Errorf("%s: reader tokens %d then %d", p.name, r1.Token(), r2.Token())
+		}
+		for _, w := range []lock.Locker{nxL, watchL} {
+			if _, err := w.TryLock(ctx, k); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Errorf("%s: a writer got in beside two readers: %v", p.name, err)
+			}
+		}
+		if ok, err := rdb.SetNX(ctx, rk, "plain", time.Minute).Result(); err != nil || ok {
+			t.Errorf("%s: a plain SET NX lock got in beside two readers: ok=%v err=%v", p.name, ok, err)
+		}
+		got := make(chan *lock.Lease, 1)
+		go func() {
+			l, err := p.writer.Lock(ctx, k)
+			if err != nil {
+				t.Errorf("%s: writer: %v", p.name, err)
+			}
+			got <- l
+		}()
+		time.Sleep(100 * time.Millisecond)
+		if err := r1.Unlock(ctx); err != nil {
+			t.Fatalf("%s: first reader's Unlock: %v", p.name, err)
+		}
+		start := time.Now()
+		if !p.crashedReaders {
+			select {
+			case <-got:
+				t.Fatalf("%s: the writer got in while a reader of the other driver holds a share", p.name)
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := r2.Unlock(ctx); err != nil {
+				t.Fatalf("%s: second reader's Unlock: %v", p.name, err)
+			}
+		} // else r2 crashed: never renewed, never released
+		select {
+		case w := <-got:
+			if w == nil {
+				t.FailNow()
+			}
+			waited := time.Since(start)
+			if p.crashedReaders && waited < crashTTL-500*time.Millisecond {
+				t.Errorf("%s: the writer got in %v after the live reader left, before the crashed reader's share (TTL %v) expired", p.name, waited, crashTTL)
+			}
+			if w.Token() <= r2.Token() {
+				t.Errorf("%s: writer's token %d not above the readers' %d", p.name, w.Token(), r2.Token())
+			}
+			w.Unlock(ctx)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the writer was not let in after the readers left", p.name)
+		}
+		if n := rdb.Exists(ctx, rk, rk+":r").Val(); n != 0 {
+			t.Errorf("%s: %d of the lock key and the readers set left", p.name, n)
+		}
+	}
+}
