@@ -27,8 +27,10 @@ end
 local cur = current(KEYS[1], KEYS[6])
 local mine = cur == owner
 if shared and cur == 'R' then
+  -- A live share of its own: handed over by a release (an expired one
+  -- holds nothing, and the waiter queues again).
   local score = redis.call('ZSCORE', KEYS[6], owner)
-  mine = score ~= false and score ~= nil
+  mine = score and tonumber(score) >= math.floor(now_us() / 1000)
 end
 if mine then
   -- Handed over by a release, or granted by an earlier copy of this request.

@@ -332,14 +332,17 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string)
 			get  *redis.StringCmd
 			pttl *redis.DurationCmd
 		)
-		if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds, _ := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			set = p.Do(ctx, "set", entry, value, "xx", "px", redisx.EntryLifeMS)
 			p.PExpire(ctx, wq, 2*redisx.EntryLife)
 			get = p.Get(ctx, lk)
 			pttl = p.PTTL(ctx, lk)
 			return nil
-		}); err != nil && !errors.Is(err, redis.Nil) {
-			return err
+		})
+		for _, c := range cmds { // a nil reply (no entry, no key) is a result
+			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
 		}
 		// PTTL: -2 for a missing key, -1 for one without expiry (go-redis
 		// keeps them as durations of -2 and -1 nanoseconds).
