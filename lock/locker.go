@@ -148,32 +148,18 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 	if err != nil {
 		return nil, newError(op, key, ErrInvalid, err)
 	}
-	// The Lease and its driver.Lease in one allocation.
-	l := &Lease{lk: lk, autoRenew: co.autoRenew, ttl: co.ttl, idx: -1,
-		own: driver.Lease{Key: key, Owner: newOwner(), Mode: mode, TTL: co.ttl}}
-	dl := &l.own
-	l.dl = dl
-	if err := lk.d.Validate(dl); err != nil {
-		return nil, driverError(op, key, err, ErrInvalid)
-	}
-	validity, err := validityFor(dl)
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: newOwner(), Mode: mode, TTL: co.ttl})
 	if err != nil {
-		return nil, newError(op, key, ErrInvalid, err)
+		return nil, err
 	}
+	dl := l.dl
 	if !lk.begin() {
 		return nil, newError(op, key, ErrClosed, nil)
 	}
 	defer lk.calls.done()
-
-	// Close cancels lk.ctx; make it end this call too, with ErrClosed.
-	// (A new variable, assigned once: the closures below copy it.)
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel, stop := lk.callCtx(parent)
 	defer cancel(nil)
-	stop := context.AfterFunc(lk.ctx, func() { cancel(ErrClosed) })
 	defer stop()
-
-	l.validity, l.done, l.refreshing = validity, make(chan struct{}), make(chan struct{}, 1)
-	dl.Lost = l.lostByDriver
 
 	var (
 		backoff   Backoff
@@ -273,6 +259,34 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 		case <-t.C:
 		}
 	}
+}
+
+// newLease makes the Lease of an attempt at dl (the Lease and its
+// driver.Lease in one allocation), checked by the driver: an error wraps
+// ErrInvalid.
+func (lk *locker) newLease(op string, co callOptions, dl driver.Lease) (*Lease, error) {
+	l := &Lease{lk: lk, autoRenew: co.autoRenew, ttl: co.ttl, idx: -1, own: dl}
+	l.dl = &l.own
+	if err := lk.d.Validate(l.dl); err != nil {
+		return nil, driverError(op, dl.Key, err, ErrInvalid)
+	}
+	validity, err := validityFor(l.dl)
+	if err != nil {
+		return nil, newError(op, dl.Key, ErrInvalid, err)
+	}
+	l.validity, l.done, l.refreshing = validity, make(chan struct{}), make(chan struct{}, 1)
+	l.dl.Lost = l.lostByDriver
+	return l, nil
+}
+
+// callCtx is the context of a call under way: parent's, also ended (with
+// ErrClosed) when Close begins. The caller defers cancel(nil) and stop().
+func (lk *locker) callCtx(parent context.Context) (context.Context, context.CancelCauseFunc, func() bool) {
+	// Locals, assigned once: the closure copies cancel (a named result
+	// would be moved to the heap).
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(lk.ctx, func() { cancel(ErrClosed) })
+	return ctx, cancel, stop
 }
 
 // queueWait runs a blocking acquisition on a Queuer (see steps). It

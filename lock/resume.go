@@ -120,28 +120,18 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 	if err != nil {
 		return nil, newError(op, key, ErrInvalid, err)
 	}
-	l := &Lease{lk: lk, autoRenew: co.autoRenew, ttl: co.ttl, idx: -1,
-		own: driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, TTL: co.ttl, Token: hd.token}}
-	dl := &l.own
-	l.dl = dl
-	if err := lk.d.Validate(dl); err != nil {
-		return nil, driverError(op, key, err, ErrInvalid)
-	}
-	validity, err := validityFor(dl)
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, TTL: co.ttl, Token: hd.token})
 	if err != nil {
-		return nil, newError(op, key, ErrInvalid, err)
+		return nil, err
 	}
+	dl := l.dl
 	if !lk.begin() {
 		return nil, newError(op, key, ErrClosed, nil)
 	}
 	defer lk.calls.done()
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel, stop := lk.callCtx(parent)
 	defer cancel(nil)
-	stop := context.AfterFunc(lk.ctx, func() { cancel(ErrClosed) })
 	defer stop()
-
-	l.validity, l.done, l.refreshing = validity, make(chan struct{}), make(chan struct{}, 1)
-	dl.Lost = l.lostByDriver
 	start := time.Now()
 	// No clean-up after a failure: the grant is someone else's until this
 	// call succeeds, and a Resume only ever extends it.

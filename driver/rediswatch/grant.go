@@ -173,23 +173,12 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 			return heldFor(unwatchPTTL(ctx, tx, lk))
 		}
 		var dead string // a dead waiter queued first
-		if !mine && first != "" && first != l.Owner {
-			alive, err := watchAlive(ctx, tx, lk, waitEntry(lk, first))
-			if err != nil {
+		if !mine {
+			if dead, err = firstInLine(ctx, tx, lk, l.Owner, head); err != nil {
 				return err
 			}
-			if alive {
-				unwatch(ctx, tx)
-				return &driver.HeldError{}
-			}
-			dead = head
 		}
-		for _, e := range line.Val() {
-			if o, _ := splitElem(e); o != l.Owner && e != dead {
-				next = e
-				break
-			}
-		}
+		next = behind(line.Val(), l.Owner, dead)
 		fresh := true // a new token, not the grant record's
 		if mine && record.Err() == nil {
 			if token, err = strconv.ParseInt(record.Val(), 10, 64); err == nil && token > 0 {
@@ -247,6 +236,37 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		l.Data = fromQueue{next: next}
 	}
 	return false, nil
+}
+
+// firstInLine checks the waiter queued first (head, "" if none) for an
+// attempt of owner: it returns a *driver.HeldError, with the watch
+// released, when another live waiter is first; else the element of a dead
+// waiter first in line (whose place the attempt takes), or "".
+func firstInLine(ctx context.Context, tx *redis.Tx, lk, owner, head string) (dead string, err error) {
+	first, _ := splitElem(head)
+	if first == "" || first == owner {
+		return "", nil
+	}
+	alive, err := watchAlive(ctx, tx, lk, waitEntry(lk, first))
+	if err != nil {
+		return "", err
+	}
+	if alive {
+		unwatch(ctx, tx)
+		return "", &driver.HeldError{}
+	}
+	return head, nil
+}
+
+// behind returns the element of the waiter that will be first in line once
+// owner is granted (and dead removed): the likely first at its release.
+func behind(line []string, owner, dead string) string {
+	for _, e := range line {
+		if o, _ := splitElem(e); o != owner && e != dead {
+			return e
+		}
+	}
+	return ""
 }
 
 // watchAlive watches the lock key lk and a waiter's entry, and reports

@@ -143,24 +143,11 @@ func (d *watchDriver) tryShared(ctx context.Context, l *driver.Lease, how attemp
 		if writer {
 			return heldFor(unwatchPTTL(ctx, tx, lk))
 		}
-		var dead string
-		if first != "" && first != l.Owner {
-			alive, err := watchAlive(ctx, tx, lk, waitEntry(lk, first))
-			if err != nil {
-				return err
-			}
-			if alive {
-				unwatch(ctx, tx)
-				return &driver.HeldError{}
-			}
-			dead = head
+		dead, err := firstInLine(ctx, tx, lk, l.Owner, head)
+		if err != nil {
+			return err
 		}
-		for _, e := range line.Val() {
-			if o, _ := splitElem(e); o != l.Owner && e != dead {
-				next = e
-				break
-			}
-		}
+		next = behind(line.Val(), l.Owner, dead)
 		if token, err = nextToken(counter, rs.now); err != nil {
 			unwatch(ctx, tx)
 			return fmt.Errorf("%w (%q)", err, ck)
