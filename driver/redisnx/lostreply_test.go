@@ -25,9 +25,9 @@ import (
 // limit: the key is then held until its TTL.
 func TestLostReplyLeavesNoKey(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		cancel bool
-	}{{"timeout", false}, {"cancelled", true}} {
+		name           string
+		cancel, shared bool
+	}{{"timeout", false, false}, {"cancelled", true, false}, {"shared/timeout", false, true}, {"shared/cancelled", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testserver.StartRedis(t, nil)
 			srv.RequireFaults(t)
@@ -54,7 +54,12 @@ func TestLostReplyLeavesNoKey(t *testing.T) {
 			if tc.cancel {
 				time.AfterFunc(100*time.Millisecond, cancel)
 			}
-			_, err := l.TryLock(ctx, k)
+			var err error
+			if tc.shared {
+				_, err = l.(lock.RWLocker).TryRLock(ctx, k)
+			} else {
+				_, err = l.TryLock(ctx, k)
+			}
 			if !errors.Is(err, lock.ErrNotAcquired) || (tc.cancel && !errors.Is(err, context.Canceled)) {
 				t.Errorf("TryLock against a stalled server: err = %v, want ErrNotAcquired (and the context's error)", err)
 			}
@@ -65,7 +70,7 @@ func TestLostReplyLeavesNoKey(t *testing.T) {
 			// removed again, or the clean-up ran first (the tombstone
 			// exists) and the grants changed nothing.
 			if !eventually(5*time.Second, func() bool {
-				n, err := raw.Exists(context.Background(), rk).Result()
+				n, err := raw.Exists(context.Background(), rk, rk+readersSuffix).Result()
 				return err == nil && n == 0
 			}) {
 				ttl, _ := raw.PTTL(context.Background(), rk).Result()

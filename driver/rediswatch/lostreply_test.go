@@ -3,6 +3,7 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,12 @@ import (
 // grant that was applied, and aborts one still on its way: here the grant's
 // EXEC reaches the server only after the clean-up ran.
 func TestCleanupAfterLostGrantReply(t *testing.T) {
+	for _, mode := range []driver.Mode{driver.Exclusive, driver.Shared} {
+		t.Run(mode.String(), func(t *testing.T) { testCleanupAfterLostGrantReply(t, mode) })
+	}
+}
+
+func testCleanupAfterLostGrantReply(t *testing.T, mode driver.Mode) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
 		ctx := testCtx(t)
 		d := testDriver(rdb, DefaultPrefix)
@@ -21,12 +28,17 @@ func TestCleanupAfterLostGrantReply(t *testing.T) {
 
 		// The EXEC arrives late: the clean-up sets the tombstone first and
 		// finds no grant; the EXEC is aborted.
-		l := &driver.Lease{Key: testKey(t), Owner: owner(), TTL: 10 * time.Second}
+		l := &driver.Lease{Key: testKey(t), Owner: owner(), Mode: mode, TTL: 10 * time.Second}
+		// The clean-up runs once, before the first EXEC: a shared grant,
+		// which tries again after an abort, must not grant on its retry.
+		var once sync.Once
 		late := func(op, lk string) {
-			cleanup := *l // as lock passes it: Token unset, Data as Acquire left it
-			if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
-				t.Errorf("clean-up before the EXEC: err = %v, want ErrNotHeld", err)
-			}
+			once.Do(func() {
+				cleanup := *l // as lock passes it: Token unset, Data as Acquire left it
+				if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
+					t.Errorf("clean-up before the EXEC: err = %v, want ErrNotHeld", err)
+				}
+			})
 		}
 		d.beforeExec.Store(&late)
 		if err := d.Acquire(ctx, l); !errors.Is(err, driver.ErrHeld) {
@@ -34,7 +46,7 @@ func TestCleanupAfterLostGrantReply(t *testing.T) {
 		}
 		d.beforeExec.Store(nil)
 		lk := d.LockKey(l.Key)
-		if n := rdb.Exists(ctx, lk).Val(); n != 0 {
+		if n := rdb.Exists(ctx, lk, readersKey(lk)).Val(); n != 0 {
 			t.Errorf("the late EXEC granted the key after the clean-up")
 		}
 		if pttl := rdb.PTTL(ctx, tombstone(lk, l.Owner)).Val(); pttl <= 0 || pttl > 10*time.Second {
@@ -43,7 +55,7 @@ func TestCleanupAfterLostGrantReply(t *testing.T) {
 
 		// The EXEC was applied but its reply lost: the clean-up deletes the
 		// grant.
-		l = &driver.Lease{Key: testKey(t), Owner: owner(), TTL: 10 * time.Second}
+		l = &driver.Lease{Key: testKey(t), Owner: owner(), Mode: mode, TTL: 10 * time.Second}
 		if err := d.Acquire(ctx, l); err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +64,7 @@ func TestCleanupAfterLostGrantReply(t *testing.T) {
 		if err := d.Release(ctx, &cleanup); err != nil {
 			t.Fatalf("clean-up of an applied grant: %v", err)
 		}
-		if n := rdb.Exists(ctx, d.LockKey(l.Key)).Val(); n != 0 {
+		if lk := d.LockKey(l.Key); rdb.Exists(ctx, lk, readersKey(lk)).Val() != 0 {
 			t.Errorf("the clean-up left the grant")
 		}
 	})

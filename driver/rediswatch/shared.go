@@ -66,7 +66,7 @@ func (s *readerState) liveOther(owner string) (int64, bool) {
 // writer holds the key and, unless the caller is first in line, no live
 // waiter is queued.
 //
-//	WATCH lock counter tombstone; GET lock; PTTL lock; TIME; ZRANGE readers -2 -1; GET counter; LRANGE queue 0 1
+//	WATCH lock counter tombstone; GET lock; PTTL lock; TIME; ZRANGE readers -2 -1; GET counter; LRANGE queue 0 1; EXISTS tombstone
 //	MULTI; [SET lock R PX]; ZREMRANGEBYSCORE readers (expired); ZADD readers expiry owner;
 //	       PEXPIRE readers; SET counter token PX 7d; [leave the queue; wake the next waiter]; EXEC
 //
@@ -115,14 +115,23 @@ func (d *watchDriver) tryShared(ctx context.Context, l *driver.Lease, how attemp
 			rs      *readerState
 			counter *redis.StringCmd
 			line    *redis.StringSliceCmd
+			void    *redis.IntCmd
 		)
-		err := watchAndRead(ctx, tx, []string{lk, ck, tombstone(lk, l.Owner)}, func(p redis.Pipeliner) {
+		tomb := tombstone(lk, l.Owner)
+		err := watchAndRead(ctx, tx, []string{lk, ck, tomb}, func(p redis.Pipeliner) {
 			rs = readReaders(ctx, p, lk)
 			counter = p.Get(ctx, ck)
 			line = p.LRange(ctx, wq, 0, 1)
+			void = p.Exists(ctx, tomb)
 		})
 		if err != nil {
 			return err
+		}
+		if void.Val() > 0 {
+			// The attempt's clean-up ran: a transaction retried after an
+			// abort must not grant what it already gave up.
+			unwatch(ctx, tx)
+			return &driver.HeldError{}
 		}
 		_, readersLive := rs.liveOther(l.Owner)
 		cur := rs.get.Val()
