@@ -190,7 +190,7 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 // came late), or the last run's reply was lost, the next attempt finds the
 // key l's own and extends it to the whole TTL (see acquire).
 func (d *watchDriver) handedOver(l *driver.Lease, s *waiting) bool {
-	if s.w == nil {
+	if s.w == nil || l.Mode == driver.Shared { // no release hands a share over
 		return false
 	}
 	h := s.w.HandedOver()
