@@ -3,7 +3,6 @@ package rediswatch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -171,8 +170,8 @@ func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx 
 // expired after GET, on servers that do not abort the EXEC for it). An
 // aborted EXEC is retried, up to d.maxAttempts transactions per call.
 func (d *watchDriver) ownerTx(ctx context.Context, op, lk, owner string, queue func(p redis.Pipeliner) *redis.IntCmd) error {
-	for attempt := 1; ; attempt++ {
-		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var get *redis.StringCmd
 			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
 				get = p.Get(ctx, lk)
@@ -194,18 +193,7 @@ func (d *watchDriver) ownerTx(ctx context.Context, op, lk, owner string, queue f
 			}
 			return nil
 		})
-		if !errors.Is(err, errAborted) {
-			return redisx.WithCtx(ctx, err)
-		}
-		d.stats.refreshAborts.Add(1)
-		if attempt >= d.maxAttempts {
-			d.stats.gaveUp.Add(1)
-			return fmt.Errorf("%w: %s of %q gave up after %d aborted transactions", ErrConflict, op, lk, attempt)
-		}
-		if ctx.Err() != nil {
-			return redisx.WithCtx(ctx, ctx.Err())
-		}
-	}
+	})
 }
 
 // Resumable implements driver.Resumer.
@@ -231,8 +219,8 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		l.Validity, l.Data = ttl, fromQueue{}
 		return nil
 	}
-	for attempt := 1; ; attempt++ {
-		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err := d.retryAborted(ctx, "resume", lk, &d.stats.refreshAborts, func() error {
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var get, counter *redis.StringCmd
 			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
 				get, counter = p.Get(ctx, lk), p.Get(ctx, counterKey(lk))
@@ -257,15 +245,9 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 			}
 			return nil
 		})
-		if err == nil {
-			l.Validity, l.Data = ttl, fromQueue{}
-			return nil
-		}
-		if !errors.Is(err, errAborted) || attempt >= d.maxAttempts {
-			if errors.Is(err, errAborted) {
-				return fmt.Errorf("%w: resume of %q gave up after %d aborted transactions", ErrConflict, lk, attempt)
-			}
-			return redisx.WithCtx(ctx, err)
-		}
+	})
+	if err == nil {
+		l.Validity, l.Data = ttl, fromQueue{}
 	}
+	return err
 }

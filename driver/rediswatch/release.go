@@ -2,7 +2,6 @@ package rediswatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -78,8 +77,8 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombLife time.Duration, guess string, viaQueue bool) error {
 	ck, wq := counterKey(lk), waitQueue(lk)
 	guessOwner, _ := splitElem(guess)
-	for attempt := 1; ; attempt++ {
-		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var (
 				get, counter, entry *redis.StringCmd
 				line                *redis.StringSliceCmd
@@ -170,18 +169,7 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 			}
 			return nil
 		})
-		if !errors.Is(err, errAborted) {
-			return redisx.WithCtx(ctx, err)
-		}
-		d.stats.releaseAborts.Add(1)
-		if attempt >= d.maxAttempts {
-			d.stats.gaveUp.Add(1)
-			return fmt.Errorf("%w: release of %q gave up after %d aborted transactions", ErrConflict, lk, attempt)
-		}
-		if ctx.Err() != nil {
-			return redisx.WithCtx(ctx, ctx.Err())
-		}
-	}
+	})
 }
 
 // publishTo publishes msg, which names a waiter, on its inbox, or on lk's

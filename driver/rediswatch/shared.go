@@ -208,7 +208,7 @@ func (d *watchDriver) tryShared(ctx context.Context, l *driver.Lease, how attemp
 // is removed all the same).
 func (d *watchDriver) releaseShared(ctx context.Context, lk, owner, tomb string, tombLife time.Duration) error {
 	rk, wq := readersKey(lk), waitQueue(lk)
-	for attempt := 1; ; attempt++ {
+	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
 		var held bool
 		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var (
@@ -259,18 +259,8 @@ func (d *watchDriver) releaseShared(ctx context.Context, lk, owner, tomb string,
 		if err == nil && !held {
 			err = driver.ErrNotHeld
 		}
-		if !errors.Is(err, errAborted) {
-			return redisx.WithCtx(ctx, err)
-		}
-		d.stats.releaseAborts.Add(1)
-		if attempt >= d.maxAttempts {
-			d.stats.gaveUp.Add(1)
-			return fmt.Errorf("%w: release of a share of %q gave up after %d aborted transactions", ErrConflict, lk, attempt)
-		}
-		if ctx.Err() != nil {
-			return redisx.WithCtx(ctx, ctx.Err())
-		}
-	}
+		return err
+	})
 }
 
 // extendShared extends owner's live share of lk to ttl from now, and the
@@ -282,8 +272,8 @@ func (d *watchDriver) releaseShared(ctx context.Context, lk, owner, tomb string,
 func (d *watchDriver) extendShared(ctx context.Context, lk, owner string, ttl time.Duration, minToken uint64) error {
 	rk := readersKey(lk)
 	ms := px(ttl).Milliseconds()
-	for attempt := 1; ; attempt++ {
-		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	return d.retryAborted(ctx, "refresh", lk, &d.stats.refreshAborts, func() error {
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var (
 				rs      *readerState
 				score   *redis.FloatCmd
@@ -319,16 +309,5 @@ func (d *watchDriver) extendShared(ctx context.Context, lk, owner string, ttl ti
 				p.Do(ctx, "pexpire", rk, max(ms, rs.pttl.Val().Milliseconds()))
 			})
 		})
-		if !errors.Is(err, errAborted) {
-			return redisx.WithCtx(ctx, err)
-		}
-		d.stats.refreshAborts.Add(1)
-		if attempt >= d.maxAttempts {
-			d.stats.gaveUp.Add(1)
-			return fmt.Errorf("%w: refresh of a share of %q gave up after %d aborted transactions", ErrConflict, lk, attempt)
-		}
-		if ctx.Err() != nil {
-			return redisx.WithCtx(ctx, ctx.Err())
-		}
-	}
+	})
 }

@@ -3,9 +3,12 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -135,6 +138,28 @@ func exec(ctx context.Context, tx *redis.Tx, writes func(p redis.Pipeliner)) err
 		// watch stays armed on a connection that goes back to the pool.
 		unwatchAfter(ctx, tx, err)
 		return err
+	}
+}
+
+// retryAborted runs attempt, one owner-checked transaction on lk, again
+// while a concurrent change to a watched key aborts it (only the holder
+// writes a held key, so it is tried at once): aborts counts each abort, and
+// after d.maxAttempts transactions the call gives up with an error
+// wrapping ErrConflict. op names the operation in that error.
+func (d *watchDriver) retryAborted(ctx context.Context, op, lk string, aborts *atomic.Uint64, attempt func() error) error {
+	for n := 1; ; n++ {
+		err := attempt()
+		if !errors.Is(err, errAborted) {
+			return redisx.WithCtx(ctx, err)
+		}
+		aborts.Add(1)
+		if n >= d.maxAttempts {
+			d.stats.gaveUp.Add(1)
+			return fmt.Errorf("%w: %s of %q gave up after %d aborted transactions", ErrConflict, op, lk, n)
+		}
+		if ctx.Err() != nil {
+			return redisx.WithCtx(ctx, ctx.Err())
+		}
 	}
 }
 
