@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -96,7 +97,9 @@ func (e *dockerEngine) launch(lt Lifetime, spec containerSpec) (*containerNode, 
 			Name:       fmt.Sprintf("dlock-%s-%d-%s", spec.server, spec.port, randomHex(3)),
 			Entrypoint: spec.entrypoint,
 			Cmd:        spec.cmd,
-			Labels:     e.labels,
+			// A copy: testcontainers adds its own labels to the map, and
+			// nodes of a cluster are launched at once.
+			Labels:     maps.Clone(e.labels),
 			Files:      files,
 			WaitingFor: probeStrategy{n},
 			HostConfigModifier: func(hc *container.HostConfig) {
