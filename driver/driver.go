@@ -112,6 +112,12 @@ type Lease struct {
 	Owner string
 	// Mode is Exclusive unless the driver implements Sharer.
 	Mode Mode
+	// Reentrant is set only for drivers that implement Reenterer, on an
+	// exclusive attempt of a named owner (lock.WithOwner). Owner's first
+	// NamedOwnerLen hex digits then name the owner, the same for all of its
+	// attempts; the rest are unique to the attempt, which is one hold. See
+	// Reenterer for what the driver's calls do with such a lease.
+	Reentrant bool
 	// TTL is the requested lease time.
 	TTL time.Duration
 	// Lost, when set, may be called by the driver from any goroutine when it
@@ -249,6 +255,44 @@ type BatchRefresher interface {
 // a property of the backend's algorithm, so the method only confirms it.
 type Sharer interface {
 	SupportsShared() bool
+}
+
+// NamedOwnerLen is how many leading hex digits of a Reentrant lease's
+// Owner name its owner.
+const NamedOwnerLen = 16
+
+// SameOwner reports whether owner tokens a and b are attempts of one named
+// owner (their first NamedOwnerLen digits agree). Anonymous owners are
+// random throughout, so two of them agree by chance with probability 2^-64.
+func SameOwner(a, b string) bool {
+	return len(a) >= NamedOwnerLen && len(b) >= NamedOwnerLen && a[:NamedOwnerLen] == b[:NamedOwnerLen]
+}
+
+// Reenterer is implemented by drivers that keep a hold count for named
+// owners, and by drivers that cannot and say why. For a Reentrant lease l
+// (its Owner is one hold of a named owner):
+//
+//   - Acquire grants l also when the key is granted exclusively to a hold
+//     of the same named owner that was itself Reentrant (a re-entry): it
+//     adds l.Owner to the grant's holds, extends the grant to at least
+//     l.TTL from now (never shortening it: the other holds count on their
+//     own deadlines) and sets l.Token to the grant's token. A first grant
+//     records l.Owner as its only hold, and forgets the holds of any
+//     earlier grant. The holds live and expire with the grant.
+//   - Release removes l.Owner from the holds, and deletes the grant (and
+//     hands it on, as for any release) only when no hold is left. It
+//     returns ErrNotHeld when l.Owner is not a hold of the key's grant.
+//     After a grant whose reply was lost, it removes that hold alone.
+//   - Refresh and Resume extend the grant, never shortening it, if l.Owner
+//     is one of its holds (Resume: with l.Token), and return ErrNotHeld
+//     otherwise.
+//
+// lock never puts a Reentrant lease in a Queuer's queue: named owners wait
+// by their retry strategy.
+type Reenterer interface {
+	// Reentrancy returns nil when the driver keeps holds, or an error
+	// wrapping ErrInvalid that says why it cannot. It makes no I/O.
+	Reentrancy() error
 }
 
 // Resumer is implemented by drivers that can take over a grant made through

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -137,6 +138,27 @@ func newOwner() string {
 	return hex.EncodeToString(b[:])
 }
 
+// namedOwner returns an owner token for one attempt of the owner named
+// id: the first driver.NamedOwnerLen hex digits of id's SHA-256, then 64
+// random bits.
+func namedOwner(id string) string {
+	sum := sha256.Sum256([]byte("dlock owner\x00" + id))
+	var b [16]byte
+	copy(b[:8], sum[:8])
+	rand.Read(b[8:])
+	return hex.EncodeToString(b[:])
+}
+
+// reenterer returns nil when the driver keeps holds for named owners, or
+// why it cannot.
+func (lk *locker) reenterer() error {
+	r, ok := lk.d.(driver.Reenterer)
+	if !ok {
+		return errors.New("this backend's driver keeps no hold count: its locks are not reentrant")
+	}
+	return r.Reentrancy()
+}
+
 func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mode, wait bool, opts []Option) (*Lease, error) {
 	if lk.optsErr != nil {
 		return nil, newError(op, key, ErrInvalid, lk.optsErr)
@@ -148,7 +170,19 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 	if err != nil {
 		return nil, newError(op, key, ErrInvalid, err)
 	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: newOwner(), Mode: mode, TTL: co.ttl})
+	owner := ""
+	if co.named {
+		if mode == driver.Shared {
+			return nil, newError(op, key, ErrInvalid, errors.New("WithOwner is for exclusive leases: shared leases are not reentrant"))
+		}
+		if err := lk.reenterer(); err != nil {
+			return nil, newError(op, key, ErrInvalid, err)
+		}
+		owner = namedOwner(co.owner)
+	} else {
+		owner = newOwner()
+	}
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, TTL: co.ttl, Reentrant: co.named})
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +198,7 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 	var (
 		backoff   Backoff
 		notify    <-chan struct{}
-		queue     = wait && lk.queuer != nil && queues(co.retry)
+		queue     = wait && lk.queuer != nil && queues(co.retry) && !dl.Reentrant
 		subscribe = wait && lk.notifier != nil && !queue
 	)
 	for {

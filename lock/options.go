@@ -80,6 +80,8 @@ type callOptions struct {
 	ttl       time.Duration
 	autoRenew bool
 	retry     RetryStrategy
+	owner     string // WithOwner's id; "" for a fresh anonymous owner
+	named     bool   // WithOwner was given
 }
 
 // WithTTL sets the lease time for this call. Useful when one Locker serves
@@ -104,6 +106,30 @@ func WithRetry(s RetryStrategy) Option {
 	return func(c *callOptions) { c.retry = s }
 }
 
+// WithOwner names the owner of this Lock or TryLock, which makes it
+// reentrant: while a lease of the same owner id holds the key, another
+// Lock or TryLock with that id is granted at once as a re-entry, with the
+// same fencing token, and the backend counts the holds. Each hold is a
+// Lease of its own (its own Unlock, renewal, deadline and Done); the key is
+// released when the last hold is unlocked or lost. The id is any string a
+// key may be (non-empty, valid UTF-8, at most MaxKeyLen bytes); only a hash
+// of it is stored. Without WithOwner, each call is a fresh owner and a
+// second Lock of a held key waits like any other.
+//
+// The backend knows the owner only by its id: a Lock with the same id from
+// another goroutine or process is a re-entry too, and holds the key beside
+// the first. Use one id per logical holder (a job id, say), and never an id
+// another holder could pick.
+//
+// A named Lock waits by its retry strategy (backing off, woken by release
+// news where the driver has them), not in the driver's queue: on a busy key
+// queued waiters go first. Shared leases (RLock, TryRLock) and Resume do
+// not take an owner: they fail with ErrInvalid, as does a backend whose
+// driver keeps no holds (see the driver's package doc).
+func WithOwner(id string) Option {
+	return func(c *callOptions) { c.owner, c.named = id, true }
+}
+
 func (lk *locker) callOptions(opts []Option) (callOptions, error) {
 	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry}
 	if len(opts) > 0 {
@@ -122,6 +148,11 @@ func (lk *locker) callOptions(opts []Option) (callOptions, error) {
 	}
 	if c.retry == nil {
 		return c, fmt.Errorf("nil RetryStrategy")
+	}
+	if c.named {
+		if err := checkName("owner id", c.owner); err != nil {
+			return c, err
+		}
 	}
 	return c, nil
 }

@@ -21,8 +21,8 @@ const handlePrefix = "dlock1."
 
 // Handle returns a printable description of the lease's grant, for
 // Locker.Resume in another Locker or process: its mode, owner token,
-// fencing token and key, as "dlock1.MODE.OWNER.TOKEN.KEY" (MODE "x" or
-// "s", OWNER 32 hex digits, TOKEN decimal, KEY in unpadded URL-safe
+// fencing token and key, as "dlock1.MODE.OWNER.TOKEN.KEY" (MODE "x" for
+// exclusive, "s" for shared, "o" for one hold of a named owner; OWNER 32 hex digits, TOKEN decimal, KEY in unpadded URL-safe
 // base64). It is safe in a file, a command line or an environment
 // variable.
 //
@@ -33,6 +33,8 @@ func (l *Lease) Handle() string {
 	mode := "x"
 	if l.dl.Mode == driver.Shared {
 		mode = "s"
+	} else if l.dl.Reentrant {
+		mode = "o"
 	}
 	return handlePrefix + mode + "." + l.dl.Owner + "." + strconv.FormatUint(l.dl.Token, 10) + "." +
 		base64.RawURLEncoding.EncodeToString([]byte(l.dl.Key))
@@ -43,6 +45,7 @@ type handle struct {
 	key, owner string
 	token      uint64
 	mode       driver.Mode
+	reentrant  bool // a hold of a named owner ("o")
 }
 
 // parseHandle parses what Lease.Handle returns, and nothing else.
@@ -61,8 +64,10 @@ func parseHandle(s string) (handle, error) {
 		h.mode = driver.Exclusive
 	case "s":
 		h.mode = driver.Shared
+	case "o":
+		h.reentrant = true
 	default:
-		return h, fmt.Errorf("lease handle: mode %.8q, want x or s", parts[0])
+		return h, fmt.Errorf("lease handle: mode %.8q, want x, s or o", parts[0])
 	}
 	h.owner = parts[1]
 	if !isOwner(h.owner) {
@@ -116,11 +121,19 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 			return nil, newError(op, key, ErrInvalid, errors.New("a shared lease, and this backend's driver grants none"))
 		}
 	}
+	if hd.reentrant {
+		if err := lk.reenterer(); err != nil {
+			return nil, newError(op, key, ErrInvalid, err)
+		}
+	}
 	co, err := lk.callOptions(opts)
 	if err != nil {
 		return nil, newError(op, key, ErrInvalid, err)
 	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, TTL: co.ttl, Token: hd.token})
+	if co.named {
+		return nil, newError(op, key, ErrInvalid, errors.New("WithOwner does not apply to Resume: the handle names the owner"))
+	}
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, TTL: co.ttl, Token: hd.token, Reentrant: hd.reentrant})
 	if err != nil {
 		return nil, err
 	}

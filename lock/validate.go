@@ -8,14 +8,17 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-func checkKey(key string) error {
+func checkKey(key string) error { return checkName("key", key) }
+
+// checkName checks a key or an owner id (what names it in the error).
+func checkName(what, s string) error {
 	switch {
-	case key == "":
-		return fmt.Errorf("empty key")
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("key of %d bytes is longer than %d", len(key), MaxKeyLen)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("key is not valid UTF-8")
+	case s == "":
+		return fmt.Errorf("empty %s", what)
+	case len(s) > MaxKeyLen:
+		return fmt.Errorf("%s of %d bytes is longer than %d", what, len(s), MaxKeyLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s is not valid UTF-8", what)
 	}
 	return nil
 }

@@ -31,6 +31,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -94,6 +95,18 @@ func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queueLocked(l.Key, true)
+	if l.Reentrant {
+		// A re-entry: the key's grant is a named one of the same owner.
+		if j := slices.IndexFunc(q.entries, func(e *entry) bool {
+			return e.granted && e.holds != nil && driver.SameOwner(e.owner, l.Owner)
+		}); j >= 0 {
+			e := q.entries[j]
+			e.holds[l.Owner] = struct{}{}
+			e.expires = later(e.expires, s.now().Add(l.TTL))
+			l.Token, l.Validity = e.token, l.TTL
+			return nil
+		}
+	}
 	q.entries = append(q.entries, &entry{owner: l.Owner, shared: l.Mode == driver.Shared})
 	i := len(q.entries) - 1
 	if !q.grantable(i) {
@@ -120,6 +133,9 @@ func (d *memDriver) untilFree(q *queue) time.Duration {
 }
 
 func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
+	if l.Reentrant {
+		e.holds = map[string]struct{}{l.Owner: {}}
+	}
 	e.granted = true
 	e.expires = d.s.now().Add(l.TTL)
 	l.Token = d.s.nextTokenLocked(l.Key)
@@ -198,10 +214,45 @@ func (d *memDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
+	if l.Reentrant {
+		return d.releaseHoldLocked(l)
+	}
 	if !d.removeLocked(l.Key, l.Owner) {
 		return driver.ErrNotHeld
 	}
 	return nil
+}
+
+// releaseHoldLocked ends l's hold of its named owner's grant, and the grant
+// with its last hold.
+func (d *memDriver) releaseHoldLocked(l *driver.Lease) error {
+	q := d.s.queueLocked(l.Key, false)
+	if q == nil {
+		return driver.ErrNotHeld
+	}
+	defer d.s.dropIfEmptyLocked(l.Key, q)
+	i := q.holder(l.Owner)
+	if i < 0 {
+		return driver.ErrNotHeld
+	}
+	e := q.entries[i]
+	delete(e.holds, l.Owner)
+	if len(e.holds) == 0 {
+		q.entries = slices.Delete(q.entries, i, i+1)
+		q.signal()
+	}
+	return nil
+}
+
+// Reentrancy implements driver.Reenterer: a named grant keeps its holds.
+func (d *memDriver) Reentrancy() error { return nil }
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
@@ -216,11 +267,17 @@ func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durat
 		return 0, driver.ErrNotHeld
 	}
 	defer s.dropIfEmptyLocked(l.Key, q)
-	i := q.find(l.Owner)
-	if i < 0 || !q.entries[i].granted {
+	i := q.holder(l.Owner)
+	if i < 0 {
 		return 0, driver.ErrNotHeld
 	}
-	q.entries[i].expires = s.now().Add(ttl)
+	e := q.entries[i]
+	if e.holds != nil {
+		// Other holds count on the grant's expiry: never shorten it.
+		e.expires = later(e.expires, s.now().Add(ttl))
+	} else {
+		e.expires = s.now().Add(ttl)
+	}
 	return ttl, nil
 }
 
@@ -242,15 +299,19 @@ func (d *memDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	defer s.dropIfEmptyLocked(l.Key, q)
-	i := q.find(l.Owner)
+	i := q.holder(l.Owner)
 	if i < 0 {
 		return driver.ErrNotHeld
 	}
 	e := q.entries[i]
-	if !e.granted || e.token != l.Token || e.shared != (l.Mode == driver.Shared) {
+	if e.token != l.Token || e.shared != (l.Mode == driver.Shared) || (e.holds != nil) != l.Reentrant {
 		return driver.ErrNotHeld
 	}
-	e.expires = s.now().Add(l.TTL)
+	if e.holds != nil {
+		e.expires = later(e.expires, s.now().Add(l.TTL))
+	} else {
+		e.expires = s.now().Add(l.TTL)
+	}
 	l.Validity = l.TTL
 	return nil
 }

@@ -36,6 +36,19 @@ type entry struct {
 	expires time.Time       // for granted entries
 	token   uint64          // for granted entries
 	wake    chan<- struct{} // a waiting entry's, told of every change
+	// holds, for a grant of a named owner (driver.Lease.Reentrant), are its
+	// holds' owner tokens; the grant ends when the last one is released.
+	holds map[string]struct{}
+}
+
+// holds reports whether owner holds e: it is one of a named grant's holds,
+// or the owner of any other entry.
+func (e *entry) heldBy(owner string) bool {
+	if e.holds != nil {
+		_, ok := e.holds[owner]
+		return ok
+	}
+	return e.owner == owner
 }
 
 func (q *queue) grantable(i int) bool {
@@ -50,6 +63,11 @@ func (q *queue) grantable(i int) bool {
 
 func (q *queue) find(owner string) int {
 	return slices.IndexFunc(q.entries, func(e *entry) bool { return e.owner == owner })
+}
+
+// holder returns the index of the granted entry that owner holds, or -1.
+func (q *queue) holder(owner string) int {
+	return slices.IndexFunc(q.entries, func(e *entry) bool { return e.granted && e.heldBy(owner) })
 }
 
 // signal wakes every waiter of q.

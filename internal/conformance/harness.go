@@ -70,6 +70,10 @@ type Caps struct {
 	// Resume: the driver resumes leases (lock's Resume and Detach); without
 	// it, the suite checks that both are refused with ErrInvalid.
 	Resume bool
+	// Reentry: the driver keeps hold counts for named owners
+	// (lock.WithOwner); without it, the suite checks that WithOwner is
+	// refused with ErrInvalid.
+	Reentry bool
 }
 
 // ttl returns a short test TTL the driver accepts.

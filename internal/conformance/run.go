@@ -39,6 +39,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Resume/TakesOver", testResumeTakesOver},
 		{"Resume/Gone", testResumeGone},
 		{"Resume/AfterCrash", testResumeAfterCrash},
+		{"Reentry/CountsHolds", testReentryCountsHolds},
+		{"Reentry/ShortHold", testReentryShortHold},
+		{"Reentry/LostTogether", testReentryLostTogether},
+		{"Reentry/Resume", testReentryResume},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
