@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -75,7 +76,7 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	lk := lockKey(DefaultPrefix, key)
 	var out []string
-	for _, k := range []string{lk, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix} {
+	for _, k := range []string{lk, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix, lk + redisx.HoldsSuffix} {
 		n, err := h.raw.Exists(ctx, k).Result()
 		if err != nil {
 			return out, err
@@ -88,5 +89,5 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true}
+	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true}
 }

@@ -123,8 +123,8 @@
 // and PING. All keys and channels start with the prefix. The rules
 //
 //	-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl
-//	+incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem
-//	+zremrangebyscore +zcard +publish +subscribe +unsubscribe
+//	+incr +time +hget +hset +hdel +hexists +hlen +zadd +zscore +zrange
+//	+zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe
 //	~dlock:* &dlock:*
 //
 // are enough on a standalone server (TestMinimalPermissions runs with

@@ -21,15 +21,23 @@ type noGrant struct{}
 type viaQueue struct{}
 
 // modeArg is the scripts' argument for l's mode: "s" for shared, "x" for
-// exclusive (boxed once: a script call's arguments are interfaces).
+// exclusive, "o" for a hold of a named owner (boxed once: a script call's
+// arguments are interfaces).
 func modeArg(l *driver.Lease) any {
-	if l.Mode == driver.Shared {
+	switch {
+	case l.Mode == driver.Shared:
 		return argShared
+	case l.Reentrant:
+		return argHold
 	}
 	return argExclusive
 }
 
-var argShared, argExclusive any = "s", "x"
+var argShared, argExclusive, argHold any = "s", "x", "o"
+
+// Reentrancy implements driver.Reenterer: a named owner's grant keeps its
+// holds in P{K}:h (see prelude.lua).
+func (d *redisDriver) Reentrancy() error { return nil }
 
 // SupportsShared implements driver.Sharer: shared grants are members of
 // the readers set P{K}:r, with the lock key holding "R" (see prelude.lua).

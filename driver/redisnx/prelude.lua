@@ -28,6 +28,15 @@
 --            are dropped by the next script that looks
 --
 -- The last reader to leave deletes both and hands the key on.
+--
+-- Grants of a named owner (mode "o"; lock.WithOwner): the lock key holds
+-- the owner token of the grant's first hold; every token of the owner
+-- starts with the same 16 hex digits, and
+--
+--   P{K}:h   hash: each hold's owner token -> "1", and "t" -> the grant's
+--            fencing token; it expires with the lock key
+--
+-- A re-entry adds a hold; the grant ends with its last hold.
 
 -- next_token returns the next fencing token of counter ctr: the counter plus
 -- one, or the server's clock in microseconds when that is more (the counter
@@ -66,6 +75,39 @@ local function next_token(ctr)
 end
 
 --@queue
+
+-- same_owner reports whether the lock's value cur is a grant of the named
+-- owner whose attempt is owner (the first 16 hex digits agree).
+local function same_owner(cur, owner)
+  return cur and cur ~= 'R' and string.sub(cur, 1, 16) == string.sub(owner, 1, 16)
+end
+
+-- keep_holds makes the holds h expire with the lock lk, after lk was
+-- extended to at least px ms (never shortened: the other holds count on
+-- it).
+local function keep_holds(lk, h, px)
+  if redis.call('PTTL', lk) < px then
+    redis.call('PEXPIRE', lk, px)
+  end
+  redis.call('PEXPIRE', h, redis.call('PTTL', lk))
+end
+
+-- reenter adds hold owner to the grant of its named owner on lk (cur, its
+-- value) and extends it to at least px ms; returns the grant's token, or
+-- nil when lk is not such a grant.
+local function reenter(lk, cur, owner, px)
+  if not same_owner(cur, owner) then
+    return nil
+  end
+  local h = lk .. ':h'
+  local tok = redis.call('HGET', h, 't')
+  if not tok then
+    return nil
+  end
+  redis.call('HSET', h, owner, '1')
+  keep_holds(lk, h, tonumber(px))
+  return tonumber(tok)
+end
 
 local function now_us()
   local t = redis.call('TIME')

@@ -118,10 +118,13 @@ func refreshArgs(ls []*driver.Lease, lks []string, g []int, px int64) ([]string,
 }
 
 // refreshOwner is refresh.lua's owner argument for l: "s" and the owner
-// for a shared grant.
+// for a shared grant, "o" and the owner for a hold of a named owner.
 func refreshOwner(l *driver.Lease) string {
-	if l.Mode == driver.Shared {
+	switch {
+	case l.Mode == driver.Shared:
 		return "s" + l.Owner
+	case l.Reentrant:
+		return "o" + l.Owner
 	}
 	return l.Owner
 }

@@ -2,8 +2,10 @@
 --
 -- KEYS[i] lock key; ARGV[1] TTL in ms; ARGV[i+1] owner token of KEYS[i],
 -- or "s" and the owner token for a shared grant, whose readers set is
--- KEYS[i] .. ":r" (all keys in one Redis Cluster slot: the readers set
--- shares the lock key's hash tag)
+-- KEYS[i] .. ":r", or "o" and the owner token of a hold of a named owner,
+-- whose holds are KEYS[i] .. ":h" (all keys in one Redis Cluster slot: they
+-- share the lock key's hash tag); a hold's grant is extended to at least
+-- ARGV[1] ms, never shortened
 --
 -- Returns one integer per key: 1 extended, 0 not held by that owner.
 local held = {}
@@ -28,6 +30,17 @@ for i = 1, #KEYS do
       if redis.call('PTTL', r) < px then
         redis.call('PEXPIRE', r, px)
       end
+      held[i] = 1
+    end
+  elseif #owner == 33 and string.sub(owner, 1, 1) == 'o' then
+    local o = string.sub(owner, 2)
+    local cur = redis.call('GET', KEYS[i])
+    local h = KEYS[i] .. ':h'
+    if cur and string.sub(cur, 1, 16) == string.sub(o, 1, 16) and redis.call('HEXISTS', h, o) == 1 then
+      if redis.call('PTTL', KEYS[i]) < px then
+        redis.call('PEXPIRE', KEYS[i], px)
+      end
+      redis.call('PEXPIRE', h, redis.call('PTTL', KEYS[i]))
       held[i] = 1
     end
   elseif redis.call('GET', KEYS[i]) == owner then

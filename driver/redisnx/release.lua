@@ -7,15 +7,16 @@
 -- entries, KEYS[5] readers; KEYS[6] (clean-up only) tombstone of the
 -- attempt
 -- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] "1" when the grant
--- may have come through the queue (its entry holds the token), ARGV[4] "s"
--- for a shared grant; ARGV[5] (clean-up only) tombstone lifetime in ms
+-- may have come through the queue (its entry holds the token), ARGV[4] "x"
+-- exclusive, "s" shared, "o" a hold of a named owner (the grant is deleted
+-- with its last hold); ARGV[5] (clean-up only) tombstone lifetime in ms
 --
 -- Returns 1 when the grant was deleted, 0 when the owner did not hold it.
 
 local cur = redis.call('GET', KEYS[1])
 -- The common case first: an exclusive grant of acquire.lua (no tombstone
 -- to leave, no queue entry to delete) released with no one queued.
-if cur == ARGV[1] and not KEYS[6] and ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
+if cur == ARGV[1] and ARGV[4] == 'x' and not KEYS[6] and ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], '')
   return 1
@@ -31,6 +32,22 @@ end
 -- A grant handed over through the queue left its token in the entries.
 if ARGV[3] == '1' then
   redis.call('HDEL', KEYS[4], ARGV[1])
+end
+if ARGV[4] == 'o' then
+  local owner = ARGV[1]
+  if same_owner(cur, owner) then
+    local h = KEYS[1] .. ':h'
+    if redis.call('HDEL', h, owner) == 0 then
+      return 0
+    end
+    if redis.call('HLEN', h) > 1 then
+      return 1 -- holds are left ("t" is not one)
+    end
+    -- The last hold: the grant ends, whichever hold made it.
+    redis.call('DEL', h)
+    owner = cur
+  end
+  return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], owner, cur)
 end
 if ARGV[4] == 's' then
   return release_reader(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1])

@@ -1,6 +1,7 @@
 -- Extend the lock KEYS[1] to ARGV[2] ms if owner ARGV[1] holds it
 -- (exclusive, or shared when ARGV[4] is "s": its member in the readers set
--- KEYS[3], not expired), and the fencing counter KEYS[2] has reached token
+-- KEYS[3], not expired; or, when ARGV[4] is "o", as a hold of a named
+-- owner's grant whose token, in the holds KEYS[1]:h, is ARGV[3]), and the fencing counter KEYS[2] has reached token
 -- ARGV[3] (a grant with that token was made; the counter is missing only
 -- when the server lost its data, and then the grant went with it, or after
 -- a week without grants).
@@ -11,6 +12,19 @@ if c and tonumber(c) < tonumber(ARGV[3]) then
   return 0
 end
 local px = tonumber(ARGV[2])
+if ARGV[4] == 'o' then
+  local cur = redis.call('GET', KEYS[1])
+  local h = KEYS[1] .. ':h'
+  if not cur or string.sub(cur, 1, 16) ~= string.sub(ARGV[1], 1, 16) or redis.call('HEXISTS', h, ARGV[1]) == 0
+      or redis.call('HGET', h, 't') ~= ARGV[3] then
+    return 0
+  end
+  if redis.call('PTTL', KEYS[1]) < px then
+    redis.call('PEXPIRE', KEYS[1], px)
+  end
+  redis.call('PEXPIRE', h, redis.call('PTTL', KEYS[1]))
+  return 1
+end
 if ARGV[4] ~= 's' then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0

@@ -22,7 +22,7 @@ import (
 // against them too), and what a Cluster client needs on top.
 var (
 	minimalRules = map[string][]string{
-		redisnx.Scheme:    strings.Fields("-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl +incr +time +hget +hset +hdel +zadd +zscore +zrange +zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
+		redisnx.Scheme:    strings.Fields("-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl +incr +time +hget +hset +hdel +hexists +hlen +zadd +zscore +zrange +zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
 		rediswatch.Scheme: strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +lrange +del +pexpire +exists +lindex +lrem +rpush +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
 	}
 	clusterRules = strings.Fields("+cluster|slots")
@@ -154,6 +154,31 @@ func exercise(t *testing.T, u string) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("writer not let in after the readers left")
+	}
+	// A named owner: a grant, re-entries through both Lockers (renewed),
+	// a hold's Refresh, and the Unlocks that count down to the release.
+	k = "acl-owner-" + randHex(8)
+	var holds []*lock.Lease
+	for _, l := range []lock.Locker{a, a, b} {
+		h, err := l.TryLock(ctx, k, lock.WithOwner("acl-job"))
+		if err != nil {
+			t.Fatalf("TryLock of a named owner: %v", err)
+		}
+		holds = append(holds, h)
+	}
+	time.Sleep(700 * time.Millisecond) // renewals of a's holds (TTL 300ms)
+	if err := holds[1].Refresh(ctx, time.Second); err != nil {
+		t.Fatalf("Refresh of a hold: %v", err)
+	}
+	for _, h := range holds {
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of a hold: %v", err)
+		}
+	}
+	if l, err := b.TryLock(ctx, k); err != nil {
+		t.Fatalf("TryLock after the last hold: %v", err)
+	} else {
+		l.Unlock(ctx)
 	}
 	for _, l := range []lock.Locker{a, b} {
 		if err := l.Close(); err != nil {

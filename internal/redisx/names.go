@@ -36,6 +36,9 @@ func NilClient(client redis.UniversalClient) bool {
 //	P{K}:r             the readers of a shared grant (P{K} then holds
 //	                   Readers): a sorted set of owners scored by when each
 //	                   share expires, in ms on the server's clock
+//	P{K}:h             the holds of a named owner's grant (lock.WithOwner):
+//	                   a hash of the holds' owner tokens (value "1") and
+//	                   "t", the grant's fencing token; it expires with P{K}
 //	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
 //	Pinbox:ID          a Locker's inbox channel (ID: 32 hex digits)
 //
@@ -51,6 +54,7 @@ const (
 	CounterSuffix = ":fence"
 	ChannelSuffix = ":rel"
 	ReadersSuffix = ":r"
+	HoldsSuffix   = ":h"
 	VoidInfix     = ":void:"
 	InboxInfix    = "inbox:"
 )
