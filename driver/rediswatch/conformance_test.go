@@ -92,7 +92,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 		node = n
 	}
 	var left []string
-	for _, k := range []string{lk, waitQueue(lk), readersKey(lk)} {
+	for _, k := range []string{lk, waitQueue(lk), readersKey(lk), holdsKey(lk)} {
 		if n, err := node.Exists(ctx, k).Result(); err != nil {
 			return nil, err
 		} else if n > 0 {
@@ -124,5 +124,5 @@ func globEscape(s string) string {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true}
+	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true}
 }

@@ -121,8 +121,9 @@
 // All keys and channels start with the prefix. The ACL rules
 //
 //	-@all +@connection +@transaction +get +mget +set +pttl +time +lrange
-//	+del +pexpire +exists +lindex +lrem +rpush +zadd +zscore +zrange +zrem
-//	+zremrangebyscore +publish +subscribe +unsubscribe ~dlock:* &dlock:*
+//	+del +pexpire +exists +lindex +lrem +rpush +hget +hset +hdel +hexists
+//	+hlen +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe
+//	+unsubscribe ~dlock:* &dlock:*
 //
 // are enough on a standalone server; a Cluster client also needs
 // +cluster|slots (TestMinimalPermissions runs with exactly these).

@@ -398,7 +398,7 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 		return nil
 	})
 	if err == nil && mine {
-		if err = d.release(ctx, lk, l.Owner, "", 0, "", true); errors.Is(err, driver.ErrNotHeld) {
+		if err = d.release(ctx, lk, l.Owner, "", 0, "", true, false); errors.Is(err, driver.ErrNotHeld) {
 			err = nil // expired meanwhile
 		}
 	}

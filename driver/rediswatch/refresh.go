@@ -25,6 +25,12 @@ func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dur
 		return px(ttl), nil
 	}
 	ttl = px(ttl)
+	if l.Reentrant {
+		if err := d.extendHold(ctx, "refresh", lk, l.Owner, ttl, 0); err != nil {
+			return 0, err
+		}
+		return ttl, nil
+	}
 	err := d.ownerTx(ctx, "refresh", lk, l.Owner, func(p redis.Pipeliner) *redis.IntCmd {
 		return pexpire(ctx, p, lk, ttl)
 	})
@@ -85,11 +91,11 @@ func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 
 // refreshGroup refreshes ls[idx...] in one transaction, setting errs.
 func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx []int, ttl time.Duration, errs []error) {
-	// Shares are refreshed one at a time (a share's transaction watches its
-	// readers set, not only the lock key).
+	// Shares and holds are refreshed one at a time (their transactions
+	// watch the readers set or the holds, not only the lock key).
 	excl := idx[:0:0]
 	for _, i := range idx {
-		if ls[i].Mode == driver.Shared {
+		if ls[i].Mode == driver.Shared || ls[i].Reentrant {
 			_, errs[i] = d.Refresh(ctx, ls[i], ttl)
 		} else {
 			excl = append(excl, i)
@@ -217,6 +223,13 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 			return err
 		}
 		l.Validity, l.Data = ttl, fromQueue{}
+		return nil
+	}
+	if l.Reentrant {
+		if err := d.extendHold(ctx, "resume", lk, l.Owner, ttl, l.Token); err != nil {
+			return err
+		}
+		l.Validity = ttl
 		return nil
 	}
 	err := d.retryAborted(ctx, "resume", lk, &d.stats.refreshAborts, func() error {

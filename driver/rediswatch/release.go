@@ -39,7 +39,7 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 		return d.releaseShared(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1))
 	}
 	q, viaQueue := l.Data.(fromQueue)
-	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue)
+	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue, l.Reentrant)
 }
 
 // release deletes the grant of owner on lk and hands the key over to the
@@ -65,6 +65,11 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 // follows acquire's rule; the counter is watched, so no grant can
 // come in between.
 //
+// For a hold of a named owner (hold set; see holds.go) it also watches the
+// holds and checks that owner is one of them and the key holds the same
+// owner; while other holds are left, the transaction only removes owner's
+// (HDEL); the last hold deletes them with the grant.
+//
 // With no one queued it deletes the key and publishes "" on the key's
 // channel, which wakes every waiter of other kinds (redisnx's, retry
 // strategies). A first waiter whose entry is gone is dead: its element is
@@ -74,8 +79,8 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 // channel), which then takes the free key. A waiter queued without an inbox
 // (its Locker's inbox was not confirmed yet when it joined) gets the
 // message on the key's channel.
-func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombLife time.Duration, guess string, viaQueue bool) error {
-	ck, wq := counterKey(lk), waitQueue(lk)
+func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombLife time.Duration, guess string, viaQueue, hold bool) error {
+	ck, wq, hk := counterKey(lk), waitQueue(lk), holdsKey(lk)
 	guessOwner, _ := splitElem(guess)
 	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
 		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
@@ -83,8 +88,13 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 				get, counter, entry *redis.StringCmd
 				line                *redis.StringSliceCmd
 				now                 *redis.TimeCmd
+				held                *redis.BoolCmd
+				holds               *redis.IntCmd
 			)
 			watch := []string{lk}
+			if hold {
+				watch = append(watch, hk)
+			}
 			if guess != "" {
 				watch = append(watch, ck, waitEntry(lk, guessOwner))
 			}
@@ -93,6 +103,9 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 					p.Set(ctx, tomb, "", tombLife)
 				}
 				get = p.Get(ctx, lk)
+				if hold {
+					held, holds = p.HExists(ctx, hk, owner), p.HLen(ctx, hk)
+				}
 				line = p.LRange(ctx, wq, 0, 1)
 				if guess != "" {
 					counter, now = p.Get(ctx, ck), p.Time(ctx)
@@ -102,7 +115,16 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 			if err != nil {
 				return err
 			}
-			if get.Err() != nil || get.Val() != owner {
+			if hold {
+				if get.Err() != nil || !driver.SameOwner(get.Val(), owner) || !held.Val() {
+					unwatch(ctx, tx)
+					return driver.ErrNotHeld
+				}
+				if holds.Val() > 2 { // holds are left ("t" is not one)
+					d.hook("release", lk)
+					return exec(ctx, tx, func(p redis.Pipeliner) { p.HDel(ctx, hk, owner) })
+				}
+			} else if get.Err() != nil || get.Val() != owner {
 				unwatch(ctx, tx)
 				return driver.ErrNotHeld
 			}
@@ -130,6 +152,9 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 			var del *redis.IntCmd
 			err = exec(ctx, tx, func(p redis.Pipeliner) {
 				del = p.Del(ctx, lk)
+				if hold {
+					p.Del(ctx, hk)
+				}
 				if viaQueue {
 					p.Del(ctx, grantRecord(lk, owner))
 				}

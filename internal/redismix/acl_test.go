@@ -23,7 +23,7 @@ import (
 var (
 	minimalRules = map[string][]string{
 		redisnx.Scheme:    strings.Fields("-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl +incr +time +hget +hset +hdel +hexists +hlen +zadd +zscore +zrange +zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
-		rediswatch.Scheme: strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +lrange +del +pexpire +exists +lindex +lrem +rpush +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
+		rediswatch.Scheme: strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +lrange +del +pexpire +exists +lindex +lrem +rpush +hget +hset +hdel +hexists +hlen +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
 	}
 	clusterRules = strings.Fields("+cluster|slots")
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -256,5 +257,63 @@ func TestMixedReaders(t *testing.T) {
 		if n := rdb.Exists(ctx, rk, rk+":r").Val(); n != 0 {
 			t.Errorf("%s: %d of the lock key and the readers set left", p.name, n)
 		}
+	}
+}
+
+// Holds of one named owner through either driver share one grant (the
+// same layout, P{K}:h): a re-entry through the other driver gets the same
+// token, anonymous attempts of both drivers are excluded while any hold
+// is left, and the last Unlock, through either driver, frees the key and
+// leaves nothing behind.
+func TestMixedHolds(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nx, watch := lockers(t)
+	srv := testserver.SharedRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	for _, p := range []struct {
+		name          string
+		first, second lock.Locker
+	}{{"redisnx then rediswatch", nx, watch}, {"rediswatch then redisnx", watch, nx}} {
+		k := "redismix/holds/" + p.name
+		rk := redisnx.DefaultPrefix + "{" + k + "}"
+		h1, err := p.first.TryLock(ctx, k, lock.WithOwner("job"))
+		if err != nil {
+			t.Fatalf("%s: first hold: %v", p.name, err)
+		}
+		h2, err := p.second.TryLock(ctx, k, lock.WithOwner("job"))
+		if err != nil {
+			t.Fatalf("%s: re-entry through the other driver: %v", p.name, err)
+		}
+		if h2.Token() != h1.Token() {
+			t.Errorf("%s: re-entry token %d, want %d", p.name, h2.Token(), h1.Token())
+		}
+		for _, l := range []lock.Locker{nx, watch} {
+			if x, err := l.TryLock(ctx, k); err == nil {
+				x.Unlock(ctx)
+				t.Fatalf("%s: an anonymous attempt was granted beside two holds", p.name)
+			}
+		}
+		if err := h1.Unlock(ctx); err != nil {
+			t.Fatalf("%s: Unlock of the first hold: %v", p.name, err)
+		}
+		for _, l := range []lock.Locker{nx, watch} {
+			if x, err := l.TryLock(ctx, k); err == nil {
+				x.Unlock(ctx)
+				t.Fatalf("%s: an anonymous attempt was granted beside the remaining hold", p.name)
+			}
+		}
+		if err := h2.Unlock(ctx); err != nil {
+			t.Fatalf("%s: Unlock of the last hold: %v", p.name, err)
+		}
+		if n, _ := rdb.Exists(ctx, rk, rk+redisx.HoldsSuffix).Result(); n != 0 {
+			t.Errorf("%s: %d of the lock key and its holds left", p.name, n)
+		}
+		x, err := watch.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("%s: the key is not free after the last hold: %v", p.name, err)
+		}
+		x.Unlock(ctx)
 	}
 }
