@@ -174,6 +174,19 @@
 // Timeout (500 ms by default) instead. The driver checks the context before
 // each round trip, so a call may outlast its context by up to one request.
 //
+// # Named owners
+//
+// Holds of a named owner (lock.WithOwner) are kept in the lock item, as
+// "H FIRST TOKEN OWNER:SECS ...", updated by cas (see holds.go): a
+// re-entry adds its hold and keeps the grant's token, a release removes
+// its hold and deletes the item with the last one. The item's expiration
+// is set, at every change, to the longest TTL among its holds, counted
+// from that change: every hold's deadline counts from its own last grant
+// or refresh, which came no later, so no clock but the server's is needed
+// (which is what shared leases would lack: see below). A first hold takes
+// one round trip more than an anonymous grant (add, incr, then the cas
+// that records the hold); until that cas a re-entry finds the key held.
+//
 // # Not offered
 //
 // There is no release notification (driver.Notifier) and no shared lease.

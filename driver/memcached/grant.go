@@ -29,6 +29,9 @@ func (d *mcDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 		return err
 	}
 	k := d.keys(l.Key)
+	if l.Reentrant {
+		return d.acquireHold(ctx, l, k, secs)
+	}
 	err = d.c.Add(&memcache.Item{Key: k.lock, Value: []byte(l.Owner), Expiration: secs})
 	switch {
 	case errors.Is(err, memcache.ErrNotStored):
@@ -86,6 +89,9 @@ func (d *mcDriver) nextToken(counter string) (uint64, error) {
 // with l.Owner, then cas with expiration -1, which memcached applies as an
 // immediate expiry. Two round trips.
 func (d *mcDriver) Release(ctx context.Context, l *driver.Lease) error {
+	if l.Reentrant {
+		return d.releaseHold(ctx, l)
+	}
 	return d.casOwned(ctx, "release", d.leaseKeys(l).lock, l.Owner, -1)
 }
 
@@ -96,7 +102,12 @@ func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 	if err != nil {
 		return 0, err
 	}
-	if err := d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, secs); err != nil {
+	if l.Reentrant {
+		err = d.extendHold(ctx, "refresh", l, secs, 0)
+	} else {
+		err = d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, secs)
+	}
+	if err != nil {
 		return 0, err
 	}
 	return validity(secs), nil
@@ -174,7 +185,13 @@ func (d *mcDriver) Resume(ctx context.Context, l *driver.Lease) error {
 			return driver.ErrNotHeld
 		}
 	}
-	if err := d.casOwned(ctx, "resume", k.lock, l.Owner, secs); err != nil {
+	if l.Reentrant {
+		l.Data = k
+		err = d.extendHold(ctx, "resume", l, secs, l.Token)
+	} else {
+		err = d.casOwned(ctx, "resume", k.lock, l.Owner, secs)
+	}
+	if err != nil {
 		return err
 	}
 	l.Validity, l.Data = validity(secs), k
