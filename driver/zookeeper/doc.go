@@ -175,6 +175,15 @@
 // remembers the largest token it has seen and refuses smaller ones turns
 // such a write into a refusal.
 //
+// # Not offered
+//
+// Resume (lock.Locker.Resume, Lease.Detach) and named owners
+// (lock.WithOwner, reentrant holds) are refused with lock.ErrInvalid. A
+// grant is an ephemeral node of one client session: another session can
+// neither keep it alive nor take it over, and a hold added from another
+// session could not end with its own session, so a crashed holder's hold
+// would keep the key for as long as the node's session lives.
+//
 // # Keys and nodes
 //
 // Every key lock accepts maps to one node name, without collisions: see

@@ -130,3 +130,10 @@ func (d *zkDriver) Resumable() error { return errNoResume }
 
 // Resume implements driver.Resumer: it refuses (see Resumable).
 func (d *zkDriver) Resume(ctx context.Context, l *driver.Lease) error { return errNoResume }
+
+// errNoReentry is why the driver keeps no holds for named owners.
+var errNoReentry = fmt.Errorf("%w: zookeeper: a grant is an ephemeral node of one client session; a hold from another session could not end with that session, so a crashed holder's hold would keep the key for as long as the first session lives", driver.ErrInvalid)
+
+// Reentrancy implements driver.Reenterer: the driver keeps no holds (see
+// errNoReentry).
+func (d *zkDriver) Reentrancy() error { return errNoReentry }
