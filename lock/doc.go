@@ -77,8 +77,43 @@
 // everywhere; such a call is not queued. Each call gets its own backoff
 // state.
 //
-// Locks are not reentrant: a second Lock of a key this process holds waits
-// like any other, through the same Locker or another.
+// Without WithOwner, locks are not reentrant: a second Lock of a key this
+// process holds waits like any other, through the same Locker or another.
+//
+// # Named owners and re-entry
+//
+// WithOwner(id) names the owner of a Lock or TryLock. While a lease of
+// that owner holds the key, another Lock or TryLock with the same id, from
+// any goroutine, Locker or process, is granted at once as a re-entry: a
+// new Lease (one hold) with the same fencing token, and the backend counts
+// the holds. Precisely:
+//
+//   - Each hold is a Lease of its own, with its own Unlock, Refresh,
+//     renewal, Deadline and Done. A re-entry extends the grant to at least
+//     its TTL and never shortens it, so the other holds' deadlines stay
+//     true; renewing any hold renews the grant.
+//   - Unlock of a hold counts down; the key is released (and handed to the
+//     next waiter) when the last hold is unlocked. Holds may be unlocked
+//     in any order.
+//   - The backend knows the owner only by its id: a re-entry from another
+//     process with the same id holds the key beside the first, and either
+//     may outlive the other. Pick ids that only one logical holder uses.
+//   - When the grant is lost (expired, deleted, taken over), every hold
+//     is lost with it: each hold's Done closes, at its next renewal or
+//     deadline, with ErrLost. The count goes with the grant: the owner's
+//     next Lock is a new grant, with a new token and a count of one.
+//   - A hold whose process dies keeps counting until the grant expires:
+//     once the last live hold is unlocked, the key is free within the
+//     longest TTL among the holds.
+//   - A hold can be detached and resumed elsewhere like any lease; its
+//     handle's mode is "o".
+//   - A named Lock waits by its retry strategy, not in the driver's queue:
+//     on a busy key, queued anonymous waiters go first.
+//
+// redisnx, rediswatch, memcached and memory keep holds (the Redis drivers
+// in one layout, so that holds of one owner through either share a grant);
+// ZooKeeper refuses WithOwner with ErrInvalid, as every driver refuses it
+// for RLock, TryRLock and Resume.
 //
 // # Handing a lease over
 //

@@ -12,8 +12,15 @@ import (
 // hex and the dots).
 func TestHandleRoundTrip(t *testing.T) {
 	for _, key := range []string{"k", "}", "{a}", "a.b.c", "ключ/ü/😀", strings.Repeat("x", 1024), " space\ttab\n"} {
-		for _, mode := range []driver.Mode{driver.Exclusive, driver.Shared} {
-			l := &Lease{own: driver.Lease{Key: key, Owner: newOwner(), Token: 1795563207923503, Mode: mode}}
+		for _, named := range []bool{false, true} {
+			mode := driver.Exclusive
+			owner := newOwner()
+			if named {
+				owner = namedOwner(key)
+			} else if len(key)%2 == 0 {
+				mode = driver.Shared
+			}
+			l := &Lease{own: driver.Lease{Key: key, Owner: owner, Token: 1795563207923503, Mode: mode, Reentrant: named}}
 			l.dl = &l.own
 			h := l.Handle()
 			for i := 0; i < len(h); i++ {
@@ -25,7 +32,7 @@ func TestHandleRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseHandle(%q): %v", h, err)
 			}
-			want := handle{key: key, owner: l.own.Owner, token: l.own.Token, mode: mode}
+			want := handle{key: key, owner: l.own.Owner, token: l.own.Token, mode: mode, reentrant: named}
 			if got != want {
 				t.Errorf("parseHandle(%q) = %+v, want %+v", h, got, want)
 			}
@@ -37,6 +44,7 @@ func TestHandleRoundTrip(t *testing.T) {
 func FuzzParseHandle(f *testing.F) {
 	f.Add("dlock1.x.0123456789abcdef0123456789abcdef.42.aw")
 	f.Add("dlock1.s.0123456789abcdef0123456789abcdef.1.")
+	f.Add("dlock1.o.0123456789abcdef0123456789abcdef.7.aw")
 	f.Add("dlock1.x.0123456789ABCDEF0123456789abcdef.42.aw")
 	f.Fuzz(func(t *testing.T, s string) {
 		h, err := parseHandle(s)
@@ -49,10 +57,28 @@ func FuzzParseHandle(f *testing.F) {
 		if checkKey(h.key) != nil || !isOwner(h.owner) || h.token == 0 {
 			t.Fatalf("parseHandle(%q) accepted %+v", s, h)
 		}
-		l := &Lease{own: driver.Lease{Key: h.key, Owner: h.owner, Token: h.token, Mode: h.mode}}
+		l := &Lease{own: driver.Lease{Key: h.key, Owner: h.owner, Token: h.token, Mode: h.mode, Reentrant: h.reentrant}}
 		l.dl = &l.own
 		if again, err := parseHandle(l.Handle()); err != nil || again != h {
 			t.Fatalf("round trip of %q: %+v, %v", s, again, err)
 		}
 	})
+}
+
+// Named owners: every attempt of one id shares the first
+// driver.NamedOwnerLen digits, is otherwise unique, and is a valid owner
+// token; different ids differ there.
+func TestNamedOwner(t *testing.T) {
+	a, b, c := namedOwner("job-1"), namedOwner("job-1"), namedOwner("job-2")
+	for _, o := range []string{a, b, c} {
+		if !isOwner(o) {
+			t.Errorf("namedOwner gave %q, not 32 lowercase hex digits", o)
+		}
+	}
+	if !driver.SameOwner(a, b) || a == b {
+		t.Errorf("two attempts of one id: %q, %q; want the same owner, different attempts", a, b)
+	}
+	if driver.SameOwner(a, c) {
+		t.Errorf("two ids gave the same owner: %q, %q", a, c)
+	}
 }
