@@ -62,6 +62,7 @@ func canary(proc string, clk *Clock, s sink, stop <-chan struct{}) {
 // closed, whatever its holder does.
 type liveLease struct {
 	id, key, proc string
+	owner         string // a named owner's id (lock.WithOwner), or ""
 	shared        bool
 	token         uint64
 	granted       Stamp

@@ -29,8 +29,12 @@ type LeaseRec struct {
 	// Resumes is the ID of the lease whose grant this one resumed (Op
 	// "resume"); "" for a grant.
 	Resumes string
-	TTL     time.Duration
-	Renew   bool
+	// Owner is the owner id of a named lease (lock.WithOwner), "" for an
+	// anonymous one; Reenters the ID of the hold of the same owner whose
+	// grant this one re-entered (same token), "" for a grant.
+	Owner, Reenters string
+	TTL             time.Duration
+	Renew           bool
 	// Granted is the first observation, right after Lock returned; for a
 	// lease Lock returned already ended or past its deadline (dead on
 	// arrival, DOA), the moment it was seen so.
@@ -137,6 +141,9 @@ type Stats struct {
 	Ops, Faults, Grants, DOA, Shared        int
 	Writes, Accepted, StaleRejected, Probes int
 	Refreshes, LostReplies                  int
+	// Reentries counts re-entries of a named owner's grant (holds with its
+	// token).
+	Reentries int
 	// Resumes counts Resume calls of detached leases, Resumed those that
 	// got the lease (the others found the grant expired, or failed).
 	Resumes, Resumed int
@@ -585,6 +592,9 @@ func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 		if b == a || (a.Shared && b.Shared) || b.LastHeld == Never || b.LastHeld < a.Granted {
 			continue
 		}
+		if a.Owner != "" && a.Owner == b.Owner && a.Token == b.Token {
+			continue // two holds of one named owner's grant
+		}
 		first, second := b, a
 		if a.Granted < b.Granted || (a.Granted == b.Granted && a.ID < b.ID) {
 			first, second = a, b
@@ -624,8 +634,9 @@ func (r *Recorder) tokensLocked(key string, horizon Stamp) []string {
 	ls := r.byKey[key]
 	for ; ts.checked < len(ls) && ls[ts.checked].Granted <= horizon; ts.checked++ {
 		l := ls[ts.checked]
-		if l.Resumes != "" {
-			// Not a grant: the token is its origin's (resume checks that).
+		if l.Resumes != "" || l.Reenters != "" {
+			// Not a grant: the token is its origin's (resume checks that),
+			// or that of the hold it re-entered.
 			continue
 		}
 		var bound uint64
@@ -712,6 +723,8 @@ func (r *Recorder) Stat(name string, n int) {
 		r.stats.Resumes += n
 	case "resumed":
 		r.stats.Resumed += n
+	case "reentry":
+		r.stats.Reentries += n
 	}
 }
 

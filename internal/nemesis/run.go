@@ -69,8 +69,8 @@ func (s Summary) Line() string {
 func (s Summary) Details() string {
 	st := s.Stats
 	var b strings.Builder
-	fmt.Fprintf(&b, "  %v; %d grants (%d shared, %d dead on arrival, %d while another lease's Unlock was under way), %d refreshes, %d lost replies, %d writes (%d accepted, %d stale refused), %d liveness probes, %d resumes of detached leases (%d took the lease over)",
-		s.Duration.Round(100*time.Millisecond), st.Grants, st.Shared, st.DOA, s.DuringUnlock, st.Refreshes, st.LostReplies, st.Writes, st.Accepted, st.StaleRejected, st.Probes, st.Resumes, st.Resumed)
+	fmt.Fprintf(&b, "  %v; %d grants (%d shared, %d dead on arrival, %d while another lease's Unlock was under way), %d refreshes, %d lost replies, %d writes (%d accepted, %d stale refused), %d liveness probes, %d resumes of detached leases (%d took the lease over), %d re-entries",
+		s.Duration.Round(100*time.Millisecond), st.Grants, st.Shared, st.DOA, s.DuringUnlock, st.Refreshes, st.LostReplies, st.Writes, st.Accepted, st.StaleRejected, st.Probes, st.Resumes, st.Resumed, st.Reentries)
 	if len(st.FaultKinds) > 0 {
 		fmt.Fprintf(&b, "\n  faults: %s", tally(st.FaultKinds, " "))
 	}

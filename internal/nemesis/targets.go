@@ -29,6 +29,8 @@ type Target struct {
 	Backend chaos.Backend // "" for the in-process memory driver
 	Control *chaos.Control
 	Shared  bool // the Lockers are lock.RWLockers
+	// Reentry: the driver keeps holds for named owners (lock.WithOwner).
+	Reentry bool
 	// TTL is the Lockers' default; LockTTLs and RefreshTTLs are those the
 	// workers pick from, longer and shorter.
 	TTL                   time.Duration
@@ -59,18 +61,18 @@ func ms(d ...time.Duration) []time.Duration { return d }
 
 var targets = []*Target{
 	{
-		Name: "memory", Shared: true, TTL: time.Second,
+		Name: "memory", Reentry: true, Shared: true, TTL: time.Second,
 		LockTTLs: ms(300*time.Millisecond, time.Second, 2*time.Second), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, time.Second, 3*time.Second),
 		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
 	},
 	{
-		Name: "redisnx", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
+		Name: "redisnx", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "redisnx://%s/0", classify: classifyRESP,
 	},
 	{
-		Name: "rediswatch", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
+		Name: "rediswatch", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "rediswatch://%s/0", classify: classifyRESP,
@@ -78,7 +80,7 @@ var targets = []*Target{
 	{
 		// memcached counts whole seconds from 3s, and grants N seconds a
 		// validity of N-2.
-		Name: "memcached", Backend: chaos.MemcachedBackend, TTL: 4 * time.Second,
+		Name: "memcached", Reentry: true, Backend: chaos.MemcachedBackend, TTL: 4 * time.Second,
 		LockTTLs: ms(3*time.Second, 4*time.Second, 5*time.Second), RefreshTTLs: ms(3*time.Second, 4*time.Second, 6*time.Second),
 		Bound: 7 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		url: "memcached://%s", classify: classifyMemcached,
@@ -93,7 +95,7 @@ var targets = []*Target{
 	{
 		// Three masters, no replicas: a node paused or killed makes the
 		// cluster refuse every command until it is back.
-		Name: "redisnx-cluster", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
+		Name: "redisnx-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
@@ -102,7 +104,7 @@ var targets = []*Target{
 		},
 	},
 	{
-		Name: "rediswatch-cluster", Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
+		Name: "rediswatch-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,

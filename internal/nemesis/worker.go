@@ -55,6 +55,8 @@ type procEnv struct {
 // after the grant expired, when Resume must refuse.
 type detached struct {
 	key, handle, origin string
+	owner               string // the lease's named owner, or ""
+	granted             Stamp  // its grant's, for the fenced resource
 	token               uint64
 	notBefore           time.Time
 }
@@ -158,6 +160,10 @@ func (w *worker) step() {
 		got = w.acquire(in, "rlock", key)
 	case rw && n < 30:
 		got = w.acquire(in, "tryrlock", key)
+	case w.env.tg.Reentry && n < 24:
+		got = w.acquire(in, "olock", key)
+	case w.env.tg.Reentry && n < 36:
+		got = w.acquire(in, "otrylock", key)
 	case n < 38:
 		got = w.acquire(in, "lock", key)
 	default:
@@ -241,8 +247,13 @@ var (
 func (w *worker) acquire(in *lockerInst, op, key string) bool {
 	ttl, renew, opts := w.lockOpts()
 	timeouts, pCancel := lockTimeouts, 0.25
-	if op == "trylock" || op == "tryrlock" {
+	if op == "trylock" || op == "tryrlock" || op == "otrylock" {
 		timeouts, pCancel = tryTimeouts, 0.1
+	}
+	owner := ""
+	if op == "olock" || op == "otrylock" {
+		owner = w.name // one logical holder: this worker
+		opts = append(opts, lock.WithOwner(owner))
 	}
 	c := w.newCallCtx(timeouts, pCancel)
 	clk := w.env.clk
@@ -250,9 +261,9 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 	var lease *lock.Lease
 	var err error
 	switch op {
-	case "lock":
+	case "lock", "olock":
 		lease, err = in.lk.Lock(c.ctx, key, opts...)
-	case "trylock":
+	case "trylock", "otrylock":
 		lease, err = in.lk.TryLock(c.ctx, key, opts...)
 	case "rlock":
 		lease, err = in.lk.(lock.RWLocker).RLock(c.ctx, key, opts...)
@@ -268,11 +279,55 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		w.failed(op, key, err)
 		return false
 	}
-	l := w.granted(in, lease, op, key, op == "rlock" || op == "tryrlock", ttl, renew)
+	l := w.grantedAs(in, lease, op, key, op == "rlock" || op == "tryrlock", ttl, renew, "", owner, "")
 	if l != nil {
 		w.hold(in, l, ttl, renew)
 	}
 	return true
+}
+
+// reenter makes a named owner's Lock or TryLock of a key its lease outer
+// holds: a re-entry, with outer's token, unless outer's grant was lost
+// meanwhile (then a new grant, which the checker finds overlapping outer
+// if outer was still held). It returns the new hold, with its TTL and
+// renewal, or nil.
+func (w *worker) reenter(in *lockerInst, outer *liveLease) (*liveLease, time.Duration, bool) {
+	ttl, renew, opts := w.lockOpts()
+	opts = append(opts, lock.WithOwner(outer.owner))
+	op, timeouts := "otrylock", tryTimeouts
+	if w.chance(0.3) {
+		op, timeouts = "olock", lockTimeouts
+	}
+	c := w.newCallCtx(timeouts, 0.1)
+	clk := w.env.clk
+	start := clk.Now()
+	var lease *lock.Lease
+	var err error
+	if op == "olock" {
+		lease, err = in.lk.Lock(c.ctx, outer.key, opts...)
+	} else {
+		lease, err = in.lk.TryLock(c.ctx, outer.key, opts...)
+	}
+	end := clk.Now()
+	limit := c.end()
+	c.release()
+	w.env.sink.Ops(1)
+	w.checkReturn(op, outer.key, start, end, limit, "its context ended")
+	if err != nil {
+		w.failed(op, outer.key, err)
+		return nil, 0, false
+	}
+	reenters := ""
+	if lease.Token() == outer.token {
+		reenters = outer.id
+		w.env.sink.Stat("reentry", 1)
+	}
+	l := w.grantedAs(in, lease, op, outer.key, false, ttl, renew, "", outer.owner, reenters)
+	if l != nil && reenters != "" {
+		// Holds of one grant write as that grant, which they are.
+		l.granted = outer.granted
+	}
+	return l, ttl, renew
 }
 
 // resume resumes a detached lease through the worker's Locker and holds
@@ -300,8 +355,11 @@ func (w *worker) resume(in *lockerInst, d detached) bool {
 		w.env.sink.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: d.key, Proc: w.env.proc,
 			Text: fmt.Sprintf("Resume of lease %s on key %q (token %d) by %s gave key %q token %d", d.origin, d.key, d.token, w.name, lease.Key(), lease.Token())})
 	}
-	l := w.grantedAs(in, lease, "resume", d.key, false, ttl, renew, d.origin)
+	l := w.grantedAs(in, lease, "resume", d.key, false, ttl, renew, d.origin, d.owner, "")
 	if l != nil {
+		// It writes as the grant it resumed, which it is (beside other
+		// holds of a named owner's grant).
+		l.granted = d.granted
 		w.hold(in, l, ttl, renew)
 	}
 	return true
@@ -336,7 +394,7 @@ func (w *worker) detach(l *liveLease) bool {
 		if w.chance(0.15) {
 			wait = between(w.rng, ttl, ttl*3/2)
 		}
-		w.env.handles.put(detached{key: l.key, handle: h, origin: l.id, token: l.token, notBefore: time.Now().Add(wait)})
+		w.env.handles.put(detached{key: l.key, handle: h, origin: l.id, owner: l.owner, granted: l.granted, token: l.token, notBefore: time.Now().Add(wait)})
 	}
 	l.observe(clk, s)
 	return true
@@ -355,21 +413,23 @@ func (w *worker) failed(op, key string, err error) {
 // granted records a lease Lock returned: its first observation is its
 // grant (or finds it dead on arrival), and it is watched from then on.
 func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool) *liveLease {
-	return w.grantedAs(in, lease, op, key, shared, ttl, renew, "")
+	return w.grantedAs(in, lease, op, key, shared, ttl, renew, "", "", "")
 }
 
 // grantedAs is granted, for a lease that resumes the grant of lease
-// resumes when that is not "".
-func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool, resumes string) *liveLease {
+// resumes when that is not "", of the named owner owner when that is not
+// "", re-entering the grant of lease reenters when that is not "".
+func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool, resumes, owner, reenters string) *liveLease {
 	clk := w.env.clk
 	now := time.Now()
 	dl := lease.Deadline()
 	open := !closed(lease.Done())
 	t, d := clk.At(now), clk.At(dl)
-	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, shared: shared, token: lease.Token(), granted: t, lease: lease, inst: in}
+	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, owner: owner, shared: shared, token: lease.Token(), granted: t, lease: lease, inst: in}
 	doa := !open || t >= d
 	rec := LeaseRec{
 		ID: l.id, Key: key, Shared: shared, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
+		Owner: owner, Reenters: reenters,
 		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
 	}
 	if doa {
@@ -401,7 +461,21 @@ func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 	}
 	abandon := !renew && w.chance(0.15)
 	start := time.Now()
-	w.holdLoop(in, l, holdFor, refreshAt, !renew && w.chance(0.7), nil)
+	keepAlive := !renew && w.chance(0.7)
+	if l.owner != "" && w.chance(0.5) {
+		// A re-entry while l is held, after a while: its hold either ends
+		// first (held to its end now), or outlives l (held after l ends),
+		// when the count must keep the key.
+		w.holdLoop(in, l, between(w.rng, 0, holdFor/2+time.Millisecond), nil, keepAlive, nil)
+		if nested, nttl, nrenew := w.reenter(in, l); nested != nil {
+			if w.chance(0.5) {
+				w.hold(in, nested, nttl, nrenew)
+			} else {
+				defer w.hold(in, nested, nttl, nrenew)
+			}
+		}
+	}
+	w.holdLoop(in, l, holdFor, refreshAt, keepAlive, nil)
 	if closed(l.lease.Done()) {
 		if w.chance(0.5) {
 			w.unlock(l) // must say the lease is gone, at once
