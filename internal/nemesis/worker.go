@@ -101,10 +101,14 @@ type worker struct {
 	env  *procEnv
 	slot slotAPI
 	rng  *rand.Rand
+	// named is, per key, the worker's latest lease as a named owner (the
+	// worker is the owner): a later one with its token re-entered its grant
+	// (one the worker abandoned, say), which is no new grant.
+	named map[string]*liveLease
 }
 
 func newWorker(env *procEnv, slot slotAPI, name string, seed uint64, stream uint64) *worker {
-	return &worker{name: name, env: env, slot: slot, rng: rand.New(rand.NewPCG(seed, stream))}
+	return &worker{name: name, env: env, slot: slot, rng: rand.New(rand.NewPCG(seed, stream)), named: map[string]*liveLease{}}
 }
 
 func (w *worker) run() {
@@ -160,10 +164,12 @@ func (w *worker) step() {
 		got = w.acquire(in, "rlock", key)
 	case rw && n < 30:
 		got = w.acquire(in, "tryrlock", key)
-	case w.env.tg.Reentry && n < 24:
-		got = w.acquire(in, "olock", key)
-	case w.env.tg.Reentry && n < 36:
-		got = w.acquire(in, "otrylock", key)
+	case w.env.tg.Reentry && w.chance(0.25):
+		op := "otrylock"
+		if w.chance(0.3) {
+			op = "olock"
+		}
+		got = w.acquire(in, op, key)
 	case n < 38:
 		got = w.acquire(in, "lock", key)
 	default:
@@ -279,7 +285,18 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		w.failed(op, key, err)
 		return false
 	}
-	l := w.grantedAs(in, lease, op, key, op == "rlock" || op == "tryrlock", ttl, renew, "", owner, "")
+	reenters := ""
+	if prev := w.named[key]; owner != "" && prev != nil && prev.token == lease.Token() {
+		reenters = prev.id
+		w.env.sink.Stat("reentry", 1)
+	}
+	l := w.grantedAs(in, lease, op, key, op == "rlock" || op == "tryrlock", ttl, renew, "", owner, reenters)
+	if l != nil && owner != "" {
+		if reenters != "" {
+			l.granted = w.named[key].granted
+		}
+		w.named[key] = l
+	}
 	if l != nil {
 		w.hold(in, l, ttl, renew)
 	}
@@ -326,6 +343,9 @@ func (w *worker) reenter(in *lockerInst, outer *liveLease) (*liveLease, time.Dur
 	if l != nil && reenters != "" {
 		// Holds of one grant write as that grant, which they are.
 		l.granted = outer.granted
+	}
+	if l != nil {
+		w.named[outer.key] = l
 	}
 	return l, ttl, renew
 }
@@ -462,7 +482,7 @@ func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 	abandon := !renew && w.chance(0.15)
 	start := time.Now()
 	keepAlive := !renew && w.chance(0.7)
-	if l.owner != "" && w.chance(0.5) {
+	if l.owner != "" && w.chance(0.7) {
 		// A re-entry while l is held, after a while: its hold either ends
 		// first (held to its end now), or outlives l (held after l ends),
 		// when the count must keep the key.
