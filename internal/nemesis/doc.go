@@ -13,7 +13,9 @@
 // shorter TTLs (some with their reply lost on purpose), Unlock, leases left
 // to expire, leases detached (Lease.Detach) and resumed from their handle
 // through another Locker of the process (Locker.Resume), most soon, some
-// after the grant expired (Resume must then refuse), contexts that time
+// after the grant expired (Resume must then refuse), named owners
+// (lock.WithOwner, the worker's name) where the driver keeps holds, with
+// re-entries while a hold is held, ended before it or after, contexts that time
 // out or are cancelled at random moments, and Lockers closed under load
 // (some while partitioned) and replaced.
 //
@@ -43,12 +45,14 @@
 // meanwhile). The Recorder then checks:
 //
 //   - overlap: two leases of a key proven held at one moment, unless both
-//     are shared, or the backend lost its state between their grants
+//     are shared, or both are holds of one named owner's grant (same owner,
+//     same token), or the backend lost its state between their grants
 //     (counted as excused);
 //   - token-order: a grant whose fencing token is not above those granted
 //     before it (for a shared grant: above the exclusive ones); a resumed
 //     lease is not a grant, and its token must be the detached lease's
-//     (resume-mismatch);
+//     (resume-mismatch); nor is a re-entry (a named lease with the token
+//     of the worker's hold it re-entered);
 //   - stale-write: the fenced resource accepting a write of a lease after
 //     a write of a lease granted later (a refused one is fencing at work);
 //   - done-late: a lease's Done still open DoneSlack past its deadline;
