@@ -39,6 +39,9 @@ func (cfg *runConfig) acquire(ctx context.Context) acquired {
 	if cfg.ttl > 0 {
 		opts = append(opts, lock.WithTTL(cfg.ttl))
 	}
+	if cfg.owner != "" {
+		opts = append(opts, lock.WithOwner(cfg.owner))
+	}
 	var lease *lock.Lease
 	switch {
 	case cfg.wait.once():
@@ -81,16 +84,22 @@ func backendName(raw string) string {
 }
 
 // childEnv is the environment of the command: dlock's own, with DLOCK_KEY,
-// DLOCK_TOKEN and DLOCK_LEASE (the lease's handle) set to the lease's.
-func childEnv(lease *lock.Lease) []string {
+// DLOCK_TOKEN and DLOCK_LEASE (the lease's handle) set to the lease's, and
+// DLOCK_OWNER to owner when it is not "".
+func childEnv(lease *lock.Lease, owner string) []string {
 	env := os.Environ()
 	out := env[:0:0]
 	for _, kv := range env {
-		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") && !hasPrefix(kv, "DLOCK_LEASE=") {
+		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") && !hasPrefix(kv, "DLOCK_LEASE=") &&
+			(owner == "" || !hasPrefix(kv, "DLOCK_OWNER=")) {
 			out = append(out, kv)
 		}
 	}
-	return append(out, "DLOCK_KEY="+lease.Key(), fmt.Sprintf("DLOCK_TOKEN=%d", lease.Token()), "DLOCK_LEASE="+lease.Handle())
+	out = append(out, "DLOCK_KEY="+lease.Key(), fmt.Sprintf("DLOCK_TOKEN=%d", lease.Token()), "DLOCK_LEASE="+lease.Handle())
+	if owner != "" {
+		out = append(out, "DLOCK_OWNER="+owner)
+	}
+	return out
 }
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }

@@ -29,6 +29,8 @@
 //	              opens a Locker on the same backend can Resume it, to
 //	              watch and renew the lease itself (dlock still releases
 //	              it when the command ends); keep it as secret as the lock
+//	DLOCK_OWNER   the -owner, when one was given: a dlock run of the same
+//	              KEY inside the command re-enters the lock
 //
 // Flags:
 //
@@ -44,6 +46,13 @@
 //	    every TTL/3 while the command runs, so the TTL is how long the key
 //	    stays locked after dlock dies without releasing it. With
 //	    autorenew=false in the URL it is a hard time limit for the command.
+//	-owner ID
+//	    Name the lock's owner (default $DLOCK_OWNER; lock.WithOwner): while
+//	    it holds KEY, a dlock run of KEY with the same owner is granted at
+//	    once, as a re-entry, instead of waiting, and KEY is released when
+//	    the last of them ends. The command gets DLOCK_OWNER, so a script
+//	    that takes the lock itself can run under one that already holds
+//	    it. The ZooKeeper driver refuses owners (exit status 2).
 //	-wait 0 | DURATION | forever
 //	    How long to wait for the lock. 0 tries once (flock -n); a duration
 //	    (30s, 10m; a bare number is seconds, as in flock -w) waits that

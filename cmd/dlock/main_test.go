@@ -61,6 +61,10 @@ func TestMain(m *testing.M) {
 const (
 	helperEnv    = "DLOCK_E2E_HELPER"
 	helperDirEnv = "DLOCK_E2E_DIR"
+	// nestedBinEnv and nestedURLEnv tell the "nested" helper which dlock
+	// to run, on which backend.
+	nestedBinEnv = "DLOCK_E2E_BIN"
+	nestedURLEnv = "DLOCK_E2E_URL"
 )
 
 // monoNow reads CLOCK_MONOTONIC, which all processes of a Linux machine
@@ -110,6 +114,17 @@ func helper(mode, dir string) int {
 		return 0
 	case "ran":
 		appendLine(filepath.Join(dir, "ran"), token)
+		return 0
+	case "nested":
+		// dlock run of the same key, once, from inside the command (with
+		// the environment dlock gave it): its exit status and the token
+		// its own command saw.
+		appendLine(filepath.Join(dir, "outer"), token+" "+os.Getenv("DLOCK_OWNER"))
+		cmd := exec.Command(os.Getenv(nestedBinEnv), "run", "-url", os.Getenv(nestedURLEnv), "-wait", "0", key, "--", os.Args[0])
+		cmd.Env = append(os.Environ(), helperEnv+"=ran")
+		cmd.Stderr = os.Stderr
+		err := cmd.Run()
+		appendLine(filepath.Join(dir, "nested"), fmt.Sprint(cmd.ProcessState.ExitCode(), " ", err))
 		return 0
 	case "hold":
 		// Hold until the test creates "release".

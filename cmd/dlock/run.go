@@ -25,6 +25,7 @@ type runConfig struct {
 	key      string
 	argv     []string
 	ttl      time.Duration // 0: the Locker's default (the URL's ttl=, or lock.DefaultTTL)
+	owner    string        // -owner: a named owner (lock.WithOwner), or ""
 	wait     waitFlag
 	conflict int
 	grace    time.Duration
@@ -39,6 +40,7 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.url, "url", os.Getenv("DLOCK_URL"), "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lease time, renewed every TTL/3 while COMMAND runs (default: the URL's ttl= or 30s)")
+	fs.StringVar(&cfg.owner, "owner", os.Getenv("DLOCK_OWNER"), "name the lock's owner (default $DLOCK_OWNER): a dlock run of KEY inside COMMAND, which inherits DLOCK_OWNER, re-enters the lock instead of waiting for it")
 	fs.Var(&cfg.wait, "wait", "how long to wait for the lock: 0 tries once (like flock -n), a duration or seconds, or forever")
 	conflict := exitCodeFlag(exitConflict)
 	fs.Var(&conflict, "E", "exit status when the lock is held elsewhere (like flock -E)")

@@ -186,6 +186,48 @@ func TestRunConflict(t *testing.T) {
 	readFile(t, filepath.Join(dir, "ran"))
 }
 
+// TestRunOwnerReenters runs dlock run -owner whose command runs dlock run
+// of the same key again, with the environment it got (DLOCK_OWNER): the
+// inner run re-enters the lock (same token) instead of finding it held;
+// without -owner it finds it held.
+func TestRunOwnerReenters(t *testing.T) {
+	b := realBackend(t)
+	for _, owner := range []string{"deploy-42", ""} {
+		dir := t.TempDir()
+		args := []string{"run", "-url", b.url, "-wait", "0"}
+		if owner != "" {
+			args = append(args, "-owner", owner)
+		}
+		cmd := dlockCmd(t, "nested", dir, append(args, "nested/key", "--", self(t))...)
+		cmd.Env = append(cmd.Env, nestedBinEnv+"="+dlockBin, nestedURLEnv+"="+b.url, "DLOCK_OWNER=")
+		if r := finish(t, cmd, start(t, cmd)); r.code != 0 {
+			t.Fatalf("-owner %q: %v", owner, r)
+		}
+		outer := strings.Fields(readFile(t, filepath.Join(dir, "outer")))
+		nested := strings.TrimSpace(readFile(t, filepath.Join(dir, "nested")))
+		if owner == "" {
+			if len(outer) != 1 || !strings.HasPrefix(nested, "1 ") {
+				t.Errorf("without -owner: outer %q, inner run %q; want no DLOCK_OWNER and exit 1 (held)", outer, nested)
+			}
+			continue
+		}
+		if len(outer) != 2 || outer[1] != owner {
+			t.Fatalf("-owner %s: the command saw token and DLOCK_OWNER %q", owner, outer)
+		}
+		if !strings.HasPrefix(nested, "0 ") {
+			t.Fatalf("-owner %s: the inner dlock run exited %q, want 0 (a re-entry)", owner, nested)
+		}
+		if inner := strings.TrimSpace(readFile(t, filepath.Join(dir, "ran"))); inner != outer[0] {
+			t.Errorf("-owner %s: the inner run's token %s, want the outer's %s", owner, inner, outer[0])
+		}
+	}
+	// The key is free again: both holds were released.
+	dir := t.TempDir()
+	if r := runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "0", "nested/key", "--", self(t)); r.code != 0 {
+		t.Errorf("after the runs: %v", r)
+	}
+}
+
 // TestRunSignals sends signals to dlock while its command runs: they must
 // reach the command, and dlock must exit with the command's status and
 // release the lock.
