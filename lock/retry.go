@@ -81,7 +81,9 @@ func ExponentialBackoff(base, maxWait time.Duration) RetryStrategy {
 // Either way Lock waits until its context ends. Any other strategy, given
 // in Options.Retry, to OpenWith or per call with WithRetry, is followed with
 // single attempts on every driver, queueing ones included, so that NoRetry
-// and LimitRetry bound a Lock everywhere; such a call is not queued.
+// and LimitRetry bound a Lock everywhere; such a call is not queued. A Lock
+// of a named owner (WithOwner) is never queued either: under DefaultRetry
+// it backs off as on the drivers that do not queue.
 // Giving DefaultRetry is the same as giving nothing.
 var DefaultRetry RetryStrategy = queueing{ExponentialBackoff(2*time.Millisecond, 250*time.Millisecond)}
 
