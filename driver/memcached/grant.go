@@ -127,6 +127,22 @@ func (d *mcDriver) leaseKeys(l *driver.Lease) keys {
 // that compared it. It returns driver.ErrNotHeld when the item is missing or
 // belongs to another owner.
 func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime int32) error {
+	return d.casItem(ctx, op, key, func(it *memcache.Item) error {
+		if string(it.Value) != owner {
+			return driver.ErrNotHeld
+		}
+		it.Expiration = exptime
+		return nil
+	})
+}
+
+// casItem changes the item key by gets, change (which edits the item's
+// value and expiration, or returns an error that leaves the item alone and
+// is returned as it is) and cas, trying again while the cas loses to a
+// change of the item, up to maxCASAttempts times. A missing item, or one
+// that expired, was evicted or was deleted since the gets, gives
+// driver.ErrNotHeld.
+func (d *mcDriver) casItem(ctx context.Context, op, key string, change func(it *memcache.Item) error) error {
 	for range maxCASAttempts {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -137,13 +153,13 @@ func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime 
 			return driver.ErrNotHeld
 		case err != nil:
 			return fmt.Errorf("memcached %s: gets: %w", op, err)
-		case string(it.Value) != owner:
-			return driver.ErrNotHeld
+		}
+		if err := change(it); err != nil {
+			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		it.Expiration = exptime
 		err = d.c.CompareAndSwap(it)
 		switch {
 		case err == nil:

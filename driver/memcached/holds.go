@@ -207,44 +207,20 @@ func (d *mcDriver) extendHold(ctx context.Context, op string, l *driver.Lease, s
 	})
 }
 
-// casHolds updates the item key by cas to what change makes of its value
-// (nil: delete it), trying again while the cas loses to a change of the
-// item. change's error (driver.ErrHeld, driver.ErrNotHeld) is returned as
-// it is, with the item left alone; so is driver.ErrNotHeld for a missing
-// item.
+// casHolds updates the item key by cas (see casItem) to what change makes
+// of its value (nil: delete it); change's error (driver.ErrHeld,
+// driver.ErrNotHeld) is returned as it is, with the item left alone.
 func (d *mcDriver) casHolds(ctx context.Context, op, key string, change func(v []byte) (*holdsValue, error)) error {
-	for range maxCASAttempts {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		it, err := d.c.Get(key)
-		switch {
-		case errors.Is(err, memcache.ErrCacheMiss):
-			return driver.ErrNotHeld
-		case err != nil:
-			return fmt.Errorf("memcached %s: gets: %w", op, err)
-		}
+	return d.casItem(ctx, op, key, func(it *memcache.Item) error {
 		h, err := change(it.Value)
-		if err != nil {
+		switch {
+		case err != nil:
 			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if h == nil {
+		case h == nil:
 			it.Expiration = -1 // memcached applies it as an immediate expiry
-		} else {
+		default:
 			it.Value, it.Expiration = h.bytes(), h.expiration()
 		}
-		err = d.c.CompareAndSwap(it)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored):
-			return driver.ErrNotHeld
-		case !errors.Is(err, memcache.ErrCASConflict):
-			return fmt.Errorf("memcached %s: cas: %w", op, err)
-		}
-	}
-	return fmt.Errorf("memcached %s: the item changed under %d consecutive cas attempts; it was left as it was", op, maxCASAttempts)
+		return nil
+	})
 }

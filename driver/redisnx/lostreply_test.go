@@ -29,13 +29,7 @@ func TestLostReplyLeavesNoKey(t *testing.T) {
 		cancel, shared bool
 	}{{"timeout", false, false}, {"cancelled", true, false}, {"shared/timeout", false, true}, {"shared/cancelled", true, true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := testserver.StartRedis(t, nil)
-			srv.RequireFaults(t)
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 200 * time.Millisecond})
-			t.Cleanup(func() { c.Close() })
-			warm(t, c, 12)
-			raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			t.Cleanup(func() { raw.Close() })
+			srv, c, raw := stallable(t)
 			l := newTestLocker(t, c, &Options{Options: lockOpts(time.Minute)})
 			k := testKey(t)
 			rk := lockKey(DefaultPrefix, k)
@@ -90,6 +84,21 @@ func TestLostReplyLeavesNoKey(t *testing.T) {
 			lease.Unlock(tctx(t, 10*time.Second))
 		})
 	}
+}
+
+// stallable starts a server of its own that the test may pause, and
+// returns it with a client whose replies time out after 200 ms (its
+// connections made beforehand, so that requests sent during a pause reach
+// the server) and a plain client.
+func stallable(t *testing.T) (*testserver.Redis, *redis.Client, *redis.Client) {
+	srv := testserver.StartRedis(t, nil)
+	srv.RequireFaults(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	warm(t, c, 12)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { raw.Close() })
+	return srv, c, raw
 }
 
 func lockOpts(ttl time.Duration) lock.Options { return lock.Options{TTL: ttl} }

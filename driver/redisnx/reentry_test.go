@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/redisx"
-	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,13 +24,7 @@ func TestLostReentryReplyKeepsTheGrant(t *testing.T) {
 			name = "cancelled"
 		}
 		t.Run(name, func(t *testing.T) {
-			srv := testserver.StartRedis(t, nil)
-			srv.RequireFaults(t)
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 200 * time.Millisecond})
-			t.Cleanup(func() { c.Close() })
-			warm(t, c, 12)
-			raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-			t.Cleanup(func() { raw.Close() })
+			srv, c, raw := stallable(t)
 			first := newTestLocker(t, raw, nil)
 			l := newTestLocker(t, c, &Options{Options: lockOpts(time.Minute)})
 			k := testKey(t)

@@ -289,21 +289,11 @@ func TestMixedHolds(t *testing.T) {
 		if h2.Token() != h1.Token() {
 			t.Errorf("%s: re-entry token %d, want %d", p.name, h2.Token(), h1.Token())
 		}
-		for _, l := range []lock.Locker{nx, watch} {
-			if x, err := l.TryLock(ctx, k); err == nil {
-				x.Unlock(ctx)
-				t.Fatalf("%s: an anonymous attempt was granted beside two holds", p.name)
-			}
-		}
+		excluded(t, p.name+": beside two holds", k, nx, watch)
 		if err := h1.Unlock(ctx); err != nil {
 			t.Fatalf("%s: Unlock of the first hold: %v", p.name, err)
 		}
-		for _, l := range []lock.Locker{nx, watch} {
-			if x, err := l.TryLock(ctx, k); err == nil {
-				x.Unlock(ctx)
-				t.Fatalf("%s: an anonymous attempt was granted beside the remaining hold", p.name)
-			}
-		}
+		excluded(t, p.name+": beside the remaining hold", k, nx, watch)
 		if err := h2.Unlock(ctx); err != nil {
 			t.Fatalf("%s: Unlock of the last hold: %v", p.name, err)
 		}
@@ -315,5 +305,19 @@ func TestMixedHolds(t *testing.T) {
 			t.Fatalf("%s: the key is not free after the last hold: %v", p.name, err)
 		}
 		x.Unlock(ctx)
+	}
+}
+
+// excluded fails the test if any of ls is granted k by an anonymous
+// TryLock.
+func excluded(t *testing.T, what, k string, ls ...lock.Locker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range ls {
+		if x, err := l.TryLock(ctx, k); err == nil {
+			x.Unlock(ctx)
+			t.Fatalf("%s: an anonymous attempt was granted", what)
+		}
 	}
 }
