@@ -18,6 +18,13 @@ import (
 
 func TestMain(m *testing.M) { testserver.Main(m) }
 
+// rawClient is a plain client of the shared server, closed at cleanup.
+func rawClient(t *testing.T) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: testserver.SharedRedis(t).Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
 func lockers(t *testing.T) (nx, watch lock.Locker) {
 	srv := testserver.SharedRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -176,9 +183,7 @@ func TestMixedReaders(t *testing.T) {
 	defer cancel()
 	nxL, watchL := lockers(t)
 	nx, watch := nxL.(lock.RWLocker), watchL.(lock.RWLocker)
-	srv := testserver.SharedRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
+	rdb := rawClient(t)
 	for _, p := range []struct {
 		name           string
 		first, second  lock.RWLocker
@@ -269,9 +274,7 @@ func TestMixedHolds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nx, watch := lockers(t)
-	srv := testserver.SharedRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer rdb.Close()
+	rdb := rawClient(t)
 	for _, p := range []struct {
 		name          string
 		first, second lock.Locker
