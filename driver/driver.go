@@ -86,11 +86,19 @@ const (
 	// Shared grants coexist with other Shared grants and exclude Exclusive
 	// ones. Only drivers implementing Sharer are asked for them.
 	Shared
+	// Permit grants are the permits of a counting semaphore: at most
+	// Lease.Limit of them coexist on a key, and they exclude Exclusive and
+	// Shared grants. Only drivers whose Semaphorer says so are asked for
+	// them.
+	Permit
 )
 
 func (m Mode) String() string {
-	if m == Shared {
+	switch m {
+	case Shared:
 		return "shared"
+	case Permit:
+		return "permit"
 	}
 	return "exclusive"
 }
@@ -118,6 +126,12 @@ type Lease struct {
 	// attempts; the rest are unique to the attempt, which is one hold. See
 	// Reenterer for what the driver's calls do with such a lease.
 	Reentrant bool
+	// Limit is, for a Permit, the number of permits of the key's
+	// semaphore (1 to lock's MaxPermits); zero otherwise. All holders of a
+	// key's permits give the same Limit: an attempt whose Limit differs
+	// from the one the key's permits were granted with fails with an error
+	// wrapping ErrInvalid that says both, and changes nothing.
+	Limit int
 	// TTL is the requested lease time.
 	TTL time.Duration
 	// Lost, when set, may be called by the driver from any goroutine when it
@@ -311,4 +325,25 @@ type Resumer interface {
 	// not nil. A failed Resume leaves nothing to clean up: the grant stays
 	// its first holder's, at most extended.
 	Resume(ctx context.Context, l *Lease) error
+}
+
+// Semaphorer is implemented by drivers that grant Permit leases (counting
+// semaphores; lock's SemLocker), and by drivers that cannot and say why.
+// For a Permit lease l:
+//
+//   - Acquire, and the Queuer's steps, grant l when fewer than l.Limit
+//     permits of the key are live and no other kind of grant holds it;
+//     each permit expires on its own (a crashed holder's returns within
+//     its TTL), and every permit takes a fencing token from the key's one
+//     counter, so tokens increase across all grants of the key. A key
+//     whose permits were granted with another Limit is refused with
+//     ErrInvalid. Where the driver queues, waiters are served in arrival
+//     order: a permit waiter does not pass an earlier waiter of any kind.
+//   - Release, Refresh and Resume act on l.Owner's permit alone.
+//   - While any permit is live the key is held for every Exclusive and
+//     Shared attempt, and, on Redis, for plain SET NX locks of the same key.
+type Semaphorer interface {
+	// Semaphores returns nil when the driver grants permits, or an error
+	// wrapping ErrInvalid that says why it cannot. It makes no I/O.
+	Semaphores() error
 }

@@ -63,6 +63,10 @@ func (l *Lease) Key() string { return l.dl.Key }
 // instead of a corrupted one.
 func (l *Lease) Token() uint64 { return l.dl.Token }
 
+// Limit returns, for a permit of a semaphore (SemLocker), the semaphore's
+// number of permits; zero for any other lease.
+func (l *Lease) Limit() int { return l.dl.Limit }
+
 // Done returns a channel that is closed when the lease ends: released by
 // Unlock, released by Locker.Close, or lost. It is closed no later than the
 // local deadline (see Deadline), so a holder that watches it stops before

@@ -60,9 +60,44 @@ type RWLocker interface {
 	TryRLock(ctx context.Context, key string, opts ...Option) (*Lease, error)
 }
 
+// SemLocker is a Locker that also grants the permits of counting
+// semaphores: at most limit leases of a key at once. Find out with a type
+// assertion:
+//
+//	if sl, ok := locker.(lock.SemLocker); ok { lease, err := sl.Acquire(ctx, "deploys", 4) }
+//
+// A permit is a Lease like any other: a fencing token from the key's one
+// counter (so tokens increase across all grants of the key), Done and Err,
+// Deadline, Refresh, Unlock, automatic renewal, Handle and Resume where the
+// driver resumes leases. A permit expires on its own: a crashed holder's
+// returns within its TTL (ZooKeeper: its session timeout). While any permit
+// of a key is held, Lock and RLock of the key wait like for any holder.
+//
+// The methods are named Acquire, not Lock, because limit is the size of
+// the semaphore, not a weight: each call takes one permit of limit (unlike
+// golang.org/x/sync/semaphore's Acquire(ctx, n), whose n is what is
+// taken). Every holder of a key's permits must give the same limit; a call
+// whose limit differs from the one the key's live permits were granted with
+// fails with ErrInvalid and changes nothing. Waiting is first come, first
+// served on drivers that queue (a waiter is not passed by later arrivals),
+// and by the retry strategy elsewhere.
+type SemLocker interface {
+	Locker
+	// Acquire blocks until one of the limit permits of key is granted,
+	// the retry strategy gives up, or ctx ends; errors as Lock. limit is
+	// from 1 to MaxPermits.
+	Acquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error)
+	// TryAcquire makes one attempt at a permit; errors as TryLock.
+	TryAcquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error)
+}
+
+// MaxPermits is the largest limit of a semaphore (SemLocker).
+const MaxPermits = 1 << 16
+
 // New returns a Locker over a driver. It is for driver packages, whose own
 // New functions call it; users call those (or Open). It returns an RWLocker
-// when d implements driver.Sharer.
+// when d implements driver.Sharer, and a SemLocker when d implements
+// driver.Semaphorer and grants permits (or both).
 //
 // Invalid options are reported by the Locker's first call, wrapped in
 // ErrInvalid, so that constructors need not return errors.
@@ -74,8 +109,16 @@ func New(d driver.Driver, o *Options) Locker {
 	lk.notifier, _ = d.(driver.Notifier)
 	lk.queuer, _ = d.(driver.Queuer)
 	lk.sched = newScheduler(lk)
-	if s, ok := d.(driver.Sharer); ok && s.SupportsShared() {
+	s, ok := d.(driver.Sharer)
+	shared := ok && s.SupportsShared()
+	sem := lk.semaphores() == nil
+	switch {
+	case shared && sem:
+		return &rwSemLocker{lk}
+	case shared:
 		return &rwLocker{lk}
+	case sem:
+		return &semLocker{lk}
 	}
 	return lk
 }
@@ -110,22 +153,69 @@ type locker struct {
 	leases map[*Lease]struct{}
 }
 
-type rwLocker struct{ *locker }
+// The Lockers of drivers with shared leases, permits, or both: each
+// exposes the methods of what its driver grants, so that a type assertion
+// to RWLocker or SemLocker tells.
+type (
+	rwLocker    struct{ *locker }
+	semLocker   struct{ *locker }
+	rwSemLocker struct{ *locker }
+)
 
 func (lk *locker) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return lk.acquire(ctx, "lock", key, driver.Exclusive, true, opts)
+	return lk.acquire(ctx, "lock", key, driver.Exclusive, 0, true, opts)
 }
 
 func (lk *locker) TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return lk.acquire(ctx, "trylock", key, driver.Exclusive, false, opts)
+	return lk.acquire(ctx, "trylock", key, driver.Exclusive, 0, false, opts)
+}
+
+func (lk *locker) rlock(ctx context.Context, key string, wait bool, opts []Option) (*Lease, error) {
+	op := "tryrlock"
+	if wait {
+		op = "rlock"
+	}
+	return lk.acquire(ctx, op, key, driver.Shared, 0, wait, opts)
+}
+
+func (lk *locker) permit(ctx context.Context, key string, limit int, wait bool, opts []Option) (*Lease, error) {
+	op := "tryacquire"
+	if wait {
+		op = "acquire"
+	}
+	return lk.acquire(ctx, op, key, driver.Permit, limit, wait, opts)
 }
 
 func (rw *rwLocker) RLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return rw.acquire(ctx, "rlock", key, driver.Shared, true, opts)
+	return rw.rlock(ctx, key, true, opts)
 }
 
 func (rw *rwLocker) TryRLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return rw.acquire(ctx, "tryrlock", key, driver.Shared, false, opts)
+	return rw.rlock(ctx, key, false, opts)
+}
+
+func (sl *semLocker) Acquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
+	return sl.permit(ctx, key, limit, true, opts)
+}
+
+func (sl *semLocker) TryAcquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
+	return sl.permit(ctx, key, limit, false, opts)
+}
+
+func (rs *rwSemLocker) RLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return rs.rlock(ctx, key, true, opts)
+}
+
+func (rs *rwSemLocker) TryRLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return rs.rlock(ctx, key, false, opts)
+}
+
+func (rs *rwSemLocker) Acquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
+	return rs.permit(ctx, key, limit, true, opts)
+}
+
+func (rs *rwSemLocker) TryAcquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
+	return rs.permit(ctx, key, limit, false, opts)
 }
 
 // begin registers a call under way, or fails when the Locker is closed.
@@ -149,6 +239,23 @@ func namedOwner(id string) string {
 	return hex.EncodeToString(b[:])
 }
 
+// semaphores returns nil when the driver grants permits, or why it cannot.
+func (lk *locker) semaphores() error {
+	s, ok := lk.d.(driver.Semaphorer)
+	if !ok {
+		return errors.New("this backend's driver grants no semaphore permits")
+	}
+	return s.Semaphores()
+}
+
+// checkLimit checks a semaphore's limit.
+func checkLimit(limit int) error {
+	if limit < 1 || limit > MaxPermits {
+		return fmt.Errorf("semaphore limit %d out of range [1, %d]", limit, MaxPermits)
+	}
+	return nil
+}
+
 // reenterer returns nil when the driver keeps holds for named owners, or
 // why it cannot.
 func (lk *locker) reenterer() error {
@@ -159,12 +266,17 @@ func (lk *locker) reenterer() error {
 	return r.Reentrancy()
 }
 
-func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mode, wait bool, opts []Option) (*Lease, error) {
+func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
 	if lk.optsErr != nil {
 		return nil, newError(op, key, ErrInvalid, lk.optsErr)
 	}
 	if err := checkKey(key); err != nil {
 		return nil, newError(op, key, ErrInvalid, err)
+	}
+	if mode == driver.Permit {
+		if err := checkLimit(limit); err != nil {
+			return nil, newError(op, key, ErrInvalid, err)
+		}
 	}
 	co, err := lk.callOptions(opts)
 	if err != nil {
@@ -172,8 +284,8 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 	}
 	owner := ""
 	if co.named {
-		if mode == driver.Shared {
-			return nil, newError(op, key, ErrInvalid, errors.New("WithOwner is for exclusive leases: shared leases are not reentrant"))
+		if mode != driver.Exclusive {
+			return nil, newError(op, key, ErrInvalid, fmt.Errorf("WithOwner is for exclusive leases: %s leases are not reentrant", mode))
 		}
 		if err := lk.reenterer(); err != nil {
 			return nil, newError(op, key, ErrInvalid, err)
@@ -182,7 +294,7 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 	} else {
 		owner = newOwner()
 	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, TTL: co.ttl, Reentrant: co.named})
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, Limit: limit, TTL: co.ttl, Reentrant: co.named})
 	if err != nil {
 		return nil, err
 	}
@@ -687,4 +799,29 @@ func As(l Locker, target any) bool {
 func (lk *locker) As(target any) bool {
 	a, ok := lk.d.(interface{ As(any) bool })
 	return ok && a.As(target)
+}
+
+// Semaphores returns l as a SemLocker when its driver grants semaphore
+// permits, or else an error wrapping ErrInvalid that says why not (the
+// driver's reason, such as memcached's). Use it instead of a bare type
+// assertion where the reason is worth showing.
+func Semaphores(l Locker) (SemLocker, error) {
+	if sl, ok := l.(SemLocker); ok {
+		return sl, nil
+	}
+	if lk, ok := unwrapLocker(l); ok {
+		return nil, newError("acquire", "", ErrInvalid, lk.semaphores())
+	}
+	return nil, newError("acquire", "", ErrInvalid, errors.New("this Locker grants no semaphore permits"))
+}
+
+// unwrapLocker returns the locker behind a Locker of this package.
+func unwrapLocker(l Locker) (*locker, bool) {
+	switch v := l.(type) {
+	case *locker:
+		return v, true
+	case *rwLocker:
+		return v.locker, true
+	}
+	return nil, false
 }

@@ -22,8 +22,9 @@ const handlePrefix = "dlock1."
 // Handle returns a printable description of the lease's grant, for
 // Locker.Resume in another Locker or process: its mode, owner token,
 // fencing token and key, as "dlock1.MODE.OWNER.TOKEN.KEY" (MODE "x" for
-// exclusive, "s" for shared, "o" for one hold of a named owner; OWNER 32 hex digits, TOKEN decimal, KEY in unpadded URL-safe
-// base64). It is safe in a file, a command line or an environment
+// exclusive, "s" for shared, "o" for one hold of a named owner, "pN" for a
+// permit of a semaphore of N permits; OWNER 32 hex digits, TOKEN decimal,
+// KEY in unpadded URL-safe base64). It is safe in a file, a command line or an environment
 // variable.
 //
 // A handle is a capability: whoever has it can extend and release the
@@ -31,9 +32,12 @@ const handlePrefix = "dlock1."
 // Keep it as secret as the lease deserves.
 func (l *Lease) Handle() string {
 	mode := "x"
-	if l.dl.Mode == driver.Shared {
+	switch {
+	case l.dl.Mode == driver.Shared:
 		mode = "s"
-	} else if l.dl.Reentrant {
+	case l.dl.Mode == driver.Permit:
+		mode = "p" + strconv.Itoa(l.dl.Limit)
+	case l.dl.Reentrant:
 		mode = "o"
 	}
 	return handlePrefix + mode + "." + l.dl.Owner + "." + strconv.FormatUint(l.dl.Token, 10) + "." +
@@ -45,6 +49,7 @@ type handle struct {
 	key, owner string
 	token      uint64
 	mode       driver.Mode
+	limit      int  // a permit's semaphore limit ("pN")
 	reentrant  bool // a hold of a named owner ("o")
 }
 
@@ -67,7 +72,12 @@ func parseHandle(s string) (handle, error) {
 	case "o":
 		h.reentrant = true
 	default:
-		return h, fmt.Errorf("lease handle: mode %.8q, want x, s or o", parts[0])
+		n, ok := strings.CutPrefix(parts[0], "p")
+		limit, err := strconv.Atoi(n)
+		if !ok || err != nil || strconv.Itoa(limit) != n || checkLimit(limit) != nil {
+			return h, fmt.Errorf("lease handle: mode %.8q, want x, s, o or pN (N from 1 to %d)", parts[0], MaxPermits)
+		}
+		h.mode, h.limit = driver.Permit, limit
 	}
 	h.owner = parts[1]
 	if !isOwner(h.owner) {
@@ -121,6 +131,11 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 			return nil, newError(op, key, ErrInvalid, errors.New("a shared lease, and this backend's driver grants none"))
 		}
 	}
+	if hd.mode == driver.Permit {
+		if err := lk.semaphores(); err != nil {
+			return nil, newError(op, key, ErrInvalid, err)
+		}
+	}
 	if hd.reentrant {
 		if err := lk.reenterer(); err != nil {
 			return nil, newError(op, key, ErrInvalid, err)
@@ -133,7 +148,7 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 	if co.named {
 		return nil, newError(op, key, ErrInvalid, errors.New("WithOwner does not apply to Resume: the handle names the owner"))
 	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, TTL: co.ttl, Token: hd.token, Reentrant: hd.reentrant})
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, Limit: hd.limit, TTL: co.ttl, Token: hd.token, Reentrant: hd.reentrant})
 	if err != nil {
 		return nil, err
 	}

@@ -85,6 +85,10 @@ func (d *memDriver) As(target any) bool {
 
 func (d *memDriver) SupportsShared() bool { return true }
 
+// Semaphores implements driver.Semaphorer: a Store keeps permits as
+// entries of the key's queue.
+func (d *memDriver) Semaphores() error { return nil }
+
 func (d *memDriver) Validate(l *driver.Lease) error { return nil }
 
 func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
@@ -107,7 +111,11 @@ func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 			return nil
 		}
 	}
-	q.entries = append(q.entries, &entry{owner: l.Owner, shared: l.Mode == driver.Shared})
+	if err := q.limitConflict(l); err != nil {
+		s.dropIfEmptyLocked(l.Key, q)
+		return err
+	}
+	q.entries = append(q.entries, newEntry(l, nil))
 	i := len(q.entries) - 1
 	if !q.grantable(i) {
 		q.entries = q.entries[:i]
@@ -116,6 +124,14 @@ func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	}
 	d.grantLocked(l, q.entries[i])
 	return nil
+}
+
+func newEntry(l *driver.Lease, wake chan<- struct{}) *entry {
+	e := &entry{owner: l.Owner, shared: l.Mode == driver.Shared, wake: wake}
+	if l.Mode == driver.Permit {
+		e.limit = l.Limit
+	}
+	return e
 }
 
 // untilFree is the time until the earliest grant of q expires.
@@ -151,9 +167,13 @@ func (d *memDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struc
 	}
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
-	e := &entry{owner: l.Owner, shared: l.Mode == driver.Shared, wake: wake}
-	l.Data = e
 	q := d.s.queueLocked(l.Key, true)
+	if err := q.limitConflict(l); err != nil {
+		d.s.dropIfEmptyLocked(l.Key, q)
+		return err
+	}
+	e := newEntry(l, wake)
+	l.Data = e
 	q.entries = append(q.entries, e)
 	return d.turnLocked(l, q)
 }
@@ -168,6 +188,10 @@ func (d *memDriver) Check(ctx context.Context, l *driver.Lease) error {
 	defer d.s.mu.Unlock()
 	q := d.s.queueLocked(l.Key, true)
 	if q.find(l.Owner) < 0 {
+		if err := q.limitConflict(l); err != nil {
+			d.s.dropIfEmptyLocked(l.Key, q)
+			return err
+		}
 		q.entries = append(q.entries, l.Data.(*entry))
 	}
 	return d.turnLocked(l, q)
@@ -304,7 +328,7 @@ func (d *memDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	e := q.entries[i]
-	if e.token != l.Token || e.shared != (l.Mode == driver.Shared) || (e.holds != nil) != l.Reentrant {
+	if e.token != l.Token || e.shared != (l.Mode == driver.Shared) || e.limit != l.Limit || (e.holds != nil) != l.Reentrant {
 		return driver.ErrNotHeld
 	}
 	if e.holds != nil {

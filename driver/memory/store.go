@@ -1,9 +1,12 @@
 package memory
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // A Store is the in-process backend that memory Lockers share, as a Redis
@@ -24,7 +27,8 @@ func NewStore() *Store {
 
 // queue is one key: its holders and waiters in arrival order. An exclusive
 // entry is granted when it is first; a shared entry when no exclusive entry
-// is before it (the ZooKeeper shared-lock recipe).
+// is before it (the ZooKeeper shared-lock recipe); a permit of a semaphore
+// of N permits when only permits are before it, fewer than N.
 type queue struct {
 	entries []*entry
 }
@@ -32,6 +36,7 @@ type queue struct {
 type entry struct {
 	owner   string
 	shared  bool
+	limit   int // a permit's semaphore size; 0 for other entries
 	granted bool
 	expires time.Time       // for granted entries
 	token   uint64          // for granted entries
@@ -53,12 +58,37 @@ func (e *entry) heldBy(owner string) bool {
 
 func (q *queue) grantable(i int) bool {
 	e := q.entries[i]
+	if e.limit > 0 {
+		if i >= e.limit {
+			return false
+		}
+		for _, before := range q.entries[:i] {
+			if before.limit == 0 {
+				return false
+			}
+		}
+		return true
+	}
 	for _, before := range q.entries[:i] {
 		if !e.shared || !before.shared {
 			return false
 		}
 	}
 	return true
+}
+
+// limitConflict returns an error wrapping driver.ErrInvalid when l is a
+// permit and the key's permits (granted or waiting) have another limit.
+func (q *queue) limitConflict(l *driver.Lease) error {
+	if l.Mode != driver.Permit {
+		return nil
+	}
+	for _, e := range q.entries {
+		if e.limit > 0 && e.limit != l.Limit {
+			return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrInvalid, e.limit, l.Limit)
+		}
+	}
+	return nil
 }
 
 func (q *queue) find(owner string) int {

@@ -74,6 +74,10 @@ type Caps struct {
 	// (lock.WithOwner); without it, the suite checks that WithOwner is
 	// refused with ErrInvalid.
 	Reentry bool
+	// Semaphore: the driver grants the permits of counting semaphores
+	// (lock.SemLocker); without it, the suite checks that lock.Semaphores
+	// refuses the Locker with ErrInvalid.
+	Semaphore bool
 }
 
 // ttl returns a short test TTL the driver accepts.

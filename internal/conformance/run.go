@@ -43,6 +43,14 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Reentry/ShortHold", testReentryShortHold},
 		{"Reentry/LostTogether", testReentryLostTogether},
 		{"Reentry/Resume", testReentryResume},
+		{"Semaphore/Limit", testSemaphoreLimit},
+		{"Semaphore/Contention", testSemaphoreContention},
+		{"Semaphore/LimitMismatch", testSemaphoreLimitMismatch},
+		{"Semaphore/CrashedHolder", testSemaphoreCrashedHolder},
+		{"Semaphore/Cancel", testSemaphoreCancel},
+		{"Semaphore/FIFO", testSemaphoreFIFO},
+		{"Semaphore/DoneOnDelete", testSemaphoreDoneOnDelete},
+		{"Semaphore/Resume", testSemaphoreResume},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
