@@ -42,6 +42,9 @@ type Core struct {
 	Notify *Notifier
 	// SharedLeases: Validate accepts shared leases (the driver grants them).
 	SharedLeases bool
+	// Permits: Validate accepts the permits of semaphores (the driver
+	// grants them).
+	Permits bool
 	name         string
 	owns         bool  // opened from a URL: Close closes Client
 	bad          error // an unusable configuration; Validate reports it
@@ -75,13 +78,15 @@ func NewCore(name string, client redis.UniversalClient, o *Options, owns bool) (
 func (c *Core) LockKey(key string) string { return LockKey(c.Prefix, key) }
 
 // Validate refuses what the drivers cannot carry: shared leases (unless
-// SharedLeases), keys that are not UTF-8, TTLs below Redis's millisecond.
+// SharedLeases), permits (unless Permits), keys that are not UTF-8, TTLs below Redis's millisecond.
 func (c *Core) Validate(l *driver.Lease) error {
 	switch {
 	case c.bad != nil:
 		return fmt.Errorf("%w: %v", driver.ErrInvalid, c.bad)
-	case l.Mode != driver.Exclusive && !c.SharedLeases:
-		return fmt.Errorf("%w: %s grants exclusive leases only", driver.ErrInvalid, c.name)
+	case l.Mode == driver.Shared && !c.SharedLeases:
+		return fmt.Errorf("%w: %s grants no shared leases", driver.ErrInvalid, c.name)
+	case l.Mode == driver.Permit && !c.Permits:
+		return fmt.Errorf("%w: %s grants no semaphore permits", driver.ErrInvalid, c.name)
 	case !utf8.ValidString(l.Key):
 		return fmt.Errorf("%w: key is not valid UTF-8", driver.ErrInvalid)
 	case l.TTL < time.Millisecond:

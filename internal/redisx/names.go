@@ -2,6 +2,7 @@ package redisx
 
 import (
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,12 @@ func NilClient(client redis.UniversalClient) bool {
 //	P{K}:h             the holds of a named owner's grant (lock.WithOwner):
 //	                   a hash of the holds' owner tokens (value "1") and
 //	                   "t", the grant's fencing token; it expires with P{K}
+//	P{K}:s             the permits of a semaphore (P{K} then holds
+//	                   PermitsValue(N), "S" and the limit N in decimal): a
+//	                   sorted set of owners scored by when each permit
+//	                   expires, in ms on the server's clock; P{K}'s PX is
+//	                   at least the longest permit's, so that every other
+//	                   grant (and a plain SET NX lock) finds the key held
 //	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
 //	Pinbox:ID          a Locker's inbox channel (ID: 32 hex digits)
 //
@@ -54,6 +61,7 @@ const (
 	CounterSuffix = ":fence"
 	ChannelSuffix = ":rel"
 	ReadersSuffix = ":r"
+	PermitsSuffix = ":s"
 	HoldsSuffix   = ":h"
 	VoidInfix     = ":void:"
 	InboxInfix    = "inbox:"
@@ -62,6 +70,11 @@ const (
 // Readers is the value of a lock key while readers hold shares (never an
 // owner token: those are lowercase hex).
 const Readers = "R"
+
+// PermitsValue is the value of a lock key while permits of a semaphore of
+// limit permits are held: "S" and the limit in decimal (never an owner
+// token, nor Readers).
+func PermitsValue(limit int) string { return "S" + strconv.Itoa(limit) }
 
 // LockKey returns the Redis key of the lock on key.
 func LockKey(prefix, key string) string {
