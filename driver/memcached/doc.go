@@ -201,6 +201,12 @@
 // Either breaks a guarantee, so the driver refuses shared leases
 // (ErrInvalid: the Locker is not a lock.RWLocker).
 //
+// Semaphore permits are refused for the same reason (lock.Semaphores
+// returns ErrInvalid with it; the Locker is not a lock.SemLocker): the
+// permits of one item, updated by cas, must each expire on their own, so
+// that a crashed holder's permit returns within its TTL while the others
+// hold theirs, and nothing but the item's one expiration can say when.
+//
 // Renewals are not batched (driver.BatchRefresher): gomemcache sends each
 // cas as its own round trip, so a batch could only merge the gets; lock
 // already runs up to 16 refreshes at once.

@@ -104,6 +104,12 @@ func (h *holdsValue) expiration() int32 {
 	return m
 }
 
+// Semaphores implements driver.Semaphorer: memcached cannot carry permits
+// (see the package doc, "Not offered").
+func (d *mcDriver) Semaphores() error {
+	return fmt.Errorf("%w: memcached grants no semaphore permits: each permit must expire on its own, and an item has one expiration and clients have no server clock to write each permit's in (see the driver's package doc)", driver.ErrInvalid)
+}
+
 // Reentrancy implements driver.Reenterer.
 func (d *mcDriver) Reentrancy() error { return nil }
 
