@@ -45,9 +45,9 @@ type Core struct {
 	// Permits: Validate accepts the permits of semaphores (the driver
 	// grants them).
 	Permits bool
-	name         string
-	owns         bool  // opened from a URL: Close closes Client
-	bad          error // an unusable configuration; Validate reports it
+	name    string
+	owns    bool  // opened from a URL: Close closes Client
+	bad     error // an unusable configuration; Validate reports it
 }
 
 // NewCore returns the core of driver name over client, and the lock.Options
