@@ -115,6 +115,40 @@
 // ZooKeeper refuses WithOwner with ErrInvalid, as every driver refuses it
 // for RLock, TryRLock and Resume.
 //
+// # Semaphores
+//
+// A SemLocker grants the permits of counting semaphores: Acquire(ctx, key,
+// limit) blocks until one of limit permits of key is granted, so at most
+// limit holders run at once (N workers on a rate-limited API, N concurrent
+// deploys, a pool of licences). Find out whether a Locker is one with
+// Semaphores (which says why not) or a type assertion. A permit is a Lease
+// like any other:
+//
+//   - its fencing token comes from the key's one counter, so it is above
+//     the token of every earlier grant of the key, permit or lock;
+//   - Done, Err, Deadline, Refresh, Unlock, automatic renewal (batched
+//     where the driver batches), Handle (mode "pN") and Resume behave as
+//     for locks;
+//   - each permit expires on its own: a crashed holder's permit returns
+//     within its TTL (ZooKeeper: its session timeout) while the others
+//     stay held;
+//   - while any permit is held, Lock and RLock of the key wait, and while
+//     a lock is held, Acquire waits: a key is a lock or a semaphore at one
+//     time, never both.
+//
+// limit is the size of the semaphore, given with every call because the
+// backends store it with the permits: a call whose limit differs from the
+// one the key's live permits (or queued permit waiters) were granted with
+// fails with ErrInvalid and changes nothing, so two fleets configured with
+// different limits find out at once instead of admitting more holders than
+// either expects. Once every permit is gone the key takes any limit.
+//
+// Waiting is first come, first served on drivers that queue (memory,
+// redisnx, rediswatch, ZooKeeper): a permit is not granted past an earlier
+// waiter of any kind, so a waiting Lock of the key is not starved by
+// permits that come after it. Permits are not reentrant: WithOwner is
+// refused. memcached grants no permits (its package doc says why).
+//
 // # Handing a lease over
 //
 // Lease.Handle describes a grant in one printable word, for a file, a

@@ -76,3 +76,38 @@ func ExampleRWLocker() {
 	// two readers: true
 	// writer refused: true
 }
+
+// At most three deploys at once: each takes one of three permits of
+// "deploys"; a fourth waits until a permit is returned.
+func ExampleSemLocker() {
+	ctx := context.Background()
+	locker := memory.New(memory.NewStore(), nil)
+	defer locker.Close()
+	sem, err := lock.Semaphores(locker) // ErrInvalid, with the reason, on a backend without permits
+	if err != nil {
+		panic(err)
+	}
+	var permits []*lock.Lease
+	for range 3 {
+		p, err := sem.TryAcquire(ctx, "deploys", 3)
+		if err != nil {
+			panic(err)
+		}
+		permits = append(permits, p)
+	}
+	_, err = sem.TryAcquire(ctx, "deploys", 3)
+	fmt.Println("fourth:", errors.Is(err, lock.ErrNotAcquired))
+	_, err = sem.TryAcquire(ctx, "deploys", 5)
+	fmt.Println("another limit:", errors.Is(err, lock.ErrInvalid))
+
+	permits[0].Unlock(ctx)
+	p, err := sem.Acquire(ctx, "deploys", 3)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("token above the others:", p.Token() > permits[2].Token(), "limit:", p.Limit())
+	// Output:
+	// fourth: true
+	// another limit: true
+	// token above the others: true limit: 3
+}
