@@ -42,7 +42,7 @@ func runHotKey(ctx context.Context, cfg *config, t *table) error {
 			}
 			err := interleaved(ctx, cfg, t, scen, backend, true, func(l lib, round int) (*contention, error) {
 				key := cfg.key("hotkey", fmt.Sprint(n), l.name, fmt.Sprint(round))
-				return contend(ctx, l, cfg.addr[backend], n, cfg.hotDur/time.Duration(cfg.rounds), func(int) string { return key })
+				return contend(ctx, l, cfg.addr[backend], n, 1, cfg.hotDur/time.Duration(cfg.rounds), func(int) string { return key })
 			})
 			if err != nil {
 				return err
@@ -61,7 +61,7 @@ func runManyKeys(ctx context.Context, cfg *config, t *table) error {
 		}
 		err := interleaved(ctx, cfg, t, scen, backend, false, func(l lib, round int) (*contention, error) {
 			base := cfg.key("manykeys", l.name, fmt.Sprint(round))
-			return contend(ctx, l, cfg.addr[backend], n, cfg.manyDur/time.Duration(cfg.rounds), func(i int) string { return fmt.Sprintf("%s/%d", base, i) })
+			return contend(ctx, l, cfg.addr[backend], n, 1, cfg.manyDur/time.Duration(cfg.rounds), func(i int) string { return fmt.Sprintf("%s/%d", base, i) })
 		})
 		if err != nil {
 			return err
@@ -171,8 +171,9 @@ func (c *contention) row(scen string, l lib, hot bool) *row {
 	return &row{scenario: scen, backend: l.backend, lib: l.name, kind: kind, figs: figs}
 }
 
-// contend runs n contenders of l for dur, contender i on key(i).
-func contend(ctx context.Context, l lib, addr string, n int, dur time.Duration, key func(int) string) (*contention, error) {
+// contend runs n contenders of l for dur, contender i on key(i); more than
+// limit holders of a key at once count as overlapping grants.
+func contend(ctx context.Context, l lib, addr string, n, limit int, dur time.Duration, key func(int) string) (*contention, error) {
 	clients := make([]client, n)
 	for i := range clients {
 		c, err := l.open(ctx, addr)
@@ -255,7 +256,7 @@ func contend(ctx context.Context, l lib, addr string, n int, dur time.Duration, 
 					failures++
 				}
 				waits = append(waits, time.Since(want))
-				if cs.Add(1) != 1 {
+				if cs.Add(1) > int32(limit) {
 					overlaps++
 				}
 				grants++

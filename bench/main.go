@@ -13,7 +13,8 @@
 // DLOCK_ZOOKEEPER_ADDR; a backend without an address is left out.
 //
 // The scenarios (see each file): uncontended.go, handoff.go,
-// contention.go (hot key, many keys), renewal.go.
+// contention.go (hot key, many keys), renewal.go, semaphore.go (permits
+// against the same driver's lock; no Go peer has a distributed semaphore).
 package main
 
 import (
@@ -96,7 +97,7 @@ func run() int {
 	var (
 		out       = flag.String("out", "", "also write the report to this file (a directory: a file named by the date and host in it)")
 		only      = flag.String("libs", "", "comma-separated libraries to run (e.g. redisnx,redsync); all when empty")
-		scenarios = flag.String("scenarios", "uncontended,handoff,hotkey,manykeys,renewal", "comma-separated scenarios to run")
+		scenarios = flag.String("scenarios", "uncontended,handoff,hotkey,manykeys,renewal,semaphore", "comma-separated scenarios to run")
 		hot       = flag.String("hot-contenders", "8,32", "contender counts of the hot-key scenario")
 		leases    = flag.String("leases", "10000,100000", "lease counts of the renewal scenario")
 		short     = flag.Bool("short", false, "a quick run with small counts and durations (a smoke test, not for figures)")
@@ -181,6 +182,7 @@ func run() int {
 		{"hotkey", runHotKey},
 		{"manykeys", runManyKeys},
 		{"renewal", runRenewal},
+		{"semaphore", runSemaphore},
 	}
 	want := strings.Split(*scenarios, ",")
 	for _, s := range steps {
@@ -257,7 +259,9 @@ const legend = `How to read it:
                uncontended: two round trips back to back (2×PING, 2×version, 2×exists);
                hand-off: one round trip from the same idle state, so the ratio is in round trips;
                hot key, many keys: as many goroutines making cycles of two round trips, so the
-               ratio is the share of the backend's raw capacity at that concurrency.
+               ratio is the share of the backend's raw capacity at that concurrency;
+               semaphore: the same, for permits of a semaphore of 4 and for the same driver's
+               lock on one key (no Go peer has a distributed semaphore to compare with).
   x best peer  the figure divided by the best peer's on the same backend (lower is better for
                times, allocations, commands and spreads; higher for grants/s).
   waits        from wanting the lock to the grant, across Lock calls that gave up meanwhile;
