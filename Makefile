@@ -5,7 +5,8 @@ TIMEOUT ?= 20m
 
 .PHONY: test check servers conformance unit images up down test-docker chaos bench nemesis
 
-## test: install missing servers, vet, and run every test against real servers;
+## test: install missing servers, vet, and run every test against real servers
+## (the bench module's too: peer libraries on dlock's keys);
 ## then, when a Docker engine answers, the same servers in containers (test-docker).
 ## The nemesis's short pass runs on its own after the other packages: its
 ## timing checks (a call returning 200ms past its context's end) are made on a
@@ -15,6 +16,8 @@ test: servers check
 	$(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list $(PKGS) | grep -v /internal/nemesis$$)
 	@nem=$$($(GO) list $(PKGS) | grep '/internal/nemesis$$' || true); \
 	  if [ -n "$$nem" ]; then echo "test: $$nem on its own"; $(GO) test -count=1 -timeout $(TIMEOUT) $$nem; fi
+	@echo "test: bench module (the peers themselves on dlock's keys: redsync, redislock)"
+	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-docker
 
 ## check: go vet and gofmt.
