@@ -55,6 +55,10 @@ type waiter struct {
 	fired chan struct{}
 	stop  chan struct{} // closed by end: the watch's goroutine stops
 	ended sync.Once
+	// onChildren: the watch set was on the key node's children (a permit
+	// first in line), so the next step lists them with a new watch at
+	// once.
+	onChildren bool
 }
 
 // Join implements driver.Queuer.
@@ -150,13 +154,18 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 				v, known = verdict{present: true, granted: true}, true
 			}
 		}
+		if !known && w.onChildren && w.n.czxid != 0 && w.n.session != 0 {
+			// The children changed: list them with a new watch (the case
+			// below), which judges the node anew.
+			v, known = verdict{present: true, children: true}, true
+		}
 		if !known {
 			var err error
 			if v, err = d.inspect(bg, w.kp, &w.n); err != nil {
 				return ride(err)
 			}
 		}
-		known = false
+		known, w.onChildren = false, false
 		switch {
 		case !v.present:
 			// The node is gone: its session expired, or another client
@@ -190,6 +199,7 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			v, known = judge(children, w.n.path[len(w.kp)+1:]), true
 			if v.present && !v.granted && v.conflict == 0 && (v.children || v.watch == seen) {
 				w.arm(ch, d.mon.stop)
+				w.onChildren = true
 				return &driver.HeldError{}
 			}
 			continue // judged anew: act on it
