@@ -25,13 +25,17 @@ func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 		return &driver.HeldError{}
 	}
 	d.grant(l, n, d.sessionTimeout())
+	if v.announce {
+		d.announce(n)
+	}
 	return nil
 }
 
-// Lock and RLock are the steps of driver.Queuer, which lock drives: Join
-// creates the node and lists the queue; if something earlier blocks the
-// node, it watches the nearest blocker (getData with a watch, as zk.Lock
-// and Curator do). The watch's firing wakes lock, whose Check lists the
+// Lock, RLock and Acquire are the steps of driver.Queuer, which lock
+// drives: Join creates the node and lists the queue; if something earlier
+// blocks the node, it watches the nearest blocker (getData with a watch,
+// as zk.Lock and Curator do), or, for a permit first in line behind
+// granted permits, the key node's children (see judge). The watch's firing wakes lock, whose Check lists the
 // queue again; a Check before it fires costs nothing. A lost connection
 // is waited out, keeping the node (its session survives a reconnection
 // within the session timeout; if it does not, the node is gone and the
@@ -51,6 +55,10 @@ type waiter struct {
 	fired chan struct{}
 	stop  chan struct{} // closed by end: the watch's goroutine stops
 	ended sync.Once
+	// onChildren: the watch set was on the key node's children (a permit
+	// first in line), so the next step lists them with a new watch at
+	// once.
+	onChildren bool
 }
 
 // Join implements driver.Queuer.
@@ -122,11 +130,19 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 		}
 		return err
 	}
+	var (
+		v     verdict
+		known bool // v judges a listing made since the last turn of the loop
+		// seen is a permit waiter before l found granted (its data
+		// written) while the listing said it waits: then l watches the
+		// children, which cannot miss its turn, rather than list again
+		// and again.
+		seen string
+	)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		var v verdict
 		if w.n.path == "" {
 			n, err := d.join(ctx, l, w.kp, true)
 			if err != nil {
@@ -135,21 +151,31 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			w.n = n
 			if n.alone && n.listing == nil {
 				// The only child: granted, as a listing would show.
-				v = verdict{present: true, granted: true}
+				v, known = verdict{present: true, granted: true}, true
 			}
 		}
-		if !v.present {
+		if !known && w.onChildren && w.n.czxid != 0 && w.n.session != 0 {
+			// The children changed: list them with a new watch (the case
+			// below), which judges the node anew.
+			v, known = verdict{present: true, children: true}, true
+		}
+		if !known {
 			var err error
 			if v, err = d.inspect(bg, w.kp, &w.n); err != nil {
 				return ride(err)
 			}
 		}
+		known, w.onChildren = false, false
 		switch {
 		case !v.present:
 			// The node is gone: its session expired, or another client
 			// deleted it. Queue again, at the back.
 			w.n = node{}
 			continue
+		case v.conflict != 0:
+			d.discard(w.kp, l.Owner, w.n.path)
+			w.n = node{}
+			return limitError(l, v)
 		case v.granted:
 			if err := d.ensureProof(ctx, w.n.session); err != nil {
 				return ride(err)
@@ -159,19 +185,47 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			// as long as the session may, counted from that proof.
 			d.grant(l, w.n, d.mon.validitySince(begin, w.n.session, d.sessionTimeout()))
 			d.end(w)
+			if v.announce {
+				d.announce(w.n)
+			}
 			return nil
+		case v.children || v.watch != "" && v.watch == seen:
+			// The watch is set by the listing judged, so no change after
+			// it is missed.
+			children, ch, err := d.watchChildren(bg, w.kp)
+			if err != nil {
+				return ride(err)
+			}
+			v, known = judge(children, w.n.path[len(w.kp)+1:]), true
+			if v.present && !v.granted && v.conflict == 0 && (v.children || v.watch == seen) {
+				w.arm(ch, d.mon.stop)
+				w.onChildren = true
+				return &driver.HeldError{}
+			}
+			continue // judged anew: act on it
 		}
-		ch, err := d.watch(bg, w.kp+"/"+v.watch)
+		ch, st, err := d.watch(bg, w.kp+"/"+v.watch)
 		if err != nil {
 			return ride(err)
 		}
 		if ch == nil {
 			continue // the blocker is gone already: list again
 		}
-		w.fired = make(chan struct{})
-		go w.await(ch, w.fired, d.mon.stop)
+		if v.watchGrant && st.Version != 0 {
+			// The permit waiter before l was granted after the listing
+			// (see announce): l's turn may have come. List again.
+			seen = v.watch
+			continue
+		}
+		w.arm(ch, d.mon.stop)
 		return &driver.HeldError{}
 	}
+}
+
+// arm makes the next Check wait for the watch ch.
+func (w *waiter) arm(ch <-chan zk.Event, closed chan struct{}) {
+	w.fired = make(chan struct{})
+	go w.await(ch, w.fired, closed)
 }
 
 // await waits for the watch's event (the blocker deleted or changed, or
@@ -256,6 +310,9 @@ func (d *zkDriver) firstMoves(ctx context.Context, l *driver.Lease, kp string) (
 	switch {
 	case !v.present:
 		return node{}, verdict{}, errors.Join(fmt.Errorf("zookeeper: lock node %s vanished right after its creation (session expired, or deleted by another client)", n.path), ctx.Err())
+	case v.conflict != 0:
+		d.discard(kp, l.Owner, n.path)
+		return node{}, verdict{}, limitError(l, v)
 	case !v.granted:
 		d.discard(kp, l.Owner, n.path)
 		n.path = ""
@@ -356,15 +413,66 @@ func (d *zkDriver) inspect(ctx context.Context, kp string, n *node) (verdict, er
 	return judge(children, name), nil
 }
 
-// watch sets a watch on path and returns its channel, or nil if path does
-// not exist (then no watch is left behind).
-func (d *zkDriver) watch(ctx context.Context, path string) (<-chan zk.Event, error) {
-	ch, err := read(ctx, d, func() (<-chan zk.Event, error) {
-		_, _, ch, err := d.conn.GetW(path)
-		return ch, err
+// watch sets a watch on path and returns its channel and the node's Stat
+// as the watch found it, or nil if path does not exist (then no watch is
+// left behind).
+func (d *zkDriver) watch(ctx context.Context, path string) (<-chan zk.Event, *zk.Stat, error) {
+	type watched struct {
+		ch <-chan zk.Event
+		st *zk.Stat
+	}
+	r, err := read(ctx, d, func() (watched, error) {
+		_, st, ch, err := d.conn.GetW(path)
+		return watched{ch, st}, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return ch, err
+	return r.ch, r.st, err
+}
+
+// watchChildren lists kp's children and sets a watch on them, in one
+// request; none when kp is gone (and the lock nodes with it).
+func (d *zkDriver) watchChildren(ctx context.Context, kp string) ([]string, <-chan zk.Event, error) {
+	type watched struct {
+		children []string
+		ch       <-chan zk.Event
+	}
+	r, err := read(ctx, d, func() (watched, error) {
+		children, _, ch, err := d.conn.ChildrenW(kp)
+		return watched{children, ch}, err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil, nil
+	}
+	return r.children, r.ch, err
+}
+
+// grantedData is what announce writes into a granted permit's node.
+var grantedData = []byte("granted")
+
+// announce writes the data of n, a permit node just granted, once, in the
+// background, so that a permit waiting behind it with a data watch on it
+// wakes and lists the queue again: that waiter's turn may have come (see
+// judge). It retries through a lost connection while n's session lives;
+// a node already released needs no announcement (its deletion fired the
+// watch).
+func (d *zkDriver) announce(n node) {
+	d.calls.Add(1)
+	go func() {
+		defer d.calls.Done()
+		ctx := d.mon.ctx
+		for d.conn.SessionID() == n.session {
+			_, err := write(ctx, d, func() (*zk.Stat, error) { return d.conn.Set(n.path, grantedData, -1) })
+			if err == nil || !transient(err) && !ambiguous(err) || !d.pause(ctx) {
+				return
+			}
+		}
+	}()
+}
+
+// limitError is the refusal of l, a permit, whose limit differs from that
+// of the permit before it that v names.
+func limitError(l *driver.Lease, v verdict) error {
+	return fmt.Errorf("%w: zookeeper: the key is a semaphore of %d permits (node %s), not %d", driver.ErrInvalid, v.conflict, v.conflictNode, l.Limit)
 }

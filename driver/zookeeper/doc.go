@@ -1,6 +1,7 @@
 // Package zookeeper is the dlock driver for Apache ZooKeeper: exclusive
 // and shared (read/write) locks built the way Apache Curator's recipes
-// build them, on one server or an ensemble.
+// build them, and counting semaphores in the same queue, on one server or
+// an ensemble.
 //
 //	conn, _, err := zk.Connect([]string{"zk1:2181", "zk2:2181"}, 10*time.Second)
 //	locker := zookeeper.New(conn, &zookeeper.Options{SessionTimeout: 10 * time.Second})
@@ -8,7 +9,9 @@
 //	// or: locker, err := lock.Open(ctx, "zookeeper://zk1:2181,zk2:2181/app/locks")
 //	lease, err := locker.Lock(ctx, "orders/42")
 //
-// The Locker is a lock.RWLocker: RLock and TryRLock grant shared leases.
+// The Locker is a lock.RWLocker: RLock and TryRLock grant shared leases;
+// and a lock.SemLocker: Acquire and TryAcquire grant the permits of
+// counting semaphores (see Semaphores).
 //
 // # The recipe
 //
@@ -21,12 +24,12 @@
 //
 // where <owner> is the request's 32 hex digits and <seq> the sequence
 // number ZooKeeper appends. An exclusive request is granted when no child
-// has a smaller sequence number; a shared one when no exclusive child has.
-// A request that is not granted watches only the nearest child that blocks
-// it (an exclusive one its predecessor, a shared one the nearest earlier
-// exclusive one), so a release wakes the next waiter and no herd: waiters
-// are served in arrival order, and a waiting writer is not overtaken by
-// readers that come after it. Ephemeral nodes die with their session, so
+// has a smaller sequence number; a shared one when no exclusive child (or
+// permit: see Semaphores) has. A request that is not granted watches only
+// the nearest child that blocks it (an exclusive one its predecessor, a
+// shared one the nearest earlier exclusive one or permit), so a release
+// wakes the next waiter and no herd: waiters are served in arrival order,
+// and a waiting writer is not overtaken by readers that come after it. Ephemeral nodes die with their session, so
 // a crashed holder frees its keys when the server expires its session.
 //
 // The names are those of go-zookeeper's zk.Lock and Curator's
@@ -43,6 +46,66 @@
 // the reply to a create is lost (the connection broke after the server
 // applied it), the driver syncs with the leader, lists the key's children
 // and finds its node by the prefix, rather than leaving it in the queue.
+//
+// # Semaphores
+//
+// A permit is a lock node in the key's one queue, beside the exclusive and
+// shared ones:
+//
+//	_c_<owner>-permit-<N>-lock-<seq>
+//
+// where N is the semaphore's limit in decimal. zk.Lock (which orders
+// children by the number after the last "-") and Curator's mutex (by the
+// number after "lock-") take it for one of their own lock nodes, so their
+// locks, and dlock's exclusive and shared leases, of the same key exclude
+// permits and are excluded by them, and waiters of every kind are served
+// in arrival order. Older dlock versions read it as an exclusive node.
+//
+// The rule is the memory driver's: with the children in sequence order, a
+// permit at index i is granted when every node before it is a permit and
+// i < N; an exclusive node waits for every node before it, a shared one
+// for every node before it that is not shared (permits included). The
+// granted nodes are thus always a prefix of the queue: grants follow the
+// sequence, and the tokens (czxids, which increase with it) of successive
+// grants increase. A permit whose N differs from that of a permit before
+// it, granted or waiting, is refused with lock.ErrInvalid naming both
+// limits, and its node deleted; a permit that comes later with another N
+// is refused by its own check.
+//
+// Watches, so that a change wakes one waiter and none is missed:
+//
+//   - a permit behind another waiter watches that predecessor with a data
+//     watch (getData), which fires when it goes and when its data is
+//     written;
+//   - a permit first in line (everything before it granted) watches the
+//     nearest earlier node that is not a permit, if there is one (it needs
+//     them all gone); otherwise it is at index N, where the departure of
+//     any node before it is its turn, and it watches the key node's
+//     children: it alone wakes at every arrival and departure;
+//   - a permit granted while nodes are behind it (in the listing that
+//     granted it) writes its node's data once, "granted", in the
+//     background, so that a permit watching it wakes and lists the queue
+//     again. This includes a permit granted at its first look: a permit
+//     behind it may have listed the queue earlier, found it waiting, and
+//     watch it. A data watch set on a predecessor whose data is already
+//     written lists the queue again at once (the write came between the
+//     listing and the watch);
+//   - exclusive and shared waiters watch as for locks; a permit's data
+//     write wakes one of them once for nothing.
+//
+// Permits are leases like the locks: valid for the session timeout,
+// renewed by checking the node, returned at the holder's session expiry
+// when it crashes, never resumed (see Not offered). Round trips: as
+// TryLock and Lock, plus the data write of a permit granted with nodes
+// behind it, which the grant does not wait for.
+//
+// Curator's InterProcessSemaphoreV2 layout (leases under <path>/leases, a
+// mutex under <path>/locks) is not used, and does not mix with dlock's
+// permits: its lease nodes are children of another node than the key's
+// lock nodes, so its permits would not exclude locks of the same key; it
+// stores no limit, so the limits of a mixed fleet could not be checked;
+// and its waiter holds the internal mutex while it waits on a children
+// watch, so every later arrival waits for that mutex.
 //
 // # No orphans
 //
@@ -167,8 +230,8 @@
 // The token is the lock node's czxid, the zxid of the transaction that
 // created it. Zxids increase across every write of the whole ensemble,
 // across restarts and leader changes (the epoch is in the high 32 bits),
-// so tokens strictly increase per key, for exclusive and shared grants
-// alike, and there is no counter to lose. What fencing adds: no lock
+// so tokens strictly increase per key, for exclusive and shared grants and
+// permits alike, and there is no counter to lose. What fencing adds: no lock
 // service can stop a holder that was paused (GC, VM migration, SIGSTOP)
 // past its session from acting on a lease it no longer has; its Done is
 // closed by then, but it may write before it looks. A resource that
@@ -177,8 +240,9 @@
 //
 // # Not offered
 //
-// Resume (lock.Locker.Resume, Lease.Detach) and named owners
-// (lock.WithOwner, reentrant holds) are refused with lock.ErrInvalid. A
+// Resume (lock.Locker.Resume, Lease.Detach), of locks and permits alike,
+// and named owners (lock.WithOwner, reentrant holds) are refused with
+// lock.ErrInvalid. A
 // grant is an ephemeral node of one client session: another session can
 // neither keep it alive nor take it over, and a hold added from another
 // session could not end with its own session, so a crashed holder's hold

@@ -34,7 +34,7 @@ type node struct {
 // only between attempts.
 func (d *zkDriver) join(ctx context.Context, l *driver.Lease, kp string, persist bool) (node, error) {
 	bg := context.WithoutCancel(ctx)
-	prefix := kp + "/" + nodePrefix(l.Owner, l.Mode)
+	prefix := kp + "/" + nodePrefix(l.Owner, l.Mode, l.Limit)
 	var err error
 	for attempt := 0; attempt < 5 || persist; attempt++ {
 		if attempt > 0 && err != nil && !errors.Is(err, zk.ErrNoNode) && !d.pause(ctx) {

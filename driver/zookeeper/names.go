@@ -1,39 +1,46 @@
 package zookeeper
 
 import (
+	"cmp"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
 )
 
 // Node names. A key's node is Root + "/" + EscapeKey(key); its children are
 // the lock nodes, named as go-zookeeper's zk.Lock and Curator's
 // InterProcessMutex name theirs, so that mixed fleets exclude each other:
 //
-//	_c_<owner>-lock-<seq>        exclusive
-//	_c_<owner>-read-lock-<seq>   shared (read)
+//	_c_<owner>-lock-<seq>             exclusive
+//	_c_<owner>-read-lock-<seq>        shared (read)
+//	_c_<owner>-permit-<N>-lock-<seq>  a permit of a semaphore of N
 //
 // where _c_<owner>- is the "protected" prefix that lets a client find its
-// node again when the create's reply is lost, and <seq> is the 10-digit
-// sequence number ZooKeeper appends.
+// node again when the create's reply is lost, <seq> is the 10-digit
+// sequence number ZooKeeper appends, and <N> the limit in decimal.
 const (
 	protectedPrefix = "_c_"
 	lockMarker      = "lock-"
 	writeSuffix     = "-" + lockMarker
 	readSuffix      = "-read-" + lockMarker
+	permitInfix     = "-permit-"
 )
 
 // ownPrefix is the start of every node name owner creates.
 func ownPrefix(owner string) string { return protectedPrefix + owner + "-" }
 
 // nodePrefix is the name of owner's lock node before ZooKeeper appends the
-// sequence number.
-func nodePrefix(owner string, mode driver.Mode) string {
-	if mode == driver.Shared {
+// sequence number; limit is a permit's (driver.Lease.Limit).
+func nodePrefix(owner string, mode driver.Mode, limit int) string {
+	switch mode {
+	case driver.Shared:
 		return protectedPrefix + owner + readSuffix
+	case driver.Permit:
+		return protectedPrefix + owner + permitInfix + strconv.Itoa(limit) + writeSuffix
 	}
 	return protectedPrefix + owner + writeSuffix
 }
@@ -115,14 +122,16 @@ type child struct {
 	name   string
 	seq    int64
 	shared bool
+	limit  int // a permit's N; 0 for the other nodes
 }
 
 // parseChild reads a child of a key node. Like zk.Lock, it takes the
 // sequence number from after the last "lock-" or, failing that, the last
 // "__" (the Python client's "__lock__" names); names with neither are not
 // lock nodes and are ignored (zk.Lock refuses them). Only dlock's own
-// read-lock names are shared: every other lock node is exclusive, the safe
-// reading of a node whose recipe is unknown.
+// read-lock names are shared, and only its own permit names are permits:
+// every other lock node is exclusive, the safe reading of a node whose
+// recipe is unknown.
 func parseChild(name string) (child, bool) {
 	var digits string
 	i := strings.LastIndex(name, lockMarker)
@@ -137,41 +146,156 @@ func parseChild(name string) (child, bool) {
 	if err != nil || digits == "" || digits[0] == '+' {
 		return child{}, false
 	}
-	shared := i >= 0 && strings.HasPrefix(name, protectedPrefix) && strings.HasSuffix(name[:i+len(lockMarker)], readSuffix)
-	return child{name: name, seq: seq, shared: shared}, true
+	c := child{name: name, seq: seq}
+	if i >= 0 && strings.HasPrefix(name, protectedPrefix) {
+		c.shared = strings.HasSuffix(name[:i+len(lockMarker)], readSuffix)
+		c.limit = permitLimit(name[:i])
+	}
+	return c, true
+}
+
+// permitLimit returns N when head, a protected node name up to its last
+// "lock-", ends as a permit's, "-permit-<N>-", with N from 1 to
+// lock.MaxPermits; else 0.
+func permitLimit(head string) int {
+	head, ok := strings.CutSuffix(head, "-")
+	if !ok {
+		return 0
+	}
+	j := strings.LastIndex(head, permitInfix)
+	if j < 0 {
+		return 0
+	}
+	digits := head[j+len(permitInfix):]
+	if digits == "" || len(digits) > len(strconv.Itoa(lock.MaxPermits)) || strings.Trim(digits, "0123456789") != "" {
+		return 0
+	}
+	n, _ := strconv.Atoi(digits)
+	if n < 1 || n > lock.MaxPermits {
+		return 0
+	}
+	return n
 }
 
 // verdict is where a lock node stands in its key's queue.
 type verdict struct {
 	present bool   // the node is among the children
 	granted bool   // nothing before it blocks it
-	watch   string // when not granted: the nearest earlier node that blocks it
+	watch   string // when not granted: the earlier node to watch (getData)
+	// children: when not granted, watch the key node's children instead
+	// (a permit that is first in line behind granted permits).
+	children bool
+	// watchGrant: watch is a permit waiting before this permit; that it
+	// is granted (its node's data written: see announce) may be this
+	// one's turn, as its deletion may.
+	watchGrant bool
+	// announce: a granted permit with nodes after it, which may watch it
+	// as a waiter (their listing may predate its grant): it writes its
+	// node's data once, to wake them.
+	announce bool
+	// conflict, for a permit: the limit of an earlier permit that differs
+	// from its own (conflictNode is that node); the attempt is refused.
+	conflict     int
+	conflictNode string
 }
 
-// judge applies the recipe to the children of a key node: an exclusive
-// node is granted when no node has a smaller sequence number, a shared one
-// when no exclusive node has; otherwise it waits for the nearest blocker
-// before it (a writer for its predecessor, a reader for the nearest earlier
-// writer), so that each release wakes one waiter, not the herd.
+// judge applies the recipe to the children of a key node, sorted by their
+// sequence numbers:
+//
+//   - an exclusive node is granted when no node is before it, and waits
+//     for its predecessor;
+//   - a shared node is granted when no exclusive node or permit is before
+//     it, and waits for the nearest earlier one;
+//   - a permit of a semaphore of N at index i is granted when every node
+//     before it is a permit and i < N (as the memory driver's queue), and
+//     is refused when a permit before it was made with another N. It
+//     waits for its predecessor while that one waits too (a data watch,
+//     which fires when the predecessor is granted, see announce, or
+//     goes); when it is first in line, for the nearest earlier node that
+//     is not a permit if there is one (it needs all of them gone), and
+//     otherwise for any change of the key's children (i = N: the
+//     departure of any node before it is its turn).
+//
+// Each release or grant thus wakes one waiter, not the herd (the first
+// permit waiter behind N permits wakes at every change of the queue). The
+// granted nodes are always a prefix of the queue, so grants follow the
+// sequence, and the tokens (czxids, which increase with it) of successive
+// grants increase.
 func judge(children []string, own string) verdict {
 	me, ok := parseChild(own)
 	if !ok || !slices.Contains(children, own) {
 		return verdict{}
 	}
-	v := verdict{present: true, granted: true}
-	best := int64(-1 << 63)
+	var (
+		before []child // the lock nodes before own, in sequence order
+		later  bool    // a lock node after own
+	)
 	for _, name := range children {
 		c, ok := parseChild(name)
-		if !ok || name == own || c.seq >= me.seq {
-			continue
+		switch {
+		case !ok || name == own:
+		case c.seq < me.seq:
+			before = append(before, c)
+		default:
+			later = true
 		}
+	}
+	slices.SortFunc(before, func(a, b child) int { return cmp.Compare(a.seq, b.seq) })
+	v := verdict{present: true}
+	if me.limit > 0 {
+		return judgePermit(v, before, me, later)
+	}
+	v.granted = true
+	for _, c := range slices.Backward(before) {
 		if me.shared && c.shared {
 			continue
 		}
-		v.granted = false
-		if c.seq > best {
-			best, v.watch = c.seq, name
-		}
+		v.granted, v.watch = false, c.name
+		break
 	}
 	return v
+}
+
+// judgePermit is judge for a permit me, behind the nodes before.
+func judgePermit(v verdict, before []child, me child, later bool) verdict {
+	// The limit is checked against every permit before it, granted or
+	// waiting: those were there when me was created. A permit after it
+	// with another limit is refused by its own check.
+	for _, c := range before {
+		if c.limit > 0 && c.limit != me.limit {
+			v.conflict, v.conflictNode = c.limit, c.name
+			return v
+		}
+	}
+	if grantable(before, me) {
+		v.granted, v.announce = true, later
+		return v
+	}
+	// Not granted, so something is before it.
+	pred := before[len(before)-1]
+	if !grantable(before[:len(before)-1], pred) {
+		v.watch, v.watchGrant = pred.name, pred.limit > 0
+		return v
+	}
+	// First in line: everything before it is granted.
+	for _, c := range slices.Backward(before) {
+		if c.limit == 0 {
+			v.watch = c.name
+			return v
+		}
+	}
+	v.children = true
+	return v
+}
+
+// grantable reports whether c is granted behind the nodes before (in
+// sequence order), by judge's rule.
+func grantable(before []child, c child) bool {
+	switch {
+	case c.limit > 0:
+		return len(before) < c.limit && !slices.ContainsFunc(before, func(b child) bool { return b.limit == 0 })
+	case c.shared:
+		return !slices.ContainsFunc(before, func(b child) bool { return !b.shared })
+	}
+	return len(before) == 0
 }

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
 )
 
 // validName mirrors ZooKeeper's PathUtils.validatePath for one node name:
@@ -103,8 +104,8 @@ func TestParseChild(t *testing.T) {
 		seq    int64
 		shared bool
 	}{
-		{nodePrefix(owner, driver.Exclusive) + "0000000007", true, 7, false},
-		{nodePrefix(owner, driver.Shared) + "0000000008", true, 8, true},
+		{nodePrefix(owner, driver.Exclusive, 0) + "0000000007", true, 7, false},
+		{nodePrefix(owner, driver.Shared, 0) + "0000000008", true, 8, true},
 		{"_c_0123456789abcdef0123456789abcdef-lock-0000000009", true, 9, false},      // zk.Lock
 		{"_c_5a1b7e42-1a2b-4c3d-8e9f-0a1b2c3d4e5f-lock-0000000010", true, 10, false}, // Curator's mutex
 		{"lock-0000000011", true, 11, false},                                         // zk.Lock without protection
@@ -116,9 +117,32 @@ func TestParseChild(t *testing.T) {
 		{"lock-+1", false, 0, false},
 	} {
 		c, ok := parseChild(tc.name)
-		if ok != tc.ok || ok && (c.seq != tc.seq || c.shared != tc.shared) {
+		if ok != tc.ok || ok && (c.seq != tc.seq || c.shared != tc.shared || c.limit != 0) {
 			t.Errorf("parseChild(%q) = %+v, %v; want seq %d shared %v ok %v", tc.name, c, ok, tc.seq, tc.shared, tc.ok)
 		}
+	}
+	// Permits: dlock's protected names with a limit from 1 to MaxPermits;
+	// anything else that looks like one is an exclusive lock node.
+	for name, limit := range map[string]int{
+		nodePrefix(owner, driver.Permit, 3) + "0000000015":               3,
+		nodePrefix(owner, driver.Permit, lock.MaxPermits) + "0000000015": lock.MaxPermits,
+		"_c_" + owner + "-permit-0-lock-0000000015":                      0,
+		"_c_" + owner + "-permit-65537-lock-0000000015":                  0,
+		"_c_" + owner + "-permit--2-lock-0000000015":                     0,
+		"_c_" + owner + "-permit-+2-lock-0000000015":                     0,
+		"_c_" + owner + "-permit--lock-0000000015":                       0,
+		"_c_" + owner + "-permit-2lock-0000000015":                       0,
+		owner + "-permit-2-lock-0000000015":                              0, // unprotected
+	} {
+		c, ok := parseChild(name)
+		if !ok || c.seq != 15 || c.shared || c.limit != limit {
+			t.Errorf("parseChild(%q) = %+v, %v; want seq 15, limit %d", name, c, ok, limit)
+		}
+	}
+	// zk.Lock and Curator's mutex take the number after the last "lock-"
+	// as the sequence: a permit is an ordinary lock node to them.
+	if name := nodePrefix(owner, driver.Permit, 7) + "0000000016"; name[strings.LastIndex(name, "-")+1:] != "0000000016" || name[strings.LastIndex(name, "lock-")+5:] != "0000000016" {
+		t.Errorf("permit name %q: zk.Lock or Curator would not read its sequence", name)
 	}
 }
 
@@ -145,6 +169,72 @@ func TestJudge(t *testing.T) {
 	} {
 		if got := judge(tc.children, tc.own); got != tc.want {
 			t.Errorf("%s: judge = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestJudgePermits: the permit rule (every node before it a permit, fewer
+// than N of them), the refusal of a mismatched limit, and the watches.
+func TestJudgePermits(t *testing.T) {
+	w := func(seq int) string { return "_c_" + strings.Repeat("0", 32) + "-lock-" + strconv.Itoa(1000000000+seq) }
+	r := func(seq int) string {
+		return "_c_" + strings.Repeat("1", 32) + "-read-lock-" + strconv.Itoa(1000000000+seq)
+	}
+	p := func(n, seq int) string {
+		return nodePrefix(strings.Repeat("2", 32), driver.Permit, n) + strconv.Itoa(1000000000+seq)
+	}
+	p2 := func(seq int) string { return p(2, seq) }
+	for _, tc := range []struct {
+		name     string
+		children []string
+		own      string
+		want     verdict
+	}{
+		{"alone", []string{p2(1)}, p2(1), verdict{present: true, granted: true}},
+		{"second of two", []string{p2(1), p2(2)}, p2(2), verdict{present: true, granted: true}},
+		{"first announces to later nodes", []string{p2(1), p2(2)}, p2(1), verdict{present: true, granted: true, announce: true}},
+		{"third of two: first in line watches the children", []string{p2(3), p2(1), p2(2)}, p2(3), verdict{present: true, children: true}},
+		{"behind a permit waiter: its data", []string{p2(1), p2(2), p2(3), p2(4)}, p2(4), verdict{present: true, watch: p2(3), watchGrant: true}},
+		{"gaps do not count", []string{p2(5), p2(9)}, p2(9), verdict{present: true, granted: true}},
+		{"limit one", []string{p(1, 1), p(1, 2)}, p(1, 2), verdict{present: true, children: true}},
+		{"behind a writer", []string{w(1), p2(2)}, p2(2), verdict{present: true, watch: w(1)}},
+		{"behind a reader", []string{r(1), p2(2)}, p2(2), verdict{present: true, watch: r(1)}},
+		{"behind readers: the nearest", []string{r(1), r(2), p2(3)}, p2(3), verdict{present: true, watch: r(2)}},
+		{"first in line behind a writer and a permit", []string{w(1), p2(2), p2(3)}, p2(3), verdict{present: true, watch: p2(2), watchGrant: true}},
+		{"behind a writer waiter", []string{p2(1), w(2), p2(3)}, p2(3), verdict{present: true, watch: w(2)}},
+		{"behind a reader waiter behind a permit", []string{p2(1), r(2), p2(3)}, p2(3), verdict{present: true, watch: r(2)}},
+		{"writer behind permits", []string{p2(1), p2(2), w(3)}, w(3), verdict{present: true, watch: p2(2)}},
+		{"reader behind permits", []string{p2(1), r(2)}, r(2), verdict{present: true, watch: p2(1)}},
+		{"foreign nodes are exclusive", []string{"_c_x-__lock__0000000001", p2(2)}, p2(2), verdict{present: true, watch: "_c_x-__lock__0000000001"}},
+		{"limit mismatch", []string{p(3, 1), p2(2)}, p2(2), verdict{present: true, conflict: 3, conflictNode: p(3, 1)}},
+		{"limit mismatch with a waiter", []string{p2(1), p2(2), p(3, 3), p2(4)}, p(3, 3), verdict{present: true, conflict: 2, conflictNode: p2(1)}},
+		{"a later mismatch is not ours to refuse", []string{p2(1), p(3, 2)}, p2(1), verdict{present: true, granted: true, announce: true}},
+	} {
+		if got := judge(tc.children, tc.own); got != tc.want {
+			t.Errorf("%s: judge = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	// The granted permits are a prefix of the queue, at most N of them,
+	// whatever the mix of nodes.
+	kinds := []func(int) string{w, r, p2}
+	for mix := range 3 * 3 * 3 * 3 * 3 {
+		var children []string
+		for i, m := 0, mix; i < 5; i, m = i+1, m/3 {
+			children = append(children, kinds[m%3](i+1))
+		}
+		permits, gap := 0, false
+		for _, c := range children {
+			v := judge(children, c)
+			if v.granted && gap {
+				t.Errorf("%q: %s granted behind a waiter", children, c)
+			}
+			gap = gap || !v.granted
+			if v.granted && strings.Contains(c, "-permit-") {
+				permits++
+			}
+		}
+		if permits > 2 {
+			t.Errorf("%q: %d permits granted of 2", children, permits)
 		}
 	}
 }

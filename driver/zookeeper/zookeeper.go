@@ -186,8 +186,8 @@ func (z zkLogger) Printf(format string, args ...any) {
 	}
 }
 
-// zkDriver implements driver.Driver, driver.Queuer, driver.BatchRefresher
-// and driver.Sharer.
+// zkDriver implements driver.Driver, driver.Queuer, driver.BatchRefresher,
+// driver.Sharer and driver.Semaphorer.
 type zkDriver struct {
 	conn    *zk.Conn
 	owned   bool // Close closes conn
@@ -208,6 +208,7 @@ var (
 	_ driver.Queuer         = (*zkDriver)(nil)
 	_ driver.BatchRefresher = (*zkDriver)(nil)
 	_ driver.Sharer         = (*zkDriver)(nil)
+	_ driver.Semaphorer     = (*zkDriver)(nil)
 )
 
 // newDriver makes the driver over conn. Dial passes the timeout its
@@ -292,11 +293,21 @@ func (d *zkDriver) keyPath(key string) string { return keyPath(d.root, key) }
 
 func (d *zkDriver) SupportsShared() bool { return true }
 
+// Semaphores implements driver.Semaphorer: permits are lock nodes of
+// their own kind in the key's queue (see judge).
+func (d *zkDriver) Semaphores() error { return nil }
+
 func (d *zkDriver) Validate(l *driver.Lease) error {
 	if d.optsErr != nil {
 		return fmt.Errorf("%w: zookeeper: %v", driver.ErrInvalid, d.optsErr)
 	}
-	if l.Mode != driver.Exclusive && l.Mode != driver.Shared {
+	switch l.Mode {
+	case driver.Exclusive, driver.Shared:
+	case driver.Permit:
+		if l.Limit < 1 || l.Limit > lock.MaxPermits {
+			return fmt.Errorf("%w: zookeeper: semaphore limit %d out of range [1, %d]", driver.ErrInvalid, l.Limit, lock.MaxPermits)
+		}
+	default:
 		return fmt.Errorf("%w: zookeeper: unknown mode %v", driver.ErrInvalid, l.Mode)
 	}
 	// Every valid key maps to a node name (EscapeKey); the TTL is any lock
