@@ -85,9 +85,10 @@
 // fencing token from the key's counter; a refresh or release watches the
 // lock key and the set, and acts on the caller's member alone, keeping the
 // key's PX at the longest permit left. An attempt whose limit differs from
-// the key's live permits', or from a permit waiter's queued first, fails
-// with lock.ErrInvalid and changes nothing. Permit waiters queue in the
-// same FIFO queue as the others: a permit never passes an earlier waiter
+// the key's live permits' fails with lock.ErrInvalid and changes nothing,
+// and so does one that finds room but a live permit waiter of another limit
+// first in line (waiters further back are not read). Permit waiters queue in the
+// same FIFO queue as the others: a permit never passes an earlier live waiter
 // (a lock waiting behind permits is not passed by later ones), a returned
 // permit's release names the first waiter, and each permit granted from
 // the queue wakes the waiter behind it, so waiters in a row come in up to
