@@ -67,8 +67,12 @@ func (h *harness) Crash(t *testing.T, l lock.Locker) {
 // names maps keys to Redis names as the driver does.
 var names = testDriver(nil, DefaultPrefix)
 
+// DeleteKey deletes every grant of key: the lock key, and the sets of its
+// shares, holds and permits (a permit is a member of its set; the lock key
+// alone deleted is TestPermitLockKeyDeleted's case).
 func (h *harness) DeleteKey(ctx context.Context, key string) error {
-	return h.admin.Del(ctx, names.LockKey(key)).Err()
+	lk := names.LockKey(key)
+	return h.admin.Del(ctx, lk, readersKey(lk), holdsKey(lk), permitsKey(lk)).Err()
 }
 
 func (h *harness) StealKey(ctx context.Context, key string) error {
@@ -79,7 +83,8 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 	return h.admin.Del(ctx, counterKey(names.LockKey(key))).Err()
 }
 
-// Residue lists the lock key, the queue and its entries, and any tombstone
+// Residue lists the lock key, the queue and its entries, the readers, holds
+// and permits, and any tombstone
 // (a clean-up after a lost grant reply leaves one for the lease's TTL).
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	lk := names.LockKey(key)
@@ -92,7 +97,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 		node = n
 	}
 	var left []string
-	for _, k := range []string{lk, waitQueue(lk), readersKey(lk), holdsKey(lk)} {
+	for _, k := range []string{lk, waitQueue(lk), readersKey(lk), holdsKey(lk), permitsKey(lk)} {
 		if n, err := node.Exists(ctx, k).Result(); err != nil {
 			return nil, err
 		} else if n > 0 {
@@ -124,5 +129,5 @@ func globEscape(s string) string {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true}
+	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true}
 }

@@ -68,6 +68,32 @@
 // the waiter behind it, so readers in a row follow one another in. Shares
 // are renewed one transaction each, not batched.
 //
+// # Semaphores
+//
+// The Locker is also a lock.SemLocker: Acquire(ctx, key, limit) and
+// TryAcquire take one of limit permits of a key, in redisnx's layout, so
+// that the two drivers' permits of a key count together. While permits are
+// held, "dlock:{K}" holds "S" and the limit ("S4"), with a PX as long as
+// the longest live permit's, so every lock, share and plain SET NX lock of
+// the key finds it held (and a plain SET NX lock keeps permits out); each
+// permit is a member of "dlock:{K}:s", scored by when it expires on the
+// server's clock. A permit expires on its own (a crashed holder's returns
+// within its TTL); an expired member holds nothing, and "S<N>" with no live
+// member is free for permits. Permits are done as shares are, in the same
+// two round trips: a grant watches the lock key and the counter, counts the
+// live permits with one ZRANGE (the limit-th latest expiry) and takes a
+// fencing token from the key's counter; a refresh or release watches the
+// lock key and the set, and acts on the caller's member alone, keeping the
+// key's PX at the longest permit left. An attempt whose limit differs from
+// the key's live permits' fails with lock.ErrInvalid and changes nothing,
+// and so does one that finds room but a live permit waiter of another limit
+// first in line (waiters further back are not read). Permit waiters queue in the
+// same FIFO queue as the others: a permit never passes an earlier live waiter
+// (a lock waiting behind permits is not passed by later ones), a returned
+// permit's release names the first waiter, and each permit granted from
+// the queue wakes the waiter behind it, so waiters in a row come in up to
+// the limit. Permits are renewed one transaction each, not batched.
+//
 // # Failure modes
 //
 // A restart without persistence, a failover to a replica that lacked the
@@ -125,13 +151,15 @@
 //	+hlen +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe
 //	+unsubscribe ~dlock:* &dlock:*
 //
-// are enough on a standalone server; a Cluster client also needs
-// +cluster|slots (TestMinimalPermissions runs with exactly these).
+// are enough on a standalone server, permits included; a Cluster client
+// also needs +cluster|slots (TestMinimalPermissions runs with exactly
+// these, and TestMinimalPermissionsPermits reads them from here).
 //
 // # Names
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
 // queue P{K}:wq, entries P{K}:we:OWNER, tombstones P{K}:void:OWNER, the
-// channel P{K}:rel) share K as Cluster hash tag; each Locker has an inbox
+// readers P{K}:r, holds P{K}:h and permits P{K}:s, the channel P{K}:rel)
+// share K as Cluster hash tag; each Locker has an inbox
 // channel, P + "inbox:" + 32 hex. docs/design.md has the wire format.
 package rediswatch

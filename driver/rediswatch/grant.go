@@ -114,7 +114,7 @@ const (
 // the token from the grant record, and leaves the queue, in the
 // transaction. (When the record expired, it takes a new token.)
 func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
-	if l.Mode == driver.Shared {
+	if l.Mode != driver.Exclusive { // a share or a permit
 		return d.acquireShared(ctx, l, how, inbox, entry)
 	}
 	markSent(l, false)
@@ -246,16 +246,28 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 // released, when another live waiter is first; else the element of a dead
 // waiter first in line (whose place the attempt takes), or "".
 func firstInLine(ctx context.Context, tx *redis.Tx, lk, owner, head string) (dead string, err error) {
+	return firstInLineFor(ctx, tx, lk, owner, head, 0)
+}
+
+// firstInLineFor is firstInLine for an attempt at a permit of a semaphore
+// of limit permits (0: an attempt of another kind). A permit attempt reads
+// the first waiter's entry, not only whether it exists, and fails with an
+// error wrapping driver.ErrInvalid, with the watch released, when that
+// waiter waits for a permit of another limit.
+func firstInLineFor(ctx context.Context, tx *redis.Tx, lk, owner, head string, limit int) (dead string, err error) {
 	first, _ := splitElem(head)
 	if first == "" || first == owner {
 		return "", nil
 	}
-	alive, err := watchAlive(ctx, tx, lk, waitEntry(lk, first))
+	alive, value, err := watchAlive(ctx, tx, lk, waitEntry(lk, first), limit > 0)
 	if err != nil {
 		return "", err
 	}
 	if alive {
 		unwatch(ctx, tx)
+		if n, ok := entryLimit(value); ok && limit > 0 && n != limit {
+			return "", limitMismatch(n, limit)
+		}
 		return "", &driver.HeldError{}
 	}
 	return head, nil
@@ -273,20 +285,29 @@ func behind(line []string, owner, dead string) string {
 }
 
 // watchAlive watches the lock key lk and a waiter's entry, and reports
-// whether the entry exists (the waiter is alive), in one round trip. lk is
-// watched too because the transaction that follows takes a dead waiter's
-// place, which it must do only with the grant.
-func watchAlive(ctx context.Context, tx *redis.Tx, lk, entry string) (bool, error) {
-	var n *redis.IntCmd
-	if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, "watch", lk, entry)
-		n = p.Exists(ctx, entry)
-		return nil
-	}); err != nil {
-		unwatchAfter(ctx, tx, err)
-		return false, err
+// whether the entry exists (the waiter is alive), in one round trip, and
+// with read set its value (GET rather than EXISTS). lk is watched too
+// because the transaction that follows takes a dead waiter's place, which
+// it must do only with the grant.
+func watchAlive(ctx context.Context, tx *redis.Tx, lk, entry string, read bool) (alive bool, value string, err error) {
+	var (
+		n   *redis.IntCmd
+		get *redis.StringCmd
+	)
+	err = watchAndRead(ctx, tx, []string{lk, entry}, func(p redis.Pipeliner) {
+		if read {
+			get = p.Get(ctx, entry)
+		} else {
+			n = p.Exists(ctx, entry)
+		}
+	})
+	switch {
+	case err != nil:
+		return false, "", err
+	case read:
+		return get.Err() == nil, get.Val(), nil
 	}
-	return n.Val() > 0, nil
+	return n.Val() > 0, "", nil
 }
 
 // unwatchPTTL releases the watch and reads lock's PTTL, in one round trip;

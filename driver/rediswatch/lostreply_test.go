@@ -15,7 +15,7 @@ import (
 // grant that was applied, and aborts one still on its way: here the grant's
 // EXEC reaches the server only after the clean-up ran.
 func TestCleanupAfterLostGrantReply(t *testing.T) {
-	for _, mode := range []driver.Mode{driver.Exclusive, driver.Shared} {
+	for _, mode := range []driver.Mode{driver.Exclusive, driver.Shared, driver.Permit} {
 		t.Run(mode.String(), func(t *testing.T) { testCleanupAfterLostGrantReply(t, mode) })
 	}
 }
@@ -25,12 +25,20 @@ func testCleanupAfterLostGrantReply(t *testing.T, mode driver.Mode) {
 		ctx := testCtx(t)
 		d := testDriver(rdb, DefaultPrefix)
 		defer d.Close()
+		newLease := func() *driver.Lease {
+			l := &driver.Lease{Key: testKey(t), Owner: owner(), Mode: mode, TTL: 10 * time.Second}
+			if mode == driver.Permit {
+				l.Limit = 2
+			}
+			return l
+		}
 
 		// The EXEC arrives late: the clean-up sets the tombstone first and
 		// finds no grant; the EXEC is aborted.
-		l := &driver.Lease{Key: testKey(t), Owner: owner(), Mode: mode, TTL: 10 * time.Second}
-		// The clean-up runs once, before the first EXEC: a shared grant,
-		// which tries again after an abort, must not grant on its retry.
+		l := newLease()
+		// The clean-up runs once, before the first EXEC: a shared grant
+		// (or a permit's), which tries again after an abort, must not
+		// grant on its retry.
 		var once sync.Once
 		late := func(op, lk string) {
 			once.Do(func() {
@@ -46,7 +54,7 @@ func testCleanupAfterLostGrantReply(t *testing.T, mode driver.Mode) {
 		}
 		d.beforeExec.Store(nil)
 		lk := d.LockKey(l.Key)
-		if n := rdb.Exists(ctx, lk, readersKey(lk)).Val(); n != 0 {
+		if n := rdb.Exists(ctx, lk, readersKey(lk), permitsKey(lk)).Val(); n != 0 {
 			t.Errorf("the late EXEC granted the key after the clean-up")
 		}
 		if pttl := rdb.PTTL(ctx, tombstone(lk, l.Owner)).Val(); pttl <= 0 || pttl > 10*time.Second {
@@ -55,7 +63,7 @@ func testCleanupAfterLostGrantReply(t *testing.T, mode driver.Mode) {
 
 		// The EXEC was applied but its reply lost: the clean-up deletes the
 		// grant.
-		l = &driver.Lease{Key: testKey(t), Owner: owner(), Mode: mode, TTL: 10 * time.Second}
+		l = newLease()
 		if err := d.Acquire(ctx, l); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +72,7 @@ func testCleanupAfterLostGrantReply(t *testing.T, mode driver.Mode) {
 		if err := d.Release(ctx, &cleanup); err != nil {
 			t.Fatalf("clean-up of an applied grant: %v", err)
 		}
-		if lk := d.LockKey(l.Key); rdb.Exists(ctx, lk, readersKey(lk)).Val() != 0 {
+		if lk := d.LockKey(l.Key); rdb.Exists(ctx, lk, readersKey(lk), permitsKey(lk)).Val() != 0 {
 			t.Errorf("the clean-up left the grant")
 		}
 	})

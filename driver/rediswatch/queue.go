@@ -17,7 +17,9 @@ import (
 //	P{K}:we:OWNER    a queued owner's entry, "TTL N", expiring
 //	                 redisx.EntryLife after the waiter last renewed it (dead:
 //	                 it lost its place); TTL in ms, N the number of the
-//	                 waiter's run (join or renewal) that wrote it
+//	                 waiter's run (join or renewal) that wrote it; a
+//	                 reader's is "sTTL N", a permit waiter's "pLIMIT:TTL N"
+//	                 (LIMIT: its semaphore's number of permits)
 //	P{K}:wg:OWNER    the token of a grant handed over to OWNER, for
 //	                 redisx.EntryLife
 //
@@ -52,8 +54,11 @@ func (s *waiting) write(l *driver.Lease) (value string, n uint64, at time.Time) 
 	s.n++
 	s.unknown = true
 	mode := ""
-	if l.Mode == driver.Shared {
+	switch l.Mode {
+	case driver.Shared:
 		mode = "s" // no release hands the key to it (see shared.go)
+	case driver.Permit:
+		mode = entryPermitMode(l.Limit) // nor to it (see semaphore.go)
 	}
 	return mode + strconv.FormatInt(px(l.TTL).Milliseconds(), 10) + " " + strconv.FormatUint(s.n, 10), s.n, time.Now()
 }
@@ -80,7 +85,7 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 		s.w, err = d.Notify.Queue(lk, l.Owner, wake)
 		return err
 	}
-	if d.Notify.Confirmed(lk) && l.Mode != driver.Shared {
+	if d.Notify.Confirmed(lk) && l.Mode == driver.Exclusive {
 		// Waiters of this Locker were queued on the key within the
 		// notifier's linger: it is busy. Join first, in one round trip.
 		if err := listen(); err != nil {
@@ -162,7 +167,7 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 			}
 		}
 		entry, n, at := s.write(l)
-		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry)
+		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry, permitLimit(l))
 		if err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
@@ -190,7 +195,7 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 // came late), or the last run's reply was lost, the next attempt finds the
 // key l's own and extends it to the whole TTL (see acquire).
 func (d *watchDriver) handedOver(l *driver.Lease, s *waiting) bool {
-	if s.w == nil || l.Mode == driver.Shared { // no release hands a share over
+	if s.w == nil || l.Mode != driver.Exclusive { // no release hands a share or a permit over
 		return false
 	}
 	h := s.w.HandedOver()
@@ -313,7 +318,7 @@ func (d *watchDriver) join(ctx context.Context, lk, owner, inbox, value string) 
 // renewal is what a heartbeat's renewal found.
 type renewal struct {
 	rejoined bool          // the entry had died: owner joined again, at the end
-	free     bool          // the lock key does not exist
+	free     bool          // the lock key does not exist (for a permit: or has room, see permitRoom)
 	mine     bool          // the lock key is owner's: a release handed it over
 	pttl     time.Duration // the lock key's PTTL (-1: no expiry)
 }
@@ -323,20 +328,26 @@ type renewal struct {
 // joins the queue again if the entry died (one more). A waiter tries for
 // the key after a renewal only when it rejoined, or the key is free or its
 // own: a held key's release hands it over, and its expiry is due at its
-// PTTL.
-func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string) (r renewal, err error) {
+// PTTL. A permit waiter (limit > 0) also reads what permitRoom needs, and
+// tries when the key's permits have room for it (or were granted with
+// another limit: the attempt reports it).
+func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string, limit int) (r renewal, err error) {
 	wq, entry := waitQueue(lk), waitEntry(lk, owner)
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		var (
 			set  *redis.Cmd
 			get  *redis.StringCmd
 			pttl *redis.DurationCmd
+			ps   *permitReads
 		)
 		cmds, _ := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 			set = p.Do(ctx, "set", entry, value, "xx", "px", redisx.EntryLifeMS)
 			p.PExpire(ctx, wq, 2*redisx.EntryLife)
 			get = p.Get(ctx, lk)
 			pttl = p.PTTL(ctx, lk)
+			if limit > 0 {
+				ps = readPermitRoom(ctx, p, lk, limit)
+			}
 			return nil
 		})
 		for _, c := range cmds { // a nil reply (no entry, no key) is a result
@@ -347,6 +358,9 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string)
 		// PTTL: -2 for a missing key, -1 for one without expiry (go-redis
 		// keeps them as durations of -2 and -1 nanoseconds).
 		r = renewal{free: pttl.Val() == -2, mine: get.Err() == nil && get.Val() == owner, pttl: pttl.Val()}
+		if ps != nil && get.Err() == nil && permitRoom(get.Val(), ps, limit) {
+			r.free = true
+		}
 		if set.Err() == nil || r.mine {
 			return nil // alive (or granted: the release deleted the entry)
 		}

@@ -69,10 +69,12 @@ var (
 	_ driver.BatchRefresher = (*watchDriver)(nil)
 	_ driver.Sharer         = (*watchDriver)(nil)
 	_ driver.Resumer        = (*watchDriver)(nil)
+	_ driver.Semaphorer     = (*watchDriver)(nil)
 )
 
 func newDriver(c redisx.Core) *watchDriver {
 	c.SharedLeases = true
+	c.Permits = true
 	return &watchDriver{Core: c, maxAttempts: MaxAttempts}
 }
 

@@ -18,8 +18,14 @@ import (
 //	MULTI; PEXPIRE lock ttl; EXEC                  (if GET == l.Owner)
 func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	lk := d.LockKey(l.Key)
-	if l.Mode == driver.Shared {
+	switch l.Mode {
+	case driver.Shared:
 		if err := d.extendShared(ctx, lk, l.Owner, ttl, 0); err != nil {
+			return 0, err
+		}
+		return px(ttl), nil
+	case driver.Permit:
+		if err := d.extendPermit(ctx, "refresh", lk, l.Owner, l.Limit, ttl, 0); err != nil {
 			return 0, err
 		}
 		return px(ttl), nil
@@ -91,11 +97,12 @@ func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 
 // refreshGroup refreshes ls[idx...] in one transaction, setting errs.
 func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx []int, ttl time.Duration, errs []error) {
-	// Shares and holds are refreshed one at a time (their transactions
-	// watch the readers set or the holds, not only the lock key).
+	// Shares, permits and holds are refreshed one at a time (their
+	// transactions watch the readers, the permits or the holds, not only
+	// the lock key).
 	excl := idx[:0:0]
 	for _, i := range idx {
-		if ls[i].Mode == driver.Shared || ls[i].Reentrant {
+		if ls[i].Mode != driver.Exclusive || ls[i].Reentrant {
 			_, errs[i] = d.Refresh(ctx, ls[i], ttl)
 		} else {
 			excl = append(excl, i)
@@ -218,11 +225,20 @@ func (d *watchDriver) Resumable() error { return nil }
 func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	lk := d.LockKey(l.Key)
 	ttl := px(l.TTL)
-	if l.Mode == driver.Shared {
+	switch l.Mode {
+	case driver.Shared:
 		if err := d.extendShared(ctx, lk, l.Owner, ttl, l.Token); err != nil {
 			return err
 		}
 		l.Validity, l.Data = ttl, fromQueue{}
+		return nil
+	case driver.Permit:
+		// The lock key must hold the permits of l.Limit, and the set
+		// l.Owner's live permit.
+		if err := d.extendPermit(ctx, "resume", lk, l.Owner, l.Limit, ttl, l.Token); err != nil {
+			return err
+		}
+		l.Validity, l.Data = ttl, nil
 		return nil
 	}
 	if l.Reentrant {

@@ -35,8 +35,11 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 		}
 		tomb = tombstone(lk, l.Owner)
 	}
-	if l.Mode == driver.Shared {
+	switch l.Mode {
+	case driver.Shared:
 		return d.releaseShared(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1))
+	case driver.Permit:
+		return d.releasePermit(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1))
 	}
 	q, viaQueue := l.Data.(fromQueue)
 	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue, l.Reentrant)

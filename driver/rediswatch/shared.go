@@ -28,9 +28,9 @@ import (
 // SupportsShared implements driver.Sharer.
 func (d *watchDriver) SupportsShared() bool { return true }
 
-// readerState is what a transaction reads of the readers of lk: the lock
-// key's value and PTTL, the server's clock, and the two shares that expire
-// last.
+// readerState is what a transaction reads of the readers of lk (or of its
+// permits, see semaphore.go): the lock key's value and PTTL, the server's
+// clock, and the two members that expire last.
 type readerState struct {
 	get  *redis.StringCmd
 	pttl *redis.DurationCmd
@@ -39,11 +39,17 @@ type readerState struct {
 }
 
 func readReaders(ctx context.Context, p redis.Pipeliner, lk string) *readerState {
+	return readMembers(ctx, p, lk, readersKey(lk))
+}
+
+// readMembers reads lk and the members of its sorted set set (the readers
+// or the permits).
+func readMembers(ctx context.Context, p redis.Pipeliner, lk, set string) *readerState {
 	return &readerState{
 		get:  p.Get(ctx, lk),
 		pttl: p.PTTL(ctx, lk),
 		now:  p.Time(ctx),
-		top:  p.ZRangeWithScores(ctx, readersKey(lk), -2, -1),
+		top:  p.ZRangeWithScores(ctx, set, -2, -1),
 	}
 }
 
@@ -62,9 +68,9 @@ func (s *readerState) liveOther(owner string) (int64, bool) {
 	return last, ok
 }
 
-// acquireShared is acquire for a shared lease: a share is granted when no
-// writer holds the key and, unless the caller is first in line, no live
-// waiter is queued.
+// acquireShared is acquire for a shared lease, and for a permit (see
+// tryPermit): a share is granted when no writer holds the key and, unless
+// the caller is first in line, no live waiter is queued.
 //
 //	WATCH lock counter tombstone; GET lock; PTTL lock; TIME; ZRANGE readers -2 -1; GET counter; LRANGE queue 0 1; EXISTS tombstone
 //	MULTI; [SET lock R PX]; ZREMRANGEBYSCORE readers (expired); ZADD readers expiry owner;
@@ -74,8 +80,12 @@ func (s *readerState) liveOther(owner string) (int64, bool) {
 // transaction aborted by another reader's grant is tried again, up to
 // d.maxAttempts times.
 func (d *watchDriver) acquireShared(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
+	try := d.tryShared
+	if l.Mode == driver.Permit {
+		try = d.tryPermit
+	}
 	for attempt := 1; ; attempt++ {
-		joined, err = d.tryShared(ctx, l, how, inbox, entry)
+		joined, err = try(ctx, l, how, inbox, entry)
 		if !errors.Is(err, errAborted) {
 			break
 		}
