@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +225,20 @@ func TestPermitTokenOrder(t *testing.T) {
 	}
 	if strings.Join(ids, ",") != "b,e,h" {
 		t.Errorf("token-order violations of %v, want b, e and h: %v", ids, r.Violations())
+	}
+}
+
+func TestPermitLimits(t *testing.T) {
+	seen := map[int]bool{}
+	for i := range 4 {
+		n := permitLimit(fmt.Sprintf("hot/%d", i))
+		if n < 2 || n > 3 {
+			t.Errorf("permitLimit(hot/%d) = %d, want 2 or 3", i, n)
+		}
+		seen[n] = true
+	}
+	if !seen[2] || !seen[3] {
+		t.Errorf("the hot keys' limits are not both 2 and 3: %v", seen)
 	}
 }
 

@@ -229,11 +229,25 @@ func (t *Target) openCluster(addrs []string, o lock.Options) lock.Locker {
 			return d.DialContext(ctx, network, addr)
 		},
 	})
-	lk := t.newRedis(rdb, o)
-	if rw, ok := lk.(lock.RWLocker); ok {
-		return &ownRWClient{ownClient{Locker: lk, client: rdb}, rw}
+	return ownedBy(t.newRedis(rdb, o), rdb)
+}
+
+// ownedBy wraps lk in an ownClient that closes client, and stays the
+// lock.RWLocker and the lock.SemLocker that lk is: the workers find out
+// by type assertion.
+func ownedBy(lk lock.Locker, client io.Closer) lock.Locker {
+	own := ownClient{Locker: lk, client: client}
+	rw, isRW := lk.(lock.RWLocker)
+	sl, isSem := lk.(lock.SemLocker)
+	switch {
+	case isRW && isSem:
+		return &ownRWSemClient{ownRWClient{own, rw}, sl}
+	case isRW:
+		return &ownRWClient{own, rw}
+	case isSem:
+		return &ownSemClient{own, sl}
 	}
-	return &ownClient{Locker: lk, client: rdb}
+	return &own
 }
 
 // ownClient is a Locker that closes its client after itself.
@@ -260,6 +274,34 @@ func (o *ownRWClient) RLock(ctx context.Context, key string, opts ...lock.Option
 
 func (o *ownRWClient) TryRLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	return o.rw.TryRLock(ctx, key, opts...)
+}
+
+// ownSemClient is an ownClient over a lock.SemLocker, which it stays.
+type ownSemClient struct {
+	ownClient
+	sl lock.SemLocker
+}
+
+func (o *ownSemClient) Acquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.Acquire(ctx, key, limit, opts...)
+}
+
+func (o *ownSemClient) TryAcquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.TryAcquire(ctx, key, limit, opts...)
+}
+
+// ownRWSemClient is an ownClient over a Locker that is both.
+type ownRWSemClient struct {
+	ownRWClient
+	sl lock.SemLocker
+}
+
+func (o *ownRWSemClient) Acquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.Acquire(ctx, key, limit, opts...)
+}
+
+func (o *ownRWSemClient) TryAcquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.TryAcquire(ctx, key, limit, opts...)
 }
 
 // classifyRESP names the requests of redisnx (scripts), rediswatch
