@@ -1,6 +1,7 @@
 // Package nemesis is a seeded, randomized checker of dlock's lock contract
 // under load and faults, run against every driver on real servers (and
-// against chaos's broken algorithms, which it must catch).
+// against broken algorithms, which it must catch: chaos's, and a broken
+// semaphore of its own).
 //
 // # Load
 //
@@ -100,8 +101,12 @@
 //	NEMESIS_SEED=42 NEMESIS_DRIVERS=redisnx make nemesis   # replay
 //	NEMESIS_DRIVERS=ctl-setnx-ex-del make nemesis          # a broken algorithm
 //
-// go test runs a 10 s pass per driver (TestNemesis) and two controls
-// (TestTeeth), which must be caught. Each run ends with a line
+// go test runs a 10 s pass per driver (TestNemesis) and three controls
+// (TestTeeth), which must be caught: two of chaos's broken algorithms,
+// which must show overlaps, and ctl-memory-overbook, a driver over the
+// memory Store that grants a permit of a full semaphore (it asks the
+// Store for Limit+1 permits while its leases report Limit), which must
+// show over-limit violations. Each run ends with a line
 //
 //	nemesis: DRIVER seed S: N ops, F faults, V violations
 //

@@ -44,6 +44,12 @@ type Target struct {
 	// Long: run only in the long mode (make nemesis), it takes longer to
 	// set up (an ensemble, a cluster).
 	Long bool
+	// Broken, for a negative control of this package's own (not one of
+	// chaos's), says how it breaks the contract.
+	Broken string
+	// memory, for a target over the memory driver's Store, opens its
+	// Lockers instead of memory.New (a broken variant's).
+	memory func(store *memory.Store, o lock.Options) lock.Locker
 	// cluster: a Redis Cluster, opened with a client whose dialer maps
 	// each node's address to its proxy (addresses come as real=proxy).
 	cluster  bool
@@ -143,7 +149,7 @@ func init() {
 func Drivers(long bool) []string {
 	var out []string
 	for _, t := range targets {
-		if t.Control == nil && (long || !t.Long) {
+		if !t.control() && (long || !t.Long) {
 			out = append(out, t.Name)
 		}
 	}
@@ -154,12 +160,15 @@ func Drivers(long bool) []string {
 func Controls() []string {
 	var out []string
 	for _, t := range targets {
-		if t.Control != nil {
+		if t.control() {
 			out = append(out, t.Name)
 		}
 	}
 	return out
 }
+
+// control reports whether t is a negative control: a broken algorithm.
+func (t *Target) control() bool { return t.Control != nil || t.Broken != "" }
 
 // TargetByName returns the target named name, or nil.
 func TargetByName(name string) *Target {
@@ -178,6 +187,8 @@ func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) 
 	switch {
 	case t.Control != nil:
 		return t.Control.Open(ctx, addrs, o, chaos.Hooks{})
+	case t.Backend == "" && t.memory != nil:
+		return t.memory(store, o), nil
 	case t.Backend == "":
 		return memory.New(store, &o), nil
 	case t.cluster:
