@@ -111,7 +111,13 @@ func helper(mode, dir string) int {
 		appendLine(filepath.Join(dir, "env"), "DLOCK_KEY="+key)
 		appendLine(filepath.Join(dir, "env"), "DLOCK_TOKEN="+token)
 		appendLine(filepath.Join(dir, "env"), "DLOCK_LEASE="+os.Getenv("DLOCK_LEASE"))
+		if n, ok := os.LookupEnv("DLOCK_LIMIT"); ok {
+			appendLine(filepath.Join(dir, "env"), "DLOCK_LIMIT="+n)
+		} else {
+			appendLine(filepath.Join(dir, "env"), "DLOCK_LIMIT unset")
+		}
 		return 0
+
 	case "ran":
 		appendLine(filepath.Join(dir, "ran"), token)
 		return 0
