@@ -42,17 +42,31 @@ func (cfg *runConfig) acquire(ctx context.Context) acquired {
 	if cfg.owner != "" {
 		opts = append(opts, lock.WithOwner(cfg.owner))
 	}
+	try, wait := locker.TryLock, locker.Lock
+	if cfg.limit > 0 {
+		sem, err := lock.Semaphores(locker)
+		if err != nil {
+			locker.Close()
+			return acquired{code: exitUsage, msg: fmt.Sprintf("-n needs semaphore permits, which %s does not grant: %v", backendName(cfg.url), err)}
+		}
+		try = func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+			return sem.TryAcquire(ctx, key, cfg.limit, opts...)
+		}
+		wait = func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+			return sem.Acquire(ctx, key, cfg.limit, opts...)
+		}
+	}
 	var lease *lock.Lease
 	switch {
 	case cfg.wait.once():
 		actx, cancel := context.WithTimeout(ctx, openTimeout)
-		lease, err = locker.TryLock(actx, cfg.key, opts...)
+		lease, err = try(actx, cfg.key, opts...)
 		cancel()
 	case cfg.wait.forever:
-		lease, err = locker.Lock(ctx, cfg.key, opts...)
+		lease, err = wait(ctx, cfg.key, opts...)
 	default:
 		wctx, cancel := context.WithTimeout(ctx, cfg.wait.d)
-		lease, err = locker.Lock(wctx, cfg.key, opts...)
+		lease, err = wait(wctx, cfg.key, opts...)
 		cancel()
 	}
 	if err == nil {
@@ -65,9 +79,13 @@ func (cfg *runConfig) acquire(ctx context.Context) acquired {
 		a.code, a.msg = exitUsage, err.Error()
 	case ctx.Err() != nil:
 		// A signal ended the wait; the caller picks the status.
+	case errors.Is(err, lock.ErrHeld) && cfg.limit > 0:
+		a.code, a.msg = cfg.conflict, fmt.Sprintf("not acquired: no permit of %q is free on %s (-n %d: all taken, or the key is locked)", cfg.key, backendName(cfg.url), cfg.limit)
 	case errors.Is(err, lock.ErrHeld):
 		// TryLock, or a Lock whose retry strategy gave up, found it held.
 		a.code, a.msg = cfg.conflict, fmt.Sprintf("not acquired: %q is held on %s", cfg.key, backendName(cfg.url))
+	case !cfg.wait.once() && errors.Is(err, context.DeadlineExceeded) && cfg.limit > 0:
+		a.code, a.msg = cfg.conflict, fmt.Sprintf("not acquired: no permit of %q came free on %s within -wait %v (-n %d)", cfg.key, backendName(cfg.url), cfg.wait.d, cfg.limit)
 	case !cfg.wait.once() && errors.Is(err, context.DeadlineExceeded):
 		a.code, a.msg = cfg.conflict, fmt.Sprintf("not acquired: %q still held on %s after -wait %v", cfg.key, backendName(cfg.url), cfg.wait.d)
 	}
@@ -84,18 +102,23 @@ func backendName(raw string) string {
 }
 
 // childEnv is the environment of the command: dlock's own, with DLOCK_KEY,
-// DLOCK_TOKEN and DLOCK_LEASE (the lease's handle) set to the lease's, and
-// DLOCK_OWNER to owner when it is not "".
+// DLOCK_TOKEN and DLOCK_LEASE (the lease's handle) set to the lease's,
+// DLOCK_LIMIT to its semaphore's number of permits for a permit (and
+// removed otherwise: an outer run's would mislead), and DLOCK_OWNER to
+// owner when it is not "".
 func childEnv(lease *lock.Lease, owner string) []string {
 	env := os.Environ()
 	out := env[:0:0]
 	for _, kv := range env {
-		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") && !hasPrefix(kv, "DLOCK_LEASE=") &&
+		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") && !hasPrefix(kv, "DLOCK_LEASE=") && !hasPrefix(kv, "DLOCK_LIMIT=") &&
 			(owner == "" || !hasPrefix(kv, "DLOCK_OWNER=")) {
 			out = append(out, kv)
 		}
 	}
 	out = append(out, "DLOCK_KEY="+lease.Key(), fmt.Sprintf("DLOCK_TOKEN=%d", lease.Token()), "DLOCK_LEASE="+lease.Handle())
+	if n := lease.Limit(); n > 0 {
+		out = append(out, fmt.Sprintf("DLOCK_LIMIT=%d", n))
+	}
 	if owner != "" {
 		out = append(out, "DLOCK_OWNER="+owner)
 	}

@@ -42,7 +42,7 @@ func (cfg *runConfig) run() int {
 	var waitLine *statusLine
 	if !cfg.wait.once() {
 		waitLine = startStatusLine(cfg.stderr, cfg.term, 200*time.Millisecond, 100*time.Millisecond, func(d time.Duration) string {
-			s := fmt.Sprintf("waiting for lock %q on %s: %s", cfg.key, backendName(cfg.url), seconds(d))
+			s := fmt.Sprintf("waiting for %s on %s: %s", cfg.what(), backendName(cfg.url), seconds(d))
 			if !cfg.wait.forever {
 				s += fmt.Sprintf(" (gives up after %v)", cfg.wait.d)
 			}
@@ -63,7 +63,7 @@ func (cfg *runConfig) run() int {
 		} else if a.locker != nil {
 			a.locker.Close()
 		}
-		return cfg.fail(exitSignal+signum(sig), "got %v while waiting for %q; the command did not run", sig, cfg.key)
+		return cfg.fail(exitSignal+signum(sig), "got %v while waiting for %s; the command did not run", sig, cfg.what())
 	}
 	if waitLine != nil {
 		waitLine.stop()
@@ -72,7 +72,11 @@ func (cfg *runConfig) run() int {
 		return cfg.fail(a.code, "%s", a.msg)
 	}
 	lease := a.lease
-	cfg.log.Info("dlock: acquired", "key", cfg.key, "token", lease.Token(), "waited", time.Since(began).Round(time.Millisecond))
+	if cfg.limit > 0 {
+		cfg.log.Info("dlock: acquired a permit", "key", cfg.key, "limit", cfg.limit, "token", lease.Token(), "waited", time.Since(began).Round(time.Millisecond))
+	} else {
+		cfg.log.Info("dlock: acquired", "key", cfg.key, "token", lease.Token(), "waited", time.Since(began).Round(time.Millisecond))
+	}
 	if err := lease.Err(); err != nil {
 		cfg.release(a.locker, lease)
 		return cfg.fail(exitLost, "lease on %q lost before the command started: %v", cfg.key, err)

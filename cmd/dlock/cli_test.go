@@ -68,6 +68,12 @@ func TestRunExitStatus(t *testing.T) {
 		{"empty key", []string{"", "--", "true"}, "", "", exitUsage, "empty key"},
 		{"unknown scheme", []string{"-url", "nosuch://x", "k", "--", "true"}, "", "", exitUsage, "unknown URL scheme"},
 		{"no URL", []string{"-url", "", "k", "--", "true"}, "", "", exitUsage, "DLOCK_URL"},
+		{"-n passthrough 7", []string{"-n", "2", "k", "--", "SELF"}, "exit", "7", 7, ""},
+		{"-n 0", []string{"-n", "0", "k", "--", "true"}, "", "", exitUsage, "-n 0"},
+		{"-n too large", []string{"-n", "100000", "k", "--", "true"}, "", "", exitUsage, "from 1 to"},
+		{"-n not a number", []string{"-n", "two", "k", "--", "true"}, "", "", exitUsage, "invalid value"},
+		{"-n without permits", []string{"-url", "memcached://127.0.0.1:1", "-n", "2", "k", "--", "true"}, "", "", exitUsage, "-n needs semaphore permits"},
+		{"-n with -owner", []string{"-n", "2", "-owner", "me", "k", "--", "true"}, "", "", exitUsage, "-owner exclude each other"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -16,6 +16,7 @@
 //	export DLOCK_URL=redisnx://localhost:6379
 //	dlock run -wait 0 nightly-report -- ./report.sh      # skip if already running, like flock -n
 //	dlock run -wait 10m deploy/api -- make deploy         # queue behind another deploy, up to 10 minutes
+//	dlock run -n 3 builds -- make build                   # at most 3 builds at once, the others queue
 //
 // Flags go before KEY; everything after -- is the command, run directly
 // (not through a shell) with dlock's environment plus:
@@ -31,6 +32,8 @@
 //	              it when the command ends); keep it as secret as the lock
 //	DLOCK_OWNER   the -owner, when one was given: a dlock run of the same
 //	              KEY inside the command re-enters the lock
+//	DLOCK_LIMIT   with -n N, N (and removed from the environment without
+//	              -n, so that an outer run's does not mislead)
 //
 // Flags:
 //
@@ -53,6 +56,11 @@
 //	    the last of them ends. The command gets DLOCK_OWNER, so a script
 //	    that takes the lock itself can run under one that already holds
 //	    it. The ZooKeeper driver refuses owners (exit status 2).
+//	-n N
+//	    At most N commands run at once for KEY: take one of the N permits
+//	    of a counting semaphore (lock.SemLocker) instead of the lock. N is
+//	    1 or more. Not with -owner: a permit is not reentrant ($DLOCK_OWNER
+//	    is ignored with -n). See Semaphores below.
 //	-wait 0 | DURATION | forever
 //	    How long to wait for the lock. 0 tries once (flock -n); a duration
 //	    (30s, 10m; a bare number is seconds, as in flock -w) waits that
@@ -70,6 +78,37 @@
 //	    libraries' own messages (go-redis, go-zookeeper), which dlock
 //	    otherwise keeps off the command's stderr.
 //
+// # Semaphores
+//
+// With -n N, dlock run takes one of the N permits of KEY and holds it while
+// the command runs, as it holds a lock otherwise: -wait, -ttl, renewal,
+// signals, lost leases and the exit statuses are the same, and the command
+// gets DLOCK_TOKEN (every permit has a token of its own from the key's one
+// counter), DLOCK_LEASE (a permit's handle, mode pN) and DLOCK_LIMIT=N.
+// A permit of a crashed dlock returns within its TTL, as a lock does.
+//
+// Every dlock run -n of KEY must give the same N while any of them holds
+// a permit: one with another N exits 2 (the backend's semaphore has the
+// first N until its last permit ends). -wait 0 takes a free permit or
+// exits 1 (-E) when all N are taken.
+//
+// Locks and permits of one KEY exclude each other: while any dlock run -n
+// of KEY runs, a dlock run of KEY without -n waits, and the other way
+// round. On backends whose driver queues its waiters (memory, and the
+// Redis and ZooKeeper drivers), locks and permits wait in one queue, in
+// arrival order (the contract of driver.Semaphorer): a permit waiter
+// does not pass an earlier lock waiter, even with a permit free, nor a
+// lock waiter an earlier permit waiter. So -n 1 excludes and queues like
+// the plain lock of KEY, and the two can be mixed; it differs in that it
+// cannot take -owner, gives a permit's handle and DLOCK_LIMIT=1, and
+// holds the key's semaphore at 1 while it runs (a -n 2 run then exits 2).
+// A run with -owner is not queued (named owners wait by polling), so it
+// may be passed by later waiters.
+//
+// Permits need a backend whose driver grants them; with another, -n exits
+// 2 and says why. memory:// grants them, but only within one dlock
+// process, so it limits nothing across processes.
+//
 // # Waiting
 //
 // While it waits for the lock, and stderr is a terminal, dlock shows what
@@ -85,7 +124,9 @@
 //	0-255   the command's own exit status, or 128+N if signal N killed it
 //	1       the lock is held elsewhere: -wait 0 found it held, or -wait
 //	        DURATION ran out (change it with -E)
-//	2       usage: bad flags or arguments, an invalid key, TTL or URL
+//	2       usage: bad flags or arguments, an invalid key, TTL or URL;
+//	        -n on a backend without permits, or with an N other than
+//	        the one KEY's running permits were taken with
 //	124     the lease was lost while the command ran, and the command was
 //	        terminated (or the loss was seen as it exited)
 //	125     the backend could not be opened or failed while taking the lock

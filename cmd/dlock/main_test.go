@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -111,7 +112,14 @@ func helper(mode, dir string) int {
 		appendLine(filepath.Join(dir, "env"), "DLOCK_KEY="+key)
 		appendLine(filepath.Join(dir, "env"), "DLOCK_TOKEN="+token)
 		appendLine(filepath.Join(dir, "env"), "DLOCK_LEASE="+os.Getenv("DLOCK_LEASE"))
+		if n, ok := os.LookupEnv("DLOCK_LIMIT"); ok {
+			appendLine(filepath.Join(dir, "env"), "DLOCK_LIMIT="+n)
+		} else {
+			appendLine(filepath.Join(dir, "env"), "DLOCK_LIMIT unset")
+		}
 		return 0
+	case "permit":
+		return permitHelper(dir, key, token)
 	case "ran":
 		appendLine(filepath.Join(dir, "ran"), token)
 		return 0
@@ -164,6 +172,52 @@ func helper(mode, dir string) int {
 	}
 	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 	return 96
+}
+
+// permitHelper is a command run under one of the DLOCK_LIMIT permits of
+// key: it puts a marker file of its own in dir/inside and counts the
+// markers there every few milliseconds while it runs, until it has seen
+// the semaphore full (DLOCK_LIMIT markers, its own among them) and
+// lingered a while more, or a few seconds passed: a command that runs
+// beside too many others sees them. It appends to dir/permits: key,
+// token, DLOCK_LIMIT, the most markers it saw, and its interval on the
+// shared monotonic clock (inside its marker's life).
+func permitHelper(dir, key, token string) int {
+	limit, err := strconv.Atoi(os.Getenv("DLOCK_LIMIT"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "permit helper: DLOCK_LIMIT=%q: %v\n", os.Getenv("DLOCK_LIMIT"), err)
+		return 95
+	}
+	inside := filepath.Join(dir, "inside")
+	if err := os.MkdirAll(inside, 0o755); err != nil {
+		panic(err)
+	}
+	marker := filepath.Join(inside, strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		panic(err)
+	}
+	start := monoNow()
+	most := 0
+	giveUp := time.Now().Add(3 * time.Second)
+	var leave time.Time // once the semaphore was seen full
+	for {
+		es, err := os.ReadDir(inside)
+		if err != nil {
+			panic(err)
+		}
+		most = max(most, len(es))
+		if leave.IsZero() && len(es) >= limit {
+			leave = time.Now().Add(300 * time.Millisecond)
+		}
+		if now := time.Now(); (!leave.IsZero() && now.After(leave)) || now.After(giveUp) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	end := monoNow()
+	os.Remove(marker)
+	appendLine(filepath.Join(dir, "permits"), fmt.Sprintf("%s %s %d %d %d %d", key, token, limit, most, start, end))
+	return 0
 }
 
 // dlockCmd is an exec.Cmd running dlock with args, whose command is this

@@ -9,13 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"time"
+
+	"github.com/dlock-go/dlock/lock"
 )
 
 const runUsage = `Usage: dlock run [flags] KEY -- COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock KEY on the backend named by -url or
-$DLOCK_URL, and releases it when COMMAND exits. COMMAND gets DLOCK_KEY and
-DLOCK_TOKEN (the fencing token) in its environment. Flags go before KEY.
+$DLOCK_URL, and releases it when COMMAND exits; with -n N, while holding
+one of the N permits of KEY, so that at most N commands run at once.
+COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing token) in its
+environment, and DLOCK_LIMIT with -n. Flags go before KEY.
 See "go doc github.com/dlock-go/dlock/cmd/dlock" for exit statuses.
 `
 
@@ -26,6 +30,7 @@ type runConfig struct {
 	argv     []string
 	ttl      time.Duration // 0: the Locker's default (the URL's ttl=, or lock.DefaultTTL)
 	owner    string        // -owner: a named owner (lock.WithOwner), or ""
+	limit    int           // -n: take one of limit permits of KEY (lock.SemLocker); 0: the lock
 	wait     waitFlag
 	conflict int
 	grace    time.Duration
@@ -41,6 +46,7 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	fs.StringVar(&cfg.url, "url", os.Getenv("DLOCK_URL"), "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379")
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lease time, renewed every TTL/3 while COMMAND runs (default: the URL's ttl= or 30s)")
 	fs.StringVar(&cfg.owner, "owner", os.Getenv("DLOCK_OWNER"), "name the lock's owner (default $DLOCK_OWNER): a dlock run of KEY inside COMMAND, which inherits DLOCK_OWNER, re-enters the lock instead of waiting for it")
+	fs.IntVar(&cfg.limit, "n", 0, "at most N commands run at once for KEY: take one of the N permits of a semaphore instead of the lock (N from 1; not with -owner)")
 	fs.Var(&cfg.wait, "wait", "how long to wait for the lock: 0 tries once (like flock -n), a duration or seconds, or forever")
 	conflict := exitCodeFlag(exitConflict)
 	fs.Var(&conflict, "E", "exit status when the lock is held elsewhere (like flock -E)")
@@ -52,6 +58,19 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 		return nil, err
 	}
 	cfg.conflict = int(conflict)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["n"] {
+		switch {
+		case cfg.limit < 1 || cfg.limit > lock.MaxPermits:
+			return nil, usageError("-n %d: want a number of permits from 1 to %d", cfg.limit, lock.MaxPermits)
+		case set["owner"] && cfg.owner != "":
+			return nil, usageError("-n and -owner exclude each other: a permit is not reentrant")
+		}
+		// $DLOCK_OWNER, inherited from a dlock run -owner around this one,
+		// is for re-entering locks: a permit cannot.
+		cfg.owner = ""
+	}
 	rest := fs.Args()
 	switch {
 	case len(rest) == 0:
@@ -107,6 +126,15 @@ func cmdRun(args []string) int {
 	}
 	cfg.term = isTerminal(os.Stderr)
 	return cfg.run()
+}
+
+// what names what the run takes, for messages: the lock KEY, or a permit
+// of it.
+func (cfg *runConfig) what() string {
+	if cfg.limit > 0 {
+		return fmt.Sprintf("one of the %d permits of %q", cfg.limit, cfg.key)
+	}
+	return fmt.Sprintf("lock %q", cfg.key)
 }
 
 // fail prints a "dlock:" line saying why dlock chose code, and returns code.

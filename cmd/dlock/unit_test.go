@@ -49,7 +49,24 @@ func TestParseRun(t *testing.T) {
 	if err != nil || !cfg.wait.forever || cfg.conflict != exitConflict || cfg.grace != 5*time.Second {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
+	cfg, err = parseRun([]string{"-url", "memory://", "-n", "3", "k", "--", "cmd"}, nil)
+	if err != nil || cfg.limit != 3 || cfg.owner != "" {
+		t.Errorf("-n 3: %+v, %v", cfg, err)
+	}
+	// $DLOCK_OWNER (an outer dlock run -owner's) is for locks: -n ignores
+	// it, while an -owner given with -n is refused.
+	t.Setenv("DLOCK_OWNER", "outer")
+	if cfg, err = parseRun([]string{"-url", "memory://", "-n", "1", "k", "--", "cmd"}, nil); err != nil || cfg.owner != "" || cfg.limit != 1 {
+		t.Errorf("-n 1 with DLOCK_OWNER set: %+v, %v", cfg, err)
+	}
+	if cfg, err = parseRun([]string{"-url", "memory://", "k", "--", "cmd"}, nil); err != nil || cfg.owner != "outer" || cfg.limit != 0 {
+		t.Errorf("DLOCK_OWNER without -n: %+v, %v", cfg, err)
+	}
 	for _, args := range [][]string{
+		{"-url", "memory://", "-n", "0", "k", "--", "cmd"},
+		{"-url", "memory://", "-n", "-2", "k", "--", "cmd"},
+		{"-url", "memory://", "-n", "65537", "k", "--", "cmd"},
+		{"-url", "memory://", "-n", "2", "-owner", "x", "k", "--", "cmd"},
 		{"-url", "memory://", "-grace", "-1s", "k", "--", "cmd"},
 		{"-url", "memory://", "-ttl", "-1s", "k", "--", "cmd"},
 		{"-url", "memory://", "k", "-wait", "0", "--", "cmd"},

@@ -1,6 +1,7 @@
 // Package nemesis is a seeded, randomized checker of dlock's lock contract
 // under load and faults, run against every driver on real servers (and
-// against chaos's broken algorithms, which it must catch).
+// against broken algorithms, which it must catch: chaos's, and a broken
+// semaphore of its own).
 //
 // # Load
 //
@@ -8,16 +9,25 @@
 // its own chaos.Proxy, and one in a child process (the test binary started
 // again, as chaos's holders are), each used by several goroutines on a few
 // hot keys: Lock, TryLock, RLock and TryRLock where the Locker is a
-// lock.RWLocker, lock.Do (whose fn panics one time in five), holds of
-// random length that write to a fenced resource, Refresh with longer and
-// shorter TTLs (some with their reply lost on purpose), Unlock, leases left
-// to expire, leases detached (Lease.Detach) and resumed from their handle
-// through another Locker of the process (Locker.Resume), most soon, some
-// after the grant expired (Resume must then refuse), named owners
-// (lock.WithOwner, the worker's name) where the driver keeps holds, with
-// re-entries while a hold is held, ended before it or after, contexts that time
-// out or are cancelled at random moments, and Lockers closed under load
-// (some while partitioned) and replaced.
+// lock.RWLocker, Acquire and TryAcquire of a semaphore's permits where it
+// is a lock.SemLocker (found by type assertion, so a driver that gains
+// permits is checked with them), lock.Do (whose fn panics one time in
+// five), holds of random length that write to a fenced resource, Refresh
+// with longer and shorter TTLs (some with their reply lost on purpose),
+// Unlock, leases left to expire, leases and permits detached
+// (Lease.Detach) and resumed from their handle through another Locker of
+// the process (Locker.Resume), most soon, some after the grant expired
+// (Resume must then refuse), named owners (lock.WithOwner, the worker's
+// name) where the driver keeps holds, with re-entries while a hold is
+// held, ended before it or after, contexts that time out or are cancelled
+// at random moments, and Lockers closed under load (some while
+// partitioned) and replaced.
+//
+// Permits are taken on the same hot keys as the locks, so that their
+// exclusion of exclusive and shared leases is checked too: each key is a
+// semaphore of 2 or 3 permits (permitLimit, a hash of the key), the limit
+// every worker of every process asks for, since a call with another limit
+// than the key's live permits' is refused.
 //
 // # Faults
 //
@@ -45,20 +55,33 @@
 // meanwhile). The Recorder then checks:
 //
 //   - overlap: two leases of a key proven held at one moment, unless both
-//     are shared, or both are holds of one named owner's grant (same owner,
-//     same token), or the backend lost its state between their grants
-//     (counted as excused);
+//     are shared, or both are permits, or both are holds of one named
+//     owner's grant (same owner, same token), or the backend lost its state
+//     between their grants (counted as excused): so no exclusive or shared
+//     lease is held with a permit of its key;
+//   - over-limit: more permits of a key proven held at one moment than its
+//     semaphore's limit (judged at each permit's grant, where the count
+//     peaks; permits granted before a state loss that came before it are
+//     not counted, and an excess only they make is excused);
 //   - token-order: a grant whose fencing token is not above those granted
-//     before it (for a shared grant: above the exclusive ones); a resumed
+//     before it that it excludes (for a shared grant: above the exclusive
+//     ones and the permits; for a permit: above the exclusive and shared
+//     ones; shared leases, and permits, are granted together in any
+//     order); a resumed
 //     lease is not a grant, and its token must be the detached lease's
 //     (resume-mismatch); nor is a re-entry (a named lease with the token
 //     of the worker's hold it re-entered);
 //   - stale-write: the fenced resource accepting a write of a lease after
 //     a write of a lease granted later (a refused one is fencing at work);
+//     exclusive leases write, not readers nor the holders of permits,
+//     which share the key: the resource keeps the highest token it saw and
+//     would refuse all but the latest of them;
 //   - done-late: a lease's Done still open DoneSlack past its deadline;
 //   - refresh-not-held: Refresh returned nil but the lease is not held;
 //   - late-return: a call returning CallSlack past its context's end, or
 //     Close past its ReleaseTimeout plus CallSlack;
+//   - limit-mismatch, resume-mismatch: a permit whose Lease.Limit is not
+//     the limit asked for (resumed: not its origin's);
 //   - closed-open, unlock-open, detach-open, do-open, do-ctx, err-nil: a
 //     lease whose Done is open after Close, Unlock, Detach or Do returned, a Do whose fn
 //     context outlived its lease, a Done closed with a nil Err;
@@ -78,11 +101,17 @@
 //	NEMESIS_SEED=42 NEMESIS_DRIVERS=redisnx make nemesis   # replay
 //	NEMESIS_DRIVERS=ctl-setnx-ex-del make nemesis          # a broken algorithm
 //
-// go test runs a 10 s pass per driver (TestNemesis) and two controls
-// (TestTeeth), which must be caught. Each run ends with a line
+// go test runs a 10 s pass per driver (TestNemesis) and three controls
+// (TestTeeth), which must be caught: two of chaos's broken algorithms,
+// which must show overlaps, and ctl-memory-overbook, a driver over the
+// memory Store that grants a permit of a full semaphore (it asks the
+// Store for Limit+1 permits while its leases report Limit), which must
+// show over-limit violations. Each run ends with a line
 //
 //	nemesis: DRIVER seed S: N ops, F faults, V violations
 //
-// and each violation is printed as found, with the history of its key
+// then its counts (grants by kind, and how many permits filled their
+// semaphore, so that the count check is seen judging something), and each
+// violation is printed as found, with the history of its key
 // around it and the command that replays the seed.
 package nemesis

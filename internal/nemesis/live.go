@@ -64,6 +64,7 @@ type liveLease struct {
 	id, key, proc string
 	owner         string // a named owner's id (lock.WithOwner), or ""
 	shared        bool
+	limit         int // a permit's semaphore size, or 0
 	token         uint64
 	granted       Stamp
 	lease         *lock.Lease
@@ -74,6 +75,12 @@ type liveLease struct {
 	doneSeen  bool
 	late      bool // a late Done was reported
 }
+
+// writes reports whether the lease's holder writes to the fenced
+// resource: an exclusive lease's does; readers and the holders of permits
+// share the key, so the resource, which keeps the highest token it saw,
+// would refuse the writes of all but the latest of them.
+func (l *liveLease) writes() bool { return !l.shared && l.limit == 0 }
 
 func closed(c <-chan struct{}) bool {
 	select {

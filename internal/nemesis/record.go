@@ -22,9 +22,13 @@ type LeaseRec struct {
 	ID     string // "<proc>/<n>"
 	Key    string
 	Shared bool
+	// Limit is, for a permit of a semaphore (lock.SemLocker), the number
+	// of permits the worker asked for (every worker agrees on a key's);
+	// zero for an exclusive or shared lease.
+	Limit  int
 	Holder string // the Locker that granted it
 	Proc   string // the process: "parent" or a child's name
-	Op     string // lock, trylock, rlock, tryrlock, do, resume
+	Op     string // lock, trylock, rlock, tryrlock, acquire, tryacquire, do, resume
 	Token  uint64
 	// Resumes is the ID of the lease whose grant this one resumed (Op
 	// "resume"); "" for a grant.
@@ -51,13 +55,42 @@ type LeaseRec struct {
 }
 
 func (l *LeaseRec) String() string {
-	mode := "exclusive"
-	if l.Shared {
-		mode = "shared"
-	}
 	return fmt.Sprintf("lease %s (%s %s by %s, token %d, ttl %v, renew %v, granted %v, held until %v, deadline %v, unlock %v, done %v %s)",
-		l.ID, mode, l.Op, l.Holder, l.Token, l.TTL, l.Renew, l.Granted, l.LastHeld, l.Deadline, l.UnlockAt, l.DoneAt, l.Err)
+		l.ID, l.mode(), l.Op, l.Holder, l.Token, l.TTL, l.Renew, l.Granted, l.LastHeld, l.Deadline, l.UnlockAt, l.DoneAt, l.Err)
 }
+
+func (l *LeaseRec) mode() string {
+	switch {
+	case l.Limit > 0:
+		return fmt.Sprintf("permit of %d", l.Limit)
+	case l.Shared:
+		return "shared"
+	}
+	return "exclusive"
+}
+
+// class is the lease's kind for exclusion: exclusive, shared or permit.
+func (l *LeaseRec) class() int {
+	switch {
+	case l.Limit > 0:
+		return classPermit
+	case l.Shared:
+		return classShared
+	}
+	return classExclusive
+}
+
+const (
+	classExclusive = iota
+	classShared
+	classPermit
+	nClasses
+)
+
+// compatible reports whether leases of classes a and b of one key may be
+// held at once: two shared leases, or two permits (as many as the limit:
+// see permitsLocked).
+func compatible(a, b int) bool { return a == b && a != classExclusive }
 
 // Event is one line of a run's history.
 type Event struct {
@@ -134,6 +167,10 @@ type Recorder struct {
 	high   map[string]uint64
 	has    map[string]bool
 	newest map[string]Stamp // latest grant with an accepted write
+
+	// permit grants already judged: full semaphore seen, over its limit
+	// reported (or excused)
+	full, crowded map[string]bool
 }
 
 // Stats are a run's counts.
@@ -147,6 +184,13 @@ type Stats struct {
 	// Resumes counts Resume calls of detached leases, Resumed those that
 	// got the lease (the others found the grant expired, or failed).
 	Resumes, Resumed int
+	// ResumedPermits counts the Resumed leases that were permits.
+	ResumedPermits int
+	// Permits counts the grants of semaphore permits; PermitsFull those
+	// that were proven held while as many permits of the key as its limit
+	// were (itself among them): the semaphore was full, and the count
+	// check had something to judge.
+	Permits, PermitsFull int
 	// FaultKinds counts the faults by kind.
 	FaultKinds map[string]int
 }
@@ -159,11 +203,13 @@ type pendingViolation struct {
 }
 
 type tokenState struct {
-	checked             int // leases of byKey checked, in order; -1: check again
-	maxAll, maxExcl     uint64
-	maxAllID, maxExclID string
-	haveAll, haveExcl   bool
-	reported            map[string]bool
+	checked int // leases of byKey checked, in order; -1: check again
+	// per class (exclusive, shared, permit): the highest token granted so
+	// far, and its lease
+	max      [nClasses]uint64
+	maxID    [nClasses]string
+	have     [nClasses]bool
+	reported map[string]bool
 }
 
 // NewRecorder returns an empty Recorder on clk. logf prints violations as
@@ -174,7 +220,7 @@ func NewRecorder(clk *Clock, logf func(format string, args ...any), replay strin
 		leases: map[string]*LeaseRec{}, byKey: map[string][]*LeaseRec{}, span: map[string]Stamp{},
 		dirty: map[*LeaseRec]bool{}, pairs: map[[2]string]bool{}, tok: map[string]*tokenState{},
 		excused: map[string]int{}, high: map[string]uint64{}, has: map[string]bool{}, newest: map[string]Stamp{},
-		starved: map[string][][2]Stamp{},
+		starved: map[string][][2]Stamp{}, full: map[string]bool{}, crowded: map[string]bool{},
 	}
 }
 
@@ -214,8 +260,11 @@ func (r *Recorder) Grant(l LeaseRec) {
 	lr := &l
 	r.leases[l.ID] = lr
 	r.stats.Grants++
-	if l.Shared {
+	switch l.class() {
+	case classShared:
 		r.stats.Shared++
+	case classPermit:
+		r.stats.Permits++
 	}
 	kind := "grant"
 	if l.DOA {
@@ -223,7 +272,7 @@ func (r *Recorder) Grant(l LeaseRec) {
 		kind = "doa"
 	}
 	r.eventLocked(Event{At: l.Granted, Kind: kind, Key: l.Key, Lease: l.ID,
-		Text: fmt.Sprintf("%s %s by %s token %d ttl %v renew %v deadline %v", l.Op, modeName(l.Shared), l.Holder, l.Token, l.TTL, l.Renew, l.Deadline)})
+		Text: fmt.Sprintf("%s %s by %s token %d ttl %v renew %v deadline %v", l.Op, l.mode(), l.Holder, l.Token, l.TTL, l.Renew, l.Deadline)})
 	if l.DOA {
 		return
 	}
@@ -236,13 +285,6 @@ func (r *Recorder) Grant(l LeaseRec) {
 	}
 	r.dirty[lr] = true
 	r.growSpan(lr)
-}
-
-func modeName(shared bool) string {
-	if shared {
-		return "shared"
-	}
-	return "exclusive"
 }
 
 func (r *Recorder) growSpan(l *LeaseRec) {
@@ -564,6 +606,7 @@ func (r *Recorder) check(horizon Stamp, cutoff time.Time) {
 	msgs := r.judgeLocked(cutoff)
 	for l := range r.dirty {
 		msgs = append(msgs, r.overlapsLocked(l)...)
+		msgs = append(msgs, r.permitsLocked(l)...)
 	}
 	clear(r.dirty)
 	for key := range r.byKey {
@@ -578,7 +621,8 @@ func (r *Recorder) check(horizon Stamp, cutoff time.Time) {
 }
 
 // overlapsLocked compares l with the leases of its key whose proven
-// intervals may meet its own.
+// intervals may meet its own: any two overlap unless both are shared, or
+// both are permits (permitsLocked counts those).
 func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 	if a.LastHeld == Never {
 		return nil
@@ -589,7 +633,7 @@ func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 	var msgs []string
 	for i--; i >= 0 && ls[i].Granted >= lo; i-- {
 		b := ls[i]
-		if b == a || (a.Shared && b.Shared) || b.LastHeld == Never || b.LastHeld < a.Granted {
+		if b == a || compatible(a.class(), b.class()) || b.LastHeld == Never || b.LastHeld < a.Granted {
 			continue
 		}
 		if a.Owner != "" && a.Owner == b.Owner && a.Token == b.Token {
@@ -618,9 +662,11 @@ func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 }
 
 // tokensLocked checks, in grant order, that every lease granted before
-// horizon has a token above those of the leases granted before it (for a
-// shared lease: above the exclusive ones; shared leases may be granted
-// together in any order).
+// horizon has a token above those of the leases granted before it that
+// it excludes: for an exclusive lease, all of them; for a shared lease,
+// the exclusive ones and the permits; for a permit, the exclusive and
+// shared ones. Leases that may be held together (shared ones, permits of
+// one semaphore) may be granted together in any order.
 func (r *Recorder) tokensLocked(key string, horizon Stamp) []string {
 	ts := r.tok[key]
 	if ts == nil {
@@ -639,13 +685,14 @@ func (r *Recorder) tokensLocked(key string, horizon Stamp) []string {
 			// or that of the hold it re-entered.
 			continue
 		}
+		c := l.class()
 		var bound uint64
 		var boundID string
 		var have bool
-		if l.Shared {
-			bound, boundID, have = ts.maxExcl, ts.maxExclID, ts.haveExcl
-		} else {
-			bound, boundID, have = ts.maxAll, ts.maxAllID, ts.haveAll
+		for k := range nClasses {
+			if ts.have[k] && !compatible(c, k) && (!have || ts.max[k] > bound) {
+				bound, boundID, have = ts.max[k], ts.maxID[k], true
+			}
 		}
 		if have && l.Token <= bound && !ts.reported[l.ID] {
 			ts.reported[l.ID] = true
@@ -654,12 +701,76 @@ func (r *Recorder) tokensLocked(key string, horizon Stamp) []string {
 				Text: fmt.Sprintf("key %q: token %d of lease %s (granted %v) is not above token %d of lease %s granted before it\n  %v\n  %v",
 					key, l.Token, l.ID, l.Granted, bound, boundID, other, l)}))
 		}
-		if !ts.haveAll || l.Token > ts.maxAll {
-			ts.maxAll, ts.maxAllID, ts.haveAll = l.Token, l.ID, true
+		if !ts.have[c] || l.Token > ts.max[c] {
+			ts.max[c], ts.maxID[c], ts.have[c] = l.Token, l.ID, true
 		}
-		if !l.Shared && (!ts.haveExcl || l.Token > ts.maxExcl) {
-			ts.maxExcl, ts.maxExclID, ts.haveExcl = l.Token, l.ID, true
+	}
+	return msgs
+}
+
+// permitsLocked checks that, at no moment of a permit a's proven interval,
+// more permits of its key were proven held than the semaphore's limit. The
+// most permits are held at once at the grant of one of them: it judges,
+// once each, the grants of the permits met by a's interval that fall
+// within it, and reports a grant that made them more than the limit
+// (over-limit). Permits granted before a state loss that came before the
+// grant judged are not counted (the backend forgot them), as overlaps
+// across a state loss are excused.
+func (r *Recorder) permitsLocked(a *LeaseRec) []string {
+	if a.Limit == 0 || a.LastHeld == Never {
+		return nil
+	}
+	ls := r.byKey[a.Key]
+	lo := a.Granted - r.span[a.Key]
+	i := sort.Search(len(ls), func(i int) bool { return ls[i].Granted > a.LastHeld })
+	var near []*LeaseRec // the permits whose intervals meet a's, a among them
+	for i--; i >= 0 && ls[i].Granted >= lo; i-- {
+		if b := ls[i]; b.Limit > 0 && b.LastHeld != Never && b.LastHeld >= a.Granted {
+			near = append(near, b)
 		}
+	}
+	var msgs []string
+	for _, x := range near {
+		if x.Granted < a.Granted || r.crowded[x.ID] {
+			continue
+		}
+		at := x.Granted
+		var crowd []*LeaseRec
+		live, limit := 0, x.Limit
+		for _, c := range near {
+			if c.Granted <= at && at <= c.LastHeld {
+				crowd = append(crowd, c)
+				limit = min(limit, c.Limit)
+				if !r.stateLostLocked(c.Granted, at) {
+					live++
+				}
+			}
+		}
+		if live >= limit && !r.full[x.ID] {
+			r.full[x.ID] = true
+			r.stats.PermitsFull++
+		}
+		if len(crowd) <= limit {
+			continue
+		}
+		r.crowded[x.ID] = true
+		if live <= limit {
+			r.excused["over-limit across a state loss"]++
+			r.eventLocked(Event{At: at, Kind: "excused", Key: a.Key, Lease: x.ID,
+				Text: fmt.Sprintf("%d permits held at once (limit %d), across a restart without persistence", len(crowd), limit)})
+			continue
+		}
+		slices.SortFunc(crowd, func(p, q *LeaseRec) int { return cmp.Compare(p.Granted, q.Granted) })
+		var b strings.Builder
+		for _, c := range crowd {
+			fmt.Fprintf(&b, "\n  %v", c)
+			if r.stateLostLocked(c.Granted, at) {
+				b.WriteString(" (granted before a state loss: not counted)")
+			}
+		}
+		msgs = append(msgs, r.violateLocked(Violation{Kind: "over-limit", At: at, From: at, Key: a.Key, Lease: x.ID,
+			Text: fmt.Sprintf("key %q: %d permits of a semaphore of %d held at once at %v, when %s was granted:%s",
+				a.Key, live, limit, at, x.ID, b.String())}))
 	}
 	return msgs
 }
@@ -723,6 +834,8 @@ func (r *Recorder) Stat(name string, n int) {
 		r.stats.Resumes += n
 	case "resumed":
 		r.stats.Resumed += n
+	case "resumed-permit":
+		r.stats.ResumedPermits += n
 	case "reentry":
 		r.stats.Reentries += n
 	}
@@ -759,7 +872,7 @@ func (r *Recorder) GrantedDuringUnlock() int {
 				continue
 			}
 			for _, b := range ls {
-				if b != a && !(a.Shared && b.Shared) && b.Granted > a.UnlockAt && b.Granted < a.DoneAt && b.Granted < a.Deadline {
+				if b != a && !compatible(a.class(), b.class()) && b.Granted > a.UnlockAt && b.Granted < a.DoneAt && b.Granted < a.Deadline {
 					n++
 				}
 			}

@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,138 @@ func TestTokenOrder(t *testing.T) {
 	}
 	if strings.Join(ids, ",") != "b,e" {
 		t.Errorf("token-order violations of %v, want b and e", ids)
+	}
+}
+
+// permit records a permit of a semaphore of limit on key, granted at g
+// (ms) and proven held until h.
+func permit(r *Recorder, id, key string, limit int, token uint64, g, h int) {
+	r.Grant(LeaseRec{ID: id, Key: key, Limit: limit, Holder: "L", Proc: parentProc, Op: "acquire", Token: token,
+		Granted: ms2s(g), LastHeld: ms2s(g), Deadline: ms2s(h + 1000), UnlockAt: Never, DoneAt: Never})
+	r.Held(id, ms2s(h), ms2s(h+1000))
+}
+
+func TestPermits(t *testing.T) {
+	cases := []struct {
+		name   string
+		build  func(r *Recorder)
+		want   []string
+		excuse string
+		full   int
+	}{
+		{"two of two", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 100)
+			permit(r, "b", "k", 2, 2, 50, 200)
+		}, nil, "", 1},
+		{"three of two", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 100)
+			permit(r, "b", "k", 2, 2, 50, 200)
+			permit(r, "c", "k", 2, 3, 90, 300)
+		}, []string{"over-limit"}, "", 2},
+		{"three of three", func(r *Recorder) {
+			permit(r, "a", "k", 3, 1, 0, 100)
+			permit(r, "b", "k", 3, 2, 50, 200)
+			permit(r, "c", "k", 3, 3, 90, 300)
+		}, nil, "", 1},
+		{"three of two, never all at once", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 100)
+			permit(r, "b", "k", 2, 2, 50, 200)
+			permit(r, "c", "k", 2, 3, 101, 300)
+		}, nil, "", 2},
+		{"a third granted inside a long one", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 1000)
+			permit(r, "b", "k", 2, 2, 100, 200)
+			permit(r, "c", "k", 2, 3, 300, 400)
+			permit(r, "d", "k", 2, 4, 350, 360) // c and d inside a
+		}, []string{"over-limit"}, "", 3},
+		{"reported late", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 100)
+			permit(r, "c", "k", 2, 3, 90, 300)
+			r.Check(ms2s(0))
+			permit(r, "b", "k", 2, 2, 50, 200)
+		}, []string{"over-limit"}, "", 2},
+		{"other keys", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 100)
+			permit(r, "b", "k", 2, 2, 50, 200)
+			permit(r, "c", "j", 2, 1, 60, 300)
+		}, nil, "", 1},
+		{"permit with exclusive", func(r *Recorder) {
+			permit(r, "a", "k", 3, 1, 0, 100)
+			lease(r, "b", "k", false, 2, 50, 200)
+		}, []string{"overlap"}, "", 0},
+		{"shared with permit", func(r *Recorder) {
+			lease(r, "a", "k", true, 1, 0, 100)
+			permit(r, "b", "k", 3, 2, 50, 200)
+		}, []string{"overlap"}, "", 0},
+		{"across a state loss", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 100)
+			permit(r, "b", "k", 2, 2, 10, 200)
+			r.faults = append(r.faults, &Fault{Kind: "state-loss", Start: ms2s(20), End: ms2s(20), StateLoss: true})
+			permit(r, "c", "k", 2, 3, 50, 200)
+		}, nil, "over-limit across a state loss", 1},
+		{"too many after a state loss", func(r *Recorder) {
+			permit(r, "a", "k", 2, 1, 0, 100)
+			r.faults = append(r.faults, &Fault{Kind: "state-loss", Start: ms2s(20), End: ms2s(20), StateLoss: true})
+			permit(r, "b", "k", 2, 2, 30, 200)
+			permit(r, "c", "k", 2, 3, 40, 200)
+			permit(r, "d", "k", 2, 4, 50, 200)
+		}, []string{"over-limit"}, "", 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newTestRecorder(t)
+			c.build(r)
+			r.Final()
+			if got := kinds(r); strings.Join(got, ",") != strings.Join(c.want, ",") {
+				t.Errorf("violations %v, want %v: %v", got, c.want, r.Violations())
+			}
+			if c.excuse != "" && r.Excused()[c.excuse] == 0 {
+				t.Errorf("nothing excused as %q: %v", c.excuse, r.Excused())
+			}
+			if got := r.Stats().PermitsFull; got != c.full {
+				t.Errorf("%d permits filled their semaphore, want %d", got, c.full)
+			}
+		})
+	}
+}
+
+// TestPermitTokenOrder: permits of a key may be granted in any order, as
+// shared leases may; against the leases they exclude, tokens increase.
+func TestPermitTokenOrder(t *testing.T) {
+	r := newTestRecorder(t)
+	lease(r, "a", "k", false, 5, 0, 10)
+	permit(r, "b", "k", 2, 4, 20, 30) // below a's
+	permit(r, "c", "k", 2, 8, 40, 100)
+	permit(r, "d", "k", 2, 7, 41, 100)    // permit after permit: any order
+	lease(r, "e", "k", true, 8, 200, 210) // shared after the permits: not above c's
+	permit(r, "f", "k", 2, 9, 300, 310)   // above e's
+	lease(r, "g", "k", true, 10, 301, 302)
+	permit(r, "h", "k", 2, 10, 400, 410) // not above g's (shared)
+	lease(r, "i", "k", false, 11, 500, 510)
+	r.Final()
+	var ids []string
+	for _, v := range r.Violations() {
+		if v.Kind != "token-order" {
+			continue
+		}
+		ids = append(ids, v.Lease)
+	}
+	if strings.Join(ids, ",") != "b,e,h" {
+		t.Errorf("token-order violations of %v, want b, e and h: %v", ids, r.Violations())
+	}
+}
+
+func TestPermitLimits(t *testing.T) {
+	seen := map[int]bool{}
+	for i := range 4 {
+		n := permitLimit(fmt.Sprintf("hot/%d", i))
+		if n < 2 || n > 3 {
+			t.Errorf("permitLimit(hot/%d) = %d, want 2 or 3", i, n)
+		}
+		seen[n] = true
+	}
+	if !seen[2] || !seen[3] {
+		t.Errorf("the hot keys' limits are not both 2 and 3: %v", seen)
 	}
 }
 

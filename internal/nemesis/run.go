@@ -69,8 +69,11 @@ func (s Summary) Line() string {
 func (s Summary) Details() string {
 	st := s.Stats
 	var b strings.Builder
-	fmt.Fprintf(&b, "  %v; %d grants (%d shared, %d dead on arrival, %d while another lease's Unlock was under way), %d refreshes, %d lost replies, %d writes (%d accepted, %d stale refused), %d liveness probes, %d resumes of detached leases (%d took the lease over), %d re-entries",
-		s.Duration.Round(100*time.Millisecond), st.Grants, st.Shared, st.DOA, s.DuringUnlock, st.Refreshes, st.LostReplies, st.Writes, st.Accepted, st.StaleRejected, st.Probes, st.Resumes, st.Resumed, st.Reentries)
+	fmt.Fprintf(&b, "  %v; %d grants (%d shared, %d permits, %d dead on arrival, %d while another lease's Unlock was under way), %d refreshes, %d lost replies, %d writes (%d accepted, %d stale refused), %d liveness probes, %d resumes of detached leases (%d took the lease over, %d of them permits), %d re-entries",
+		s.Duration.Round(100*time.Millisecond), st.Grants, st.Shared, st.Permits, st.DOA, s.DuringUnlock, st.Refreshes, st.LostReplies, st.Writes, st.Accepted, st.StaleRejected, st.Probes, st.Resumes, st.Resumed, st.ResumedPermits, st.Reentries)
+	if st.Permits > 0 {
+		fmt.Fprintf(&b, "\n  permits: %d granted, %d of them into a semaphore they filled (limit 2 or 3 per key)", st.Permits, st.PermitsFull)
+	}
 	if len(st.FaultKinds) > 0 {
 		fmt.Fprintf(&b, "\n  faults: %s", tally(st.FaultKinds, " "))
 	}

@@ -44,6 +44,12 @@ type Target struct {
 	// Long: run only in the long mode (make nemesis), it takes longer to
 	// set up (an ensemble, a cluster).
 	Long bool
+	// Broken, for a negative control of this package's own (not one of
+	// chaos's), says how it breaks the contract.
+	Broken string
+	// memory, for a target over the memory driver's Store, opens its
+	// Lockers instead of memory.New (a broken variant's).
+	memory func(store *memory.Store, o lock.Options) lock.Locker
 	// cluster: a Redis Cluster, opened with a client whose dialer maps
 	// each node's address to its proxy (addresses come as real=proxy).
 	cluster  bool
@@ -143,7 +149,7 @@ func init() {
 func Drivers(long bool) []string {
 	var out []string
 	for _, t := range targets {
-		if t.Control == nil && (long || !t.Long) {
+		if !t.control() && (long || !t.Long) {
 			out = append(out, t.Name)
 		}
 	}
@@ -154,12 +160,15 @@ func Drivers(long bool) []string {
 func Controls() []string {
 	var out []string
 	for _, t := range targets {
-		if t.Control != nil {
+		if t.control() {
 			out = append(out, t.Name)
 		}
 	}
 	return out
 }
+
+// control reports whether t is a negative control: a broken algorithm.
+func (t *Target) control() bool { return t.Control != nil || t.Broken != "" }
 
 // TargetByName returns the target named name, or nil.
 func TargetByName(name string) *Target {
@@ -178,6 +187,8 @@ func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) 
 	switch {
 	case t.Control != nil:
 		return t.Control.Open(ctx, addrs, o, chaos.Hooks{})
+	case t.Backend == "" && t.memory != nil:
+		return t.memory(store, o), nil
 	case t.Backend == "":
 		return memory.New(store, &o), nil
 	case t.cluster:
@@ -229,11 +240,25 @@ func (t *Target) openCluster(addrs []string, o lock.Options) lock.Locker {
 			return d.DialContext(ctx, network, addr)
 		},
 	})
-	lk := t.newRedis(rdb, o)
-	if rw, ok := lk.(lock.RWLocker); ok {
-		return &ownRWClient{ownClient{Locker: lk, client: rdb}, rw}
+	return ownedBy(t.newRedis(rdb, o), rdb)
+}
+
+// ownedBy wraps lk in an ownClient that closes client, and stays the
+// lock.RWLocker and the lock.SemLocker that lk is: the workers find out
+// by type assertion.
+func ownedBy(lk lock.Locker, client io.Closer) lock.Locker {
+	own := ownClient{Locker: lk, client: client}
+	rw, isRW := lk.(lock.RWLocker)
+	sl, isSem := lk.(lock.SemLocker)
+	switch {
+	case isRW && isSem:
+		return &ownRWSemClient{ownRWClient{own, rw}, sl}
+	case isRW:
+		return &ownRWClient{own, rw}
+	case isSem:
+		return &ownSemClient{own, sl}
 	}
-	return &ownClient{Locker: lk, client: rdb}
+	return &own
 }
 
 // ownClient is a Locker that closes its client after itself.
@@ -260,6 +285,34 @@ func (o *ownRWClient) RLock(ctx context.Context, key string, opts ...lock.Option
 
 func (o *ownRWClient) TryRLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	return o.rw.TryRLock(ctx, key, opts...)
+}
+
+// ownSemClient is an ownClient over a lock.SemLocker, which it stays.
+type ownSemClient struct {
+	ownClient
+	sl lock.SemLocker
+}
+
+func (o *ownSemClient) Acquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.Acquire(ctx, key, limit, opts...)
+}
+
+func (o *ownSemClient) TryAcquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.TryAcquire(ctx, key, limit, opts...)
+}
+
+// ownRWSemClient is an ownClient over a Locker that is both.
+type ownRWSemClient struct {
+	ownRWClient
+	sl lock.SemLocker
+}
+
+func (o *ownRWSemClient) Acquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.Acquire(ctx, key, limit, opts...)
+}
+
+func (o *ownRWSemClient) TryAcquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
+	return o.sl.TryAcquire(ctx, key, limit, opts...)
 }
 
 // classifyRESP names the requests of redisnx (scripts), rediswatch

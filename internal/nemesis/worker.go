@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -56,6 +57,7 @@ type procEnv struct {
 type detached struct {
 	key, handle, origin string
 	owner               string // the lease's named owner, or ""
+	limit               int    // a permit's semaphore size, or 0
 	granted             Stamp  // its grant's, for the fenced resource
 	token               uint64
 	notBefore           time.Time
@@ -92,8 +94,26 @@ func (e *procEnv) newID() string {
 
 func (e *procEnv) stopping() bool { return closed(e.stop) }
 
+// permitLimit is the number of permits of key's semaphore, which every
+// worker of every process asks for: 2 or 3, from a hash of the key, so
+// that the hot keys have both.
+func permitLimit(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return 2 + int(h.Sum32()%2)
+}
+
+// grantMode is the kind of lease a call asked for.
+type grantMode struct {
+	shared bool
+	limit  int // a permit's semaphore size; 0 for other leases
+}
+
+var exclusive grantMode
+
 // worker makes random calls on its slot's Locker: Lock, TryLock, RLock,
-// TryRLock and Do on a few hot keys, holding what it gets for a while,
+// TryRLock, Acquire, TryAcquire (permits of a semaphore of permitLimit)
+// and Do on a few hot keys, holding what it gets for a while,
 // writing to the fenced resource, refreshing with longer and shorter TTLs,
 // and unlocking, abandoning, or cancelling at random moments.
 type worker struct {
@@ -155,6 +175,7 @@ func (w *worker) step() {
 	}
 	key := pick(w.rng, w.env.keys)
 	_, rw := in.lk.(lock.RWLocker)
+	_, sem := in.lk.(lock.SemLocker)
 	n := w.rng.IntN(100)
 	var got bool
 	switch {
@@ -164,6 +185,10 @@ func (w *worker) step() {
 		got = w.acquire(in, "rlock", key)
 	case rw && n < 30:
 		got = w.acquire(in, "tryrlock", key)
+	case sem && n < 36:
+		got = w.acquire(in, "acquire", key)
+	case sem && n < 50:
+		got = w.acquire(in, "tryacquire", key)
 	case w.env.tg.Reentry && w.chance(0.25):
 		op := "otrylock"
 		if w.chance(0.3) {
@@ -253,8 +278,12 @@ var (
 func (w *worker) acquire(in *lockerInst, op, key string) bool {
 	ttl, renew, opts := w.lockOpts()
 	timeouts, pCancel := lockTimeouts, 0.25
-	if op == "trylock" || op == "tryrlock" || op == "otrylock" {
+	if op == "trylock" || op == "tryrlock" || op == "otrylock" || op == "tryacquire" {
 		timeouts, pCancel = tryTimeouts, 0.1
+	}
+	mode := grantMode{shared: op == "rlock" || op == "tryrlock"}
+	if op == "acquire" || op == "tryacquire" {
+		mode.limit = permitLimit(key)
 	}
 	owner := ""
 	if op == "olock" || op == "otrylock" {
@@ -275,6 +304,10 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		lease, err = in.lk.(lock.RWLocker).RLock(c.ctx, key, opts...)
 	case "tryrlock":
 		lease, err = in.lk.(lock.RWLocker).TryRLock(c.ctx, key, opts...)
+	case "acquire":
+		lease, err = in.lk.(lock.SemLocker).Acquire(c.ctx, key, mode.limit, opts...)
+	case "tryacquire":
+		lease, err = in.lk.(lock.SemLocker).TryAcquire(c.ctx, key, mode.limit, opts...)
 	}
 	end := clk.Now()
 	limit := c.end()
@@ -290,7 +323,12 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		reenters = prev.id
 		w.env.sink.Stat("reentry", 1)
 	}
-	l := w.grantedAs(in, lease, op, key, op == "rlock" || op == "tryrlock", ttl, renew, "", owner, reenters)
+	if lease.Limit() != mode.limit {
+		t := w.env.clk.Now()
+		w.env.sink.Violate(Violation{Kind: "limit-mismatch", At: t, From: start, Key: key, Proc: w.env.proc,
+			Text: fmt.Sprintf("%s of key %q by %s asked for a semaphore of %d permits, and its lease's Limit is %d", op, key, w.name, mode.limit, lease.Limit())})
+	}
+	l := w.grantedAs(in, lease, op, key, mode, ttl, renew, "", owner, reenters)
 	if l != nil && owner != "" {
 		if reenters != "" {
 			l.granted = w.named[key].granted
@@ -339,7 +377,7 @@ func (w *worker) reenter(in *lockerInst, outer *liveLease) (*liveLease, time.Dur
 		reenters = outer.id
 		w.env.sink.Stat("reentry", 1)
 	}
-	l := w.grantedAs(in, lease, op, outer.key, false, ttl, renew, "", outer.owner, reenters)
+	l := w.grantedAs(in, lease, op, outer.key, exclusive, ttl, renew, "", outer.owner, reenters)
 	if l != nil && reenters != "" {
 		// Holds of one grant write as that grant, which they are.
 		l.granted = outer.granted
@@ -371,11 +409,14 @@ func (w *worker) resume(in *lockerInst, d detached) bool {
 		return false
 	}
 	w.env.sink.Stat("resumed", 1)
-	if lease.Key() != d.key || lease.Token() != d.token {
-		w.env.sink.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: d.key, Proc: w.env.proc,
-			Text: fmt.Sprintf("Resume of lease %s on key %q (token %d) by %s gave key %q token %d", d.origin, d.key, d.token, w.name, lease.Key(), lease.Token())})
+	if d.limit > 0 {
+		w.env.sink.Stat("resumed-permit", 1)
 	}
-	l := w.grantedAs(in, lease, "resume", d.key, false, ttl, renew, d.origin, d.owner, "")
+	if lease.Key() != d.key || lease.Token() != d.token || lease.Limit() != d.limit {
+		w.env.sink.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: d.key, Proc: w.env.proc,
+			Text: fmt.Sprintf("Resume of lease %s on key %q (token %d, limit %d) by %s gave key %q token %d limit %d", d.origin, d.key, d.token, d.limit, w.name, lease.Key(), lease.Token(), lease.Limit())})
+	}
+	l := w.grantedAs(in, lease, "resume", d.key, grantMode{limit: d.limit}, ttl, renew, d.origin, d.owner, "")
 	if l != nil {
 		// It writes as the grant it resumed, which it is (beside other
 		// holds of a named owner's grant).
@@ -414,7 +455,7 @@ func (w *worker) detach(l *liveLease) bool {
 		if w.chance(0.15) {
 			wait = between(w.rng, ttl, ttl*3/2)
 		}
-		w.env.handles.put(detached{key: l.key, handle: h, origin: l.id, owner: l.owner, granted: l.granted, token: l.token, notBefore: time.Now().Add(wait)})
+		w.env.handles.put(detached{key: l.key, handle: h, origin: l.id, owner: l.owner, limit: l.limit, granted: l.granted, token: l.token, notBefore: time.Now().Add(wait)})
 	}
 	l.observe(clk, s)
 	return true
@@ -432,23 +473,23 @@ func (w *worker) failed(op, key string, err error) {
 
 // granted records a lease Lock returned: its first observation is its
 // grant (or finds it dead on arrival), and it is watched from then on.
-func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool) *liveLease {
-	return w.grantedAs(in, lease, op, key, shared, ttl, renew, "", "", "")
+func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool) *liveLease {
+	return w.grantedAs(in, lease, op, key, mode, ttl, renew, "", "", "")
 }
 
 // grantedAs is granted, for a lease that resumes the grant of lease
 // resumes when that is not "", of the named owner owner when that is not
 // "", re-entering the grant of lease reenters when that is not "".
-func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, shared bool, ttl time.Duration, renew bool, resumes, owner, reenters string) *liveLease {
+func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, resumes, owner, reenters string) *liveLease {
 	clk := w.env.clk
 	now := time.Now()
 	dl := lease.Deadline()
 	open := !closed(lease.Done())
 	t, d := clk.At(now), clk.At(dl)
-	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, owner: owner, shared: shared, token: lease.Token(), granted: t, lease: lease, inst: in}
+	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, owner: owner, shared: mode.shared, limit: mode.limit, token: lease.Token(), granted: t, lease: lease, inst: in}
 	doa := !open || t >= d
 	rec := LeaseRec{
-		ID: l.id, Key: key, Shared: shared, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
+		ID: l.id, Key: key, Shared: mode.shared, Limit: mode.limit, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
 		Owner: owner, Reenters: reenters,
 		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
 	}
@@ -549,7 +590,7 @@ func (w *worker) holdLoop(in *lockerInst, l *liveLease, holdFor time.Duration, r
 		if !l.observe(clk, s) {
 			return
 		}
-		if !l.shared {
+		if l.writes() {
 			if d := w.slot.takeStall(); d > 0 {
 				s.Event(Event{At: clk.Now(), Kind: "stall", Key: l.key, Lease: l.id, Text: fmt.Sprintf("holder stalls %v before a write", d.Round(time.Millisecond))})
 				time.Sleep(d)
@@ -687,7 +728,7 @@ type doLocker struct {
 func (d *doLocker) Lock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	lease, err := d.Locker.Lock(ctx, key, opts...)
 	if err == nil {
-		d.leased = d.w.granted(d.in, lease, "do", key, false, d.ttl, d.renew)
+		d.leased = d.w.granted(d.in, lease, "do", key, exclusive, d.ttl, d.renew)
 	}
 	return lease, err
 }
