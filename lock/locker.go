@@ -822,6 +822,10 @@ func unwrapLocker(l Locker) (*locker, bool) {
 		return v, true
 	case *rwLocker:
 		return v.locker, true
+	case *semLocker:
+		return v.locker, true
+	case *rwSemLocker:
+		return v.locker, true
 	}
 	return nil, false
 }
