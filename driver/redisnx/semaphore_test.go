@@ -145,15 +145,15 @@ func TestSemaphoreHandOverInRow(t *testing.T) {
 			}
 			last = max(last, g.lease.Token())
 		}
+		noGrantWithin(t, grants, 200*time.Millisecond, "beyond the limit")
 		for _, who := range []string{"permit 1", "permit 2", "permit 3"} {
 			if _, ok := got[who]; !ok {
-				t.Fatalf("grants %v: want the first three permit waiters", got)
+				t.Fatalf("%s not granted: want the first three permit waiters", who)
 			}
 		}
 		if got["permit 1"].lease.Token() == got["permit 2"].lease.Token() || got["permit 2"].lease.Token() == got["permit 3"].lease.Token() {
 			t.Errorf("permits share a token")
 		}
-		noGrantWithin(t, grants, 200*time.Millisecond, "beyond the limit")
 		if v, owners := permitState(t, c, lk); v != redisx.PermitsValue(limit) || len(owners) != limit {
 			t.Errorf("lock key %q, %d permits; want %q and %d", v, len(owners), redisx.PermitsValue(limit), limit)
 		}
