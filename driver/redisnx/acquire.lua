@@ -32,7 +32,8 @@ elseif redis.call('EXISTS', KEYS[3]) == 1 then
 end
 --@queue
 local cur = current(KEYS[1], KEYS[6])
-local limit = string.byte(ARGV[3], 1) == 112 and tonumber(string.sub(ARGV[3], 2)) -- "pN"
+local limit = string.match(ARGV[3] or '', '^p(%d+)$') -- "pN"
+limit = limit and tonumber(limit)
 if limit then
   local s = KEYS[1] .. ':s'
   local held = permits_of(cur)

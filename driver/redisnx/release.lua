@@ -54,7 +54,7 @@ end
 if ARGV[4] == 's' then
   return release_reader(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1])
 end
-if string.byte(ARGV[4], 1) == 112 then -- "pN"
+if string.sub(ARGV[4] or '', 1, 1) == 'p' then -- "pN"
   return release_permit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1])
 end
 return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1], cur)

@@ -29,7 +29,7 @@ if ARGV[4] == 'o' then
   redis.call('PEXPIRE', h, redis.call('PTTL', KEYS[1]))
   return 1
 end
-if string.byte(ARGV[4], 1) == 112 then -- "pN"
+if string.sub(ARGV[4] or '', 1, 1) == 'p' then -- "pN"
   if redis.call('GET', KEYS[1]) ~= 'S' .. string.sub(ARGV[4], 2) then
     return 0
   end

@@ -25,7 +25,8 @@
 
 local owner = ARGV[1]
 local shared = ARGV[6] == 's'
-local limit = string.byte(ARGV[6], 1) == 112 and tonumber(string.sub(ARGV[6], 2)) -- "pN"
+local limit = string.match(ARGV[6] or '', '^p(%d+)$') -- "pN"
+limit = limit and tonumber(limit)
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, 0}
 end
