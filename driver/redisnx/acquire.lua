@@ -1,20 +1,25 @@
 --@fence
--- Grant the lock KEYS[1] to owner ARGV[1] for ARGV[2] ms, exclusive or
--- shared (ARGV[3] "s"), and return a fencing token from the counter
--- KEYS[2]. One attempt, as TryLock makes: it never queues, and it is fair
--- to the queue: a free key with live waiters queued goes to the first of
--- them, and this attempt is refused; so is a shared attempt while a waiter
--- is queued behind the readers.
+-- Grant the lock KEYS[1] to owner ARGV[1] for ARGV[2] ms, exclusive,
+-- shared (ARGV[3] "s") or as a permit of a semaphore (ARGV[3] "pN"), and
+-- return a fencing token from the counter KEYS[2]. One attempt, as TryLock
+-- makes: it never queues, and it is fair to the queue: a free key with
+-- live waiters queued goes to the first of them, and this attempt is
+-- refused; so is a shared attempt or a permit while a waiter is queued
+-- behind the readers or permits.
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
--- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers
+-- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers (the
+-- permits set is KEYS[1] .. ":s", in the same slot)
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] "x" exclusive, "s"
 -- shared, "o" a hold of a named owner (a re-entry when its owner holds the
--- key)
+-- key), "pN" a permit of a semaphore of N permits
 --
 -- Returns the token (> 0) when granted; -2 - PTTL when another owner holds
--- the key (-1 for a key without expiry); 0 when this attempt was abandoned
--- (its clean-up ran first).
+-- the key (-1 for a key without expiry; for a permit of a full semaphore,
+-- the time until its first permit expires); 0 when this attempt was
+-- abandoned (its clean-up ran first); for a permit, "SM" (a string) when
+-- the key's permits, held or queued, are of a semaphore of M permits, not
+-- N (nothing was changed).
 
 -- The common case first: exclusive, no tombstone, no queue, one call for
 -- both.
@@ -27,6 +32,47 @@ elseif redis.call('EXISTS', KEYS[3]) == 1 then
 end
 --@queue
 local cur = current(KEYS[1], KEYS[6])
+local limit = string.match(ARGV[3] or '', '^p(%d+)$') -- "pN"
+limit = limit and tonumber(limit)
+if limit then
+  local s = KEYS[1] .. ':s'
+  local held = permits_of(cur)
+  if held and held ~= limit then
+    return cur
+  end
+  local now = now_ms()
+  if held then
+    -- Our own permit: a resent request whose first run was applied.
+    local score = redis.call('ZSCORE', s, ARGV[1])
+    if score and tonumber(score) >= now then
+      grant_permit(KEYS[1], s, ARGV[1], limit, ARGV[2], now)
+      return next_token(KEYS[2])
+    end
+  end
+  if redis.call('EXISTS', KEYS[4]) == 1 then
+    local queued = queued_limit(KEYS[4], KEYS[5], now)
+    if queued and queued ~= limit then
+      return 'S' .. queued
+    end
+    if not cur or held then
+      -- Waiters first, as for a share.
+      handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], nil)
+      cur = redis.call('GET', KEYS[1])
+      held = permits_of(cur)
+      if (cur and held ~= limit) or redis.call('ZCARD', KEYS[4]) > 0 then
+        return -2 - redis.call('PTTL', KEYS[1])
+      end
+    end
+  end
+  if cur and not held then
+    return -2 - redis.call('PTTL', KEYS[1])
+  end
+  if held and live(s, now) >= limit then
+    return -2 - first_expiry(s, now)
+  end
+  grant_permit(KEYS[1], s, ARGV[1], limit, ARGV[2], now)
+  return next_token(KEYS[2])
+end
 if ARGV[3] == 's' then
   if cur and cur ~= 'R' then
     return -2 - redis.call('PTTL', KEYS[1])
@@ -40,7 +86,7 @@ if ARGV[3] == 's' then
       return -2 - redis.call('PTTL', KEYS[1])
     end
   end
-  grant_reader(KEYS[1], KEYS[6], ARGV[1], ARGV[2], math.floor(now_us() / 1000))
+  grant_reader(KEYS[1], KEYS[6], ARGV[1], ARGV[2], now_ms())
   return next_token(KEYS[2])
 end
 if ARGV[3] == 'o' then

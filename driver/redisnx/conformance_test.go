@@ -71,12 +71,12 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 	return h.raw.Del(ctx, lockKey(DefaultPrefix, key)+counterSuffix).Err()
 }
 
-// Residue lists the lock key and the queue's keys that exist. Tombstones
-// are not residue: they expire with the TTL.
+// Residue lists the lock key, the queue's keys, and the readers, holds and
+// permits that exist. Tombstones are not residue: they expire with the TTL.
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	lk := lockKey(DefaultPrefix, key)
 	var out []string
-	for _, k := range []string{lk, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix, lk + redisx.HoldsSuffix} {
+	for _, k := range []string{lk, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix, lk + redisx.HoldsSuffix, lk + permitsSuffix} {
 		n, err := h.raw.Exists(ctx, k).Result()
 		if err != nil {
 			return out, err
@@ -89,5 +89,5 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true}
+	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true}
 }

@@ -46,6 +46,29 @@
 // queue at once, each with its own fencing token from the key's counter.
 // The last reader to leave deletes both keys and hands the key on.
 //
+// # Semaphores
+//
+// The Locker is a lock.SemLocker: Acquire(ctx, key, limit) and TryAcquire
+// take one of limit permits of a key. While permits are held, "dlock:{K}"
+// holds "S" and the limit in decimal ("S4"), with a PX at least as long as
+// the longest permit's; each permit is a member of the sorted set
+// "dlock:{K}:s", scored by when it expires on the server's clock, and
+// takes its own fencing token from the key's counter. Both Redis drivers
+// use this layout (internal/redisx names it), so that rediswatch's permits
+// of a key count with these. A permit is granted while the key is free, or holds
+// fewer than limit live permits, and no waiter is queued before it:
+// permit waiters queue with the others, a writer or reader queued behind
+// permits waits for all of them to go, and permits that come after it wait
+// behind it. A release hands the returned permit at once to the permit
+// waiters in a row at the head of the queue, up to the limit; the last
+// permit to go deletes both keys and hands the key on. Each permit expires
+// on its own: a crashed holder's returns within its TTL, and the lock key's
+// PX follows the longest permit left. An attempt whose limit differs from
+// the one the key's permits (held, or queued among the first 64 waiters)
+// were granted with fails with lock.ErrInvalid, saying both, and changes
+// nothing. As for readers, a plain SET NX lock of the key (redsync,
+// redislock) keeps permits out, and is refused while any permit is held.
+//
 // # Waiting
 //
 // A blocking Lock waits in a FIFO queue kept on the server; lock runs the
@@ -127,14 +150,15 @@
 //	+zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe
 //	~dlock:* &dlock:*
 //
-// are enough on a standalone server (TestMinimalPermissions runs with
+// are enough on a standalone server, semaphores included
+// (TestMinimalPermissions and TestMinimalPermissionsPermits run with
 // exactly these); a Cluster client also needs +cluster|slots.
 //
 // # Names
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
-// queue P{K}:q and P{K}:w, the readers P{K}:r, tombstones P{K}:void:OWNER,
-// the channel P{K}:rel)
-// share K as Cluster hash tag; each Locker has an inbox channel, P +
-// "inbox:" + 32 hex digits. docs/design.md gives the full wire format.
+// queue P{K}:q and P{K}:w, the readers P{K}:r, the holds of a named owner
+// P{K}:h, the permits P{K}:s, tombstones P{K}:void:OWNER, the channel
+// P{K}:rel) share K as Cluster hash tag; each Locker has an inbox channel,
+// P + "inbox:" + 32 hex digits. docs/design.md gives the full wire format.
 package redisnx

@@ -3,6 +3,8 @@ package redisnx
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -22,11 +24,14 @@ type viaQueue struct{}
 
 // modeArg is the scripts' argument for l's mode: "s" for shared, "x" for
 // exclusive, "o" for a hold of a named owner (boxed once: a script call's
-// arguments are interfaces).
+// arguments are interfaces), "pN" for a permit of a semaphore of N
+// permits.
 func modeArg(l *driver.Lease) any {
 	switch {
 	case l.Mode == driver.Shared:
 		return argShared
+	case l.Mode == driver.Permit:
+		return "p" + strconv.Itoa(l.Limit)
 	case l.Reentrant:
 		return argHold
 	}
@@ -43,6 +48,28 @@ func (d *redisDriver) Reentrancy() error { return nil }
 // the readers set P{K}:r, with the lock key holding "R" (see prelude.lua).
 func (d *redisDriver) SupportsShared() bool { return true }
 
+// Semaphores implements driver.Semaphorer: permits are members of the
+// permits set P{K}:s, with the lock key holding "S" and the limit (see
+// prelude.lua).
+func (d *redisDriver) Semaphores() error { return nil }
+
+// limitError is the refusal of a permit l whose key's permits, held or
+// queued, are of a semaphore of another limit, told by a script as the
+// lock key's value, "SM".
+func limitError(l *driver.Lease, value string) error {
+	m, err := strconv.Atoi(strings.TrimPrefix(value, "S"))
+	if err != nil || !strings.HasPrefix(value, "S") {
+		return fmt.Errorf("redisnx: unexpected reply %q", value)
+	}
+	return limitMismatch(l, int64(m))
+}
+
+// limitMismatch is the refusal of a permit l on a key whose permits are of
+// a semaphore of m permits.
+func limitMismatch(l *driver.Lease, m int64) error {
+	return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrInvalid, m, l.Limit)
+}
+
 // Acquire runs acquire.lua: SET PX if the key is free and no one is queued,
 // and the fencing counter, one round trip.
 func (d *redisDriver) Acquire(ctx context.Context, l *driver.Lease) error {
@@ -57,10 +84,20 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys *keyNam
 		return err
 	}
 	px, validity := ms(l.TTL)
-	n, err := acquireScript.Run(ctx, d.Client, keys[:6], l.Owner, px, modeArg(l)).Int64()
-	switch {
-	case err != nil:
+	res, err := acquireScript.Run(ctx, d.Client, keys[:6], l.Owner, px, modeArg(l)).Result()
+	if err != nil {
 		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
+	}
+	n, ok := res.(int64)
+	if !ok {
+		// A permit refused for its limit: the script changed nothing.
+		l.Data = noGrant{}
+		if v, ok := res.(string); ok {
+			return limitError(l, v)
+		}
+		return fmt.Errorf("redisnx: grant: unexpected reply %v", res)
+	}
+	switch {
 	case n > 0:
 		l.Token, l.Validity = uint64(n), validity
 		return nil

@@ -8,8 +8,8 @@ import (
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
 // share (internal/redisx), this driver's queue, P{K}:q (a sorted set of
-// owners) and P{K}:w (their entries, a hash), and its readers, P{K}:r (a
-// sorted set: see prelude.lua).
+// owners) and P{K}:w (their entries, a hash), its readers, P{K}:r, and
+// the permits of a semaphore, P{K}:s (sorted sets: see prelude.lua).
 // docs/design.md lists them all, and why they cannot meet.
 const (
 	counterSuffix = redisx.CounterSuffix
@@ -17,6 +17,7 @@ const (
 	queueSuffix   = ":q"
 	entriesSuffix = ":w"
 	readersSuffix = redisx.ReadersSuffix
+	permitsSuffix = redisx.PermitsSuffix
 )
 
 // keyNames are the Redis names of one attempt: the keys the granting

@@ -1,8 +1,9 @@
 --@fence
 --@queue
 -- Take owner ARGV[1] out of the queue of the lock KEYS[1], when its Lock
--- call ends without the key (cancelled, timed out, failed). If the key was
--- handed to it meanwhile, give it to the next waiter, or free it.
+-- call ends without the key (cancelled, timed out, failed). If the key (a
+-- share, a permit) was handed to it meanwhile, give it to the next waiter,
+-- or free it.
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
 -- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers
@@ -20,4 +21,13 @@ redis.call('HDEL', KEYS[5], ARGV[1])
 if redis.call('ZSCORE', KEYS[6], ARGV[1]) then
   return release_reader(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1])
 end
-return release(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1], redis.call('GET', KEYS[1]))
+if redis.call('ZSCORE', KEYS[1] .. ':s', ARGV[1]) then
+  return release_permit(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1])
+end
+local cur = current(KEYS[1], KEYS[6])
+if permits_of(cur) then
+  -- The waiter may have kept permit waiters behind it from a free permit.
+  handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], nil)
+  return 0
+end
+return release(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1], cur)

@@ -14,8 +14,9 @@
 --            (DEADLINE_MS on the server's clock: the entry is dead after it
 --            unless the waiter renews it; N numbers the waiter's wait.lua
 --            runs; INBOX the channel of the waiter's Locker; a shared
---            waiter's TTL_MS has an "s" before it), or "gTOKEN" once the
---            key was handed to it
+--            waiter's TTL_MS has an "s" before it, a permit waiter's "p",
+--            the semaphore's limit and "/": "p4/30000"), or "gTOKEN" once
+--            the key was handed to it
 --
 -- Both expire two entry lifetimes after the last waiter touched them.
 --
@@ -37,6 +38,23 @@
 --            fencing token; it expires with the lock key
 --
 -- A re-entry adds a hold; the grant ends with its last hold.
+--
+-- Permits of a counting semaphore of N permits (mode "pN"): the lock key
+-- holds "S" and N in decimal ("S4"; never an owner, nor "R"), with a PX at
+-- least the longest permit's, so that every other attempt, and a plain SET
+-- NX lock, finds it held; and
+--
+--   P{K}:s   sorted set: the permit owners, scored by when each permit
+--            expires (server clock, ms); expired members hold nothing and
+--            are dropped by the next script that looks
+--
+-- A permit is granted while the key is free or "SN" with fewer than N live
+-- members, and no waiter is queued before it. Every permit waiter queued
+-- and every permit held of a key has the same N: an attempt with another
+-- limit M is refused, and changes nothing (acquire.lua returns "SN",
+-- wait.lua {3, N}). A release hands the freed permit to the permit waiters
+-- at the head of the queue, up to N; the last permit to go deletes both
+-- keys and hands the key on. "SN" with no live member left is stale: free.
 
 -- next_token returns the next fencing token of counter ctr: the counter plus
 -- one, or the server's clock in microseconds when that is more (the counter
@@ -123,20 +141,42 @@ local function keep_queue(q, w, life)
   redis.call('PEXPIRE', w, ttl)
 end
 
--- readers drops the expired members of the readers set r (now: server
--- clock in ms) and returns how many hold a grant.
-local function readers(r, now)
-  redis.call('ZREMRANGEBYSCORE', r, '-inf', '(' .. string.format('%d', now))
-  return redis.call('ZCARD', r)
+local function now_ms()
+  return math.floor(now_us() / 1000)
+end
+
+-- live drops the expired members of the readers or permits set z (now:
+-- server clock in ms) and returns how many hold a grant.
+local function live(z, now)
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', '(' .. string.format('%d', now))
+  return redis.call('ZCARD', z)
+end
+
+-- permits_of returns N when the lock's value cur is "SN" (the key holds
+-- permits of a semaphore of N), else nil.
+local function permits_of(cur)
+  if cur and string.byte(cur, 1) == 83 then -- "S"
+    return tonumber(string.match(cur, '^S(%d+)$'))
+  end
+  return nil
 end
 
 -- current returns the value of lk, or nil when it is free; "R" with no
--- reader left holding a grant (the last ones expired) is deleted as free.
+-- reader left holding a grant (the last ones expired) is deleted as free,
+-- and so is "SN" with no permit left.
 local function current(lk, r)
   local cur = redis.call('GET', lk)
-  if cur == 'R' and readers(r, math.floor(now_us() / 1000)) == 0 then
-    redis.call('DEL', lk, r)
-    return nil
+  if cur == 'R' then
+    if live(r, now_ms()) == 0 then
+      redis.call('DEL', lk, r)
+      return nil
+    end
+  elseif permits_of(cur) then
+    local s = lk .. ':s'
+    if live(s, now_ms()) == 0 then
+      redis.call('DEL', lk, s)
+      return nil
+    end
   end
   return cur
 end
@@ -154,43 +194,130 @@ local function grant_reader(lk, r, owner, px, now)
   end
 end
 
--- handover grants the lock lk, free or held by readers ("R"), to the live
--- waiters first in line in q that it can take: the first one if it is
--- exclusive and lk is free; else every shared waiter in a row from the
--- head. It drops dead entries on the way (at most 64 in one call), records
--- each grant in w as "gTOKEN", and tells each new owner on its inbox with
--- "OWNER TOKEN N" (N from the entry: the waiter takes the message as the
--- grant only if N is its last wait.lua's), unless the new owner is self
--- (the caller, told by the script's reply). Returns whether it granted
--- anyone, and self's token if self was granted.
+-- grant_permit grants owner a permit of the semaphore lk of limit n for px
+-- ms (lk free, or "Sn" with fewer than n live permits): its member in s,
+-- and lk ("Sn") and s kept at least that long. A free lk starts a new
+-- semaphore: s is emptied first (members left there hold nothing: the
+-- lock key was deleted behind their back).
+local function grant_permit(lk, s, owner, n, px, now)
+  px = tonumber(px)
+  local pttl = redis.call('PTTL', lk)
+  if pttl == -2 then
+    redis.call('DEL', s)
+  end
+  redis.call('ZADD', s, string.format('%d', now + px), owner)
+  if pttl < px then
+    redis.call('SET', lk, 'S' .. n, 'PX', px)
+  end
+  if redis.call('PTTL', s) < px then
+    redis.call('PEXPIRE', s, px)
+  end
+end
+
+-- first_expiry returns the ms until the first of the live permits in s
+-- expires (now: server clock in ms), at least 0.
+local function first_expiry(s, now)
+  local first = redis.call('ZRANGE', s, 0, 0, 'WITHSCORES')[2]
+  if not first then
+    return 0
+  end
+  return math.max(tonumber(first) - now, 0)
+end
+
+-- parse_entry splits a waiter's queue entry e: its deadline (a number),
+-- its mode ("" exclusive, "s" shared, "p" a permit), the permit's limit (a
+-- number; nil for other modes), TTL_MS, N and INBOX. It returns nil when e
+-- is not a waiter's entry.
+local function parse_entry(e)
+  local deadline, ttl, n, inbox = string.match(e, '^(%d+) (%S+) (%d+) (.+)$')
+  if not deadline then -- written by a version without N
+    deadline, ttl, inbox = string.match(e, '^(%d+) (%d+) (.+)$')
+    if not deadline then
+      return nil
+    end
+  end
+  local mode, limit, px = '', nil, ttl
+  local c = string.byte(ttl, 1)
+  if c == 115 then -- "s"
+    mode, px = 's', string.sub(ttl, 2)
+  elseif c == 112 then -- "p"
+    limit, px = string.match(ttl, '^p(%d+)/(%d+)$')
+    if not limit then
+      return nil
+    end
+    mode, limit = 'p', tonumber(limit)
+  end
+  return tonumber(deadline), mode, limit, px, n, inbox
+end
+
+-- queued_limit returns the limit of the first live permit waiter among the
+-- first 64 of queue q (entries w; now: server clock in ms), or nil: every
+-- permit waiter queued has the limit of the first.
+local function queued_limit(q, w, now)
+  for _, o in ipairs(redis.call('ZRANGE', q, 0, 63)) do
+    local e = redis.call('HGET', w, o)
+    if e then
+      local deadline, mode, limit = parse_entry(e)
+      if mode == 'p' and deadline >= now then
+        return limit
+      end
+    end
+  end
+  return nil
+end
+
+-- handover grants the lock lk, free or shared (readers, "R"; permits,
+-- "SN"), to the live waiters first in line in q that it can take: the
+-- first one if it is exclusive and lk is free; else every shared waiter in
+-- a row from the head while lk is free or "R"; else every permit waiter
+-- in a row from the head while lk is free or "SN" of the waiter's limit
+-- with fewer than N permits live. It drops dead entries on the way (at
+-- most 64 in one call), records each grant in w as "gTOKEN", and tells
+-- each new owner on its inbox with "OWNER TOKEN N" (N from the entry: the
+-- waiter takes the message as the grant only if N is its last wait.lua's),
+-- unless the new owner is self (the caller, told by the script's reply).
+-- Returns whether it granted anyone, and self's token if self was granted.
 local function handover(lk, ctr, q, w, r, self)
   if redis.call('EXISTS', q) == 0 then
     return false
   end
-  local now = math.floor(now_us() / 1000)
+  local now = now_ms()
   local any, mine = false, nil
+  local s, held -- the permits set, and how many are live (once counted)
   for _ = 1, 64 do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then
       break
     end
     local e = redis.call('HGET', w, head)
-    local deadline, shared, px, n, inbox
+    local deadline, mode, limit, px, n, inbox
     if e then
-      deadline, shared, px, n, inbox = string.match(e, '^(%d+) (s?)(%d+) (%d+) (.+)$')
-      if not deadline then -- written by a version without N
-        deadline, px, inbox = string.match(e, '^(%d+) (%d+) (.+)$')
-        shared = ''
-      end
+      deadline, mode, limit, px, n, inbox = parse_entry(e)
     end
-    if deadline and tonumber(deadline) >= now then
+    if deadline and deadline >= now then
       local cur = redis.call('GET', lk)
-      if shared == 's' then
+      if mode == 's' then
         if cur and cur ~= 'R' then
           break
         end
         redis.call('ZREM', q, head)
         grant_reader(lk, r, head, px, now)
+      elseif mode == 'p' then
+        s = s or lk .. ':s'
+        if cur then
+          if permits_of(cur) ~= limit then
+            break
+          end
+          held = held or live(s, now)
+          if held >= limit then
+            break
+          end
+        else
+          held = 0
+        end
+        redis.call('ZREM', q, head)
+        grant_permit(lk, s, head, limit, px, now)
+        held = held + 1
       else
         if any or cur then
           break
@@ -210,7 +337,7 @@ local function handover(lk, ctr, q, w, r, self)
         redis.call('PUBLISH', inbox, head .. ' ' .. tok .. ' ' .. (n or ''))
       end
       any = true
-      if shared ~= 's' then
+      if mode == '' then
         break
       end
     else
@@ -247,7 +374,7 @@ end
 -- and hands the key on as release does. Returns 1 when owner held a
 -- shared grant, else 0.
 local function release_reader(lk, ctr, q, w, r, ch, owner)
-  local now = math.floor(now_us() / 1000)
+  local now = now_ms()
   local score = redis.call('ZSCORE', r, owner)
   redis.call('ZREM', r, owner)
   local held = 0
@@ -257,11 +384,46 @@ local function release_reader(lk, ctr, q, w, r, ch, owner)
   if redis.call('GET', lk) ~= 'R' then
     return held
   end
-  if readers(r, now) == 0 then
+  if live(r, now) == 0 then
     redis.call('DEL', lk, r)
     if not handover(lk, ctr, q, w, r, nil) then
       redis.call('PUBLISH', ch, '')
     end
+  end
+  return held
+end
+
+-- release_permit ends owner's permit of the semaphore lk, if it holds one
+-- (its member in lk:s, not expired, while lk holds "SN"), and hands the
+-- freed permit to the permit waiters at the head of the queue, up to N.
+-- When no permit is left it deletes lk and its set and hands the key on as
+-- release does; while some are, lk and the set are kept as long as the
+-- longest of them, no longer. Announces the release on ch when it handed
+-- over nothing. Returns 1 when owner held a permit, else 0.
+local function release_permit(lk, ctr, q, w, r, ch, owner)
+  local s = lk .. ':s'
+  local score = redis.call('ZSCORE', s, owner)
+  if not score then
+    return 0
+  end
+  redis.call('ZREM', s, owner)
+  if not permits_of(redis.call('GET', lk)) then
+    return 0 -- the lock key was deleted or taken behind its back
+  end
+  local now = now_ms()
+  local held = 0
+  if tonumber(score) >= now then
+    held = 1
+  end
+  if live(s, now) == 0 then
+    redis.call('DEL', lk, s)
+  else
+    local px = tonumber(redis.call('ZRANGE', s, -1, -1, 'WITHSCORES')[2]) - now + 1
+    redis.call('PEXPIRE', lk, px)
+    redis.call('PEXPIRE', s, px)
+  end
+  if not handover(lk, ctr, q, w, r, nil) then
+    redis.call('PUBLISH', ch, '')
   end
   return held
 end

@@ -142,6 +142,8 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 		return nil
 	case 0:
 		return errAbandoned
+	case 3:
+		return limitMismatch(l, res[1])
 	}
 	s.asked, s.askedN = asked, n
 	if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {

@@ -41,10 +41,12 @@ var (
 	_ driver.BatchRefresher = (*redisDriver)(nil)
 	_ driver.Sharer         = (*redisDriver)(nil)
 	_ driver.Resumer        = (*redisDriver)(nil)
+	_ driver.Semaphorer     = (*redisDriver)(nil)
 )
 
 func newDriver(c redisx.Core) *redisDriver {
 	c.SharedLeases = true
+	c.Permits = true
 	return &redisDriver{Core: c}
 }
 

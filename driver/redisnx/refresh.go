@@ -118,11 +118,14 @@ func refreshArgs(ls []*driver.Lease, lks []string, g []int, px int64) ([]string,
 }
 
 // refreshOwner is refresh.lua's owner argument for l: "s" and the owner
-// for a shared grant, "o" and the owner for a hold of a named owner.
+// for a shared grant, "p" and the owner for a permit, "o" and the owner
+// for a hold of a named owner.
 func refreshOwner(l *driver.Lease) string {
 	switch {
 	case l.Mode == driver.Shared:
 		return "s" + l.Owner
+	case l.Mode == driver.Permit:
+		return "p" + l.Owner
 	case l.Reentrant:
 		return "o" + l.Owner
 	}

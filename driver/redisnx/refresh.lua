@@ -5,7 +5,11 @@
 -- KEYS[i] .. ":r", or "o" and the owner token of a hold of a named owner,
 -- whose holds are KEYS[i] .. ":h" (all keys in one Redis Cluster slot: they
 -- share the lock key's hash tag); a hold's grant is extended to at least
--- ARGV[1] ms, never shortened
+-- ARGV[1] ms, never shortened; or "p" and the owner token of a permit,
+-- whose permits set is KEYS[i] .. ":s": its member is extended, and the
+-- lock key ("SN") and the set to at least ARGV[1] ms. A permit found gone
+-- (expired, or its lock key deleted or taken behind its back) has its
+-- member removed: it holds nothing
 --
 -- Returns one integer per key: 1 extended, 0 not held by that owner.
 local held = {}
@@ -31,6 +35,28 @@ for i = 1, #KEYS do
         redis.call('PEXPIRE', r, px)
       end
       held[i] = 1
+    end
+  elseif #owner == 33 and string.sub(owner, 1, 1) == 'p' then
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local s, o = KEYS[i] .. ':s', string.sub(owner, 2)
+    local score = redis.call('ZSCORE', s, o)
+    if score then
+      local cur = redis.call('GET', KEYS[i])
+      if tonumber(score) >= now and cur and string.match(cur, '^S%d+$') then
+        redis.call('ZADD', s, string.format('%d', now + px), o)
+        if redis.call('PTTL', KEYS[i]) < px then
+          redis.call('PEXPIRE', KEYS[i], px)
+        end
+        if redis.call('PTTL', s) < px then
+          redis.call('PEXPIRE', s, px)
+        end
+        held[i] = 1
+      else
+        redis.call('ZREM', s, o)
+      end
     end
   elseif #owner == 33 and string.sub(owner, 1, 1) == 'o' then
     local o = string.sub(owner, 2)

@@ -1,7 +1,8 @@
 -- Delete the lock KEYS[1] if owner ARGV[1] holds it (exclusive), or end its
--- shared grant (ARGV[4] "s"), and hand the key to the first live waiters
--- of its queue when it is free, or announce the release on channel ARGV[2]
--- when none is queued.
+-- shared grant (ARGV[4] "s") or its permit (ARGV[4] "pN"), and hand the
+-- key to the first live waiters of its queue when it is free (or the
+-- freed permit to the permit waiters first in line), or announce the
+-- release on channel ARGV[2] when none is queued.
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue
 -- entries, KEYS[5] readers; KEYS[6] (clean-up only) tombstone of the
@@ -9,7 +10,8 @@
 -- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] "1" when the grant
 -- may have come through the queue (its entry holds the token), ARGV[4] "x"
 -- exclusive, "s" shared, "o" a hold of a named owner (the grant is deleted
--- with its last hold); ARGV[5] (clean-up only) tombstone lifetime in ms
+-- with its last hold), "pN" a permit (its set is KEYS[1] .. ":s"); ARGV[5]
+-- (clean-up only) tombstone lifetime in ms
 --
 -- Returns 1 when the grant was deleted, 0 when the owner did not hold it.
 
@@ -51,5 +53,8 @@ if ARGV[4] == 'o' then
 end
 if ARGV[4] == 's' then
   return release_reader(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1])
+end
+if string.sub(ARGV[4] or '', 1, 1) == 'p' then -- "pN"
+  return release_permit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1])
 end
 return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[1], cur)

@@ -1,7 +1,11 @@
 -- Extend the lock KEYS[1] to ARGV[2] ms if owner ARGV[1] holds it
 -- (exclusive, or shared when ARGV[4] is "s": its member in the readers set
 -- KEYS[3], not expired; or, when ARGV[4] is "o", as a hold of a named
--- owner's grant whose token, in the holds KEYS[1]:h, is ARGV[3]), and the fencing counter KEYS[2] has reached token
+-- owner's grant whose token, in the holds KEYS[1]:h, is ARGV[3]; or, when
+-- ARGV[4] is "pN", as a permit of a semaphore of N permits: KEYS[1] holds
+-- "SN" and its member in the permits set KEYS[1]:s is not expired; the
+-- member is extended, and the lock key and the set to at least ARGV[2]
+-- ms), and the fencing counter KEYS[2] has reached token
 -- ARGV[3] (a grant with that token was made; the counter is missing only
 -- when the server lost its data, and then the grant went with it, or after
 -- a week without grants).
@@ -23,6 +27,26 @@ if ARGV[4] == 'o' then
     redis.call('PEXPIRE', KEYS[1], px)
   end
   redis.call('PEXPIRE', h, redis.call('PTTL', KEYS[1]))
+  return 1
+end
+if string.sub(ARGV[4] or '', 1, 1) == 'p' then -- "pN"
+  if redis.call('GET', KEYS[1]) ~= 'S' .. string.sub(ARGV[4], 2) then
+    return 0
+  end
+  local s = KEYS[1] .. ':s'
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local score = redis.call('ZSCORE', s, ARGV[1])
+  if not score or tonumber(score) < now then
+    return 0
+  end
+  redis.call('ZADD', s, string.format('%d', now + px), ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < px then
+    redis.call('PEXPIRE', KEYS[1], px)
+  end
+  if redis.call('PTTL', s) < px then
+    redis.call('PEXPIRE', s, px)
+  end
   return 1
 end
 if ARGV[4] ~= 's' then

@@ -10,17 +10,23 @@
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] the inbox channel of the
 -- owner's Locker, ARGV[4] queue entry lifetime in ms, ARGV[5] the number
 -- of this run among the attempt's (N in the entry, and in the hand-over
--- message: see prelude.lua), ARGV[6] "s" for a shared grant
+-- message: see prelude.lua), ARGV[6] "s" for a shared grant, "pN" for a
+-- permit of a semaphore of N permits (its set is KEYS[1] .. ":s")
 --
 -- Returns {1, token} when the owner has the key: granted by this run, or
 -- handed over by a release before it (the message on the inbox only wakes
 -- the waiter: this run checks the hand-over and extends the key to the TTL,
 -- so that the grant's validity counts from this request); {2, PTTL} while it
--- waits (PTTL of the holder; -1 when it has no expiry); {0, 0} when this
--- attempt was abandoned (its clean-up ran first).
+-- waits (PTTL of the holder, or for a permit waiter facing permits the time
+-- until the first of them expires; -1 when it has no expiry); {0, 0} when
+-- this attempt was abandoned (its clean-up ran first); {3, M} for a permit
+-- waiter when the key's permits, held or queued, are of a semaphore of M
+-- permits, not N (the waiter is not queued by this run, nor granted).
 
 local owner = ARGV[1]
 local shared = ARGV[6] == 's'
+local limit = string.match(ARGV[6] or '', '^p(%d+)$') -- "pN"
+limit = limit and tonumber(limit)
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, 0}
 end
@@ -30,13 +36,27 @@ if shared and cur == 'R' then
   -- A live share of its own: handed over by a release (an expired one
   -- holds nothing, and the waiter queues again).
   local score = redis.call('ZSCORE', KEYS[6], owner)
-  mine = score and tonumber(score) >= math.floor(now_us() / 1000)
+  mine = score and tonumber(score) >= now_ms()
+end
+local s, held
+if limit then
+  s, held = KEYS[1] .. ':s', permits_of(cur)
+  if held then
+    -- A live permit of its own, as for a share.
+    local score = redis.call('ZSCORE', s, owner)
+    mine = score and tonumber(score) >= now_ms()
+    if not mine and held ~= limit then
+      return {3, held}
+    end
+  end
 end
 if mine then
   -- Handed over by a release, or granted by an earlier copy of this request.
   local e = redis.call('HGET', KEYS[5], owner)
   if shared then
-    grant_reader(KEYS[1], KEYS[6], owner, ARGV[2], math.floor(now_us() / 1000))
+    grant_reader(KEYS[1], KEYS[6], owner, ARGV[2], now_ms())
+  elseif limit then
+    grant_permit(KEYS[1], s, owner, limit, ARGV[2], now_ms())
   else
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
@@ -50,19 +70,30 @@ end
 
 local now = now_us()
 if not redis.call('ZSCORE', KEYS[4], owner) then
+  if limit then
+    local queued = queued_limit(KEYS[4], KEYS[5], math.floor(now / 1000))
+    if queued and queued ~= limit then
+      return {3, queued}
+    end
+  end
   redis.call('ZADD', KEYS[4], string.format('%d', now), owner)
 end
 local mode = ''
 if shared then
   mode = 's'
+elseif limit then
+  mode = 'p' .. limit .. '/'
 end
 redis.call('HSET', KEYS[5], owner,
   string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. mode .. ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. ARGV[3])
 keep_queue(KEYS[4], KEYS[5], ARGV[4])
-if not cur or cur == 'R' then
+if not cur or cur == 'R' or permits_of(cur) then
   local _, token = handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], owner)
   if token then
     return {1, token}
   end
+end
+if held then
+  return {2, first_expiry(s, now_ms())}
 end
 return {2, redis.call('PTTL', KEYS[1])}
