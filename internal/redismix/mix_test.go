@@ -324,3 +324,98 @@ func excluded(t *testing.T, what, k string, ls ...lock.Locker) {
 		}
 	}
 }
+
+// Permits of both drivers on one key count against one limit (the same
+// layout: S<N> in the lock key, members of P{K}:s): with a semaphore of
+// two, one permit through each driver fills it for both; a limit other
+// than the key's is refused through either; a crashed permit of one driver
+// expires on its own while the other driver's stays; a permit waiter of
+// one driver is let in when the other driver's permit is returned; and
+// nothing is left behind.
+func TestMixedPermits(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nxL, watchL := lockers(t)
+	nx, watch := nxL.(lock.SemLocker), watchL.(lock.SemLocker)
+	rdb := rawClient(t)
+	for _, p := range []struct {
+		name          string
+		first, second lock.SemLocker
+	}{{"redisnx then rediswatch", nx, watch}, {"rediswatch then redisnx", watch, nx}} {
+		k := "redismix/permits/" + p.name
+		rk := redisnx.DefaultPrefix + "{" + k + "}"
+		const crashTTL = 1200 * time.Millisecond
+		p1, err := p.first.TryAcquire(ctx, k, 2, lock.WithTTL(crashTTL), lock.WithAutoRenew(false)) // crashes: never renewed nor returned
+		if err != nil {
+			t.Fatalf("%s: first permit: %v", p.name, err)
+		}
+		crashed := time.Now()
+		p2, err := p.second.TryAcquire(ctx, k, 2)
+		if err != nil {
+			t.Fatalf("%s: second permit, of the other driver: %v", p.name, err)
+		}
+		if p2.Token() <= p1.Token() {
+			t.Errorf("%s: permit tokens %d then %d", p.name, p1.Token(), p2.Token())
+		}
+		for _, s := range []lock.SemLocker{nx, watch} {
+			if _, err := s.TryAcquire(ctx, k, 2); !errors.Is(err, lock.ErrNotAcquired) {
+				t.Errorf("%s: a third permit of two: err = %v, want ErrNotAcquired", p.name, err)
+			}
+			if _, err := s.TryAcquire(ctx, k, 3); !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("%s: another limit: err = %v, want ErrInvalid", p.name, err)
+			}
+		}
+		excluded(t, p.name+": beside two permits", k, nxL, watchL)
+		if ok, err := rdb.SetNX(ctx, rk, "plain", time.Minute).Result(); err != nil || ok {
+			t.Errorf("%s: a plain SET NX lock got in beside two permits: ok=%v err=%v", p.name, ok, err)
+		}
+		// A waiter of the first driver gets the crashed permit once it
+		// expired, while the live one of the other driver stays.
+		w, err := p.first.Acquire(ctx, k, 2)
+		if err != nil {
+			t.Fatalf("%s: waiter for the crashed permit: %v", p.name, err)
+		}
+		if d := time.Since(crashed); d < crashTTL-300*time.Millisecond {
+			t.Errorf("%s: the crashed permit came back %v after its grant; its TTL is %v", p.name, d, crashTTL)
+		}
+		if w.Token() <= p2.Token() {
+			t.Errorf("%s: waiter's token %d not above %d", p.name, w.Token(), p2.Token())
+		}
+		select {
+		case <-p2.Done():
+			t.Fatalf("%s: the live permit was lost: %v", p.name, p2.Err())
+		default:
+		}
+		// A waiter of the other driver is let in when the first driver's
+		// permit is returned.
+		got := make(chan *lock.Lease, 1)
+		go func() {
+			l, err := p.second.Acquire(ctx, k, 2)
+			if err != nil {
+				t.Errorf("%s: second waiter: %v", p.name, err)
+			}
+			got <- l
+		}()
+		time.Sleep(200 * time.Millisecond)
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatalf("%s: Unlock: %v", p.name, err)
+		}
+		var w2 *lock.Lease
+		select {
+		case w2 = <-got:
+			if w2 == nil {
+				t.FailNow()
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the other driver's waiter was not let in after a permit was returned", p.name)
+		}
+		for _, l := range []*lock.Lease{p2, w2} {
+			if err := l.Unlock(ctx); err != nil {
+				t.Errorf("%s: Unlock: %v", p.name, err)
+			}
+		}
+		if n := rdb.Exists(ctx, rk, rk+redisx.PermitsSuffix).Val(); n != 0 {
+			t.Errorf("%s: %d of the lock key and the permits set left", p.name, n)
+		}
+	}
+}
