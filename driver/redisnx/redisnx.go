@@ -43,6 +43,8 @@ var (
 	_ driver.Resumer        = (*redisDriver)(nil)
 )
 
+func (d *redisDriver) Name() string { return "redisnx" } // the dlock.driver attribute of metrics and logs
+
 func newDriver(c redisx.Core) *redisDriver {
 	c.SharedLeases = true
 	return &redisDriver{Core: c}
