@@ -240,8 +240,9 @@ func TestMetrics(t *testing.T) {
 	if p, ok := hist(ms, waitName, wait("exclusive", "false", "not_acquired")); !ok || p.Count != 1 {
 		t.Errorf("TryLocks of a held key: %d measured; want 1", p.Count)
 	}
-	if p, ok := hist(ms, waitName, wait("exclusive", "true", "canceled")); !ok || p.Count != 1 || p.Sum < 0.02 {
-		t.Errorf("Locks that timed out: %d measured, %.3fs in all; want 1, of at least 20ms", p.Count, p.Sum)
+	// Its call began a little after its context's 20ms began: allow for it.
+	if p, ok := hist(ms, waitName, wait("exclusive", "true", "canceled")); !ok || p.Count != 1 || p.Sum < 0.01 || p.Sum > 10 {
+		t.Errorf("Locks that timed out after 20ms: %d measured, %.3fs in all; want 1, of 10ms or more, in seconds", p.Count, p.Sum)
 	}
 	for _, mode := range []string{"shared", "permit"} {
 		if p, _ := hist(ms, waitName, wait(mode, "true", "granted")); p.Count != 1 {
