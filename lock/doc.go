@@ -212,6 +212,63 @@
 // cannot carry (Memcached's 250 bytes, ZooKeeper's path syntax) without
 // truncation or collisions.
 //
+// # Metrics and logs
+//
+// With Options.MeterProvider (OpenTelemetry's metric API; nil means no
+// metrics), New makes these instruments, under the instrumentation scope
+// "github.com/dlock-go/dlock/lock":
+//
+//   - dlock.lock.wait.duration (histogram, s): from the start of a Lock,
+//     TryLock, RLock, TryRLock, Acquire or TryAcquire call to its grant or
+//     failure. dlock.blocking is false for the Try calls; dlock.outcome is
+//     granted, not_acquired (the key was held: a Try call, or the retry
+//     strategy gave up), canceled (the context ended, by deadline or
+//     cancellation, or the Locker was closed) or error (the backend
+//     failed, or the call was invalid). Resume is not measured here.
+//   - dlock.lock.hold.duration (histogram, s): from the grant (the return
+//     of the call, or of Resume) to the lease's end; dlock.end is unlocked
+//     (by Unlock, whether or not its release succeeded), lost, closed (by
+//     Locker.Close) or detached.
+//   - dlock.leases.held (up-down counter, {lease}): leases granted or
+//     resumed and not yet ended.
+//   - dlock.leases.lost (counter, {lease}), by dlock.cause: expired (the
+//     local deadline passed without a successful refresh), not_held (a
+//     renewal, Refresh or Unlock found the grant gone), driver (the driver
+//     reported the loss, such as a ZooKeeper session's expiry).
+//   - dlock.renewals.failed (counter, {renewal}): automatic renewals that
+//     failed for another reason than the grant being gone (the backend's
+//     or the context's error); each is retried until the deadline.
+//   - dlock.releases.failed (counter, {release}): with dlock.background
+//     false, Unlocks whose release failed or was cut short by their context
+//     (it goes on in the background); true, background releases that gave
+//     up (after a failed Unlock, a lost grant reply or a lost lease, or in
+//     Close), which leave the key to its TTL.
+//
+// Every measurement has dlock.driver (the driver's name: memory, redisnx,
+// rediswatch, memcached, zookeeper) and dlock.mode (exclusive, shared or
+// permit). With Options.MetricKeys it has dlock.key too; that is off by
+// default, since keys can be many (a time series each) or sensitive. The
+// attributes are otherwise enumerations, whose sets New makes with the
+// instruments: recording allocates nothing, and a no-op provider costs
+// nothing measurable. This package imports OpenTelemetry's API, never its
+// SDK.
+//
+// With Options.Logger, a Locker logs each lease's life, with the
+// attributes key, driver, mode and token (and limit, for a permit):
+//
+//   - at Debug, "dlock: lease granted", "dlock: lease resumed", "dlock:
+//     lease released" (by Unlock), "dlock: lease closed" (by Close) and
+//     "dlock: lease detached". Nothing is built unless the Logger is
+//     enabled for Debug. Renewals are not logged: a record per lease every
+//     TTL/3 would drown the rest, and failed ones are logged at Warn.
+//   - at Warn, "dlock: lease lost", with cause (as dlock.cause above) and
+//     err.
+//
+// Other Warn records carry key, driver and err: a renewal that failed and
+// is retried, a background release that gave up, a queue that could not
+// be left, a subscription that failed. A handle (Lease.Handle) is never
+// logged: it is a capability.
+//
 // # URLs
 //
 // Open makes a Locker from a URL whose scheme names a driver, so that the

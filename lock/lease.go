@@ -31,14 +31,20 @@ type Lease struct {
 	mu        sync.Mutex
 	err       error // set when done is closed
 	unlocking bool
-	ttl       time.Duration // current TTL: the grant's, then the last Refresh's
-	validity  time.Duration // what a refresh of ttl is sure to give (driver's Validate)
-	start     time.Time     // when the last successful grant or refresh was sent
-	deadline  time.Time     // start + validity - drift margin, or earlier (see beginRefresh)
+	// registered is set once the lease is handed out (register): its end
+	// is then recorded (ended).
+	registered bool
+	ttl        time.Duration // current TTL: the grant's, then the last Refresh's
+	validity   time.Duration // what a refresh of ttl is sure to give (driver's Validate)
+	start      time.Time     // when the last successful grant or refresh was sent
+	deadline   time.Time     // start + validity - drift margin, or earlier (see beginRefresh)
 	// unknownV is the shortest validity of a refresh whose outcome is
 	// unknown (its reply was lost): the backend may apply it after any
 	// later refresh, so no deadline may count on more. Zero when none.
 	unknownV time.Duration
+	// grantedAt is when the lease was handed out (register), on the
+	// monotonic clock since monoBase, when metrics are on.
+	grantedAt time.Duration
 
 	// Scheduler state, guarded by the scheduler's mutex.
 	idx          int           // position in the scheduler's heap, -1 when absent
@@ -228,7 +234,7 @@ func (l *Lease) endRefresh(ctx context.Context, op string, ttl, v time.Duration,
 		if !now.Before(deadline) {
 			l.mu.Unlock()
 			cause := fmt.Errorf("%s: the reply came after the validity it gave had passed", op)
-			l.lose(cause, true)
+			l.lose(cause, lostExpired, true)
 			return l.endedError(op, l.Err())
 		}
 		if start.After(l.start) {
@@ -243,7 +249,7 @@ func (l *Lease) endRefresh(ctx context.Context, op string, ttl, v time.Duration,
 		// A refresh that lands after a concurrent Unlock's release finds
 		// the grant gone; Unlock, not the refresh, says how the lease ended.
 		if !unlocking {
-			l.lose(fmt.Errorf("%s: the backend no longer has the grant: %w", op, err), false)
+			l.lose(fmt.Errorf("%s: the backend no longer has the grant: %w", op, err), lostNotHeld, false)
 		}
 		return newError(op, l.dl.Key, ErrNotHeld, err)
 	}
@@ -323,14 +329,18 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		// Gave up at the context's end; the release goes on in the
 		// background (and is retried there if it fails).
 		l.finish(released)
+		l.lk.releaseFailed(l.dl, false)
 		return ctxError("unlock", l.dl.Key, nil, ctx)
 	case err == nil:
 		l.finish(released)
 		return nil
 	case errors.Is(err, driver.ErrNotHeld):
-		l.finish(newError("unlock", l.dl.Key, ErrLost, err))
+		if l.finish(newError("unlock", l.dl.Key, ErrLost, err)) {
+			l.lk.lost(l, lostNotHeld, err)
+		}
 		return newError("unlock", l.dl.Key, ErrNotHeld, err)
 	}
+	l.lk.releaseFailed(l.dl, false)
 	if l.finish(released) {
 		l.lk.releaseLater(l.dl, until)
 	}
@@ -364,32 +374,35 @@ func (l *Lease) end(err error, ifExpired bool) bool {
 	}
 	l.err = err
 	close(l.done)
+	registered, grantedAt := l.registered, l.grantedAt
 	l.mu.Unlock()
 	l.lk.forget(l)
+	if registered {
+		l.lk.ended(l, err, grantedAt)
+	}
 	return true
 }
 
-// lose ends the lease as lost. When the backend may still hold the grant
-// (a local deadline passed, a driver reported a session problem), release
-// it in the background so that it does not outlive the lease.
-func (l *Lease) lose(cause error, releaseBackend bool) {
-	l.loseIf(cause, releaseBackend, false)
+// lose ends the lease as lost, for why (lostExpired, ...). When the
+// backend may still hold the grant (a local deadline passed, a driver
+// reported a session problem), release it in the background so that it
+// does not outlive the lease.
+func (l *Lease) lose(cause error, why int, releaseBackend bool) {
+	l.loseIf(cause, why, releaseBackend, false)
 }
 
 // expire loses the lease if its deadline has passed (see end), and
 // reports whether it did.
 func (l *Lease) expire() bool {
-	return l.loseIf(errors.New("the local validity deadline passed without a successful refresh"), true, true)
+	return l.loseIf(errors.New("the local validity deadline passed without a successful refresh"), lostExpired, true, true)
 }
 
-func (l *Lease) loseIf(cause error, releaseBackend, ifExpired bool) bool {
+func (l *Lease) loseIf(cause error, why int, releaseBackend, ifExpired bool) bool {
 	until := l.expiry()
 	if !l.end(newError("renew", l.dl.Key, ErrLost, cause), ifExpired) {
 		return false
 	}
-	if l.lk.opts.Logger != nil {
-		l.lk.opts.Logger.Warn("dlock: lease lost", "key", l.dl.Key, "token", l.dl.Token, "err", cause)
-	}
+	l.lk.lost(l, why, cause)
 	if releaseBackend {
 		l.lk.releaseLater(l.dl, until)
 	}
@@ -401,7 +414,7 @@ func (l *Lease) lostByDriver(cause error) {
 	if cause == nil {
 		cause = errors.New("reported by the driver")
 	}
-	l.lose(cause, true)
+	l.lose(cause, lostDriver, true)
 }
 
 func later(a, b time.Time) time.Time {

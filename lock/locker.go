@@ -101,10 +101,19 @@ const MaxPermits = 1 << 16
 //
 // Invalid options are reported by the Locker's first call, wrapped in
 // ErrInvalid, so that constructors need not return errors.
+//
+// The driver's name, for the dlock.driver attribute of metrics and the
+// driver attribute of logs, is what its method Name() string returns, if
+// it has one (every dlock driver has), or else its type's package name.
+// New makes the Locker's instruments (see "Metrics and logs").
 func New(d driver.Driver, o *Options) Locker {
 	opts, err := o.resolved()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	lk := &locker{d: d, opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}, work: make(chan *call)}
+	lk := &locker{d: d, name: driverName(d), opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}, work: make(chan *call)}
+	var merr error
+	if lk.m, merr = newMetrics(opts.MeterProvider, lk.name, opts.MetricKeys); merr != nil && opts.Logger != nil {
+		opts.Logger.Warn("dlock: some instruments could not be made and are not recorded", "driver", lk.name, "err", merr)
+	}
 	lk.bgCtx, lk.bgCancel = context.WithCancel(context.Background())
 	lk.notifier, _ = d.(driver.Notifier)
 	lk.queuer, _ = d.(driver.Queuer)
@@ -125,6 +134,8 @@ func New(d driver.Driver, o *Options) Locker {
 
 type locker struct {
 	d        driver.Driver
+	name     string   // the driver's name, for metrics and logs
+	m        *metrics // nil without Options.MeterProvider
 	notifier driver.Notifier
 	queuer   driver.Queuer
 	opts     Options
@@ -266,7 +277,8 @@ func (lk *locker) reenterer() error {
 	return r.Reentrancy()
 }
 
-func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
+// doAcquire is acquire without its measurement.
+func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
 	if lk.optsErr != nil {
 		return nil, newError(op, key, ErrInvalid, lk.optsErr)
 	}
@@ -577,6 +589,7 @@ func (lk *locker) register(op string, l *Lease, start time.Time) error {
 		lk.releaseLater(l.dl, l.expiry())
 		return newError(op, l.dl.Key, ErrClosed, nil)
 	}
+	lk.granted(op, l)
 	lk.sched.schedule(l)
 	return nil
 }
@@ -593,6 +606,7 @@ func (lk *locker) releaseLater(dl *driver.Lease, until time.Time) {
 	go func() {
 		defer lk.bg.done()
 		if err := lk.retry(dl, until, lk.d.Release); err != nil {
+			lk.releaseFailed(dl, true)
 			lk.logWarn("background release failed; the key is freed by its TTL", dl.Key, err)
 		}
 	}()
@@ -727,6 +741,7 @@ func (lk *locker) Close() error {
 			defer wg.Done()
 			for r := range next {
 				if err := lk.retry(r.dl, r.until, lk.d.Release); err != nil {
+					lk.releaseFailed(r.dl, true)
 					mu.Lock()
 					errs = append(errs, newError("close", r.dl.Key, nil, err))
 					mu.Unlock()
@@ -782,7 +797,7 @@ func (lk *locker) Close() error {
 
 func (lk *locker) logWarn(msg, key string, err error) {
 	if lk.opts.Logger != nil {
-		lk.opts.Logger.Warn("dlock: "+msg, "key", key, "err", err)
+		lk.opts.Logger.Warn("dlock: "+msg, "key", key, "driver", lk.name, "err", err)
 	}
 }
 

@@ -76,10 +76,10 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 }
 
 // OpenWith is Open with Options for what a URL does not carry: the Logger,
-// the Retry strategy and the ReleaseTimeout of o replace the Locker's when
-// set. TTL and auto-renewal come from the URL (ttl=, autorenew=), so that
-// configuration alone decides them; o's TTL and DisableAutoRenew are
-// ignored.
+// the MeterProvider (with MetricKeys), the Retry strategy and the
+// ReleaseTimeout of o replace the Locker's when set. TTL and auto-renewal
+// come from the URL (ttl=, autorenew=), so that configuration alone decides
+// them; o's TTL and DisableAutoRenew are ignored.
 func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
 	if o != nil && o.ReleaseTimeout < 0 {
 		return nil, fmt.Errorf("%w: Options.ReleaseTimeout %v is negative", ErrInvalid, o.ReleaseTimeout)
@@ -95,6 +95,9 @@ func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
 	if o != nil {
 		if o.Logger != nil {
 			merged.Logger = o.Logger
+		}
+		if o.MeterProvider != nil {
+			merged.MeterProvider, merged.MetricKeys = o.MeterProvider, o.MetricKeys
 		}
 		if o.Retry != nil {
 			merged.Retry = o.Retry

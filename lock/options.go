@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Defaults used when Options or a field of it is left zero.
@@ -43,9 +45,19 @@ type Options struct {
 	// ReleaseTimeout bounds each background release attempt and Close
 	// (DefaultReleaseTimeout when zero).
 	ReleaseTimeout time.Duration
-	// Logger receives renewal failures and lost leases. Nil means no
-	// logging.
+	// Logger receives, at Warn, renewal failures, failed background
+	// releases and lost leases, and at Debug each lease's life: granted,
+	// resumed, released, closed, detached (see "Metrics and logs" in the
+	// package doc). Nil means no logging.
 	Logger *slog.Logger
+	// MeterProvider makes the Locker's instruments (dlock.lock.wait.duration
+	// and the others listed under "Metrics and logs" in the package doc),
+	// once, in New. Nil means no metrics, at no cost.
+	MeterProvider metric.MeterProvider
+	// MetricKeys adds the key to every measurement, as the attribute
+	// dlock.key. Off by default: keys may be many (one time series per key)
+	// or sensitive.
+	MetricKeys bool
 }
 
 // resolved returns a copy of o with every default filled in, or an error

@@ -287,6 +287,7 @@ func (s *scheduler) run(j renewJob) {
 		err := l.endRefresh(ctx, "renew", j.ttl, j.v, start, validity[i], errs[i])
 		failed := err != nil && !errors.Is(err, ErrNotHeld)
 		if failed {
+			s.lk.renewalFailed(l)
 			s.lk.logWarn("renewal failed; retrying", l.dl.Key, errs[i])
 		}
 		s.done(l, failed, j.v)

@@ -91,6 +91,8 @@ type mcDriver struct {
 }
 
 // As sets a **memcache.Client target to the Locker's client.
+func (d *mcDriver) Name() string { return "memcached" } // the dlock.driver attribute of metrics and logs
+
 func (d *mcDriver) As(target any) bool {
 	if p, ok := target.(**memcache.Client); ok {
 		*p = d.c

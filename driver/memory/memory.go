@@ -75,6 +75,8 @@ func New(s *Store, o *lock.Options) lock.Locker {
 
 type memDriver struct{ s *Store }
 
+func (d *memDriver) Name() string { return "memory" } // the dlock.driver attribute of metrics and logs
+
 func (d *memDriver) As(target any) bool {
 	if p, ok := target.(**Store); ok { // lock.As(l, &store) passes a **Store
 		*p = d.s

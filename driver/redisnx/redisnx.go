@@ -44,6 +44,8 @@ var (
 	_ driver.Semaphorer     = (*redisDriver)(nil)
 )
 
+func (d *redisDriver) Name() string { return "redisnx" } // the dlock.driver attribute of metrics and logs
+
 func newDriver(c redisx.Core) *redisDriver {
 	c.SharedLeases = true
 	c.Permits = true

@@ -82,6 +82,8 @@ func newDriver(c redisx.Core) *watchDriver {
 func px(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millisecond) }
 
 // As exposes the client and the driver's counters; see the package doc.
+func (d *watchDriver) Name() string { return "rediswatch" } // the dlock.driver attribute of metrics and logs
+
 func (d *watchDriver) As(target any) bool {
 	if t, ok := target.(*Stats); ok {
 		*t = d.stats.snapshot(d.Notify)

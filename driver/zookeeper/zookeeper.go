@@ -320,6 +320,8 @@ func (d *zkDriver) Validate(l *driver.Lease) error {
 
 // As sets a **zk.Conn target to the connection. (A **zkDriver target,
 // which only this package's tests can name, gets the driver.)
+func (d *zkDriver) Name() string { return "zookeeper" } // the dlock.driver attribute of metrics and logs
+
 func (d *zkDriver) As(target any) bool {
 	switch p := target.(type) {
 	case **zk.Conn:

@@ -1,0 +1,5 @@
+//go:build race
+
+package lock_test
+
+func init() { raceEnabled = true }
