@@ -13,6 +13,10 @@
 //     gave a retry strategy.
 //   - BatchRefresher: many leases can be refreshed in one round trip.
 //   - Sharer: the backend supports shared (read) leases beside exclusive ones.
+//   - Resumer, Reenterer, Semaphorer: grants resumed elsewhere, named
+//     owners' holds, semaphore permits; each says why where it cannot.
+//   - Inspector: the backend can be asked who holds a key and who waits
+//     for it, without changing anything (lock's Inspect).
 //
 // Everything that is the same for every backend lives in lock, not here:
 // validation common to all backends, retries and backoff, the renewal
@@ -346,4 +350,117 @@ type Semaphorer interface {
 	// Semaphores returns nil when the driver grants permits, or an error
 	// wrapping ErrInvalid that says why it cannot. It makes no I/O.
 	Semaphores() error
+}
+
+// Inspector is implemented by drivers that can say who holds a key and who
+// waits for it (lock's Inspect). A driver that cannot tell at all does not
+// implement it; lock then refuses with lock.ErrInvalid and says so.
+//
+// Inspect reads the backend and changes nothing on it: no grant, queue
+// entry, counter, expiry or watch is made, moved or deleted, and nothing
+// expired is cleaned up on the way (a script or transaction that only
+// reads, a listing and stats). Its result is a snapshot as of one moment
+// where the backend allows one (one script, one transaction), and
+// otherwise as of the reads it made, which may straddle a change. lock has
+// checked key as for a Lock (non-empty, valid UTF-8, at most lock's
+// maximum length) and called Validate with an exclusive lease of key; the
+// driver maps key to its backend names as for a grant.
+//
+// It returns the key's live holders, in grant order where the backend
+// tells it, and its live waiters in the order they will be served, each
+// with what the backend can tell cheaply; a field the driver cannot fill
+// stays zero and KeyState.Unknown says which. Expired grants and dead
+// queue entries (those the driver itself skips) are left out. A key that
+// nobody holds or waits for gives an empty KeyState and no error. Failures
+// are backend errors (or wrap ErrInvalid for a key or configuration the
+// backend cannot carry), returned as by the other calls.
+type Inspector interface {
+	Inspect(ctx context.Context, key string) (KeyState, error)
+}
+
+// MaxInspectWaiters is the most waiters an Inspect lists: a longer queue
+// sets KeyState.MoreWaiters. It bounds the work a server does for one
+// Inspect (a Redis script, a ZooKeeper node's children).
+const MaxInspectWaiters = 1000
+
+// KeyState is what Inspect found of a key.
+type KeyState struct {
+	// Holders are the key's live grants: one for an exclusive grant (a
+	// named owner's included, however many holds it has), one per reader
+	// or permit.
+	Holders []Holder
+	// Waiters are the live waiters queued by the backend, first in line
+	// first. Only drivers whose backend keeps a queue list any (see
+	// Unknown.Waiters); waiters that poll (memcached's, and Lock calls
+	// with an explicit retry strategy on any backend) are not queued, so
+	// not listed.
+	Waiters []Waiter
+	// MoreWaiters: the queue is longer than the MaxInspectWaiters listed.
+	MoreWaiters bool
+	// Unknown says what the driver could not tell about this key.
+	Unknown Unknown
+}
+
+// Holder is one live grant of a key.
+type Holder struct {
+	// Owner is the grant's owner token (32 lowercase hex digits): for a
+	// named owner's grant, the token of one of its holds, whose first
+	// NamedOwnerLen digits name the owner. For a Foreign grant, what the
+	// backend has in its place (a plain SET NX lock's value, a lock node's
+	// name).
+	Owner string
+	// Foreign: a grant that no dlock driver made: a plain SET NX lock on
+	// Redis (redsync, redislock), a zk.Lock or Curator node on ZooKeeper.
+	// It excludes every dlock grant; Mode is then Exclusive.
+	Foreign bool
+	Mode    Mode
+	// Limit is a Permit's semaphore size; zero for other modes.
+	Limit int
+	// Holds is how many holds a named owner's grant has (lock.WithOwner:
+	// re-entries counted); zero for other grants.
+	Holds int
+	// Token is the grant's fencing token; zero when the driver cannot tell
+	// it cheaply.
+	Token uint64
+	// Remaining is how long the grant lasts unless it is renewed, by the
+	// backend's clock: zero when the backend cannot tell
+	// (Unknown.Remaining), NoExpiry for a grant that never expires (a
+	// plain lock set without one).
+	Remaining time.Duration
+	// Since is when the grant was made, or, where the backend records only
+	// that (ZooKeeper's node creation), when its request was queued; zero
+	// when unknown (Unknown.Since).
+	Since time.Time
+}
+
+// NoExpiry is Holder.Remaining for a grant without an expiry.
+const NoExpiry time.Duration = -1
+
+// Waiter is one live waiter in a key's queue.
+type Waiter struct {
+	// Owner is the waiting attempt's owner token. Named owners never
+	// queue (see Reenterer).
+	Owner string
+	Mode  Mode
+	// Limit is a Permit waiter's semaphore size; zero for other modes.
+	Limit int
+	// Since is when the waiter joined the queue; zero when unknown.
+	Since time.Time
+}
+
+// Unknown lists what a driver could not tell about a key; the matching
+// fields of KeyState are then left zero.
+type Unknown struct {
+	// Remaining: how long the holders' grants last (memcached's client
+	// cannot read an item's expiry; ZooKeeper's grants last as long as
+	// their session).
+	Remaining bool
+	// Tokens: the fencing token of at least one holder (one the backend
+	// keeps nowhere apart from its counter, such as a Redis reader's).
+	Tokens bool
+	// Since: when at least one holder was granted, or one waiter queued.
+	Since bool
+	// Waiters: whether anyone waits (the backend keeps no queue the
+	// driver reads: memcached's waiters poll).
+	Waiters bool
 }
