@@ -155,7 +155,8 @@ func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
 		e.holds = map[string]struct{}{l.Owner: {}}
 	}
 	e.granted = true
-	e.expires = d.s.now().Add(l.TTL)
+	e.since = d.s.now()
+	e.expires = e.since.Add(l.TTL)
 	l.Token = d.s.nextTokenLocked(l.Key)
 	e.token = l.Token
 	l.Validity = l.TTL
@@ -175,6 +176,7 @@ func (d *memDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struc
 		return err
 	}
 	e := newEntry(l, wake)
+	e.joined = d.s.now()
 	l.Data = e
 	q.entries = append(q.entries, e)
 	return d.turnLocked(l, q)
@@ -194,7 +196,9 @@ func (d *memDriver) Check(ctx context.Context, l *driver.Lease) error {
 			d.s.dropIfEmptyLocked(l.Key, q)
 			return err
 		}
-		q.entries = append(q.entries, l.Data.(*entry))
+		e := l.Data.(*entry)
+		e.joined = d.s.now()
+		q.entries = append(q.entries, e)
 	}
 	return d.turnLocked(l, q)
 }

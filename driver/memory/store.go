@@ -40,6 +40,8 @@ type entry struct {
 	granted bool
 	expires time.Time       // for granted entries
 	token   uint64          // for granted entries
+	since   time.Time       // when a granted entry was granted (Inspect)
+	joined  time.Time       // when a waiting entry joined the queue (Inspect)
 	wake    chan<- struct{} // a waiting entry's, told of every change
 	// holds, for a grant of a named owner (driver.Lease.Reentrant), are its
 	// holds' owner tokens; the grant ends when the last one is released.
@@ -174,7 +176,7 @@ func (s *Store) StealKey(key string, ttl time.Duration) {
 	defer s.mu.Unlock()
 	q := s.queueLocked(key, true)
 	q.signal()
-	q.entries = []*entry{{owner: "intruder", granted: true, expires: s.now().Add(ttl)}}
+	q.entries = []*entry{{owner: "intruder", granted: true, since: s.now(), expires: s.now().Add(ttl)}}
 }
 
 // DeleteCounter deletes key's fencing counter, as a backend restart without
