@@ -47,7 +47,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	return h.s.Entries(key), nil
 }
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true}
+	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
 }
 
 // crashable is the memory driver with a switch that makes it behave like a

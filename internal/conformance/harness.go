@@ -46,6 +46,11 @@ type Harness interface {
 	// Residue lists the backend state of key other than its fencing
 	// counter (lock records, queue entries, nodes); empty when none.
 	Residue(ctx context.Context, key string) ([]string, error)
+	// Dump describes all the backend state of key, its fencing counter
+	// included, in strings that change whenever it changes (names, values,
+	// versions; not the time left to an expiry, which moves by itself),
+	// for checks that a read-only call changed nothing.
+	Dump(ctx context.Context, key string) ([]string, error)
 
 	Caps() Caps
 }
@@ -78,6 +83,10 @@ type Caps struct {
 	// (lock.SemLocker); without it, the suite checks that lock.Semaphores
 	// refuses the Locker with ErrInvalid.
 	Semaphore bool
+	// Inspect says what lock.Inspect tells on the backend; nil when the
+	// driver cannot inspect keys, and the suite checks that lock.Inspect
+	// refuses with ErrInvalid.
+	Inspect *InspectCaps
 }
 
 // ttl returns a short test TTL the driver accepts.

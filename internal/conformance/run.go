@@ -51,6 +51,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Semaphore/FIFO", testSemaphoreFIFO},
 		{"Semaphore/DoneOnDelete", testSemaphoreDoneOnDelete},
 		{"Semaphore/Resume", testSemaphoreResume},
+		{"Inspect/Holders", testInspectHolders},
+		{"Inspect/Shared", testInspectShared},
+		{"Inspect/Expired", testInspectExpired},
+		{"Inspect/Waiters", testInspectWaiters},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
