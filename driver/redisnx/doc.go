@@ -93,6 +93,20 @@
 //     A Lock that gives up leaves the queue, passing on a key just handed
 //     to it; if the server cannot be reached, its entry dies after 3 s.
 //
+// # Inspect
+//
+// lock.Inspect runs inspect.lua, a script that only reads (GET, PTTL,
+// TIME, ZRANGE, HGET, HLEN: no new ACL rule), so one round trip gives one
+// snapshot: each holder with its owner, mode, limit and time left (the
+// lock key's PTTL; a reader's or permit's score less the server's clock);
+// an exclusive grant's fencing token (the counter's value, which no other
+// grant moves while it holds; a named owner's, from its holds) but no
+// reader's or permit's, which Redis keeps nowhere; no grant time. Waiters
+// are those of this driver's queue, in order, each with when it joined
+// (its score); rediswatch's waiters of the same key queue apart and are
+// not listed. A plain SET NX lock on the key shows as a foreign holder
+// with its value. Nothing expired is cleaned up on the way.
+//
 // # Failure modes
 //
 // A lease is only as safe as the Redis primary that granted it. Another
