@@ -164,7 +164,7 @@
 //	+zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe
 //	~dlock:* &dlock:*
 //
-// are enough on a standalone server, semaphores included
+// are enough on a standalone server, semaphores and lock.Inspect included
 // (TestMinimalPermissions and TestMinimalPermissionsPermits run with
 // exactly these); a Cluster client also needs +cluster|slots.
 //

@@ -94,6 +94,20 @@
 // the queue wakes the waiter behind it, so waiters in a row come in up to
 // the limit. Permits are renewed one transaction each, not batched.
 //
+// # Inspect
+//
+// lock.Inspect reads, in two round trips and without a script: a MULTI/EXEC
+// of plain reads (the lock key and its PTTL, TIME, the readers' and
+// permits' sets, the holds, the counter, the queue), one snapshot of the
+// grants in the layout redisnx shares, then the queued waiters' entries
+// (MGET). Each holder comes with its owner, mode, limit and time left;
+// an exclusive grant with its fencing token (the counter's value; a named
+// owner's, from its holds), a reader or permit without one; none with a
+// grant time. Waiters are those of this driver's queue, in order, without
+// the time they joined (the list records none); redisnx's waiters of the
+// same key queue apart and are not listed. Nothing is written, and no rule
+// beyond those below is needed.
+//
 // # Failure modes
 //
 // A restart without persistence, a failover to a replica that lacked the
@@ -151,9 +165,10 @@
 //	+hlen +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe
 //	+unsubscribe ~dlock:* &dlock:*
 //
-// are enough on a standalone server, permits included; a Cluster client
-// also needs +cluster|slots (TestMinimalPermissions runs with exactly
-// these, and TestMinimalPermissionsPermits reads them from here).
+// are enough on a standalone server, permits and lock.Inspect included;
+// a Cluster client also needs +cluster|slots (TestMinimalPermissions runs
+// with exactly these, and TestMinimalPermissionsPermits reads them from
+// here).
 //
 // # Names
 //
