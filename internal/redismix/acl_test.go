@@ -139,6 +139,10 @@ func exercise(t *testing.T, u string) {
 	if err := r1.Err(); err != nil {
 		t.Fatalf("share lost despite auto-renewal: %v", err)
 	}
+	// Inspect reads readers and the queued writer.
+	if st := mustInspect(t, ctx, a, k); len(st.Holders) != 2 || st.Holders[0].Mode != lock.Shared || len(st.Waiters) != 1 || st.Waiters[0].Mode != lock.Exclusive {
+		t.Fatalf("Inspect of two readers and a queued writer: holders %+v, waiters %+v", st.Holders, st.Waiters)
+	}
 	if err := r2.Refresh(ctx, time.Second); err != nil {
 		t.Fatalf("Refresh of a share: %v", err)
 	}
@@ -170,6 +174,9 @@ func exercise(t *testing.T, u string) {
 	if err := holds[1].Refresh(ctx, time.Second); err != nil {
 		t.Fatalf("Refresh of a hold: %v", err)
 	}
+	if st := mustInspect(t, ctx, b, k); len(st.Holders) != 1 || st.Holders[0].Holds != 3 || st.Holders[0].Owner != lock.NamedOwner("acl-job") || st.Holders[0].Token != holds[0].Token() {
+		t.Fatalf("Inspect of a named owner's grant with three holds: %+v", st.Holders)
+	}
 	for _, h := range holds {
 		if err := h.Unlock(ctx); err != nil {
 			t.Fatalf("Unlock of a hold: %v", err)
@@ -180,11 +187,37 @@ func exercise(t *testing.T, u string) {
 	} else {
 		l.Unlock(ctx)
 	}
+	// Inspect reads permits.
+	k = "acl-permits-" + randHex(8)
+	var permits []*lock.Lease
+	for _, l := range []lock.Locker{a, b} {
+		p, err := l.(lock.SemLocker).TryAcquire(ctx, k, 3)
+		if err != nil {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		permits = append(permits, p)
+	}
+	if st := mustInspect(t, ctx, a, k); len(st.Holders) != 2 || st.Holders[0].Mode != lock.Permit || st.Holders[0].Limit != 3 {
+		t.Fatalf("Inspect of two permits of 3: %+v", st.Holders)
+	}
+	for _, p := range permits {
+		p.Unlock(ctx)
+	}
 	for _, l := range []lock.Locker{a, b} {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	}
+}
+
+// mustInspect is lock.Inspect of k through l, or fails the test.
+func mustInspect(t *testing.T, ctx context.Context, l lock.Locker, k string) *lock.KeyState {
+	t.Helper()
+	st, err := lock.Inspect(ctx, l, k)
+	if err != nil {
+		t.Fatalf("Inspect: %v", err)
+	}
+	return st
 }
 
 // aclUser makes an ACL user with rules on every master of the Cluster
