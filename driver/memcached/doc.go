@@ -187,6 +187,17 @@
 // one round trip more than an anonymous grant (add, incr, then the cas
 // that records the hold); until that cas a re-entry finds the key held.
 //
+// # Inspect
+//
+// lock.Inspect gets the lock item (one round trip; a get changes nothing,
+// not even the expiry) and tells its holder: the owner token, or, for a
+// named owner, its holds and the grant's fencing token. It cannot tell
+// how long the grant has left (memcached can say, with its meta commands,
+// but gomemcache has none), when it was made, an anonymous grant's token
+// (the counter is drawn after the add, so its value may still be the
+// previous grant's), or who waits: waiters poll, and the server keeps no
+// queue. KeyState.Unknown says so.
+//
 // # Not offered
 //
 // There is no release notification (driver.Notifier) and no shared lease.
