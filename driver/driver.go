@@ -411,7 +411,8 @@ type Holder struct {
 	Owner string
 	// Foreign: a grant that no dlock driver made: a plain SET NX lock on
 	// Redis (redsync, redislock), a zk.Lock or Curator node on ZooKeeper.
-	// It excludes every dlock grant; Mode is then Exclusive.
+	// Mode is then how the driver's grant rules read it: Exclusive, the
+	// safe reading of a lock whose recipe is unknown.
 	Foreign bool
 	Mode    Mode
 	// Limit is a Permit's semaphore size; zero for other modes.
@@ -438,8 +439,9 @@ const NoExpiry time.Duration = -1
 
 // Waiter is one live waiter in a key's queue.
 type Waiter struct {
-	// Owner is the waiting attempt's owner token. Named owners never
-	// queue (see Reenterer).
+	// Owner is the waiting attempt's owner token (for a Foreign node in
+	// a ZooKeeper queue, its name). Named owners never queue (see
+	// Reenterer).
 	Owner string
 	Mode  Mode
 	// Limit is a Permit waiter's semaphore size; zero for other modes.

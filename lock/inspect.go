@@ -63,7 +63,9 @@ type Holder struct {
 	Holds int
 	// Foreign: a grant no dlock driver made (a plain SET NX lock such as
 	// redsync's or redislock's, a zk.Lock or Curator lock node), which
-	// excludes every dlock grant of the key. Mode is then Exclusive.
+	// dlock's grants of the key wait for like any other. Mode is then how
+	// the driver reads it: Exclusive, the safe reading of a lock whose
+	// recipe is unknown.
 	Foreign bool
 	Mode    Mode
 	// Limit is a permit's semaphore size; zero for other modes.
@@ -84,7 +86,7 @@ type Holder struct {
 // Waiter is one queued waiter of a key.
 type Waiter struct {
 	// Owner is the waiting call's owner token, which its Lease will have
-	// once granted.
+	// once granted (another client's lock node's name, on ZooKeeper).
 	Owner string
 	Mode  Mode
 	// Limit is a permit waiter's semaphore size; zero for other modes.

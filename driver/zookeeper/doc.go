@@ -238,6 +238,19 @@
 // remembers the largest token it has seen and refuses smaller ones turns
 // such a write into a refusal.
 //
+// # Inspect
+//
+// lock.Inspect syncs, lists the key node's children and reads each lock
+// node's stat (the requests sent together), and judges the nodes by the
+// rule the driver grants with: in sequence order, those nothing before
+// them blocks hold the key, the rest wait, first in line first. Each comes
+// with its owner (from the node's name), mode, limit, token (czxid) and
+// Since, the node's creation (ctime, the leader's clock): when its request
+// was made, so a holder that waited was granted later. How long a grant
+// lasts cannot be told: as long as its session. Other clients' lock nodes
+// (zk.Lock's, Curator's) are foreign holders or waiters, exclusive, named
+// by their node. Nothing is created, written, watched or deleted.
+//
 // # Not offered
 //
 // Resume (lock.Locker.Resume, Lease.Detach), of locks and permits alike,

@@ -146,7 +146,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Semaphore: true}
+	return conformance.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Semaphore: true, Inspect: inspectCaps}
 }
 
 // netCut is a zk.Dialer whose connections a test can cut: setDown(true)

@@ -1,0 +1,112 @@
+package zookeeper
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+)
+
+var _ driver.Inspector = (*zkDriver)(nil)
+
+// Inspect implements driver.Inspector with reads alone: a sync (so that
+// the listing is as recent as the leader's), the key node's children, and
+// one exists per lock node (sent together, in one round trip's time),
+// which gives its czxid (the fencing token) and ctime. No node is made,
+// written, watched or deleted.
+//
+// The lock nodes are judged by the rule the driver grants with (judge,
+// grantable): in sequence order, the nodes that nothing before them
+// blocks are the holders (a prefix of the queue), the others the waiters,
+// first in line first. A holder's Since is its node's creation, which is
+// when its request was made: one that waited was granted later. No grant
+// has a remaining time: it lasts as long as its session. Nodes that other
+// clients name (zk.Lock's "lock-", Curator's "_c_<uuid>-lock-") are
+// exclusive and foreign, their name as owner. A node deleted between the
+// listing and its exists is left out.
+func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
+	st := driver.KeyState{Unknown: driver.Unknown{Remaining: true}}
+	if err := ctx.Err(); err != nil {
+		return st, err
+	}
+	kp := d.keyPath(key)
+	names, err := d.childrenSynced(ctx, kp)
+	if err != nil {
+		return st, fmt.Errorf("zookeeper: inspect: listing %s: %w", kp, err)
+	}
+	var queue []child
+	for _, name := range names {
+		if c, ok := parseChild(name); ok {
+			queue = append(queue, c)
+		}
+	}
+	slices.SortFunc(queue, func(a, b child) int { return cmp.Compare(a.seq, b.seq) })
+	granted := 0
+	for granted < len(queue) && grantable(queue[:granted], queue[granted]) {
+		granted++
+	}
+	if len(queue)-granted > driver.MaxInspectWaiters {
+		queue, st.MoreWaiters = queue[:granted+driver.MaxInspectWaiters], true
+	}
+	stats := make([]*future[existsResult], len(queue))
+	for i, c := range queue {
+		path := kp + "/" + c.name
+		stats[i] = start(d, false, func() (existsResult, error) {
+			ok, s, err := d.conn.Exists(path)
+			return existsResult{ok, s}, err
+		})
+	}
+	for i, c := range queue {
+		r, err := stats[i].wait(ctx)
+		if err != nil {
+			return driver.KeyState{Unknown: st.Unknown}, fmt.Errorf("zookeeper: inspect: exists %s/%s: %w", kp, c.name, err)
+		}
+		if !r.ok {
+			continue // deleted since the listing
+		}
+		owner, foreign := nodeOwner(c.name)
+		mode := driver.Exclusive
+		switch {
+		case c.limit > 0:
+			mode = driver.Permit
+		case c.shared:
+			mode = driver.Shared
+		}
+		since := time.UnixMilli(r.st.Ctime)
+		if i < granted {
+			st.Holders = append(st.Holders, driver.Holder{Owner: owner, Foreign: foreign, Mode: mode, Limit: c.limit, Token: uint64(r.st.Czxid), Since: since})
+		} else {
+			st.Waiters = append(st.Waiters, driver.Waiter{Owner: owner, Mode: mode, Limit: c.limit, Since: since})
+		}
+	}
+	return st, nil
+}
+
+// nodeOwner returns the owner token in a lock node's name that the driver
+// made ("_c_" + 32 hex digits + "-"), or the whole name and true for a
+// node that another client made.
+func nodeOwner(name string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, protectedPrefix)
+	if !ok || len(rest) < 33 || rest[32] != '-' || !isOwnerToken(rest[:32]) {
+		return name, true
+	}
+	return rest[:32], false
+}
+
+// isOwnerToken reports whether s is an owner token as lock makes them: 32
+// lowercase hex digits.
+func isOwnerToken(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
