@@ -179,6 +179,21 @@
 // already run: fencing tokens (DLOCK_TOKEN), checked by the resource, are
 // what make that harmless.
 //
+// # dlock inspect
+//
+// dlock inspect [-url URL] [-json] [-timeout 15s] KEY shows who holds KEY
+// and who waits for it (lock.Inspect), changing nothing: a heading, then
+// one line per holder and per queued waiter with its mode (exclusive,
+// shared, permit/N), owner (a lease's owner token, as in its DLOCK_LEASE;
+// a named owner's 16 hex digits, lock.NamedOwner; a foreign lock's value),
+// fencing token, time left and since when, "?" where the backend cannot
+// tell (memcached: the time left, an anonymous grant's token, the waiters,
+// who poll; ZooKeeper: the time left; Redis: when a holder was granted).
+// -json prints one object instead, leaving out what is unknown and naming
+// it under "unknown". Exit status: 0 when KEY is held, 1 when it is free,
+// 2 on usage errors (flags, KEY, URL), 125 when the backend could not be
+// reached or failed.
+//
 // # dlock demo
 //
 // demo runs worker processes that contend for a few keys on every reachable

@@ -13,6 +13,7 @@ const mainUsage = `dlock runs a command under a distributed lock, on any dlock b
 Usage:
   dlock run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding KEY
   dlock demo [flags]                           workers contend for locks on every reachable backend
+  dlock inspect [flags] KEY                    who holds KEY and who waits for it (dlock inspect -h)
   dlock help [run|demo]                        this text, or a command's flags
 
 Backends compiled in: %s.
@@ -31,6 +32,8 @@ func dispatch(args []string) int {
 		return cmdRun(args[1:])
 	case "demo":
 		return cmdDemo(args[1:])
+	case "inspect":
+		return cmdInspect(args[1:])
 	case demoWorkerCmd: // hidden: one worker process of dlock demo
 		return cmdDemoWorker(args[1:])
 	case "help", "-h", "-help", "--help":
