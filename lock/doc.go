@@ -164,6 +164,28 @@
 // driver cannot resume (a grant belongs to its client's session) and
 // refuses with ErrInvalid.
 //
+// # Who holds a key
+//
+// Inspect asks the backend who holds a key and who waits for it, without
+// changing anything: for operators, dashboards and the dlock inspect
+// command.
+//
+//	st, err := lock.Inspect(ctx, locker, "deploy/api")
+//	for _, h := range st.Holders { fmt.Println(h.Mode, h.Owner, h.Token, h.Remaining) }
+//
+// Each holder has its owner (a lease's owner token, as in its Handle; a
+// named owner's 16 hex digits, which NamedOwner(id) gives; a foreign
+// lock's value), mode, a permit's limit, and as far as the backend can
+// tell its fencing token, time left and grant time; each queued waiter
+// its owner, mode and arrival. KeyState.Unknown says what the backend
+// could not tell: memory tells everything; Redis no grant time and no
+// reader's or permit's token (rediswatch no arrival either); memcached
+// only the holder (and a named owner's token: not the time left, and no
+// waiter, since they poll); ZooKeeper everything but the time left, as a
+// grant lasts as long as its session. Waiters that poll (a Lock with an
+// explicit retry strategy, a named owner's) are never listed. The answer
+// is a snapshot: by the time it is read the key may have changed hands.
+//
 // # Closing
 //
 // Close ends the leases still held through the Locker at once (Done closes),

@@ -10,7 +10,9 @@
 // wakes the next waiter at once, without polling and without a thundering
 // herd. Shared (read) leases are supported: the Locker is a lock.RWLocker;
 // a writer waits for the readers before it, and readers that arrive after a
-// waiting writer wait for it.
+// waiting writer wait for it. lock.Inspect tells everything a Store keeps:
+// every holder's token, time left and grant time, and every waiter's
+// arrival.
 //
 // # URLs
 //
