@@ -59,6 +59,30 @@ func (r *recorder) take() []string {
 	return t
 }
 
+// check fails t unless the round trips recorded since the last take or
+// check are want, made by what.
+func (r *recorder) check(t *testing.T, what string, want ...string) {
+	t.Helper()
+	if got := r.take(); !slices.Equal(got, want) {
+		t.Errorf("%s: round trips\n  %q\nwant\n  %q", what, got, want)
+	}
+}
+
+// recordedDriver returns a driver over a client of the shared server, the
+// client, and the recorder of the client's round trips, with none recorded
+// yet.
+func recordedDriver(t *testing.T) (*watchDriver, *redis.Client, *recorder) {
+	rec := &recorder{}
+	rdb := recorded(t, standalone(t), rec)
+	if err := rdb.Ping(testCtx(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := testDriver(rdb, DefaultPrefix)
+	t.Cleanup(func() { d.Close() })
+	rec.take()
+	return d, rdb, rec
+}
+
 // Every operation takes the round trips docs/design.md says ("rediswatch
 // transactions"), made of the commands it lists, and no script command
 // ever.
@@ -89,13 +113,7 @@ func TestRoundTrips(t *testing.T) {
 		lease.Unlock(ctx)
 		rec.take()
 
-		check := func(what string, want ...string) {
-			t.Helper()
-			got := rec.take()
-			if !slices.Equal(got, want) {
-				t.Errorf("%s: round trips\n  %q\nwant\n  %q", what, got, want)
-			}
-		}
+		check := func(what string, want ...string) { t.Helper(); rec.check(t, what, want...) }
 		lease, err = l.TryLock(ctx, k)
 		if err != nil {
 			t.Fatal(err)
@@ -166,28 +184,23 @@ func ownerOf(t *testing.T, rdb redis.UniversalClient, key string) string {
 // releases of the longest member, of a shorter one, of the last one, and by
 // a stranger. (TestPermitRoundTrips covers the permits' main line.)
 func TestMemberRoundTrips(t *testing.T) {
-	rec := &recorder{}
-	rdb := recorded(t, standalone(t), rec)
+	d, rdb, rec := recordedDriver(t)
 	ctx := testCtx(t)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	d := testDriver(rdb, DefaultPrefix)
-	defer d.Close()
-	check := func(what string, want ...string) {
-		t.Helper()
-		if got := rec.take(); !slices.Equal(got, want) {
-			t.Errorf("%s: round trips\n  %q\nwant\n  %q", what, got, want)
+	// helpers returns the check of the round trips and the check of an
+	// error, for subtest t.
+	helpers := func(t *testing.T) (check func(what string, want ...string), must func(err error)) {
+		check = func(what string, want ...string) { t.Helper(); rec.check(t, what, want...) }
+		must = func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		return check, must
 	}
 
 	t.Run("shared", func(t *testing.T) {
+		check, must := helpers(t)
 		k := testKey(t)
 		share := func(ttl time.Duration) *driver.Lease {
 			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Shared, TTL: ttl}
@@ -241,6 +254,7 @@ func TestMemberRoundTrips(t *testing.T) {
 	})
 
 	t.Run("permit", func(t *testing.T) {
+		check, must := helpers(t)
 		k := testKey(t)
 		permit := func(limit int, ttl time.Duration) *driver.Lease {
 			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: limit, TTL: ttl}

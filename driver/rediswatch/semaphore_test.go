@@ -539,25 +539,13 @@ func exercisePermits(t *testing.T, rdb, admin redis.UniversalClient) {
 // the read and UNWATCH), made of the commands driver/rediswatch's doc and
 // docs/design.md list, and no script command.
 func TestPermitRoundTrips(t *testing.T) {
-	rec := &recorder{}
-	rdb := recorded(t, standalone(t), rec)
+	d, _, rec := recordedDriver(t)
 	ctx := testCtx(t)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	d := testDriver(rdb, DefaultPrefix)
-	defer d.Close()
 	k := testKey(t)
 	permit := func(ttl time.Duration) *driver.Lease {
 		return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: 2, TTL: ttl}
 	}
-	rec.take()
-	check := func(what string, want ...string) {
-		t.Helper()
-		if got := rec.take(); !slices.Equal(got, want) {
-			t.Errorf("%s: round trips\n  %q\nwant\n  %q", what, got, want)
-		}
-	}
+	check := func(what string, want ...string) { t.Helper(); rec.check(t, what, want...) }
 	const read = "watch get pttl time zrange zrange get lrange exists"
 	a, b, c := permit(20*time.Second), permit(10*time.Second), permit(10*time.Second)
 	if err := d.Acquire(ctx, a); err != nil {
