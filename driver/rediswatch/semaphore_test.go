@@ -4,7 +4,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -460,32 +459,9 @@ func TestCleanupAfterLostPermitReply(t *testing.T) {
 			}
 		}
 
-		l := newPermit()
-		var once sync.Once
-		late := func(op, lk string) {
-			once.Do(func() {
-				cleanup := *l
-				if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
-					t.Errorf("clean-up before the EXEC: err = %v, want ErrNotHeld", err)
-				}
-			})
-		}
-		d.beforeExec.Store(&late)
-		if err := d.Acquire(ctx, l); !errors.Is(err, driver.ErrHeld) {
-			t.Fatalf("a permit whose EXEC came after its clean-up: err = %v, want an aborted (held) attempt", err)
-		}
-		d.beforeExec.Store(nil)
+		cleanUpBeforeExec(t, ctx, d, newPermit())
 		check("after a grant aborted by its clean-up")
-
-		l = newPermit()
-		if err := d.Acquire(ctx, l); err != nil {
-			t.Fatal(err)
-		}
-		cleanup := *l
-		cleanup.Token = 0
-		if err := d.Release(ctx, &cleanup); err != nil {
-			t.Fatalf("clean-up of an applied grant: %v", err)
-		}
+		cleanUpAfterExec(t, ctx, d, newPermit())
 		check("after the clean-up of an applied grant")
 		if err := d.Release(ctx, other); err != nil {
 			t.Fatal(err)
