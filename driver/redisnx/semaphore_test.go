@@ -388,19 +388,12 @@ func TestSemaphoreLostGrantReply(t *testing.T) {
 
 			counter := func() string { return raw.Get(context.Background(), lk+counterSuffix).Val() }
 			before := counter()
-			if err := srv.Pause(); err != nil {
-				t.Fatalf("Pause: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if tc.cancel {
-				time.AfterFunc(100*time.Millisecond, cancel)
-			}
-			if _, err := l.TryAcquire(ctx, k, 2); !errors.Is(err, lock.ErrNotAcquired) || (tc.cancel && !errors.Is(err, context.Canceled)) {
+			err := duringStall(t, srv, tc.cancel, func(ctx context.Context) error {
+				_, err := l.TryAcquire(ctx, k, 2)
+				return err
+			})
+			if !errors.Is(err, lock.ErrNotAcquired) || (tc.cancel && !errors.Is(err, context.Canceled)) {
 				t.Errorf("TryAcquire against a stalled server: err = %v, want ErrNotAcquired (and the context's error)", err)
-			}
-			if err := srv.Resume(); err != nil {
-				t.Fatalf("Resume: %v", err)
 			}
 			if !eventually(5*time.Second, func() bool {
 				_, owners := permitState(t, raw, lk)
