@@ -40,25 +40,16 @@ func TestLostReplyLeavesNoKey(t *testing.T) {
 				lease.Unlock(tctx(t, 10*time.Second))
 			}
 
-			if err := srv.Pause(); err != nil {
-				t.Fatalf("Pause: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if tc.cancel {
-				time.AfterFunc(100*time.Millisecond, cancel)
-			}
-			var err error
-			if tc.shared {
-				_, err = l.(lock.RWLocker).TryRLock(ctx, k)
-			} else {
-				_, err = l.TryLock(ctx, k)
-			}
+			err := duringStall(t, srv, tc.cancel, func(ctx context.Context) (err error) {
+				if tc.shared {
+					_, err = l.(lock.RWLocker).TryRLock(ctx, k)
+				} else {
+					_, err = l.TryLock(ctx, k)
+				}
+				return err
+			})
 			if !errors.Is(err, lock.ErrNotAcquired) || (tc.cancel && !errors.Is(err, context.Canceled)) {
 				t.Errorf("TryLock against a stalled server: err = %v, want ErrNotAcquired (and the context's error)", err)
-			}
-			if err := srv.Resume(); err != nil {
-				t.Fatalf("Resume: %v", err)
 			}
 			// Either a queued grant ran (the counter exists) and was
 			// removed again, or the clean-up ran first (the tombstone
@@ -99,6 +90,25 @@ func stallable(t *testing.T) (*testserver.Redis, *redis.Client, *redis.Client) {
 	raw := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { raw.Close() })
 	return srv, c, raw
+}
+
+// duringStall pauses srv, runs try with a context of 20 seconds (cancelled
+// after 100 ms if cancel is set), resumes srv, and returns try's error.
+func duringStall(t *testing.T, srv *testserver.Redis, cancel bool, try func(ctx context.Context) error) error {
+	t.Helper()
+	if err := srv.Pause(); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(stop)
+	if cancel {
+		time.AfterFunc(100*time.Millisecond, stop)
+	}
+	err := try(ctx)
+	if err := srv.Resume(); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	return err
 }
 
 func lockOpts(ttl time.Duration) lock.Options { return lock.Options{TTL: ttl} }

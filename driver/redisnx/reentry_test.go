@@ -40,19 +40,12 @@ func TestLostReentryReplyKeepsTheGrant(t *testing.T) {
 				t.Fatalf("Unlock of the re-entry: %v", err)
 			}
 
-			if err := srv.Pause(); err != nil {
-				t.Fatalf("Pause: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if cancelIt {
-				time.AfterFunc(100*time.Millisecond, cancel)
-			}
-			if _, err := l.TryLock(ctx, k, lock.WithOwner("job")); !errors.Is(err, lock.ErrNotAcquired) {
+			err = duringStall(t, srv, cancelIt, func(ctx context.Context) error {
+				_, err := l.TryLock(ctx, k, lock.WithOwner("job"))
+				return err
+			})
+			if !errors.Is(err, lock.ErrNotAcquired) {
 				t.Errorf("re-entry against a stalled server: err = %v, want ErrNotAcquired", err)
-			}
-			if err := srv.Resume(); err != nil {
-				t.Fatalf("Resume: %v", err)
 			}
 			holds := func() map[string]string {
 				m, _ := raw.HGetAll(context.Background(), rk+redisx.HoldsSuffix).Result()

@@ -15,44 +15,47 @@
 local held = {}
 local px = tonumber(ARGV[1])
 local now
+
+-- clock sets now, the server's clock in ms, once per call.
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+end
+
+-- extend sets member o of set to expire px from now, and lk and set to
+-- expire in px at least (a share or a permit).
+local function extend(lk, set, o)
+  redis.call('ZADD', set, string.format('%d', now + px), o)
+  if redis.call('PTTL', lk) < px then
+    redis.call('PEXPIRE', lk, px)
+  end
+  if redis.call('PTTL', set) < px then
+    redis.call('PEXPIRE', set, px)
+  end
+end
+
 for i = 1, #KEYS do
   local owner = ARGV[i + 1]
   held[i] = 0
   if #owner == 33 and string.sub(owner, 1, 1) == 's' then
     -- A shared grant: its member in the readers set, not expired.
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    clock()
     local r = KEYS[i] .. ':r'
     local score = redis.call('ZSCORE', r, string.sub(owner, 2))
     if score and tonumber(score) >= now and redis.call('GET', KEYS[i]) == 'R' then
-      redis.call('ZADD', r, string.format('%d', now + px), string.sub(owner, 2))
-      if redis.call('PTTL', KEYS[i]) < px then
-        redis.call('PEXPIRE', KEYS[i], px)
-      end
-      if redis.call('PTTL', r) < px then
-        redis.call('PEXPIRE', r, px)
-      end
+      extend(KEYS[i], r, string.sub(owner, 2))
       held[i] = 1
     end
   elseif #owner == 33 and string.sub(owner, 1, 1) == 'p' then
-    if not now then
-      local t = redis.call('TIME')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
+    clock()
     local s, o = KEYS[i] .. ':s', string.sub(owner, 2)
     local score = redis.call('ZSCORE', s, o)
     if score then
       local cur = redis.call('GET', KEYS[i])
       if tonumber(score) >= now and cur and string.match(cur, '^S%d+$') then
-        redis.call('ZADD', s, string.format('%d', now + px), o)
-        if redis.call('PTTL', KEYS[i]) < px then
-          redis.call('PEXPIRE', KEYS[i], px)
-        end
-        if redis.call('PTTL', s) < px then
-          redis.call('PEXPIRE', s, px)
-        end
+        extend(KEYS[i], s, o)
         held[i] = 1
       else
         redis.call('ZREM', s, o)

@@ -23,6 +23,15 @@ func sem(t testing.TB, l lock.Locker) lock.SemLocker {
 	return s
 }
 
+// semLockers returns n SemLockers over c, closed at cleanup.
+func semLockers(t testing.TB, c redis.UniversalClient, n int) []lock.SemLocker {
+	ls := make([]lock.SemLocker, n)
+	for i := range ls {
+		ls[i] = sem(t, newTestLocker(t, c, nil))
+	}
+	return ls
+}
+
 // permitOwner is the owner token of a permit, read from its handle
 // ("dlock1.pN.OWNER.TOKEN.KEY").
 func permitOwner(t testing.TB, p *lock.Lease) string {
@@ -111,10 +120,7 @@ func nextGrant(t *testing.T, grants <-chan grant, d time.Duration) grant {
 func TestSemaphoreHandOverInRow(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
 		const limit = 3
-		ls := make([]lock.SemLocker, 6)
-		for i := range ls {
-			ls[i] = sem(t, newTestLocker(t, c, nil))
-		}
+		ls := semLockers(t, c, 6)
 		k := testKey(t)
 		lk := lockKey(DefaultPrefix, k)
 		ctx := tctx(t, 30*time.Second)
@@ -197,10 +203,7 @@ func TestSemaphoreHandOverInRow(t *testing.T) {
 func TestSemaphoreWriterNotPassed(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
 		const limit = 2
-		ls := make([]lock.SemLocker, 3)
-		for i := range ls {
-			ls[i] = sem(t, newTestLocker(t, c, nil))
-		}
+		ls := semLockers(t, c, 3)
 		k := testKey(t)
 		lk := lockKey(DefaultPrefix, k)
 		ctx := tctx(t, 30*time.Second)
@@ -385,19 +388,12 @@ func TestSemaphoreLostGrantReply(t *testing.T) {
 
 			counter := func() string { return raw.Get(context.Background(), lk+counterSuffix).Val() }
 			before := counter()
-			if err := srv.Pause(); err != nil {
-				t.Fatalf("Pause: %v", err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			if tc.cancel {
-				time.AfterFunc(100*time.Millisecond, cancel)
-			}
-			if _, err := l.TryAcquire(ctx, k, 2); !errors.Is(err, lock.ErrNotAcquired) || (tc.cancel && !errors.Is(err, context.Canceled)) {
+			err := duringStall(t, srv, tc.cancel, func(ctx context.Context) error {
+				_, err := l.TryAcquire(ctx, k, 2)
+				return err
+			})
+			if !errors.Is(err, lock.ErrNotAcquired) || (tc.cancel && !errors.Is(err, context.Canceled)) {
 				t.Errorf("TryAcquire against a stalled server: err = %v, want ErrNotAcquired (and the context's error)", err)
-			}
-			if err := srv.Resume(); err != nil {
-				t.Fatalf("Resume: %v", err)
 			}
 			if !eventually(5*time.Second, func() bool {
 				_, owners := permitState(t, raw, lk)
@@ -435,10 +431,7 @@ func TestSemaphoreLostGrantReply(t *testing.T) {
 // and a blocking Acquire, whose Join tries acquire.lua or wait.lua).
 func TestSemaphoreLimitMismatch(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
-		ls := make([]lock.SemLocker, 3)
-		for i := range ls {
-			ls[i] = sem(t, newTestLocker(t, c, nil))
-		}
+		ls := semLockers(t, c, 3)
 		k := testKey(t)
 		lk := lockKey(DefaultPrefix, k)
 		ctx := tctx(t, 30*time.Second)

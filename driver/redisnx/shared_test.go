@@ -1,7 +1,6 @@
 package redisnx
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -114,28 +113,10 @@ func TestSharedReadersHandedOverTogether(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type got struct {
-		who   string
-		lease *lock.Lease
-		at    time.Time
-	}
-	grants := make(chan got, 3)
-	wait := func(who string, f func(context.Context, string, ...lock.Option) (*lock.Lease, error), queued int64) {
-		go func() {
-			lease, err := f(ctx, k)
-			if err != nil {
-				t.Errorf("%s: %v", who, err)
-				return
-			}
-			grants <- got{who, lease, time.Now()}
-		}()
-		if !eventually(5*time.Second, func() bool { return c.ZCard(ctx, lk+queueSuffix).Val() == queued }) {
-			t.Fatalf("%s not queued", who)
-		}
-	}
-	wait("reader 1", lockers[1].RLock, 1)
-	wait("reader 2", lockers[2].RLock, 2)
-	wait("writer", lockers[3].Lock, 3)
+	grants := make(chan grant, 3)
+	queueWaiter(t, c, lk, 1, grants, "reader 1", func() (*lock.Lease, error) { return lockers[1].RLock(ctx, k) })
+	queueWaiter(t, c, lk, 2, grants, "reader 2", func() (*lock.Lease, error) { return lockers[2].RLock(ctx, k) })
+	queueWaiter(t, c, lk, 3, grants, "writer", func() (*lock.Lease, error) { return lockers[3].Lock(ctx, k) })
 	time.Sleep(20 * time.Millisecond)
 	released := time.Now()
 	if err := w.Unlock(ctx); err != nil {
@@ -145,7 +126,7 @@ func TestSharedReadersHandedOverTogether(t *testing.T) {
 	if r1.who == "writer" || r2.who == "writer" {
 		t.Fatalf("the writer queued after the readers got the key first")
 	}
-	for _, r := range []got{r1, r2} {
+	for _, r := range []grant{r1, r2} {
 		if d := r.at.Sub(released); d > 500*time.Millisecond {
 			t.Errorf("%s granted %v after the release; want both at once", r.who, d)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -30,7 +31,7 @@ func TestConformanceCluster(t *testing.T) {
 	c := testserver.SharedRedisCluster(t)
 	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { admin.Close() })
-	user, pass := scriptlessUser(t, admin)
+	user, pass := redisacl.ClusterUser(t, admin, "dlock-rediswatch", "-@scripting")
 	u := &url.URL{Scheme: Scheme, User: url.UserPassword(user, pass), Host: strings.Join(c.Addrs(), ",")}
 	conformance.Run(t, func(t *testing.T) conformance.Harness { return &harness{url: u.String(), admin: admin} })
 	assertNoScripts(t, admin, user, pass)

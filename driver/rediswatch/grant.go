@@ -115,7 +115,7 @@ const (
 // transaction. (When the record expired, it takes a new token.)
 func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
 	if l.Mode != driver.Exclusive { // a share or a permit
-		return d.acquireShared(ctx, l, how, inbox, entry)
+		return d.acquireMember(ctx, l, how, inbox, entry)
 	}
 	markSent(l, false)
 	lk := d.LockKey(l.Key)

@@ -1,9 +1,7 @@
 package rediswatch
 
 import (
-	"errors"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -43,24 +41,10 @@ func TestCleanupAfterLostHoldReply(t *testing.T) {
 			}
 		}
 
-		l := &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentrant: true}
-		var once sync.Once
-		late := func(op, lk string) {
-			once.Do(func() {
-				cleanup := *l
-				if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
-					t.Errorf("clean-up before the re-entry's EXEC: err = %v, want ErrNotHeld", err)
-				}
-			})
-		}
-		d.beforeExec.Store(&late)
-		if err := d.Acquire(ctx, l); !errors.Is(err, driver.ErrHeld) {
-			t.Fatalf("a re-entry whose EXEC came after the clean-up: err = %v, want an aborted (held) attempt", err)
-		}
-		d.beforeExec.Store(nil)
+		cleanUpBeforeExec(t, ctx, d, &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentrant: true})
 		check("after a re-entry aborted by its clean-up")
 
-		l = &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentrant: true}
+		l := &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentrant: true}
 		if err := d.Acquire(ctx, l); err != nil || l.Token != first.Token {
 			t.Fatalf("re-entry: token %d, err %v; want %d", l.Token, err, first.Token)
 		}

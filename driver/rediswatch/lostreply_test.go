@@ -36,23 +36,7 @@ func testCleanupAfterLostGrantReply(t *testing.T, mode driver.Mode) {
 		// The EXEC arrives late: the clean-up sets the tombstone first and
 		// finds no grant; the EXEC is aborted.
 		l := newLease()
-		// The clean-up runs once, before the first EXEC: a shared grant
-		// (or a permit's), which tries again after an abort, must not
-		// grant on its retry.
-		var once sync.Once
-		late := func(op, lk string) {
-			once.Do(func() {
-				cleanup := *l // as lock passes it: Token unset, Data as Acquire left it
-				if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
-					t.Errorf("clean-up before the EXEC: err = %v, want ErrNotHeld", err)
-				}
-			})
-		}
-		d.beforeExec.Store(&late)
-		if err := d.Acquire(ctx, l); !errors.Is(err, driver.ErrHeld) {
-			t.Fatalf("Acquire whose EXEC came after the clean-up: err = %v, want an aborted (held) attempt", err)
-		}
-		d.beforeExec.Store(nil)
+		cleanUpBeforeExec(t, ctx, d, l)
 		lk := d.LockKey(l.Key)
 		if n := rdb.Exists(ctx, lk, readersKey(lk), permitsKey(lk)).Val(); n != 0 {
 			t.Errorf("the late EXEC granted the key after the clean-up")
@@ -64,18 +48,49 @@ func testCleanupAfterLostGrantReply(t *testing.T, mode driver.Mode) {
 		// The EXEC was applied but its reply lost: the clean-up deletes the
 		// grant.
 		l = newLease()
-		if err := d.Acquire(ctx, l); err != nil {
-			t.Fatal(err)
-		}
-		cleanup := *l
-		cleanup.Token = 0
-		if err := d.Release(ctx, &cleanup); err != nil {
-			t.Fatalf("clean-up of an applied grant: %v", err)
-		}
+		cleanUpAfterExec(t, ctx, d, l)
 		if lk := d.LockKey(l.Key); rdb.Exists(ctx, lk, readersKey(lk), permitsKey(lk)).Val() != 0 {
 			t.Errorf("the clean-up left the grant")
 		}
 	})
+}
+
+// cleanUpBeforeExec makes l's Acquire lose its reply with its clean-up
+// Release (as lock sends it: Token unset, Data as Acquire left it) run
+// before the grant's EXEC reaches the server: the clean-up finds no grant,
+// and the EXEC is aborted. It runs once, before the first EXEC: a shared
+// grant or a permit's, which tries again after an abort, must not grant on
+// its retry.
+func cleanUpBeforeExec(t *testing.T, ctx context.Context, d *watchDriver, l *driver.Lease) {
+	t.Helper()
+	var once sync.Once
+	late := func(op, lk string) {
+		once.Do(func() {
+			cleanup := *l
+			if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("clean-up before the EXEC: err = %v, want ErrNotHeld", err)
+			}
+		})
+	}
+	d.beforeExec.Store(&late)
+	defer d.beforeExec.Store(nil)
+	if err := d.Acquire(ctx, l); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("Acquire whose EXEC came after the clean-up: err = %v, want an aborted (held) attempt", err)
+	}
+}
+
+// cleanUpAfterExec acquires l, then runs the clean-up Release of a grant
+// whose reply was lost (Token unset): it deletes the grant.
+func cleanUpAfterExec(t *testing.T, ctx context.Context, d *watchDriver, l *driver.Lease) {
+	t.Helper()
+	if err := d.Acquire(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	cleanup := *l
+	cleanup.Token = 0
+	if err := d.Release(ctx, &cleanup); err != nil {
+		t.Fatalf("clean-up of an applied grant: %v", err)
+	}
 }
 
 // An Acquire that failed before sending its transaction cannot have

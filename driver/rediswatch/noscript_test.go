@@ -2,44 +2,13 @@ package rediswatch
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/redis/go-redis/v9"
 )
-
-// scriptlessUser makes an ACL user denied @scripting on every master of
-// the Cluster behind admin, deleted at cleanup, and returns its name and
-// password.
-func scriptlessUser(t *testing.T, admin *redis.ClusterClient) (user, pass string) {
-	t.Helper()
-	user, pass = "dlock-rediswatch-"+randHex(4), randHex(12)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		return node.ACLSetUser(ctx, user, "reset", "on", ">"+pass, "~*", "&*", "+@all", "-@scripting").Err()
-	})
-	if err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return node.ACLDelUser(ctx, user).Err()
-		})
-	})
-	return user, pass
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
 
 // scriptCommands are the commandstats entries of every way to run a script.
 var scriptCommands = []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "script|load", "script|exists", "function|load"}
@@ -51,19 +20,11 @@ var scriptCommands = []string{"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall
 // denied scripts, so that the suite's passing means something.
 func assertNoScripts(t *testing.T, admin redis.UniversalClient, user, pass string) {
 	t.Helper()
+	redisacl.AssertNothingRefused(t, admin, user)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	check := func(ctx context.Context, node *redis.Client) error {
+	redisacl.ForEachNode(t, ctx, admin, func(ctx context.Context, node *redis.Client) error {
 		addr := node.Options().Addr
-		entries, err := node.ACLLog(ctx, 1000).Result()
-		if err != nil {
-			t.Errorf("%s: ACL LOG: %v", addr, err)
-		}
-		for _, e := range entries {
-			if e.Username == user {
-				t.Errorf("%s: the driver's user had %q refused (%s) %d time(s)", addr, e.Object, e.Reason, e.Count)
-			}
-		}
 		stats, err := node.Info(ctx, "commandstats").Result()
 		if err != nil {
 			t.Errorf("%s: INFO commandstats: %v", addr, err)
@@ -86,15 +47,5 @@ func assertNoScripts(t *testing.T, admin redis.UniversalClient, user, pass strin
 			t.Errorf("%s: EVAL as %s: err = %v, want NOPERM: the user is not denied scripts", addr, user, err)
 		}
 		return nil
-	}
-	var err error
-	switch c := admin.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Client:
-		err = check(ctx, c)
-	}
-	if err != nil {
-		t.Errorf("checking for scripts: %v", err)
-	}
+	})
 }

@@ -18,14 +18,8 @@ import (
 //	MULTI; PEXPIRE lock ttl; EXEC                  (if GET == l.Owner)
 func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	lk := d.LockKey(l.Key)
-	switch l.Mode {
-	case driver.Shared:
-		if err := d.extendShared(ctx, lk, l.Owner, ttl, 0); err != nil {
-			return 0, err
-		}
-		return px(ttl), nil
-	case driver.Permit:
-		if err := d.extendPermit(ctx, "refresh", lk, l.Owner, l.Limit, ttl, 0); err != nil {
+	if l.Mode != driver.Exclusive { // a share or a permit
+		if err := d.extendMember(ctx, memberKindOf(l), "refresh", lk, l.Owner, ttl, 0); err != nil {
 			return 0, err
 		}
 		return px(ttl), nil
@@ -227,7 +221,9 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	ttl := px(l.TTL)
 	switch l.Mode {
 	case driver.Shared:
-		if err := d.extendShared(ctx, lk, l.Owner, ttl, l.Token); err != nil {
+		// A share's Resume names itself a refresh (its hook, and its
+		// ErrConflict), as it always has.
+		if err := d.extendMember(ctx, shares, "refresh", lk, l.Owner, ttl, l.Token); err != nil {
 			return err
 		}
 		l.Validity, l.Data = ttl, fromQueue{}
@@ -235,7 +231,7 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	case driver.Permit:
 		// The lock key must hold the permits of l.Limit, and the set
 		// l.Owner's live permit.
-		if err := d.extendPermit(ctx, "resume", lk, l.Owner, l.Limit, ttl, l.Token); err != nil {
+		if err := d.extendMember(ctx, permitsOf(l.Limit), "resume", lk, l.Owner, ttl, l.Token); err != nil {
 			return err
 		}
 		l.Validity, l.Data = ttl, nil

@@ -35,11 +35,8 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 		}
 		tomb = tombstone(lk, l.Owner)
 	}
-	switch l.Mode {
-	case driver.Shared:
-		return d.releaseShared(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1))
-	case driver.Permit:
-		return d.releasePermit(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1))
+	if l.Mode != driver.Exclusive { // a share or a permit
+		return d.releaseMember(ctx, memberKindOf(l), lk, l.Owner, tomb, max(px(l.TTL), 1))
 	}
 	q, viaQueue := l.Data.(fromQueue)
 	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue, l.Reentrant)

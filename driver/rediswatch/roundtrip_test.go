@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
@@ -58,6 +59,30 @@ func (r *recorder) take() []string {
 	return t
 }
 
+// check fails t unless the round trips recorded since the last take or
+// check are want, made by what.
+func (r *recorder) check(t *testing.T, what string, want ...string) {
+	t.Helper()
+	if got := r.take(); !slices.Equal(got, want) {
+		t.Errorf("%s: round trips\n  %q\nwant\n  %q", what, got, want)
+	}
+}
+
+// recordedDriver returns a driver over a client of the shared server, the
+// client, and the recorder of the client's round trips, with none recorded
+// yet.
+func recordedDriver(t *testing.T) (*watchDriver, *redis.Client, *recorder) {
+	rec := &recorder{}
+	rdb := recorded(t, standalone(t), rec)
+	if err := rdb.Ping(testCtx(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d := testDriver(rdb, DefaultPrefix)
+	t.Cleanup(func() { d.Close() })
+	rec.take()
+	return d, rdb, rec
+}
+
 // Every operation takes the round trips docs/design.md says ("rediswatch
 // transactions"), made of the commands it lists, and no script command
 // ever.
@@ -88,13 +113,7 @@ func TestRoundTrips(t *testing.T) {
 		lease.Unlock(ctx)
 		rec.take()
 
-		check := func(what string, want ...string) {
-			t.Helper()
-			got := rec.take()
-			if !slices.Equal(got, want) {
-				t.Errorf("%s: round trips\n  %q\nwant\n  %q", what, got, want)
-			}
-		}
+		check := func(what string, want ...string) { t.Helper(); rec.check(t, what, want...) }
 		lease, err = l.TryLock(ctx, k)
 		if err != nil {
 			t.Fatal(err)
@@ -156,4 +175,130 @@ func ownerOf(t *testing.T, rdb redis.UniversalClient, key string) string {
 		t.Fatalf("GET lock key of %q: %v", key, err)
 	}
 	return v
+}
+
+// The transactions of shares and permits (member grants) take the round
+// trips and commands docs/design.md lists, in each of their branches:
+// grants onto a free key, beside longer and shorter members, onto a key
+// held otherwise; refreshes that lengthen the lock key or not; Resume;
+// releases of the longest member, of a shorter one, of the last one, and by
+// a stranger. (TestPermitRoundTrips covers the permits' main line.)
+func TestMemberRoundTrips(t *testing.T) {
+	d, rdb, rec := recordedDriver(t)
+	ctx := testCtx(t)
+	// helpers returns the check of the round trips and the check of an
+	// error, for subtest t.
+	helpers := func(t *testing.T) (check func(what string, want ...string), must func(err error)) {
+		check = func(what string, want ...string) { t.Helper(); rec.check(t, what, want...) }
+		must = func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return check, must
+	}
+
+	t.Run("shared", func(t *testing.T) {
+		check, must := helpers(t)
+		k := testKey(t)
+		share := func(ttl time.Duration) *driver.Lease {
+			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Shared, TTL: ttl}
+		}
+		rec.take()
+		const read = "watch get pttl time zrange get lrange exists"
+		a, b, c := share(20*time.Second), share(10*time.Second), share(30*time.Second)
+		must(d.Acquire(ctx, a))
+		check("grant on a free key", read, "multi set zremrangebyscore zadd pexpire set exec")
+		must(d.Acquire(ctx, b))
+		check("grant beside a longer share", read, "multi zremrangebyscore zadd pexpire set exec")
+		must(d.Acquire(ctx, c))
+		check("grant beside shorter shares", read, "multi set zremrangebyscore zadd pexpire set exec")
+		_, err := d.Refresh(ctx, b, 10*time.Second)
+		must(err)
+		check("refresh within the lock key's PTTL", "watch get pttl time zrange zscore", "multi zadd pexpire exec")
+		_, err = d.Refresh(ctx, b, 40*time.Second)
+		must(err)
+		check("refresh past the lock key's PTTL", "watch get pttl time zrange zscore", "multi zadd pexpire pexpire exec")
+		resume := *a
+		must(d.Resume(ctx, &resume))
+		check("resume", "watch get pttl time zrange zscore get", "multi zadd pexpire exec")
+		if err := d.Release(ctx, share(time.Second)); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("release by a stranger: %v", err)
+		}
+		rec.take() // a stranger's lease has no token: no round trip
+		stranger := share(time.Second)
+		stranger.Token = 1
+		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("release by a stranger: %v", err)
+		}
+		check("release by a stranger", "watch get pttl time zrange zscore lrange", "unwatch")
+		must(d.Release(ctx, b))
+		check("release of the longest share", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore pexpire exec")
+		// The lock key's PTTL cut below the longest share's (within a
+		// millisecond of it, whether a release shortens it depends on timing).
+		rdb.PExpire(ctx, d.LockKey(k), 15*time.Second)
+		rec.take()
+		must(d.Release(ctx, a))
+		check("release of a shorter share", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore exec")
+		must(d.Release(ctx, c))
+		check("release of the last share", "watch get pttl time zrange zscore lrange", "multi zrem del publish exec")
+		w := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second}
+		must(d.Acquire(ctx, w))
+		rec.take()
+		if err := d.Acquire(ctx, share(time.Second)); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("a share of a key a writer holds: %v", err)
+		}
+		check("grant of a key a writer holds", read, "unwatch pttl")
+		must(d.Release(ctx, w))
+	})
+
+	t.Run("permit", func(t *testing.T) {
+		check, must := helpers(t)
+		k := testKey(t)
+		permit := func(limit int, ttl time.Duration) *driver.Lease {
+			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: limit, TTL: ttl}
+		}
+		rec.take()
+		const read = "watch get pttl time zrange zrange get lrange exists"
+		a, b, c := permit(3, 10*time.Second), permit(3, 20*time.Second), permit(3, 5*time.Second)
+		must(d.Acquire(ctx, a))
+		check("grant on a free key", read, "multi del set zadd pexpire set exec")
+		must(d.Acquire(ctx, b))
+		check("grant beside a shorter permit", read, "multi pexpire zremrangebyscore zadd pexpire set exec")
+		must(d.Acquire(ctx, c))
+		check("grant beside longer permits", read, "multi zremrangebyscore zadd pexpire set exec")
+		if err := d.Acquire(ctx, permit(2, time.Second)); !errors.Is(err, driver.ErrInvalid) {
+			t.Fatalf("a permit of another limit: %v", err)
+		}
+		check("grant of another limit", read, "unwatch")
+		_, err := d.Refresh(ctx, c, 5*time.Second)
+		must(err)
+		check("refresh", "watch get pttl time zrange zscore", "multi zadd pexpire pexpire exec")
+		resume := *a
+		must(d.Resume(ctx, &resume))
+		check("resume", "watch get pttl time zrange zscore get", "multi zadd pexpire pexpire exec")
+		stranger := permit(3, time.Second)
+		stranger.Token = 1
+		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("release by a stranger: %v", err)
+		}
+		check("release by a stranger", "watch get pttl time zrange zscore lrange", "unwatch")
+		rdb.PExpire(ctx, d.LockKey(k), 15*time.Second) // as for shares
+		rec.take()
+		must(d.Release(ctx, c))
+		check("release of a shorter permit", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore publish exec")
+		must(d.Release(ctx, b))
+		check("release of the longest permit", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore pexpire pexpire publish exec")
+		must(d.Release(ctx, a))
+		check("release of the last permit", "watch get pttl time zrange zscore lrange", "multi zrem del publish exec")
+		w := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second}
+		must(d.Acquire(ctx, w))
+		rec.take()
+		if err := d.Acquire(ctx, permit(3, time.Second)); !errors.Is(err, driver.ErrHeld) {
+			t.Fatalf("a permit of a key a writer holds: %v", err)
+		}
+		check("grant of a key a writer holds", read, "unwatch pttl")
+		must(d.Release(ctx, w))
+	})
 }

@@ -1,16 +1,14 @@
 package rediswatch
 
 import (
-	"context"
 	"errors"
-	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
@@ -461,32 +459,9 @@ func TestCleanupAfterLostPermitReply(t *testing.T) {
 			}
 		}
 
-		l := newPermit()
-		var once sync.Once
-		late := func(op, lk string) {
-			once.Do(func() {
-				cleanup := *l
-				if err := d.Release(ctx, &cleanup); !errors.Is(err, driver.ErrNotHeld) {
-					t.Errorf("clean-up before the EXEC: err = %v, want ErrNotHeld", err)
-				}
-			})
-		}
-		d.beforeExec.Store(&late)
-		if err := d.Acquire(ctx, l); !errors.Is(err, driver.ErrHeld) {
-			t.Fatalf("a permit whose EXEC came after its clean-up: err = %v, want an aborted (held) attempt", err)
-		}
-		d.beforeExec.Store(nil)
+		cleanUpBeforeExec(t, ctx, d, newPermit())
 		check("after a grant aborted by its clean-up")
-
-		l = newPermit()
-		if err := d.Acquire(ctx, l); err != nil {
-			t.Fatal(err)
-		}
-		cleanup := *l
-		cleanup.Token = 0
-		if err := d.Release(ctx, &cleanup); err != nil {
-			t.Fatalf("clean-up of an applied grant: %v", err)
-		}
+		cleanUpAfterExec(t, ctx, d, newPermit())
 		check("after the clean-up of an applied grant")
 		if err := d.Release(ctx, other); err != nil {
 			t.Fatal(err)
@@ -495,41 +470,13 @@ func TestCleanupAfterLostPermitReply(t *testing.T) {
 	})
 }
 
-// aclRules returns the rule set of the package doc's Permissions section.
-func aclRules(t *testing.T) []string {
-	t.Helper()
-	src, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(src), "The ACL rules\n//\n")
-	rules, _, ok2 := strings.Cut(after, "//\n// are enough")
-	if !ok || !ok2 {
-		t.Fatalf("doc.go: no ACL rules in the Permissions section")
-	}
-	var out []string
-	for _, f := range strings.Fields(strings.ReplaceAll(rules, "//", "")) {
-		// The test user starts from "~* &* +@all": the doc's patterns
-		// must replace those, not add to them.
-		switch {
-		case strings.HasPrefix(f, "~"):
-			out = append(out, "resetkeys")
-		case strings.HasPrefix(f, "&"):
-			out = append(out, "resetchannels")
-		}
-		out = append(out, f)
-	}
-	return out
-}
-
 // Permits work as a user allowed only what the package doc's Permissions
 // section lists (denied @scripting with everything else), on one server and
-// on a Cluster: a permit taken, a permit waiter queued and woken, permits
-// renewed (automatically and by Refresh) and returned, and no refusal in
-// any node's ACL LOG.
+// on a Cluster: see redisacl.ExercisePermits for what is done; and no
+// refusal in any node's ACL LOG, and no script run.
 func TestMinimalPermissionsPermits(t *testing.T) {
-	rules := aclRules(t)
-	if slices.Contains(rules, "+@scripting") || !slices.Contains(rules, "-@all") {
+	rules := redisacl.DocRules(t, "doc.go")
+	if slices.Contains(rules, "+@scripting") {
 		t.Fatalf("doc.go's rules %q are not minimal", rules)
 	}
 	t.Run("standalone", func(t *testing.T) {
@@ -541,111 +488,40 @@ func TestMinimalPermissionsPermits(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		admin := cluster(t)
-		user, pass := "dlock-min-"+randHex(4), randHex(12)
-		args := append([]string{"reset", "on", ">" + pass, "~*", "&*", "+@all"}, rules...)
-		args = append(args, "+cluster|slots")
-		if err := admin.ForEachMaster(testCtx(t), func(ctx context.Context, node *redis.Client) error {
-			return node.ACLSetUser(ctx, user, args...).Err()
-		}); err != nil {
-			t.Fatalf("ACL SETUSER: %v", err)
-		}
-		t.Cleanup(func() {
-			admin.ForEachMaster(context.Background(), func(ctx context.Context, node *redis.Client) error {
-				return node.ACLDelUser(ctx, user).Err()
-			})
-		})
+		user, pass := redisacl.ClusterUser(t, admin, "dlock-min", append(append([]string{}, rules...), "+cluster|slots")...)
 		exercisePermits(t, redis.NewClusterClient(&redis.ClusterOptions{Addrs: admin.Options().Addrs, Username: user, Password: pass}), admin)
 		assertNoScripts(t, admin, user, pass)
 	})
 }
 
-// exercisePermits runs every operation on permits through Lockers over
-// rdb; admin, a client of the default user, watches the queue.
+// exercisePermits runs redisacl.ExercisePermits through Lockers over rdb;
+// admin, a client of the default user, watches the queue.
 func exercisePermits(t *testing.T, rdb, admin redis.UniversalClient) {
 	t.Cleanup(func() { rdb.Close() })
-	ctx := testCtx(t)
 	newLocker := func(ttl time.Duration) lock.SemLocker {
 		l := New(rdb, &Options{Options: lock.Options{TTL: ttl}})
 		t.Cleanup(func() { l.Close() })
 		return l.(lock.SemLocker)
 	}
-	a, b := newLocker(300*time.Millisecond), newLocker(0)
-	k := "acl-permits-" + randHex(8)
-	p1, err := a.Acquire(ctx, k, 2)
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
-	}
-	p2, err := b.TryAcquire(ctx, k, 2)
-	if err != nil {
-		t.Fatalf("TryAcquire beside a permit: %v", err)
-	}
-	if _, err := b.TryAcquire(ctx, k, 2); !errors.Is(err, lock.ErrHeld) {
-		t.Fatalf("a third permit of two: err = %v, want ErrHeld", err)
-	}
-	got := make(chan error, 1)
-	go func() {
-		p, err := b.Acquire(ctx, k, 2) // queued
-		if err == nil {
-			err = p.Unlock(ctx)
+	queued := func(k string) {
+		if !eventually(5*time.Second, func() bool { return queueLen(t, admin, redisx.LockKey(DefaultPrefix, k)) == 1 }) {
+			t.Fatalf("permit waiter not queued")
 		}
-		got <- err
-	}()
-	if !eventually(5*time.Second, func() bool { return queueLen(t, admin, redisx.LockKey(DefaultPrefix, k)) == 1 }) {
-		t.Fatalf("permit waiter not queued")
 	}
-	time.Sleep(1500 * time.Millisecond) // p1's renewals (TTL 300ms) and the waiter's heartbeat
-	if err := p1.Err(); err != nil {
-		t.Fatalf("permit lost despite auto-renewal: %v", err)
-	}
-	if err := p2.Refresh(ctx, time.Second); err != nil {
-		t.Fatalf("Refresh of a permit: %v", err)
-	}
-	if err := p1.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock of a permit: %v", err)
-	}
-	select {
-	case err := <-got:
-		if err != nil {
-			t.Fatalf("permit waiter: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("permit waiter not let in after a permit was returned")
-	}
-	if err := p2.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
-	p3, err := a.TryAcquire(ctx, k, 3)
-	if err != nil {
-		t.Fatalf("TryAcquire of a free key with another limit: %v", err)
-	}
-	if err := p3.Unlock(ctx); err != nil {
-		t.Fatalf("Unlock: %v", err)
-	}
+	redisacl.ExercisePermits(t, newLocker(300*time.Millisecond), newLocker(0), queued)
 }
 
 // Every operation on permits takes two round trips (a held key's refusal:
 // the read and UNWATCH), made of the commands driver/rediswatch's doc and
 // docs/design.md list, and no script command.
 func TestPermitRoundTrips(t *testing.T) {
-	rec := &recorder{}
-	rdb := recorded(t, standalone(t), rec)
+	d, _, rec := recordedDriver(t)
 	ctx := testCtx(t)
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	d := testDriver(rdb, DefaultPrefix)
-	defer d.Close()
 	k := testKey(t)
 	permit := func(ttl time.Duration) *driver.Lease {
 		return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: 2, TTL: ttl}
 	}
-	rec.take()
-	check := func(what string, want ...string) {
-		t.Helper()
-		if got := rec.take(); !slices.Equal(got, want) {
-			t.Errorf("%s: round trips\n  %q\nwant\n  %q", what, got, want)
-		}
-	}
+	check := func(what string, want ...string) { t.Helper(); rec.check(t, what, want...) }
 	const read = "watch get pttl time zrange zrange get lrange exists"
 	a, b, c := permit(20*time.Second), permit(10*time.Second), permit(10*time.Second)
 	if err := d.Acquire(ctx, a); err != nil {

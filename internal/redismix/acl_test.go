@@ -12,21 +12,19 @@ import (
 
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
+	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
 
-// The ACL rule sets each driver's package doc ("Permissions") says are
-// enough on a standalone server (commands a script calls are checked
-// against them too), and what a Cluster client needs on top.
-var (
-	minimalRules = map[string][]string{
-		redisnx.Scheme:    strings.Fields("-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl +incr +time +hget +hset +hdel +hexists +hlen +zadd +zscore +zrange +zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
-		rediswatch.Scheme: strings.Fields("-@all +@connection +@transaction +get +mget +set +pttl +time +lrange +del +pexpire +exists +lindex +lrem +rpush +hget +hset +hdel +hexists +hlen +zadd +zscore +zrange +zrem +zremrangebyscore +publish +subscribe +unsubscribe resetkeys ~dlock:* resetchannels &dlock:*"),
-	}
-	clusterRules = strings.Fields("+cluster|slots")
-)
+// minimalRules returns the ACL rules the package doc of scheme's driver
+// ("Permissions") says are enough on a standalone server (commands a
+// script calls are checked against them too); a Cluster client needs
+// +cluster|slots on top.
+func minimalRules(t *testing.T, scheme string) []string {
+	return redisacl.DocRules(t, "../../driver/"+scheme+"/doc.go")
+}
 
 // Every operation of either driver works as a user allowed only what its
 // package doc lists, on one server and on a Cluster: grants, a held key,
@@ -36,19 +34,19 @@ var (
 func TestMinimalPermissions(t *testing.T) {
 	for _, scheme := range []string{redisnx.Scheme, rediswatch.Scheme} {
 		t.Run(scheme+"/standalone", func(t *testing.T) {
-			srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "dlock-min", ACLRules: minimalRules[scheme]})
+			srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "dlock-min", ACLRules: minimalRules(t, scheme)})
 			admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 			defer admin.Close()
 			exercise(t, userURL(scheme, srv.Username, srv.Password, []string{srv.Addr()}))
-			assertNothingRefused(t, admin, srv.Username)
+			redisacl.AssertNothingRefused(t, admin, srv.Username)
 		})
 		t.Run(scheme+"/cluster", func(t *testing.T) {
 			c := testserver.SharedRedisCluster(t)
 			admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 			defer admin.Close()
-			user, pass := aclUser(t, admin, append(append([]string{}, minimalRules[scheme]...), clusterRules...))
+			user, pass := redisacl.ClusterUser(t, admin, "dlock-acl", append(minimalRules(t, scheme), "+cluster|slots")...)
 			exercise(t, userURL(scheme, user, pass, c.Addrs()))
-			assertNothingRefused(t, admin, user)
+			redisacl.AssertNothingRefused(t, admin, user)
 		})
 	}
 }
@@ -218,58 +216,6 @@ func mustInspect(t *testing.T, ctx context.Context, l lock.Locker, k string) *lo
 		t.Fatalf("Inspect: %v", err)
 	}
 	return st
-}
-
-// aclUser makes an ACL user with rules on every master of the Cluster
-// behind admin, deleted at cleanup, and returns its name and password.
-func aclUser(t *testing.T, admin *redis.ClusterClient, rules []string) (user, pass string) {
-	t.Helper()
-	user, pass = "dlock-acl-"+randHex(4), randHex(12)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	args := append([]string{"reset", "on", ">" + pass, "~*", "&*", "+@all"}, rules...)
-	err := admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		return node.ACLSetUser(ctx, user, args...).Err()
-	})
-	if err != nil {
-		t.Fatalf("ACL SETUSER: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		admin.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-			return node.ACLDelUser(ctx, user).Err()
-		})
-	})
-	return user, pass
-}
-
-// assertNothingRefused fails if any node's ACL LOG lists a refusal for
-// user: a command, key or channel it was not allowed.
-func assertNothingRefused(t *testing.T, admin redis.UniversalClient, user string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	check := func(ctx context.Context, node *redis.Client) error {
-		entries, err := node.ACLLog(ctx, 1000).Result()
-		if err != nil {
-			t.Errorf("%s: ACL LOG: %v", node.Options().Addr, err)
-		}
-		for _, e := range entries {
-			if e.Username == user {
-				t.Errorf("%s: %s refused %q to the driver's user (%s) %d time(s)", node.Options().Addr, e.Reason, e.Object, e.Context, e.Count)
-			}
-		}
-		return nil
-	}
-	switch c := admin.(type) {
-	case *redis.ClusterClient:
-		if err := c.ForEachMaster(ctx, check); err != nil {
-			t.Errorf("ForEachMaster: %v", err)
-		}
-	case *redis.Client:
-		_ = check(ctx, c)
-	}
 }
 
 func randHex(n int) string {

@@ -1,0 +1,401 @@
+package rediswatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/redis/go-redis/v9"
+)
+
+// Member grants: shares (shared.go) and permits (semaphore.go). Each such
+// grant is a member of a sorted set of the lock key (P{K}:r, P{K}:s),
+// scored by when it expires (server clock, ms), while the lock key holds
+// the kind's marker ("R", "S<N>", never an owner) with a PX that covers the
+// live members, so that every grant of another kind finds the key held. A
+// member expires on its own; an expired member holds nothing, and a marker
+// with no live member left is free. Both kinds are granted, released,
+// refreshed and resumed by the transactions below; a memberKind says what
+// differs between them.
+
+// memberKind is what tells one kind of member grant from the other in the
+// transactions they share.
+type memberKind struct {
+	set    func(lk string) string // the members' sorted set of lock key lk
+	marker string                 // the lock key's value while members are held
+	// limit caps the live members (the permits of a semaphore of limit): a
+	// grant also reads the limit-th latest member (memberState.nth), and a
+	// live first waiter of another limit refuses it with an error (see
+	// firstInLineFor). 0: no cap (shares).
+	limit int
+	// marks reports whether v, a lock key's value, is a marker of this kind,
+	// of any limit.
+	marks func(v string) bool
+	// admit decides a grant of owner from what it read (held, retry and
+	// live); an error refuses it, with the watch released.
+	admit func(st *memberState, owner string) (grantPlan, error)
+	// claim queues the writes of a grant to the lock key and the set that
+	// come before its ZADD.
+	claim func(ctx context.Context, p redis.Pipeliner, lk, set string, g *grantPlan)
+	// stretch queues the writes of a renewal to the expiry of the lock key
+	// and the set, after its ZADD XX has set owner's member to expire in
+	// ttl (ms).
+	stretch func(ctx context.Context, p redis.Pipeliner, lk, set string, st *memberState, owner string, ttl int64)
+	// hintQueued: an attempt that joins the queue because waiters are
+	// queued first, though the key has room for it, hints at the lock
+	// key's PTTL (else it gives no hint).
+	hintQueued bool
+	// A release: with needsMarker, a member counts as held only while the
+	// lock key holds a marker of this kind; with shortenSet, the set's
+	// expiry is shortened with the lock key's; with wakeEach, every release
+	// names the first waiter (a member returned leaves room), not only the
+	// release of the last member.
+	needsMarker, shortenSet, wakeEach bool
+}
+
+// memberKindOf is the kind of l, a share or a permit.
+func memberKindOf(l *driver.Lease) *memberKind {
+	if l.Mode == driver.Permit {
+		return permitsOf(l.Limit)
+	}
+	return shares
+}
+
+// grantPlan is what a member grant decided: admit sets held, retry and
+// live; the times (ms) are set for claim.
+type grantPlan struct {
+	held  bool          // the key is held against the grant
+	retry time.Duration // held: the hint, when a live member expires and leaves room (0: the key's PTTL)
+	live  bool          // live members of the kind hold the key: the grant joins them
+
+	now  int64 // the server's clock
+	ttl  int64 // the grant's TTL
+	pttl int64 // the lock key's PTTL
+	keep int64 // how long the lock key and the set live at least
+}
+
+// memberState is what a transaction reads of the members of lk: the lock
+// key's value and PTTL, the server's clock, the two members that expire
+// last, and for a grant with a limit, the limit-th latest member.
+type memberState struct {
+	get  *redis.StringCmd
+	pttl *redis.DurationCmd
+	now  *redis.TimeCmd
+	top  *redis.ZSliceCmd
+	nth  *redis.ZSliceCmd
+}
+
+// readMembers reads lk and the members of its sorted set set.
+func readMembers(ctx context.Context, p redis.Pipeliner, lk, set string) *memberState {
+	return &memberState{
+		get:  p.Get(ctx, lk),
+		pttl: p.PTTL(ctx, lk),
+		now:  p.Time(ctx),
+		top:  p.ZRangeWithScores(ctx, set, -2, -1),
+	}
+}
+
+func (s *memberState) nowMS() int64 { return s.now.Val().UnixMilli() }
+
+// liveOther returns the latest expiry among the live members of owners
+// other than owner, and whether there is one.
+func (s *memberState) liveOther(owner string) (int64, bool) {
+	var last int64
+	var ok bool
+	for _, z := range s.top.Val() {
+		if m, _ := z.Member.(string); m != owner && int64(z.Score) >= s.nowMS() {
+			last, ok = max(last, int64(z.Score)), true
+		}
+	}
+	return last, ok
+}
+
+// acquireMember is acquire for a share or a permit: one transaction
+// (tryMember), tried again while another grant aborts it, up to
+// d.maxAttempts times.
+func (d *watchDriver) acquireMember(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
+	k := memberKindOf(l)
+	for attempt := 1; ; attempt++ {
+		joined, err = d.tryMember(ctx, k, l, how, inbox, entry)
+		if !errors.Is(err, errAborted) {
+			break
+		}
+		d.stats.grantAborts.Add(1)
+		if attempt >= d.maxAttempts || ctx.Err() != nil {
+			break
+		}
+	}
+	if how != tryOnce && (err == nil || errors.Is(err, errAborted)) {
+		markSent(l, false)
+	}
+	switch {
+	case errors.Is(err, errAborted):
+		return false, &driver.HeldError{}
+	case err != nil:
+		var held *driver.HeldError
+		if errors.As(err, &held) {
+			return joined, err
+		}
+		return joined, redisx.WithCtx(ctx, err)
+	}
+	return false, nil
+}
+
+// tryMember makes one attempt at a member grant of kind k:
+//
+//	WATCH lock counter tombstone; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES;
+//	      [ZRANGE set -N -N WITHSCORES]; GET counter; LRANGE queue 0 1; EXISTS tombstone
+//	MULTI; <claim>; ZADD set expiry owner; PEXPIRE set; SET counter token PX 7d;
+//	       [LREM queue dead]; [leave the queue; wake the next waiter]; EXEC
+//
+// It is granted when k.admit finds room for it and, unless the caller is
+// first in line, no live waiter is queued; the grant from the queue wakes
+// the waiter behind it, so that waiters of the kind in a row follow one
+// another in. The lock key is watched (a grant of another kind must not
+// come in between), and so is the counter, which every grant writes: no
+// other grant can come in between, so what was read holds at EXEC
+// (releases and expiries only lower the count of live members). The
+// tombstone is watched as by Acquire's grant.
+func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
+	markSent(l, false)
+	lk := d.LockKey(l.Key)
+	ck, wq, set := counterKey(lk), waitQueue(lk), k.set(lk)
+	ttl := px(l.TTL).Milliseconds()
+	var (
+		token int64
+		next  string
+	)
+	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		joined, next = false, ""
+		var (
+			st      *memberState
+			counter *redis.StringCmd
+			line    *redis.StringSliceCmd
+			void    *redis.IntCmd
+		)
+		tomb := tombstone(lk, l.Owner)
+		err := watchAndRead(ctx, tx, []string{lk, ck, tomb}, func(p redis.Pipeliner) {
+			st = readMembers(ctx, p, lk, set)
+			if k.limit > 0 {
+				st.nth = p.ZRangeWithScores(ctx, set, -int64(k.limit), -int64(k.limit))
+			}
+			counter = p.Get(ctx, ck)
+			line = p.LRange(ctx, wq, 0, 1)
+			void = p.Exists(ctx, tomb)
+		})
+		if err != nil {
+			return err
+		}
+		if void.Val() > 0 {
+			// The attempt's clean-up ran: a transaction retried after an
+			// abort must not grant what it already gave up.
+			unwatch(ctx, tx)
+			return &driver.HeldError{}
+		}
+		g, err := k.admit(st, l.Owner)
+		if err != nil {
+			unwatch(ctx, tx)
+			return err
+		}
+		var head string
+		if q := line.Val(); len(q) > 0 {
+			head = q[0]
+		}
+		first, _ := splitElem(head)
+		if how == tryThenJoin && (g.held || first != "") {
+			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
+			if err != nil {
+				return err
+			}
+			joined = true
+			switch {
+			case g.retry > 0:
+				return &driver.HeldError{RetryAfter: g.retry}
+			case !g.held && !k.hintQueued:
+				return &driver.HeldError{} // room, but others queued first
+			}
+			return heldFor(pttl)
+		}
+		if g.held {
+			if g.retry > 0 {
+				unwatch(ctx, tx)
+				return &driver.HeldError{RetryAfter: g.retry}
+			}
+			return heldFor(unwatchPTTL(ctx, tx, lk))
+		}
+		dead, err := firstInLineFor(ctx, tx, lk, l.Owner, head, k.limit)
+		if err != nil {
+			return err
+		}
+		next = behind(line.Val(), l.Owner, dead)
+		if token, err = nextToken(counter, st.now); err != nil {
+			unwatch(ctx, tx)
+			return fmt.Errorf("%w (%q)", err, ck)
+		}
+		g.now, g.ttl, g.pttl = st.nowMS(), ttl, st.pttl.Val().Milliseconds()
+		g.keep = ttl
+		if g.live {
+			g.keep = max(g.keep, g.pttl)
+		}
+		markSent(l, true)
+		d.hook("grant", lk)
+		return exec(ctx, tx, func(p redis.Pipeliner) {
+			k.claim(ctx, p, lk, set, &g)
+			p.ZAdd(ctx, set, redis.Z{Score: float64(g.now + ttl), Member: l.Owner})
+			p.Do(ctx, "pexpire", set, g.keep)
+			p.Do(ctx, "set", ck, strconv.FormatInt(token, 10), "px", fenceLife.Milliseconds())
+			if dead != "" {
+				p.LRem(ctx, wq, 1, dead)
+			}
+			if how == queued {
+				leaveCmds(ctx, p, lk, l.Owner, inbox)
+				if next != "" {
+					// A waiter behind may come in too: wake it.
+					o, in := splitElem(next)
+					publishTo(ctx, p, lk, in, o)
+				}
+			}
+		})
+	})
+	if err == nil {
+		l.Token, l.Validity = uint64(token), time.Duration(ttl)*time.Millisecond
+		if how == queued {
+			l.Data = fromQueue{next: next}
+		}
+	}
+	return joined, err
+}
+
+// releaseMember ends owner's member grant of kind k on lk, in two round
+// trips:
+//
+//	WATCH lock set; [SET tombstone]; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; LRANGE queue 0 0
+//	MULTI; ZREM set owner; ZREMRANGEBYSCORE set (expired); [PEXPIRE lock[, set] to the last live member];
+//	       [PUBLISH to the first waiter (or "" on the key's channel)]; EXEC      (other members live)
+//	MULTI; ZREM set owner; DEL lock set; PUBLISH to the first waiter (or "" on the key's channel); EXEC   (the last)
+//
+// No release hands the key over: the first waiter is named (it comes in
+// with its own attempt, and wakes the one behind it), or, with no one
+// queued, the key's channel is told, for waiters of other kinds (redisnx's,
+// retry strategies). It returns driver.ErrNotHeld when owner had no live
+// member (see memberKind.needsMarker); an expired one is removed all the
+// same, and so is one whose lock key is gone or holds another grant, which
+// is left alone.
+func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owner, tomb string, tombLife time.Duration) error {
+	set, wq := k.set(lk), waitQueue(lk)
+	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
+		var held bool
+		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var (
+				st    *memberState
+				score *redis.FloatCmd
+				line  *redis.StringSliceCmd
+			)
+			err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
+				if tomb != "" {
+					p.Set(ctx, tomb, "", tombLife)
+				}
+				st = readMembers(ctx, p, lk, set)
+				score = p.ZScore(ctx, set, owner)
+				line = p.LRange(ctx, wq, 0, 0)
+			})
+			if err != nil {
+				return err
+			}
+			if score.Err() != nil {
+				unwatch(ctx, tx)
+				return driver.ErrNotHeld
+			}
+			now := st.nowMS()
+			marked := st.get.Err() == nil && k.marks(st.get.Val())
+			held = (marked || !k.needsMarker) && int64(score.Val()) >= now
+			last, others := st.liveOther(owner)
+			d.hook("release", lk)
+			return exec(ctx, tx, func(p redis.Pipeliner) {
+				p.ZRem(ctx, set, owner)
+				if !marked {
+					return // the lock key is gone, or another grant's
+				}
+				if others {
+					p.ZRemRangeByScore(ctx, set, "-inf", "("+strconv.FormatInt(now, 10))
+					if rest := last - now; rest > 0 && rest < st.pttl.Val().Milliseconds() {
+						p.Do(ctx, "pexpire", lk, rest)
+						if k.shortenSet {
+							p.Do(ctx, "pexpire", set, rest)
+						}
+					}
+					if !k.wakeEach {
+						return
+					}
+				} else {
+					p.Del(ctx, lk, set)
+				}
+				if q := line.Val(); len(q) > 0 {
+					o, in := splitElem(q[0])
+					publishTo(ctx, p, lk, in, o)
+				} else {
+					p.Publish(ctx, channel(lk), "")
+				}
+			})
+		})
+		if err == nil && !held {
+			err = driver.ErrNotHeld
+		}
+		return err
+	})
+}
+
+// extendMember extends owner's live member grant of kind k on lk, whose
+// lock key must hold k.marker, to ttl from now, and the expiry of the lock
+// key and the set as k.stretch says; with minToken > 0, only if the fencing
+// counter has reached it (Resume). op names the operation (its hook, and
+// its error when it gives up):
+//
+//	WATCH lock set; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; [GET counter]
+//	MULTI; ZADD set XX expiry owner; <stretch>; EXEC
+//
+// The set is watched, so a member granted meanwhile (whose grant need not
+// touch the lock key) aborts the transaction, which is tried again.
+func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+	set := k.set(lk)
+	ttlMS := px(ttl).Milliseconds()
+	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var (
+				st      *memberState
+				score   *redis.FloatCmd
+				counter *redis.StringCmd
+			)
+			err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
+				st = readMembers(ctx, p, lk, set)
+				score = p.ZScore(ctx, set, owner)
+				if minToken > 0 {
+					counter = p.Get(ctx, counterKey(lk))
+				}
+			})
+			if err != nil {
+				return err
+			}
+			now := st.nowMS()
+			if st.get.Err() != nil || st.get.Val() != k.marker || score.Err() != nil || int64(score.Val()) < now {
+				unwatch(ctx, tx)
+				return driver.ErrNotHeld
+			}
+			if counter != nil {
+				if c, err := counter.Uint64(); err == nil && c < minToken {
+					unwatch(ctx, tx)
+					return driver.ErrNotHeld
+				}
+			}
+			d.hook(op, lk)
+			return exec(ctx, tx, func(p redis.Pipeliner) {
+				p.ZAddXX(ctx, set, redis.Z{Score: float64(now + ttlMS), Member: owner})
+				k.stretch(ctx, p, lk, set, st, owner, ttlMS)
+			})
+		})
+	})
+}
