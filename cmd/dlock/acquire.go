@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"time"
 
@@ -90,15 +89,6 @@ func (cfg *runConfig) acquire(ctx context.Context) acquired {
 		a.code, a.msg = cfg.conflict, fmt.Sprintf("not acquired: %q still held on %s after -wait %v", cfg.key, backendName(cfg.url), cfg.wait.d)
 	}
 	return a
-}
-
-// backendName is the URL without its password, for messages.
-func backendName(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "the backend"
-	}
-	return u.Redacted()
 }
 
 // childEnv is the environment of the command: dlock's own, with DLOCK_KEY,

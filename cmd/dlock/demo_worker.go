@@ -62,7 +62,7 @@ func cmdDemoWorker(args []string) int {
 		return exitUsage
 	}
 	if err := cfg.work(); err != nil {
-		fmt.Fprintf(os.Stderr, "dlock demo-worker (%s): %v\n", cfg.url, err)
+		fmt.Fprintf(os.Stderr, "dlock demo-worker (%s): %v\n", backendName(cfg.url), err)
 		return exitBackend
 	}
 	return exitOK

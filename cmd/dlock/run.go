@@ -43,7 +43,13 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	cfg := &runConfig{wait: waitFlag{forever: true}, conflict: exitConflict, stderr: stderr}
 	fs := newFlagSet("run", runUsage)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.url, "url", os.Getenv("DLOCK_URL"), "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379")
+	// Not os.Getenv("DLOCK_URL") as the flag's default: -h prints
+	// defaults, and the URL may carry a password.
+	urlHelp := "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379"
+	if env := os.Getenv("DLOCK_URL"); env != "" {
+		urlHelp = fmt.Sprintf("backend URL (default $DLOCK_URL, now %s)", backendName(env))
+	}
+	fs.StringVar(&cfg.url, "url", "", urlHelp)
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lease time, renewed every TTL/3 while COMMAND runs (default: the URL's ttl= or 30s)")
 	fs.StringVar(&cfg.owner, "owner", os.Getenv("DLOCK_OWNER"), "name the lock's owner (default $DLOCK_OWNER): a dlock run of KEY inside COMMAND, which inherits DLOCK_OWNER, re-enters the lock instead of waiting for it")
 	fs.IntVar(&cfg.limit, "n", 0, "at most N commands run at once for KEY: take one of the N permits of a semaphore instead of the lock (N from 1; not with -owner)")
@@ -60,6 +66,13 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	cfg.conflict = int(conflict)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["url"] {
+		cfg.url = os.Getenv("DLOCK_URL")
+	}
+	// Whatever dlock writes from now on goes through the scrubber (its
+	// own messages name the backend redacted already).
+	cfg.stderr = scrubbing(stderr, cfg.url)
+	stderr = cfg.stderr
 	if set["n"] {
 		switch {
 		case cfg.limit < 1 || cfg.limit > lock.MaxPermits:
@@ -113,14 +126,15 @@ func usageError(format string, args ...any) error {
 
 // cmdRun is dlock run. It returns the exit status.
 func cmdRun(args []string) int {
-	cfg, err := parseRun(args, os.Stderr)
+	stderr := scrubbing(os.Stderr, append(argURLs(args), os.Getenv("DLOCK_URL"))...)
+	cfg, err := parseRun(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		var ue *usageErr
 		if errors.As(err, &ue) {
-			fmt.Fprintf(os.Stderr, "dlock run: %v\n(dlock run -h for help)\n", err)
+			fmt.Fprintf(stderr, "dlock run: %v\n(dlock run -h for help)\n", err)
 		}
 		return exitUsage // the flag package has printed its own message
 	}
