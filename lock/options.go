@@ -43,8 +43,11 @@ type Options struct {
 	// ReleaseTimeout bounds each background release attempt and Close
 	// (DefaultReleaseTimeout when zero).
 	ReleaseTimeout time.Duration
-	// Logger receives renewal failures and lost leases. Nil means no
-	// logging.
+	// Logger receives renewal failures, lost leases and failed
+	// clean-ups: the latter at debug level when the attempt they clean up
+	// after did not reach the backend (it could not connect, or was
+	// turned away as its clean-up was), since nothing is then left. Nil
+	// means no logging.
 	Logger *slog.Logger
 }
 
