@@ -1,6 +1,7 @@
 package lock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,6 +80,39 @@ func TestCleanUpWarnings(t *testing.T) {
 					t.Errorf("the failed clean-up is not logged at debug level; the log:\n%s", out)
 				}
 			})
+		}
+	}
+}
+
+// TestCleanUpWarningsAbandoned: the same for an attempt that the caller's
+// context abandoned and that then failed to connect: its clean-up's
+// failure is no warning either.
+func TestCleanUpWarningsAbandoned(t *testing.T) {
+	refused := func() error {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	}
+	for _, queued := range []bool{false, true} {
+		var logged syncLog
+		f := newFake()
+		f.setFaults(func(x *faults) {
+			x.acquireSlow = 100 * time.Millisecond
+			x.acquireErr, x.releaseErr, x.leaveErr = refused, refused, refused
+		})
+		o := &lock.Options{ReleaseTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		var l lock.Locker = lock.New(f, o)
+		if queued {
+			var waits atomic.Int64
+			l = lock.New(queuingFake{f, &waits}, o)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		if _, err := l.Lock(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("queued %v: %v; want the context's end", queued, err)
+		}
+		cancel()
+		time.Sleep(150 * time.Millisecond) // the attempt fails, and its clean-up begins
+		l.Close()
+		if out := logged.String(); strings.Contains(out, "level=WARN") || !strings.Contains(out, "level=DEBUG") {
+			t.Errorf("queued %v: the log:\n%s\nwant the failed clean-up at debug level, no warning", queued, out)
 		}
 	}
 }

@@ -325,7 +325,7 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 			err, ok = lk.within(ctx, func() error { return lk.d.Acquire(ctx, dl) }, func(err error) {
 				// Abandoned at ctx's end: nothing may be left behind.
 				if err == nil || (!errors.Is(err, driver.ErrHeld) && !errors.Is(err, driver.ErrInvalid)) {
-					lk.releaseLater(dl, time.Now().Add(dl.TTL))
+					lk.releaseAfter(err, dl, time.Now().Add(dl.TTL))
 				}
 			})
 		}
@@ -451,7 +451,7 @@ func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.T
 		if err == nil {
 			lk.releaseLater(dl, time.Now().Add(dl.TTL))
 		} else {
-			lk.leaveLater(dl)
+			lk.leaveAfter(err, dl)
 		}
 	})
 	if !ok {
