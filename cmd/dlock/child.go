@@ -38,7 +38,7 @@ func (cfg *runConfig) run() int {
 	defer cancel()
 	resc := make(chan acquired, 1)
 	began := time.Now()
-	go func() { resc <- cfg.acquire(ctx) }()
+	go func() { resc <- cfg.acquire(ctx, began) }()
 	var waitLine *statusLine
 	if !cfg.wait.once() {
 		waitLine = startStatusLine(cfg.stderr, cfg.term, 200*time.Millisecond, 100*time.Millisecond, func(d time.Duration) string {

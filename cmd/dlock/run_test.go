@@ -313,3 +313,51 @@ func TestRunLostLease(t *testing.T) {
 		})
 	}
 }
+
+// TestRunBackendDown: a backend where nothing listens is reported as
+// such (exit 125, the refused connection named), within -wait plus the
+// connect allowance (-wait forever counting as 0), and without a warning
+// about a clean-up, since nothing was granted. A wrong password likewise.
+func TestRunBackendDown(t *testing.T) {
+	down := closedAddr(t)
+	for _, scheme := range []string{"zookeeper", "redisnx", "rediswatch", "memcached"} {
+		if !slices.Contains(lock.Schemes(), scheme) {
+			continue
+		}
+		for _, wait := range []time.Duration{0, time.Second, -1} {
+			arg := wait.String()
+			if wait < 0 {
+				arg, wait = "forever", 0
+			}
+			t.Run(scheme+" -wait "+arg, func(t *testing.T) {
+				r := runDlock(t, "ran", t.TempDir(), "run", "-url", scheme+"://"+down, "-wait", arg, "-v", "k", "--", "true")
+				if r.code != exitBackend || !strings.Contains(r.stderr, "connection refused") {
+					t.Errorf("%v; want exit %d and the refused connection", r, exitBackend)
+				}
+				limit := wait + connectAllowance + 4*time.Second // the Redis clients' own retries, and the clean-up
+				if scheme == "zookeeper" {
+					limit = wait + connectAllowance + time.Second
+				}
+				if r.took > limit {
+					t.Errorf("took %v, want at most %v", r.took, limit)
+				}
+				for _, bad := range []string{"level=WARN", "freed by its TTL", "dies by itself"} {
+					if strings.Contains(r.stderr, bad) {
+						t.Errorf("a warning about a clean-up, with nothing granted: %v", r)
+					}
+				}
+			})
+		}
+	}
+	srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "u", Password: "right"})
+	for _, scheme := range []string{"redisnx", "rediswatch"} {
+		for _, wait := range []string{"0", "forever"} {
+			t.Run(scheme+" wrong password -wait "+wait, func(t *testing.T) {
+				r := runDlock(t, "ran", t.TempDir(), "run", "-url", scheme+"://u:wrong@"+srv.Addr(), "-wait", wait, "-v", "k", "--", "true")
+				if r.code != exitBackend || !strings.Contains(r.stderr, "WRONGPASS") || strings.Contains(r.stderr, "level=WARN") {
+					t.Errorf("%v; want exit %d, the server's refusal, and no warning", r, exitBackend)
+				}
+			})
+		}
+	}
+}
