@@ -65,7 +65,7 @@ func (cfg *runConfig) acquire(ctx context.Context, began time.Time) acquired {
 		sem, err := lock.Semaphores(locker)
 		if err != nil {
 			locker.Close()
-			return acquired{code: exitUsage, msg: fmt.Sprintf("-n needs semaphore permits, which %s does not grant: %v", backendName(cfg.url), err)}
+			return acquired{code: exitUsage, msg: fmt.Sprintf("a limit (-n N, -limit N) needs semaphore permits, which %s does not grant: %v", backendName(cfg.url), err)}
 		}
 		try = func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 			return sem.TryAcquire(ctx, key, cfg.limit, opts...)

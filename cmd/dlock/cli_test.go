@@ -58,7 +58,8 @@ func TestRunExitStatus(t *testing.T) {
 		{"killed by signal", []string{"k", "--", "SELF"}, "selfkill", "", 128 + 9, ""},
 		{"not found", []string{"k", "--", "no-such-command-dlock-test"}, "", "", exitNotFound, "dlock: "},
 		{"not executable", []string{"k", "--", "NOEXEC"}, "", "", exitNoExec, "dlock: "},
-		{"missing --", []string{"k", "SELF"}, "", "", exitUsage, "flags go before KEY"},
+		{"without --", []string{"k", "SELF"}, "exit", "7", 7, ""},
+		{"flag after KEY", []string{"k", "-wait", "0", "SELF"}, "", "", exitUsage, "flags go before KEY"},
 		{"missing command", []string{"k", "--"}, "", "", exitUsage, "missing COMMAND"},
 		{"missing key", []string{"--", "true"}, "", "", exitUsage, "missing"},
 		{"bad wait", []string{"-wait", "soon", "k", "--", "true"}, "", "", exitUsage, "forever"},
@@ -71,8 +72,9 @@ func TestRunExitStatus(t *testing.T) {
 		{"-n passthrough 7", []string{"-n", "2", "k", "--", "SELF"}, "exit", "7", 7, ""},
 		{"-n 0", []string{"-n", "0", "k", "--", "true"}, "", "", exitUsage, "-n 0"},
 		{"-n too large", []string{"-n", "100000", "k", "--", "true"}, "", "", exitUsage, "from 1 to"},
-		{"-n not a number", []string{"-n", "two", "k", "--", "true"}, "", "", exitUsage, "invalid value"},
-		{"-n without permits", []string{"-url", "memcached://127.0.0.1:1", "-n", "2", "k", "--", "true"}, "", "", exitUsage, "-n needs semaphore permits"},
+		{"-limit not a number", []string{"-limit", "two", "k", "--", "true"}, "", "", exitUsage, "invalid value"},
+		{"-n KEY: fail at once", []string{"-n", "two", "SELF"}, "exit", "5", 5, ""},
+		{"-n without permits", []string{"-url", "memcached://127.0.0.1:1", "-n", "2", "k", "--", "true"}, "", "", exitUsage, "needs semaphore permits"},
 		{"-n with -owner", []string{"-n", "2", "-owner", "me", "k", "--", "true"}, "", "", exitUsage, "-owner exclude each other"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -361,3 +361,71 @@ func TestRunBackendDown(t *testing.T) {
 		}
 	}
 }
+
+// TestRunFlockForms: flock's habits on a real backend. -n KEY (and -nb,
+// -nonblock) on a held key exits at once with the conflict status, the
+// command not run; -w SECONDS waits that long; -n N KEY COMMAND, with or
+// without --, takes a permit, while -n 5 -- COMMAND locks the key "5".
+func TestRunFlockForms(t *testing.T) {
+	b := realBackend(t)
+	release := holdKey(t, b.url, "flock")
+	defer release()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"-n", "flock", "--", "SELF"},
+		{"-n", "flock", "SELF"},
+		{"-nb", "flock", "SELF"},
+		{"--nonblock", "flock", "--", "SELF"},
+		{"-n", "-E", "75", "flock", "SELF"},
+		{"-E", "75", "-n", "flock", "SELF"},
+	} {
+		want := exitConflict
+		if slices.Contains(args, "75") {
+			want = 75
+		}
+		for i := range args {
+			if args[i] == "SELF" {
+				args[i] = self(t)
+			}
+		}
+		r := runDlock(t, "ran", dir, append([]string{"run", "-url", b.url}, args...)...)
+		if r.code != want || !strings.Contains(r.stderr, "held") {
+			t.Errorf("dlock run %q on a held key: %v; want exit %d, held", args, r, want)
+		}
+		if r.took > time.Second {
+			t.Errorf("dlock run %q on a held key took %v, want well under a second", args, r.took)
+		}
+	}
+	r := runDlock(t, "ran", dir, "run", "-url", b.url, "-w", "0.5", "flock", self(t))
+	if r.code != exitConflict || !strings.Contains(r.stderr, "after -wait 500ms") || r.took < 500*time.Millisecond {
+		t.Errorf("-w 0.5 on a held key: %v; want exit 1 after half a second", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Errorf("a command ran although the key was held")
+	}
+
+	for _, tc := range []struct {
+		args      []string
+		key, want string // DLOCK_KEY, and DLOCK_LIMIT's line
+	}{
+		{[]string{"-n", "2", "flock/sem", "SELF"}, "flock/sem", "DLOCK_LIMIT=2"},
+		{[]string{"-n", "2", "flock/sem", "--", "SELF"}, "flock/sem", "DLOCK_LIMIT=2"},
+		{[]string{"-limit", "2", "-n", "flock/sem", "SELF"}, "flock/sem", "DLOCK_LIMIT=2"},
+		{[]string{"-n", "5", "--", "SELF"}, "5", "DLOCK_LIMIT unset"},
+		{[]string{"-n", "5", "SELF"}, "5", "DLOCK_LIMIT unset"},
+	} {
+		for i := range tc.args {
+			if tc.args[i] == "SELF" {
+				tc.args[i] = self(t)
+			}
+		}
+		dir := t.TempDir()
+		// memory:// grants permits (within one process, which is enough
+		// to read the command's environment); not every backend does.
+		r := runDlock(t, "env", dir, append([]string{"run", "-url", "memory://"}, tc.args...)...)
+		env := readOptional(filepath.Join(dir, "env"))
+		if r.code != 0 || !strings.Contains(env, "DLOCK_KEY="+tc.key+"\n") || !strings.Contains(env, tc.want+"\n") {
+			t.Errorf("dlock run %q: %v\nthe command's environment:\n%s\nwant DLOCK_KEY=%s and %s", tc.args, r, env, tc.key, tc.want)
+		}
+	}
+}
