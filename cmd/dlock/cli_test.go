@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -166,6 +167,21 @@ func TestHelpAndUnknownCommand(t *testing.T) {
 	}
 	if r := runDlock(t, "", ""); r.code != exitUsage {
 		t.Errorf("dlock: %v", r)
+	}
+}
+
+// TestVersion: dlock version, -version and --version print the module's
+// version (devel in a checkout) and the Go version, on stdout.
+func TestVersion(t *testing.T) {
+	want := regexp.MustCompile(`^dlock (devel|v\d+\.\d+\.\d+\S*)( \([0-9a-f]{1,12}(, modified)?\))? ` + regexp.QuoteMeta(runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH) + "\n$")
+	for _, arg := range []string{"version", "-version", "--version"} {
+		cmd := dlockCmd(t, "", "", arg)
+		stdout := &lockedWriter{}
+		cmd.Stdout = stdout
+		r := finish(t, cmd, start(t, cmd))
+		if r.code != 0 || !want.MatchString(stdout.String()) || r.stderr != "" {
+			t.Errorf("dlock %s: %v\nstdout %q; want it to match %v", arg, r, stdout, want)
+		}
 	}
 }
 
