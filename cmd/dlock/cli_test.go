@@ -70,6 +70,7 @@ func TestRunExitStatus(t *testing.T) {
 		{"empty key", []string{"", "--", "true"}, "", "", exitUsage, "empty key"},
 		{"unknown scheme", []string{"-url", "nosuch://x", "k", "--", "true"}, "", "", exitUsage, "unknown URL scheme"},
 		{"no URL", []string{"-url", "", "k", "--", "true"}, "", "", exitUsage, "DLOCK_URL"},
+		{"no scheme", []string{"-url", "127.0.0.1:6379", "k", "--", "true"}, "", "", exitUsage, "missing scheme: did you mean redisnx://127.0.0.1:6379? schemes: "},
 		{"-n passthrough 7", []string{"-n", "2", "k", "--", "SELF"}, "exit", "7", 7, ""},
 		{"-n 0", []string{"-n", "0", "k", "--", "true"}, "", "", exitUsage, "-n 0"},
 		{"-n too large", []string{"-n", "100000", "k", "--", "true"}, "", "", exitUsage, "from 1 to"},

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"io"
+	"net"
 	"net/url"
+	"slices"
 	"strings"
+
+	"github.com/dlock-go/dlock/lock"
 )
 
 // backendName is the URL without its password, for messages.
@@ -13,6 +18,18 @@ func backendName(raw string) string {
 		return "the backend"
 	}
 	return u.Redacted()
+}
+
+// backendNameRaw is raw with its password replaced, whether net/url can
+// parse it or not.
+func backendNameRaw(raw string) string {
+	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
+		return u.Redacted()
+	}
+	for _, s := range urlSecrets(raw) {
+		raw = strings.ReplaceAll(raw, s, "xxxxx")
+	}
+	return raw
 }
 
 // urlSecrets returns the password of raw as it may appear in output: as
@@ -91,4 +108,43 @@ func argURLs(args []string) []string {
 		}
 	}
 	return out
+}
+
+// schemeHint explains a URL without a scheme, which net/url misreads
+// (127.0.0.1:6379 is an error, localhost:6379 the scheme "localhost"):
+// it suggests the URL with the scheme that the port suggests, redisnx
+// unless the port is memcached's or ZooKeeper's, and lists the schemes.
+// It returns "" for a URL that names a scheme.
+func schemeHint(raw string) string {
+	if strings.Contains(raw, "://") {
+		return ""
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && slices.Contains(lock.Schemes(), u.Scheme) {
+		return "" // memory:, say: lock.Open judges it
+	}
+	hostport := raw
+	if at := strings.LastIndex(hostport, "@"); at >= 0 {
+		hostport = hostport[at+1:]
+	}
+	if i := strings.IndexAny(hostport, "/?#"); i >= 0 {
+		hostport = hostport[:i]
+	}
+	scheme := "redisnx"
+	if _, port, err := net.SplitHostPort(strings.Split(hostport, ",")[0]); err == nil {
+		switch port {
+		case "11211":
+			scheme = "memcached"
+		case "2181":
+			scheme = "zookeeper"
+		}
+	}
+	guess := scheme + "://" + raw
+	if u, err := url.Parse(guess); err == nil {
+		guess = u.Redacted()
+	} else {
+		for _, s := range urlSecrets(raw) {
+			guess = strings.ReplaceAll(guess, s, "xxxxx")
+		}
+	}
+	return fmt.Sprintf("missing scheme: did you mean %s? schemes: %s", guess, strings.Join(lock.Schemes(), ", "))
 }

@@ -145,6 +145,9 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	if cfg.url == "" {
 		return nil, usageError("no backend: set -url or DLOCK_URL, e.g. redisnx://localhost:6379")
 	}
+	if hint := schemeHint(cfg.url); hint != "" {
+		return nil, usageError("backend URL %q: %s", backendNameRaw(cfg.url), hint)
+	}
 	if cfg.ttl < 0 {
 		return nil, usageError("-ttl %v is negative", cfg.ttl)
 	}

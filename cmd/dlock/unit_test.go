@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/lock"
 )
 
 func TestWaitFlag(t *testing.T) {
@@ -163,6 +165,26 @@ func TestParseRunForms(t *testing.T) {
 		_, err := parseRun(append([]string{"-url", "memory://"}, tc.args...), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseRun(%q): %v; want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestSchemeHint(t *testing.T) {
+	schemes := "schemes: " + strings.Join(lock.Schemes(), ", ")
+	for _, tc := range []struct{ raw, want string }{
+		{"127.0.0.1:6379", "missing scheme: did you mean redisnx://127.0.0.1:6379? " + schemes},
+		{"localhost:6379", "did you mean redisnx://localhost:6379?"},
+		{"localhost", "did you mean redisnx://localhost?"},
+		{"h1:11211,h2:11211", "did you mean memcached://h1:11211,h2:11211?"},
+		{"zk:2181/app/locks", "did you mean zookeeper://zk:2181/app/locks?"},
+		{"u:secret@h:6379/0", "did you mean redisnx://u:xxxxx@h:6379/0?"},
+		{"redisnx://h:6379", ""},
+		{"nosuch://h", ""}, // lock.Open names the schemes
+		{"memory:", ""},
+	} {
+		got := schemeHint(tc.raw)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) || strings.Contains(got, "secret") {
+			t.Errorf("schemeHint(%q) = %q, want %q", tc.raw, got, tc.want)
 		}
 	}
 }
