@@ -43,6 +43,11 @@ func (cfg *runConfig) acquire(ctx context.Context, began time.Time) acquired {
 		ReleaseTimeout: connectAllowance,
 	})
 	cancel()
+	if err == nil {
+		cfg.mu.Lock()
+		cfg.locker = locker
+		cfg.mu.Unlock()
+	}
 	if err != nil {
 		if errors.Is(err, lock.ErrInvalid) {
 			return acquired{code: exitUsage, msg: err.Error()}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/lock"
@@ -45,6 +46,9 @@ type runConfig struct {
 	log      *slog.Logger
 	stderr   io.Writer
 	term     bool // stderr is a terminal: show the waiting line
+
+	mu     sync.Mutex
+	locker lock.Locker // once acquire has opened the backend, for holder
 }
 
 func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
