@@ -11,10 +11,10 @@ import (
 const mainUsage = `dlock runs a command under a distributed lock, on any dlock backend.
 
 Usage:
-  dlock run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding KEY
-  dlock demo [flags]                           workers contend for locks on every reachable backend
-  dlock help [run|demo]                        this text, or a command's flags
-  dlock version                                dlock's version and Go's (also -version, --version)
+  dlock run [flags] KEY [--] COMMAND [ARGS...]  run COMMAND while holding KEY
+  dlock demo [flags]                            workers contend for locks on every reachable backend
+  dlock help [run|demo]                         this text, or a command's flags
+  dlock version                                 dlock's version and Go's (also -version, --version)
 
 Backends compiled in: %s.
 The manual: go doc github.com/dlock-go/dlock/cmd/dlock
