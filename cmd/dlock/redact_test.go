@@ -99,3 +99,17 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		})
 	}
 }
+
+// TestRunHelpHidesPassword: dlock run -h prints no password by itself,
+// before the scrubber that cmdRun puts around stderr: -url's default is
+// not $DLOCK_URL's value, and the help shows that value redacted.
+func TestRunHelpHidesPassword(t *testing.T) {
+	t.Setenv("DLOCK_URL", "redisnx://u:secret@127.0.0.1:1")
+	var b strings.Builder
+	if _, err := parseRun([]string{"-h"}, &b); err == nil {
+		t.Fatal("parseRun(-h) gave no error")
+	}
+	if help := b.String(); strings.Contains(help, "secret") || !strings.Contains(help, "redisnx://u:xxxxx@127.0.0.1:1") {
+		t.Errorf("dlock run -h printed:\n%s\nwant the URL redacted", help)
+	}
+}
