@@ -34,6 +34,8 @@ type faults struct {
 	refreshFail  string        // refresh of this key alone fails with a network error
 	releaseDelay time.Duration // a release's reply comes this late (the grant is deleted at once)
 	releaseErr   func() error
+	acquireErr   func() error  // an attempt answers this (and changes nothing)
+	leaveErr     func() error  // a queuingFake's Leave answers this
 	releaseHang  bool          // a release waits for its context to end, and fails
 	releaseStuck time.Duration // a release fails after this long, whatever its context (gomemcache's own timeout)
 	acquireDelay time.Duration
@@ -83,6 +85,11 @@ func (f *fake) Validate(l *driver.Lease) error {
 func (f *fake) Acquire(ctx context.Context, l *driver.Lease) error {
 	f.acquires.Add(1)
 	time.Sleep(f.getFaults().acquireSlow)
+	if fn := f.getFaults().acquireErr; fn != nil {
+		if err := fn(); err != nil {
+			return err
+		}
+	}
 	if d := f.getFaults().acquireDelay; d > 0 {
 		select {
 		case <-time.After(d):
@@ -272,7 +279,12 @@ func (f queuingFake) Check(ctx context.Context, l *driver.Lease) error {
 	return err
 }
 
-func (f queuingFake) Leave(ctx context.Context, l *driver.Lease) error { return nil }
+func (f queuingFake) Leave(ctx context.Context, l *driver.Lease) error {
+	if fn := f.getFaults().leaveErr; fn != nil {
+		return fn()
+	}
+	return nil
+}
 
 // slowBatchingFake's RefreshBatch takes delay and records the most calls
 // in flight at once.

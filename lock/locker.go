@@ -337,7 +337,7 @@ func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.
 			err, ok = lk.within(ctx, func() error { return lk.d.Acquire(ctx, dl) }, func(err error) {
 				// Abandoned at ctx's end: nothing may be left behind.
 				if err == nil || (!errors.Is(err, driver.ErrHeld) && !errors.Is(err, driver.ErrInvalid)) {
-					lk.releaseLater(dl, time.Now().Add(dl.TTL))
+					lk.releaseAfter(err, dl, time.Now().Add(dl.TTL))
 				}
 			})
 		}
@@ -371,7 +371,7 @@ func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.
 			// that this call returns by its context's deadline, so that
 			// nothing is left behind. (queueWait has left the queue.)
 			if !queue {
-				lk.releaseLater(dl, time.Now().Add(dl.TTL))
+				lk.releaseAfter(err, dl, time.Now().Add(dl.TTL))
 			}
 			if ctx.Err() != nil {
 				return nil, ctxError(op, key, ErrNotAcquired, ctx)
@@ -463,14 +463,14 @@ func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.T
 		if err == nil {
 			lk.releaseLater(dl, time.Now().Add(dl.TTL))
 		} else {
-			lk.leaveLater(dl)
+			lk.leaveAfter(err, dl)
 		}
 	})
 	if !ok {
 		return time.Time{}, err, false
 	}
 	if err != nil {
-		lk.leaveLater(dl)
+		lk.leaveAfter(err, dl)
 	}
 	return granted, err, true
 }
@@ -600,6 +600,13 @@ func (lk *locker) register(op string, l *Lease, start time.Time) error {
 // passes (the grant has expired by then). Close waits for it up to Close's
 // bound and then cuts it short.
 func (lk *locker) releaseLater(dl *driver.Lease, until time.Time) {
+	lk.releaseAfter(nil, dl, until)
+}
+
+// releaseAfter is releaseLater after an attempt that failed with cause
+// (nil: no failed attempt), which decides how a failure is logged
+// (logCleanup).
+func (lk *locker) releaseAfter(cause error, dl *driver.Lease, until time.Time) {
 	if !lk.bg.add() {
 		return // Close is past its bound: the TTL frees the key
 	}
@@ -607,7 +614,7 @@ func (lk *locker) releaseLater(dl *driver.Lease, until time.Time) {
 		defer lk.bg.done()
 		if err := lk.retry(dl, until, lk.d.Release); err != nil {
 			lk.releaseFailed(dl, true)
-			lk.logWarn("background release failed; the key is freed by its TTL", dl.Key, err)
+			lk.logCleanup("background release failed; the key is freed by its TTL", dl.Key, err, cause)
 		}
 	}()
 }
@@ -615,13 +622,19 @@ func (lk *locker) releaseLater(dl *driver.Lease, until time.Time) {
 // leaveLater ends a queued wait that did not get the key, in the
 // background, as releaseLater ends a grant.
 func (lk *locker) leaveLater(dl *driver.Lease) {
+	lk.leaveAfter(nil, dl)
+}
+
+// leaveAfter is leaveLater after a step that failed with cause (see
+// releaseAfter).
+func (lk *locker) leaveAfter(cause error, dl *driver.Lease) {
 	if !lk.bg.add() {
 		return // Close is past its bound: the queue entry dies by itself
 	}
 	go func() {
 		defer lk.bg.done()
 		if err := lk.retry(dl, time.Now().Add(dl.TTL), lk.leave); err != nil {
-			lk.logWarn("leaving the queue failed; the entry dies by itself", dl.Key, err)
+			lk.logCleanup("leaving the queue failed; the entry dies by itself", dl.Key, err, cause)
 		}
 	}()
 }

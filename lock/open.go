@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -112,7 +113,12 @@ func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
 func open(ctx context.Context, rawURL string) (driver.Driver, *Options, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: malformed URL: %v", ErrInvalid, err)
+		// net/url's error quotes the URL whole, password and all.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, nil, fmt.Errorf("%w: malformed URL %q: %v", ErrInvalid, redactRaw(rawURL), err)
 	}
 	if u.Scheme == "" {
 		return nil, nil, fmt.Errorf("%w: URL %q has no scheme (want one of %s)", ErrInvalid, redact(u), strings.Join(Schemes(), ", "))
@@ -152,6 +158,31 @@ func importHint(scheme string) string {
 
 // redact hides a URL's password for error messages.
 func redact(u *url.URL) string { return u.Redacted() }
+
+// redactRaw hides the password of a URL that net/url cannot parse: what
+// follows the first ':' of the user information (before the authority's
+// last '@') becomes xxxxx, as in url.URL.Redacted.
+func redactRaw(raw string) string {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		// No authority: "user:pass@host:6379" without a scheme.
+		i = -3
+	}
+	rest := raw[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return raw
+	}
+	colon := strings.Index(rest[:at], ":")
+	if colon < 0 {
+		return raw
+	}
+	return raw[:i+3] + rest[:colon+1] + "xxxxx" + rest[at:]
+}
 
 // URLOptions reads the query parameters that every scheme accepts (see
 // Open) into Options, and returns the driver's own parameters, named in

@@ -67,6 +67,24 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+// TestOpenErrorsHidePasswords: net/url's errors quote the URL whole; Open's
+// must not repeat the password of a URL it cannot parse.
+func TestOpenErrorsHidePasswords(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"redisnx://u:s3cret@[::1", `"redisnx://u:xxxxx@[::1"`},
+		{"redisnx://u:s3cret@h/%zz", `"redisnx://u:xxxxx@h/%zz"`},
+		{"redisnx://u:s3cret@h:1:x/0", "xxxxx"},
+		{"u:s3cret@127.0.0.1:6379", "unknown URL scheme"}, // scheme "u"
+		{"faketest://u:s3cret@h?a=%zz", "query"},
+		{"nosuch://u:s3cret@h", "unknown URL scheme"},
+	} {
+		_, err := lock.Open(context.Background(), tc.url)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%q): %v; want an error with %q and without the password", tc.url, err, tc.want)
+		}
+	}
+}
+
 func TestRegisterTwicePanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {

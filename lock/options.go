@@ -48,7 +48,10 @@ type Options struct {
 	// Logger receives, at Warn, renewal failures, failed background
 	// releases and lost leases, and at Debug each lease's life: granted,
 	// resumed, released, closed, detached (see "Metrics and logs" in the
-	// package doc). Nil means no logging.
+	// package doc). A failed clean-up after an attempt that did not reach
+	// the backend (it could not connect, or was turned away as its
+	// clean-up was) is logged at Debug, since nothing is then left. Nil
+	// means no logging.
 	Logger *slog.Logger
 	// MeterProvider makes the Locker's instruments (dlock.lock.wait.duration
 	// and the others listed under "Metrics and logs" in the package doc),

@@ -38,9 +38,11 @@ func (cfg *runConfig) run() int {
 	defer cancel()
 	resc := make(chan acquired, 1)
 	began := time.Now()
-	go func() { resc <- cfg.acquire(ctx) }()
+	go func() { resc <- cfg.acquire(ctx, began) }()
 	var waitLine *statusLine
-	if !cfg.wait.once() {
+	switch {
+	case cfg.wait.once():
+	case cfg.term:
 		waitLine = startStatusLine(cfg.stderr, cfg.term, 200*time.Millisecond, 100*time.Millisecond, func(d time.Duration) string {
 			s := fmt.Sprintf("waiting for %s on %s: %s", cfg.what(), backendName(cfg.url), seconds(d))
 			if !cfg.wait.forever {
@@ -48,6 +50,9 @@ func (cfg *runConfig) run() int {
 			}
 			return s
 		})
+	default:
+		// cron, CI: no line to redraw, but with -v a record now and then.
+		waitLine = cfg.startProgressLog(began)
 	}
 	var a acquired
 	select {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -58,7 +59,8 @@ func TestRunExitStatus(t *testing.T) {
 		{"killed by signal", []string{"k", "--", "SELF"}, "selfkill", "", 128 + 9, ""},
 		{"not found", []string{"k", "--", "no-such-command-dlock-test"}, "", "", exitNotFound, "dlock: "},
 		{"not executable", []string{"k", "--", "NOEXEC"}, "", "", exitNoExec, "dlock: "},
-		{"missing --", []string{"k", "SELF"}, "", "", exitUsage, "flags go before KEY"},
+		{"without --", []string{"k", "SELF"}, "exit", "7", 7, ""},
+		{"flag after KEY", []string{"k", "-wait", "0", "SELF"}, "", "", exitUsage, "flags go before KEY"},
 		{"missing command", []string{"k", "--"}, "", "", exitUsage, "missing COMMAND"},
 		{"missing key", []string{"--", "true"}, "", "", exitUsage, "missing"},
 		{"bad wait", []string{"-wait", "soon", "k", "--", "true"}, "", "", exitUsage, "forever"},
@@ -68,11 +70,13 @@ func TestRunExitStatus(t *testing.T) {
 		{"empty key", []string{"", "--", "true"}, "", "", exitUsage, "empty key"},
 		{"unknown scheme", []string{"-url", "nosuch://x", "k", "--", "true"}, "", "", exitUsage, "unknown URL scheme"},
 		{"no URL", []string{"-url", "", "k", "--", "true"}, "", "", exitUsage, "DLOCK_URL"},
+		{"no scheme", []string{"-url", "127.0.0.1:6379", "k", "--", "true"}, "", "", exitUsage, "missing scheme: did you mean redisnx://127.0.0.1:6379? schemes: "},
 		{"-n passthrough 7", []string{"-n", "2", "k", "--", "SELF"}, "exit", "7", 7, ""},
 		{"-n 0", []string{"-n", "0", "k", "--", "true"}, "", "", exitUsage, "-n 0"},
 		{"-n too large", []string{"-n", "100000", "k", "--", "true"}, "", "", exitUsage, "from 1 to"},
-		{"-n not a number", []string{"-n", "two", "k", "--", "true"}, "", "", exitUsage, "invalid value"},
-		{"-n without permits", []string{"-url", "memcached://127.0.0.1:1", "-n", "2", "k", "--", "true"}, "", "", exitUsage, "-n needs semaphore permits"},
+		{"-limit not a number", []string{"-limit", "two", "k", "--", "true"}, "", "", exitUsage, "invalid value"},
+		{"-n KEY: fail at once", []string{"-n", "two", "SELF"}, "exit", "5", 5, ""},
+		{"-n without permits", []string{"-url", "memcached://127.0.0.1:1", "-n", "2", "k", "--", "true"}, "", "", exitUsage, "needs semaphore permits"},
 		{"-n with -owner", []string{"-n", "2", "-owner", "me", "k", "--", "true"}, "", "", exitUsage, "-owner exclude each other"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,6 +168,21 @@ func TestHelpAndUnknownCommand(t *testing.T) {
 	}
 	if r := runDlock(t, "", ""); r.code != exitUsage {
 		t.Errorf("dlock: %v", r)
+	}
+}
+
+// TestVersion: dlock version, -version and --version print the module's
+// version (devel in a checkout) and the Go version, on stdout.
+func TestVersion(t *testing.T) {
+	want := regexp.MustCompile(`^dlock (devel|v\d+\.\d+\.\d+\S*)( \([0-9a-f]{1,12}(, modified)?\))? ` + regexp.QuoteMeta(runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH) + "\n$")
+	for _, arg := range []string{"version", "-version", "--version"} {
+		cmd := dlockCmd(t, "", "", arg)
+		stdout := &lockedWriter{}
+		cmd.Stdout = stdout
+		r := finish(t, cmd, start(t, cmd))
+		if r.code != 0 || !want.MatchString(stdout.String()) || r.stderr != "" {
+			t.Errorf("dlock %s: %v\nstdout %q; want it to match %v", arg, r, stdout, want)
+		}
 	}
 }
 

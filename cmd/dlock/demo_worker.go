@@ -43,6 +43,11 @@ type workerConfig struct {
 	log      logFlags
 }
 
+// workerOpenTimeout bounds a demo worker's lock.Open: the demo has found
+// the backend reachable already, and a worker that cannot open it fails
+// the backend's run.
+const workerOpenTimeout = 15 * time.Second
+
 func cmdDemoWorker(args []string) int {
 	var cfg workerConfig
 	fs := flag.NewFlagSet(demoWorkerCmd, flag.ContinueOnError)
@@ -62,7 +67,7 @@ func cmdDemoWorker(args []string) int {
 		return exitUsage
 	}
 	if err := cfg.work(); err != nil {
-		fmt.Fprintf(os.Stderr, "dlock demo-worker (%s): %v\n", cfg.url, err)
+		fmt.Fprintf(os.Stderr, "dlock demo-worker (%s): %v\n", backendName(cfg.url), err)
 		return exitBackend
 	}
 	return exitOK
@@ -84,7 +89,7 @@ func (cfg *workerConfig) work() error {
 		}
 		defer res[i].Close()
 	}
-	octx, cancel := context.WithTimeout(context.Background(), openTimeout)
+	octx, cancel := context.WithTimeout(context.Background(), workerOpenTimeout)
 	locker, err := lock.Open(octx, cfg.url)
 	cancel()
 	if err != nil {

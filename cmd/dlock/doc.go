@@ -3,9 +3,10 @@
 // deploys that must not run twice, across machines. It also demonstrates
 // the backends under contention.
 //
-//	dlock run [flags] KEY -- COMMAND [ARGS...]
+//	dlock run [flags] KEY [--] COMMAND [ARGS...]
 //	dlock demo [flags]
 //	dlock help [run|demo]
+//	dlock version
 //
 // # dlock run
 //
@@ -14,12 +15,15 @@
 // releases it when COMMAND exits:
 //
 //	export DLOCK_URL=redisnx://localhost:6379
-//	dlock run -wait 0 nightly-report -- ./report.sh      # skip if already running, like flock -n
-//	dlock run -wait 10m deploy/api -- make deploy         # queue behind another deploy, up to 10 minutes
-//	dlock run -n 3 builds -- make build                   # at most 3 builds at once, the others queue
+//	dlock run -n nightly-report ./report.sh              # skip if already running, like flock -n
+//	dlock run -w 600 deploy/api make deploy               # queue behind another deploy, up to 10 minutes (flock -w)
+//	dlock run -n 3 builds -- make build                   # at most 3 builds at once, the others queue (consul lock -n)
 //
-// Flags go before KEY; everything after -- is the command, run directly
-// (not through a shell) with dlock's environment plus:
+// Flags go before KEY. The first argument after them is KEY and the rest
+// is the command; a -- between them is allowed, and needed when the
+// command's first word starts with - (otherwise it is taken for a
+// misplaced flag, a usage error). The command is run directly (not
+// through a shell) with dlock's environment plus:
 //
 //	DLOCK_KEY     the key
 //	DLOCK_TOKEN   the lease's fencing token, a decimal integer that strictly
@@ -32,8 +36,9 @@
 //	              it when the command ends); keep it as secret as the lock
 //	DLOCK_OWNER   the -owner, when one was given: a dlock run of the same
 //	              KEY inside the command re-enters the lock
-//	DLOCK_LIMIT   with -n N, N (and removed from the environment without
-//	              -n, so that an outer run's does not mislead)
+//	DLOCK_LIMIT   with -limit N (or -n N), N (and removed from the
+//	              environment without, so that an outer run's does not
+//	              mislead)
 //
 // Flags:
 //
@@ -43,7 +48,10 @@
 //	    zookeeper://h1:2181,h2:2181/app/locks, each with the query
 //	    parameters its driver documents (go doc the driver package), and
 //	    ttl= and autorenew= of lock.Open. memory:// works but locks only
-//	    within the one dlock process, so it excludes nothing.
+//	    within the one dlock process, so it excludes nothing. A URL
+//	    without a scheme (127.0.0.1:6379) is a usage error that suggests
+//	    one. dlock never prints the URL's password: help, messages and
+//	    logs show it as xxxxx.
 //	-ttl DURATION
 //	    Lease time (default: the URL's ttl=, else 30s). The lease is renewed
 //	    every TTL/3 while the command runs, so the TTL is how long the key
@@ -56,15 +64,20 @@
 //	    the last of them ends. The command gets DLOCK_OWNER, so a script
 //	    that takes the lock itself can run under one that already holds
 //	    it. The ZooKeeper driver refuses owners (exit status 2).
-//	-n N
+//	-limit N, -n N
 //	    At most N commands run at once for KEY: take one of the N permits
-//	    of a counting semaphore (lock.SemLocker) instead of the lock. N is
-//	    1 or more. Not with -owner: a permit is not reentrant ($DLOCK_OWNER
-//	    is ignored with -n). See Semaphores below.
-//	-wait 0 | DURATION | forever
-//	    How long to wait for the lock. 0 tries once (flock -n); a duration
-//	    (30s, 10m; a bare number is seconds, as in flock -w) waits that
-//	    long; forever, the default, waits until the lock is granted.
+//	    of a counting semaphore (lock.SemLocker) instead of the lock (the
+//	    -n of consul lock). N is 1 or more. Not with -owner: a permit is
+//	    not reentrant ($DLOCK_OWNER is ignored with a limit). See
+//	    Semaphores below, and the -n rule.
+//	-nonblock, -nb, -n
+//	    Fail at once if the lock is held: the same as -wait 0 (the -n of
+//	    flock). Not with a -wait other than 0.
+//	-wait 0 | DURATION | forever, -w SECONDS
+//	    How long to wait for the lock, counted from dlock's start. 0 tries
+//	    once (flock -n); a duration (30s, 10m; a bare number is seconds,
+//	    as in flock -w) waits that long; forever, the default, waits until
+//	    the lock is granted. -w is the same flag.
 //	-E N, -conflict-exit-code N
 //	    Exit status when the lock is held elsewhere (default 1, as flock).
 //	-grace DURATION
@@ -73,19 +86,53 @@
 //	-v, -log-level LEVEL
 //	    Structured log (log/slog, text) on stderr: debug, info, warn (the
 //	    default), error or off; -v is info. Info logs the grant (token, time
-//	    waited), forwarded signals, the command's exit and the release; warn
-//	    logs a lost lease and a failed release; debug adds the client
-//	    libraries' own messages (go-redis, go-zookeeper), which dlock
-//	    otherwise keeps off the command's stderr.
+//	    waited), the wait when stderr is not a terminal (see Waiting),
+//	    forwarded signals, the command's exit and the release; warn logs a
+//	    lost lease and a failed release; debug adds the client libraries'
+//	    own messages (go-redis, go-zookeeper), which dlock otherwise keeps
+//	    off the command's stderr.
+//
+// # The -n rule
+//
+// -n is the flag of two tools: consul lock -n N limits the commands
+// running at once, and flock -n fails at once instead of waiting. dlock
+// run reads it by what follows: -n followed by a decimal integer that is
+// itself followed by the KEY (another argument before the command, with
+// or without --) is the limit; -n followed by anything else is flock's:
+//
+//	dlock run -n 3 builds -- make       # -limit 3, KEY builds
+//	dlock run -n 3 builds make          # -limit 3, KEY builds
+//	dlock run -n 3 -w 60 builds make    # -limit 3, flags between
+//	dlock run -n nightly -- ./report.sh # -nonblock, KEY nightly
+//	dlock run -n nightly ./report.sh    # -nonblock, KEY nightly
+//	dlock run -n 5 -- ./job             # -nonblock, KEY 5 (no KEY after 5)
+//	dlock run -n 5 ./job                # -nonblock, KEY 5
+//	dlock run -n 5 ./job -- x           # -limit 5, KEY ./job: mind it
+//
+// -n=N is always the limit. Where a script must not depend on the rule,
+// use -limit N and -nonblock (or -nb).
+//
+// # Connecting
+//
+// The Redis and memcached clients connect when the first request is
+// sent; a ZooKeeper session is established when the backend is opened.
+// dlock gives the backend -wait plus 2s to answer, counted from its
+// start (with -wait forever, 2s: an unreachable backend is reported, not
+// waited for in silence), and the first attempt at the key 2s: a backend
+// that refuses the connection, or the password, makes dlock exit 125 and
+// say so (connection refused, WRONGPASS) rather than wait. Only a held
+// key is waited for. When -wait runs out, one last attempt tells a key
+// still held (exit 1, -E) from a backend that stopped answering (125).
 //
 // # Semaphores
 //
-// With -n N, dlock run takes one of the N permits of KEY and holds it while
-// the command runs, as it holds a lock otherwise: -wait, -ttl, renewal,
-// signals, lost leases and the exit statuses are the same, and the command
-// gets DLOCK_TOKEN (every permit has a token of its own from the key's one
-// counter), DLOCK_LEASE (a permit's handle, mode pN) and DLOCK_LIMIT=N.
-// A permit of a crashed dlock returns within its TTL, as a lock does.
+// With -limit N (or -n N: below, -n N stands for both), dlock run takes
+// one of the N permits of KEY and holds it while the command runs, as it
+// holds a lock otherwise: -wait, -ttl, renewal, signals, lost leases and
+// the exit statuses are the same, and the command gets DLOCK_TOKEN (every
+// permit has a token of its own from the key's one counter), DLOCK_LEASE
+// (a permit's handle, mode pN) and DLOCK_LIMIT=N. A permit of a crashed
+// dlock returns within its TTL, as a lock does.
 //
 // Every dlock run -n of KEY must give the same N while any of them holds
 // a permit: one with another N exits 2 (the backend's semaphore has the
@@ -117,19 +164,33 @@
 //
 //	waiting for lock "deploy/api" on redisnx://localhost:6379: 3.2s (gives up after 10m0s)
 //
+// When stderr is not a terminal (cron, CI), there is no line to redraw;
+// with -v dlock logs a record instead, after 5s and then every 5s for the
+// first minute, every 30s after that:
+//
+//	level=INFO msg="dlock: waiting for lock \"deploy/api\"" key=deploy/api waited=5s backend=redisnx://localhost:6379 gives_up_after=10m0s holder="exclusive 3f1c...e9, 27.4s left"
+//
+// holder is what lock.Inspect tells of the key's first holder (its mode,
+// owner, time left where the backend knows it; for a semaphore how many
+// of its permits are taken), left out when the backend cannot tell.
+//
 // A signal (below) ends the wait; the command then does not run.
 //
 // # Exit status
 //
 //	0-255   the command's own exit status, or 128+N if signal N killed it
-//	1       the lock is held elsewhere: -wait 0 found it held, or -wait
-//	        DURATION ran out (change it with -E)
-//	2       usage: bad flags or arguments, an invalid key, TTL or URL;
-//	        -n on a backend without permits, or with an N other than
-//	        the one KEY's running permits were taken with
+//	1       the lock is held elsewhere: -wait 0 (-nonblock, -n) found it
+//	        held, or -wait DURATION ran out (change it with -E)
+//	2       usage: bad flags or arguments (a flag after KEY, a command
+//	        starting with - without --, -nonblock with a -wait, -n N and
+//	        -limit disagreeing), an invalid key, TTL or URL (one without a
+//	        scheme); a limit on a backend without permits, or one other
+//	        than the one KEY's running permits were taken with
 //	124     the lease was lost while the command ran, and the command was
 //	        terminated (or the loss was seen as it exited)
-//	125     the backend could not be opened or failed while taking the lock
+//	125     the backend could not be opened or failed while taking the
+//	        lock: unreachable within -wait plus 2s, refused the connection
+//	        or the password (see Connecting)
 //	126     the command was found but could not be started
 //	127     the command was not found
 //	128+N   dlock got signal N while waiting for the lock; the command did
@@ -230,6 +291,13 @@
 // demo exits 0 when every backend passed, 1 when one did not (an overlap,
 // a stale token, a lost lease, an error), 2 on a usage error, 125 when no
 // backend is reachable, and 130 when interrupted.
+//
+// # dlock version
+//
+// dlock version (also -version and --version) prints the module version
+// the build recorded (go install github.com/dlock-go/dlock/cmd/dlock@v1.2.3
+// records v1.2.3; a build in a checkout prints devel, with the VCS
+// revision when the build recorded one), the Go version and the platform.
 //
 // # Platforms
 //

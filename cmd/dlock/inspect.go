@@ -33,17 +33,32 @@ type inspectConfig struct {
 	timeout time.Duration
 }
 
+// inspectTimeout is how long dlock inspect gives the backend by default:
+// opening it and one read.
+const inspectTimeout = 10 * time.Second
+
 func parseInspect(args []string, stderr io.Writer) (*inspectConfig, error) {
 	cfg := &inspectConfig{}
 	fs := newFlagSet("inspect", inspectUsage)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.url, "url", os.Getenv("DLOCK_URL"), "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379")
+	// Not os.Getenv("DLOCK_URL") as the flag's default: -h prints
+	// defaults, and the URL may carry a password (as for dlock run).
+	urlHelp := "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379"
+	if env := os.Getenv("DLOCK_URL"); env != "" {
+		urlHelp = fmt.Sprintf("backend URL (default $DLOCK_URL, now %s)", backendName(env))
+	}
+	fs.StringVar(&cfg.url, "url", "", urlHelp)
 	fs.BoolVar(&cfg.json, "json", false, "print a JSON object instead of lines")
-	fs.DurationVar(&cfg.timeout, "timeout", openTimeout, "give up on the backend after this long")
+	fs.DurationVar(&cfg.timeout, "timeout", inspectTimeout, "give up on the backend after this long")
 	var lf logFlags
 	lf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["url"] {
+		cfg.url = os.Getenv("DLOCK_URL")
 	}
 	switch rest := fs.Args(); {
 	case len(rest) == 0:
@@ -69,18 +84,19 @@ func parseInspect(args []string, stderr io.Writer) (*inspectConfig, error) {
 
 // cmdInspect is dlock inspect. It returns the exit status.
 func cmdInspect(args []string) int {
-	cfg, err := parseInspect(args, os.Stderr)
+	stderr := scrubbing(os.Stderr, append(argURLs(args), os.Getenv("DLOCK_URL"))...)
+	cfg, err := parseInspect(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		var ue *usageErr
 		if errors.As(err, &ue) {
-			fmt.Fprintf(os.Stderr, "dlock inspect: %v\n(dlock inspect -h for help)\n", err)
+			fmt.Fprintf(stderr, "dlock inspect: %v\n(dlock inspect -h for help)\n", err)
 		}
 		return exitUsage
 	}
-	return cfg.run(os.Stdout, os.Stderr)
+	return cfg.run(os.Stdout, stderr)
 }
 
 func (cfg *inspectConfig) run(stdout, stderr io.Writer) int {

@@ -11,10 +11,11 @@ import (
 const mainUsage = `dlock runs a command under a distributed lock, on any dlock backend.
 
 Usage:
-  dlock run [flags] KEY -- COMMAND [ARGS...]   run COMMAND while holding KEY
-  dlock demo [flags]                           workers contend for locks on every reachable backend
-  dlock inspect [flags] KEY                    who holds KEY and who waits for it (dlock inspect -h)
-  dlock help [run|demo]                        this text, or a command's flags
+  dlock run [flags] KEY [--] COMMAND [ARGS...]  run COMMAND while holding KEY
+  dlock demo [flags]                            workers contend for locks on every reachable backend
+  dlock inspect [flags] KEY                     who holds KEY and who waits for it (dlock inspect -h)
+  dlock help [run|demo]                         this text, or a command's flags
+  dlock version                                 dlock's version and Go's (also -version, --version)
 
 Backends compiled in: %s.
 The manual: go doc github.com/dlock-go/dlock/cmd/dlock
@@ -36,6 +37,9 @@ func dispatch(args []string) int {
 		return cmdInspect(args[1:])
 	case demoWorkerCmd: // hidden: one worker process of dlock demo
 		return cmdDemoWorker(args[1:])
+	case "version", "-version", "--version":
+		fmt.Println(versionLine())
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && (args[1] == "run" || args[1] == "demo") {
 			return dispatch([]string{args[1], "-h"})

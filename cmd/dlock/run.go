@@ -8,18 +8,27 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/lock"
 )
 
-const runUsage = `Usage: dlock run [flags] KEY -- COMMAND [ARGS...]
+const runUsage = `Usage: dlock run [flags] KEY [--] COMMAND [ARGS...]
 
 Runs COMMAND while holding the lock KEY on the backend named by -url or
-$DLOCK_URL, and releases it when COMMAND exits; with -n N, while holding
-one of the N permits of KEY, so that at most N commands run at once.
-COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing token) in its
-environment, and DLOCK_LIMIT with -n. Flags go before KEY.
+$DLOCK_URL, and releases it when COMMAND exits; with -limit N (or -n N),
+while holding one of the N permits of KEY, so that at most N commands run
+at once. COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing token) in its
+environment, and DLOCK_LIMIT with a limit. Flags go before KEY; the first
+argument after them is KEY, the rest COMMAND; -- before COMMAND is needed
+only when COMMAND starts with -.
+
+-n is consul lock's and flock's: -n N KEY COMMAND (a decimal N followed
+by KEY before the command) is -limit N; -n followed by anything else is
+-nonblock, fail at once: -n KEY COMMAND, and -n 5 -- COMMAND (KEY 5).
+
 See "go doc github.com/dlock-go/dlock/cmd/dlock" for exit statuses.
 `
 
@@ -30,63 +39,118 @@ type runConfig struct {
 	argv     []string
 	ttl      time.Duration // 0: the Locker's default (the URL's ttl=, or lock.DefaultTTL)
 	owner    string        // -owner: a named owner (lock.WithOwner), or ""
-	limit    int           // -n: take one of limit permits of KEY (lock.SemLocker); 0: the lock
+	limit    int           // -limit, -n N: take one of limit permits of KEY (lock.SemLocker); 0: the lock
 	wait     waitFlag
 	conflict int
 	grace    time.Duration
 	log      *slog.Logger
 	stderr   io.Writer
 	term     bool // stderr is a terminal: show the waiting line
+
+	mu     sync.Mutex
+	locker lock.Locker // once acquire has opened the backend, for holder
 }
 
 func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	cfg := &runConfig{wait: waitFlag{forever: true}, conflict: exitConflict, stderr: stderr}
 	fs := newFlagSet("run", runUsage)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.url, "url", os.Getenv("DLOCK_URL"), "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379")
+	// Not os.Getenv("DLOCK_URL") as the flag's default: -h prints
+	// defaults, and the URL may carry a password.
+	urlHelp := "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379"
+	if env := os.Getenv("DLOCK_URL"); env != "" {
+		urlHelp = fmt.Sprintf("backend URL (default $DLOCK_URL, now %s)", backendName(env))
+	}
+	fs.StringVar(&cfg.url, "url", "", urlHelp)
 	fs.DurationVar(&cfg.ttl, "ttl", 0, "lease time, renewed every TTL/3 while COMMAND runs (default: the URL's ttl= or 30s)")
 	fs.StringVar(&cfg.owner, "owner", os.Getenv("DLOCK_OWNER"), "name the lock's owner (default $DLOCK_OWNER): a dlock run of KEY inside COMMAND, which inherits DLOCK_OWNER, re-enters the lock instead of waiting for it")
-	fs.IntVar(&cfg.limit, "n", 0, "at most N commands run at once for KEY: take one of the N permits of a semaphore instead of the lock (N from 1; not with -owner)")
-	fs.Var(&cfg.wait, "wait", "how long to wait for the lock: 0 tries once (like flock -n), a duration or seconds, or forever")
+	var n nFlag
+	fs.Var(&n, "n", "-n N KEY: same as -limit N (N followed by KEY, then the command); -n KEY, or -n followed by anything else: same as -nonblock (flock -n)")
+	var limit int
+	fs.IntVar(&limit, "limit", 0, "at most `N` commands run at once for KEY: take one of the N permits of a semaphore instead of the lock (N from 1; not with -owner; consul lock -n)")
+	var nonblock bool
+	fs.BoolVar(&nonblock, "nonblock", false, "fail at once if the lock is held: same as -wait 0 (flock -n)")
+	fs.BoolVar(&nonblock, "nb", false, "same as -nonblock")
+	fs.Var(&cfg.wait, "wait", "how long to wait for the lock: 0 tries once (like flock -n), a `duration` or seconds, or forever")
+	fs.Var(&cfg.wait, "w", "same as -wait: flock -w `seconds` (or a duration)")
 	conflict := exitCodeFlag(exitConflict)
-	fs.Var(&conflict, "E", "exit status when the lock is held elsewhere (like flock -E)")
-	fs.Var(&conflict, "conflict-exit-code", "same as -E")
+	fs.Var(&conflict, "E", "exit `status` when the lock is held elsewhere (like flock -E)")
+	fs.Var(&conflict, "conflict-exit-code", "same as -E `status`")
 	fs.DurationVar(&cfg.grace, "grace", 5*time.Second, "after a lost lease, time between SIGTERM and SIGKILL to COMMAND (0: SIGKILL at once)")
 	var lf logFlags
 	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
+
+	flags, rest := splitFlags(fs, args)
+	if err := fs.Parse(flags); err != nil {
 		return nil, err
+	}
+	if n.bare && len(flags) > 0 && isBareN(flags[len(flags)-1]) && len(rest) > 0 && isDecimal(rest[0]) {
+		// -n N: the limit if a KEY follows N, else flock's -n before KEY N.
+		more, pos, isLimit := splitN(fs, rest)
+		switch {
+		case isLimit:
+			if err := fs.Parse(more); err != nil {
+				return nil, err
+			}
+			if err := n.Set(rest[0]); err != nil {
+				return nil, usageError("-n %s: %v", rest[0], err)
+			}
+			rest = pos
+		case len(more) > 0:
+			return nil, usageError("-n %s %s: with no KEY after %s, -n is -nonblock and %s the KEY, and flags go before KEY (-limit N is the semaphore's limit, whatever follows)", rest[0], more[0], rest[0], rest[0])
+		}
 	}
 	cfg.conflict = int(conflict)
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["n"] {
+	if !set["url"] {
+		cfg.url = os.Getenv("DLOCK_URL")
+	}
+	// Whatever dlock writes from now on goes through the scrubber (its
+	// own messages name the backend redacted already).
+	cfg.stderr = scrubbing(stderr, cfg.url)
+	stderr = cfg.stderr
+
+	limitFlag := ""
+	switch {
+	case n.given && set["limit"] && n.limit != limit:
+		return nil, usageError("-n %d and -limit %d disagree", n.limit, limit)
+	case n.given:
+		cfg.limit, limitFlag = n.limit, "-n"
+	case set["limit"]:
+		cfg.limit, limitFlag = limit, "-limit"
+	}
+	if limitFlag != "" {
 		switch {
 		case cfg.limit < 1 || cfg.limit > lock.MaxPermits:
-			return nil, usageError("-n %d: want a number of permits from 1 to %d", cfg.limit, lock.MaxPermits)
+			shown := strconv.Itoa(cfg.limit)
+			if cfg.limit < 0 {
+				shown = "(too large)"
+			}
+			return nil, usageError("%s %s: want a number of permits from 1 to %d", limitFlag, shown, lock.MaxPermits)
 		case set["owner"] && cfg.owner != "":
-			return nil, usageError("-n and -owner exclude each other: a permit is not reentrant")
+			return nil, usageError("%s and -owner exclude each other: a permit is not reentrant", limitFlag)
 		}
 		// $DLOCK_OWNER, inherited from a dlock run -owner around this one,
 		// is for re-entering locks: a permit cannot.
 		cfg.owner = ""
 	}
-	rest := fs.Args()
-	switch {
-	case len(rest) == 0:
-		return nil, usageError("missing KEY -- COMMAND")
-	case len(rest) == 1 && rest[0] != "--":
-		return nil, usageError("missing -- COMMAND after KEY %q", rest[0])
-	case rest[0] == "--":
-		return nil, usageError("missing KEY before --")
-	case rest[1] != "--":
-		return nil, usageError("want KEY -- COMMAND, got %q after KEY %q (flags go before KEY)", rest[1], rest[0])
-	case len(rest) == 2:
-		return nil, usageError("missing COMMAND after --")
+	if n.bare || nonblock {
+		if (set["wait"] || set["w"]) && !cfg.wait.once() {
+			return nil, usageError("-nonblock (or -n without a limit) and -wait %v exclude each other", &cfg.wait)
+		}
+		cfg.wait = waitFlag{}
 	}
-	cfg.key, cfg.argv = rest[0], rest[2:]
+	key, argv, err := splitCommand(rest)
+	if err != nil {
+		return nil, err
+	}
+	cfg.key, cfg.argv = key, argv
 	if cfg.url == "" {
 		return nil, usageError("no backend: set -url or DLOCK_URL, e.g. redisnx://localhost:6379")
+	}
+	if hint := schemeHint(cfg.url); hint != "" {
+		return nil, usageError("backend URL %q: %s", backendNameRaw(cfg.url), hint)
 	}
 	if cfg.ttl < 0 {
 		return nil, usageError("-ttl %v is negative", cfg.ttl)
@@ -113,14 +177,15 @@ func usageError(format string, args ...any) error {
 
 // cmdRun is dlock run. It returns the exit status.
 func cmdRun(args []string) int {
-	cfg, err := parseRun(args, os.Stderr)
+	stderr := scrubbing(os.Stderr, append(argURLs(args), os.Getenv("DLOCK_URL"))...)
+	cfg, err := parseRun(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		var ue *usageErr
 		if errors.As(err, &ue) {
-			fmt.Fprintf(os.Stderr, "dlock run: %v\n(dlock run -h for help)\n", err)
+			fmt.Fprintf(stderr, "dlock run: %v\n(dlock run -h for help)\n", err)
 		}
 		return exitUsage // the flag package has printed its own message
 	}

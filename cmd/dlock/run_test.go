@@ -313,3 +313,119 @@ func TestRunLostLease(t *testing.T) {
 		})
 	}
 }
+
+// TestRunBackendDown: a backend where nothing listens is reported as
+// such (exit 125, the refused connection named), within -wait plus the
+// connect allowance (-wait forever counting as 0), and without a warning
+// about a clean-up, since nothing was granted. A wrong password likewise.
+func TestRunBackendDown(t *testing.T) {
+	down := closedAddr(t)
+	for _, scheme := range []string{"zookeeper", "redisnx", "rediswatch", "memcached"} {
+		if !slices.Contains(lock.Schemes(), scheme) {
+			continue
+		}
+		for _, wait := range []time.Duration{0, time.Second, -1} {
+			arg := wait.String()
+			if wait < 0 {
+				arg, wait = "forever", 0
+			}
+			t.Run(scheme+" -wait "+arg, func(t *testing.T) {
+				r := runDlock(t, "ran", t.TempDir(), "run", "-url", scheme+"://"+down, "-wait", arg, "-v", "k", "--", "true")
+				if r.code != exitBackend || !strings.Contains(r.stderr, "connection refused") {
+					t.Errorf("%v; want exit %d and the refused connection", r, exitBackend)
+				}
+				limit := wait + connectAllowance + 4*time.Second // the Redis clients' own retries, and the clean-up
+				if scheme == "zookeeper" {
+					limit = wait + connectAllowance + time.Second
+				}
+				if r.took > limit {
+					t.Errorf("took %v, want at most %v", r.took, limit)
+				}
+				for _, bad := range []string{"level=WARN", "freed by its TTL", "dies by itself"} {
+					if strings.Contains(r.stderr, bad) {
+						t.Errorf("a warning about a clean-up, with nothing granted: %v", r)
+					}
+				}
+			})
+		}
+	}
+	srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "u", Password: "right"})
+	for _, scheme := range []string{"redisnx", "rediswatch"} {
+		for _, wait := range []string{"0", "forever"} {
+			t.Run(scheme+" wrong password -wait "+wait, func(t *testing.T) {
+				r := runDlock(t, "ran", t.TempDir(), "run", "-url", scheme+"://u:wrong@"+srv.Addr(), "-wait", wait, "-v", "k", "--", "true")
+				if r.code != exitBackend || !strings.Contains(r.stderr, "WRONGPASS") || strings.Contains(r.stderr, "level=WARN") {
+					t.Errorf("%v; want exit %d, the server's refusal, and no warning", r, exitBackend)
+				}
+			})
+		}
+	}
+}
+
+// TestRunFlockForms: flock's habits on a real backend. -n KEY (and -nb,
+// -nonblock) on a held key exits at once with the conflict status, the
+// command not run; -w SECONDS waits that long; -n N KEY COMMAND, with or
+// without --, takes a permit, while -n 5 -- COMMAND locks the key "5".
+func TestRunFlockForms(t *testing.T) {
+	b := realBackend(t)
+	release := holdKey(t, b.url, "flock")
+	defer release()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"-n", "flock", "--", "SELF"},
+		{"-n", "flock", "SELF"},
+		{"-nb", "flock", "SELF"},
+		{"--nonblock", "flock", "--", "SELF"},
+		{"-n", "-E", "75", "flock", "SELF"},
+		{"-E", "75", "-n", "flock", "SELF"},
+	} {
+		want := exitConflict
+		if slices.Contains(args, "75") {
+			want = 75
+		}
+		for i := range args {
+			if args[i] == "SELF" {
+				args[i] = self(t)
+			}
+		}
+		r := runDlock(t, "ran", dir, append([]string{"run", "-url", b.url}, args...)...)
+		if r.code != want || !strings.Contains(r.stderr, "held") {
+			t.Errorf("dlock run %q on a held key: %v; want exit %d, held", args, r, want)
+		}
+		if r.took > time.Second {
+			t.Errorf("dlock run %q on a held key took %v, want well under a second", args, r.took)
+		}
+	}
+	r := runDlock(t, "ran", dir, "run", "-url", b.url, "-w", "0.5", "flock", self(t))
+	if r.code != exitConflict || !strings.Contains(r.stderr, "after -wait 500ms") || r.took < 500*time.Millisecond {
+		t.Errorf("-w 0.5 on a held key: %v; want exit 1 after half a second", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Errorf("a command ran although the key was held")
+	}
+
+	for _, tc := range []struct {
+		args      []string
+		key, want string // DLOCK_KEY, and DLOCK_LIMIT's line
+	}{
+		{[]string{"-n", "2", "flock/sem", "SELF"}, "flock/sem", "DLOCK_LIMIT=2"},
+		{[]string{"-n", "2", "flock/sem", "--", "SELF"}, "flock/sem", "DLOCK_LIMIT=2"},
+		{[]string{"-limit", "2", "-n", "flock/sem", "SELF"}, "flock/sem", "DLOCK_LIMIT=2"},
+		{[]string{"-n", "5", "--", "SELF"}, "5", "DLOCK_LIMIT unset"},
+		{[]string{"-n", "5", "SELF"}, "5", "DLOCK_LIMIT unset"},
+	} {
+		for i := range tc.args {
+			if tc.args[i] == "SELF" {
+				tc.args[i] = self(t)
+			}
+		}
+		dir := t.TempDir()
+		// memory:// grants permits (within one process, which is enough
+		// to read the command's environment); not every backend does.
+		r := runDlock(t, "env", dir, append([]string{"run", "-url", "memory://"}, tc.args...)...)
+		env := readOptional(filepath.Join(dir, "env"))
+		if r.code != 0 || !strings.Contains(env, "DLOCK_KEY="+tc.key+"\n") || !strings.Contains(env, tc.want+"\n") {
+			t.Errorf("dlock run %q: %v\nthe command's environment:\n%s\nwant DLOCK_KEY=%s and %s", tc.args, r, env, tc.key, tc.want)
+		}
+	}
+}

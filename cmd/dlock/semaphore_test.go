@@ -178,7 +178,7 @@ func runInProcess(t *testing.T, mode, dir string, args ...string) error {
 	if err != nil {
 		return err
 	}
-	a := cfg.acquire(context.Background())
+	a := cfg.acquire(context.Background(), time.Now())
 	if a.lease == nil {
 		return fmt.Errorf("exit %d: %s", a.code, a.msg)
 	}
@@ -280,7 +280,7 @@ func TestRunPermitQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := &run{cfg: cfg, c: make(chan acquired, 1)}
-		go func() { r.c <- cfg.acquire(ctx) }()
+		go func() { r.c <- cfg.acquire(ctx, time.Now()) }()
 		return r
 	}
 	granted := func(r *run, what string) {

@@ -99,3 +99,39 @@ func TestWaitingLine(t *testing.T) {
 		t.Errorf("on a pipe: %v", r)
 	}
 }
+
+// TestWaitingLog: with stderr not a terminal (cron, CI), a waiting
+// dlock run -v logs a record every few seconds saying what it waits for
+// and how long it has waited; without -v it says nothing until it ends.
+func TestWaitingLog(t *testing.T) {
+	b := realBackend(t)
+	release := holdKey(t, b.url, "waitlog")
+	defer release()
+	dir := t.TempDir()
+	r := runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "5800ms", "-v", "waitlog", self(t))
+	if r.code != exitConflict {
+		t.Errorf("%v; want exit %d", r, exitConflict)
+	}
+	want := regexp.MustCompile(`level=INFO msg="dlock: waiting for lock \\"waitlog\\"" key=waitlog waited=5s backend=` + regexp.QuoteMeta(backendName(b.url)) + ` gives_up_after=5.8s holder="exclusive [0-9a-f]{32}, [0-9.]+m?s left"\n`)
+	if n := len(want.FindAllString(r.stderr, -1)); n != 1 {
+		t.Errorf("%d waiting records after 5s of a 5.8s wait, want 1 matching %v; stderr:\n%s", n, want, r.stderr)
+	}
+	if strings.Contains(r.stderr, clearLine) {
+		t.Errorf("a terminal's waiting line on a pipe: %q", r.stderr)
+	}
+	r = runDlock(t, "ran", dir, "run", "-url", b.url, "-wait", "5500ms", "waitlog", self(t))
+	if r.code != exitConflict || strings.Contains(r.stderr, "waiting") {
+		t.Errorf("without -v: %v; want exit %d and no waiting record", r, exitConflict)
+	}
+}
+
+func TestProgressEvery(t *testing.T) {
+	var at []time.Duration
+	for d := time.Duration(0); d < 3*time.Minute; d += progressEvery(d) {
+		at = append(at, d)
+	}
+	// 0 (the start), every 5s to a minute, then every 30s.
+	if len(at) != 1+12+3 || at[1] != 5*time.Second || at[12] != time.Minute || at[13] != 90*time.Second {
+		t.Errorf("records at %v", at[1:])
+	}
+}

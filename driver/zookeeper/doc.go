@@ -295,7 +295,10 @@
 //	session_timeout=DURATION  the session timeout to ask for (default 10s)
 //
 // plus those every scheme accepts (ttl, autorenew: see lock.Open). Unknown
-// parameters are errors.
+// parameters are errors. Opening waits for the session as long as the
+// context given to lock.Open allows, and no longer: bound it (the context
+// is the only limit), and an Open that it ends reports the last
+// connection attempt's failure too (see Dial).
 //
 // # As
 //

@@ -91,7 +91,14 @@ func New(conn *zk.Conn, o *Options) lock.Locker {
 // Dial connects to servers (host:port addresses of one ensemble), waits
 // until the session is established or ctx ends, authenticates when
 // o.Username is set, and returns a Locker that owns the connection: its
-// Close closes it, which ends the session.
+// Close closes it, which ends the session. Until it returns, each
+// connection attempt is bounded by ctx's deadline as well as by
+// go-zookeeper's connect timeout (1s); servers that refuse connections are
+// tried again, one after the other, until ctx ends, and the error then
+// wraps both ctx's and the last attempt's (errors.Is(err,
+// syscall.ECONNREFUSED), say). The same holds for lock.Open of a
+// zookeeper:// URL, whose ctx bounds the connection: Open has no time
+// limit of its own.
 func Dial(ctx context.Context, servers []string, o *Options) (lock.Locker, error) {
 	d, lo, err := dial(ctx, servers, o)
 	if err != nil {
@@ -122,6 +129,38 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	if dialer == nil {
 		dialer = net.DialTimeout
 	}
+	// Until Dial returns, each connection attempt is bounded by ctx too
+	// (go-zookeeper gives the dialer its own connect timeout, 1s), and
+	// its failure is kept: a Dial that ctx ends says why it could not
+	// connect (connection refused, no route), not only that ctx ended.
+	var (
+		dialing = true
+		lastErr error
+		errMu   sync.Mutex
+	)
+	base := dialer
+	dialer = func(network, address string, timeout time.Duration) (net.Conn, error) {
+		errMu.Lock()
+		bounded := dialing
+		errMu.Unlock()
+		if dl, ok := ctx.Deadline(); ok && bounded {
+			timeout = min(timeout, max(time.Until(dl), time.Millisecond))
+		}
+		c, err := base(network, address, timeout)
+		if err != nil {
+			errMu.Lock()
+			if dialing {
+				lastErr = err
+			}
+			errMu.Unlock()
+		}
+		return c, err
+	}
+	defer func() {
+		errMu.Lock()
+		dialing = false
+		errMu.Unlock()
+	}()
 	var d *zkDriver
 	var dmu sync.Mutex // d is set after Connect, which may already call back
 	wake := make(chan struct{}, 1)
@@ -154,6 +193,12 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	for conn.State() != zk.StateHasSession {
 		select {
 		case <-ctx.Done():
+			errMu.Lock()
+			last := lastErr
+			errMu.Unlock()
+			if last != nil {
+				return fail(fmt.Errorf("zookeeper: connecting to %s: %w (last attempt: %w)", strings.Join(servers, ","), ctx.Err(), last))
+			}
 			return fail(fmt.Errorf("zookeeper: connecting to %s: %w", strings.Join(servers, ","), ctx.Err()))
 		case <-wake:
 		case <-time.After(50 * time.Millisecond):
