@@ -39,6 +39,11 @@ type Target struct {
 	// TLS is the server's files; the server requires the client
 	// certificate.
 	TLS *testserver.TLS
+	// TLSURL, if set, is the URL with the driver's TLS scheme (Redis's
+	// redisnxs://...): it works with the parameters too, and without
+	// tls_ca it verifies with the system's roots, which refuse the
+	// server.
+	TLSURL string
 	// New, if set, opens a Locker through the driver's Options with this
 	// client TLS config (Options.TLS, or the client's own TLS settings),
 	// and a short ReleaseTimeout (300ms): a Locker whose attempts failed
@@ -99,6 +104,21 @@ func Run(t *testing.T, tg Target) {
 	t.Run("Plain", func(t *testing.T) {
 		refused(t, "a plain client", "", open)
 	})
+	if tg.TLSURL != "" {
+		openTLS := func(t *testing.T, params ...string) (lock.Locker, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			return lock.OpenWith(ctx, withParams(tg.TLSURL, params...), &lock.Options{ReleaseTimeout: 300 * time.Millisecond})
+		}
+		t.Run("TLSScheme", func(t *testing.T) {
+			a := mustOpen(t)(openTLS(t, append([]string{"tls_ca", f.CAFile}, withCert...)...))
+			b := mustOpen(t)(openTLS(t, append([]string{"tls_ca", f.CAFile}, withCert...)...))
+			exclusion(t, a, b)
+		})
+		t.Run("TLSSchemeSystemRoots", func(t *testing.T) {
+			refused(t, "the TLS scheme with the system's roots", "certificate", openTLS, withCert...)
+		})
+	}
 	if tg.New == nil {
 		return
 	}
