@@ -2,10 +2,12 @@ package zookeeper
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,8 +70,22 @@ type Options struct {
 	ACL []zk.ACL
 
 	// Dialer connects Dial to one server (net.DialTimeout when nil); set
-	// it for TLS or a proxy.
+	// it for a proxy. With TLS, the TLS handshake runs over the
+	// connections it makes.
 	Dialer zk.Dialer
+
+	// TLS, when set, makes Dial's connections TLS with this config
+	// (a server's secureClientPort). The name verified, and sent as SNI,
+	// is TLS.ServerName when set, else each server's host as given to
+	// Dial: the servers are then not resolved up front (go-zookeeper's
+	// DNSHostProvider would give the dial IP addresses) but when dialled.
+	// The handshake is bounded by go-zookeeper's connection timeout, and
+	// Dial by its context; Dial fails at once, with crypto/tls's error,
+	// when every server's last attempt failed TLS for a reason another
+	// attempt will not mend (a certificate that does not verify, a TLS
+	// alert such as a refused client certificate, a server not speaking
+	// TLS). With New, TLS is conn's: dial it with zk.WithDialer.
+	TLS *tls.Config
 }
 
 // New returns a Locker over conn, a go-zookeeper connection that stays
@@ -122,11 +138,18 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	if dialer == nil {
 		dialer = net.DialTimeout
 	}
+	var hosts zk.HostProvider = zk.NewDNSHostProvider() // go-zookeeper's default
+	if o.TLS != nil {
+		dialer = tlsDialer(dialer, o.TLS)
+		hosts = &namedHosts{}
+	}
+	errs := newConnErrors()
 	var d *zkDriver
 	var dmu sync.Mutex // d is set after Connect, which may already call back
 	wake := make(chan struct{}, 1)
 	conn, _, err := zk.Connect(servers, want,
-		zk.WithDialer(nt.wrapDialer(dialer)),
+		zk.WithHostProvider(hosts),
+		zk.WithDialer(nt.wrapDialer(errs.wrap(dialer))),
 		zk.WithLogger(zkLogger{o.Logger}),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(func(ev zk.Event) {
@@ -151,9 +174,18 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 		conn.Close()
 		return nil, nil, err
 	}
+	distinct := len(slices.Compact(slices.Sorted(slices.Values(servers))))
 	for conn.State() != zk.StateHasSession {
+		if o.TLS != nil {
+			if err := errs.tlsFailed(distinct); err != nil {
+				return fail(fmt.Errorf("zookeeper: connecting to %s over TLS: %w", strings.Join(servers, ","), err))
+			}
+		}
 		select {
 		case <-ctx.Done():
+			if last := errs.lastErr(); last != nil {
+				return fail(fmt.Errorf("zookeeper: connecting to %s: %w (last connection error: %w)", strings.Join(servers, ","), ctx.Err(), last))
+			}
 			return fail(fmt.Errorf("zookeeper: connecting to %s: %w", strings.Join(servers, ","), ctx.Err()))
 		case <-wake:
 		case <-time.After(50 * time.Millisecond):
