@@ -42,7 +42,8 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.RootCAs == nil || len(c.Certificates) != 1 || c.ServerName != "db.example" || c.InsecureSkipVerify || c.MinVersion != tls.VersionTLS12 {
-		t.Errorf("config not as the parameters say: %+v", c)
+		t.Errorf("config not as the parameters say: RootCAs set %v, %d certificates, ServerName %q, InsecureSkipVerify %v, MinVersion %#x",
+			c.RootCAs != nil, len(c.Certificates), c.ServerName, c.InsecureSkipVerify, c.MinVersion)
 	}
 	c, err = Parse(query(InsecureSkipVerify, "true"), "u")
 	if err != nil || !c.InsecureSkipVerify || c.RootCAs != nil || c.Certificates != nil {
