@@ -308,7 +308,8 @@
 // server or the connection failed (zk.ErrNoAuth when an ACL refuses,
 // zk.ErrSessionExpired in the Err of leases lost to an expired session,
 // zk.ErrConnectionClosed, ...). ErrInvalid, before any I/O, for: New with
-// a nil connection or a negative Options.SessionTimeout; a Root that is not
+// a nil connection, a negative Options.SessionTimeout or Options.TLS
+// (New cannot make its caller's connection TLS); a Root that is not
 // an absolute ZooKeeper path; Username without Password; a malformed URL,
 // host or session_timeout; an unknown URL parameter; a TLS file that is
 // missing or unreadable, a certificate without its key, or a bad boolean.

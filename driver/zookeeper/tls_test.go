@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/url"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/internal/tlstest"
 	"github.com/dlock-go/dlock/lock"
+	"github.com/go-zookeeper/zk"
 )
 
 // TestTLS: locks over TLS against a ZooKeeper secureClientPort with
@@ -60,5 +62,22 @@ func TestTLSDialFailsFast(t *testing.T) {
 	_, err = lock.Open(ctx, "zookeeper://"+addr+"?tls_insecure_skip_verify=true")
 	if err == nil || ctx.Err() == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("Open of a closed port: %v; want it to wait for the context and name the refused connection", err)
+	}
+}
+
+// TestTLSNewRefused: New cannot make its caller's connection TLS, so it
+// refuses Options.TLS rather than lock in the clear.
+func TestTLSNewRefused(t *testing.T) {
+	// A connection that never gets anywhere: New makes no I/O of its own.
+	conn, _, err := zk.Connect([]string{"127.0.0.1:1"}, 4*time.Second, zk.WithLogger(zkLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	l := New(conn, &Options{TLS: &tls.Config{}})
+	defer l.Close()
+	_, err = l.TryLock(context.Background(), "k")
+	if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "Options.TLS is for Dial") {
+		t.Fatalf("TryLock through New with Options.TLS: %v; want ErrInvalid naming Options.TLS", err)
 	}
 }

@@ -84,7 +84,8 @@ type Options struct {
 	// when every server's last attempt failed TLS for a reason another
 	// attempt will not mend (a certificate that does not verify, a TLS
 	// alert such as a refused client certificate, a server not speaking
-	// TLS). With New, TLS is conn's: dial it with zk.WithDialer.
+	// TLS). New refuses it (its calls fail with lock.ErrInvalid): conn's
+	// TLS is that of the dialer it was made with (zk.WithDialer).
 	TLS *tls.Config
 }
 
@@ -253,6 +254,10 @@ func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout) (*zkDri
 	d := &zkDriver{conn: conn, root: o.Root, acl: o.ACL, timeout: negotiated, owned: negotiated != nil}
 	if conn == nil {
 		d.optsErr = errors.New("nil *zk.Conn")
+	}
+	if d.timeout == nil && o.TLS != nil && d.optsErr == nil {
+		// New: the connection is made; silently plain would be worse.
+		d.optsErr = errors.New("Options.TLS is for Dial: New's connection has the TLS of the dialer it was made with (zk.WithDialer)")
 	}
 	if d.timeout == nil {
 		d.timeout = newNegotiatedTimeout()
