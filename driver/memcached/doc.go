@@ -233,10 +233,26 @@
 //	timeout=D    the client's per-request timeout, e.g. 250ms (gomemcache's
 //	             500ms when absent)
 //
+// and the TLS parameters every driver shares; any of them makes every
+// connection TLS (memcached -Z):
+//
+//	tls_ca=FILE                    PEM CA certificates that verify the servers
+//	                               (default: the system's roots)
+//	tls_cert=FILE&tls_key=FILE     a PEM client certificate and its key, both or neither
+//	tls_server_name=NAME           the name verified (and sent as SNI) for every
+//	                               server; default: each server's host in the URL
+//	tls_insecure_skip_verify=BOOL  true does not verify the servers: for tests only
+//
 // User info, a path or any other parameter is an error wrapping
-// lock.ErrInvalid. The Locker owns the client it makes (a
-// memcache.ServerList, MaxIdleConns 16) and closes its connections on
-// Close; connections are made on first use.
+// lock.ErrInvalid, and so is a TLS file that is missing or unreadable, a
+// certificate without its key, or a bad boolean, before any connection.
+// The Locker owns the client it makes (a memcache.ServerList,
+// MaxIdleConns 16) and closes its connections on Close; connections are
+// made on first use, TLS ones through gomemcache's DialContext with a
+// tls.Dialer, bounded by the client's timeout.
+//
+// With New, set Options.TLS: New installs the same TLS dial as the
+// client's DialContext.
 //
 // # As
 //
@@ -248,8 +264,10 @@
 //
 // # Errors
 //
-// Bad TTLs, a bad Prefix or a nil client give errors wrapping
-// lock.ErrInvalid. A held key gives lock.ErrNotAcquired. Server and
+// Bad TTLs, a bad Prefix, a nil client or Options.TLS with a client that
+// has its own DialContext give errors wrapping lock.ErrInvalid. A server
+// whose certificate does not verify fails the calls with crypto/tls's
+// error inside ("tls: failed to verify certificate: x509: ..."). A held key gives lock.ErrNotAcquired. Server and
 // network failures (including "SERVER_ERROR out of memory" under -M) are
 // wrapped, with the memcached command that failed, in the lock.Error of the
 // call. A release or refresh whose cas kept losing to changes of the

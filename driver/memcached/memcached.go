@@ -1,6 +1,7 @@
 package memcached
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -36,6 +37,16 @@ type Options struct {
 	// spaces or control bytes. Lockers that must exclude each other need the
 	// same Prefix.
 	Prefix string
+
+	// TLS, when set, makes every connection of the client TLS with this
+	// config: New sets client.DialContext to a tls.Dialer's, so set it
+	// before the client's first use (connections already pooled stay
+	// plain). A client that has its own DialContext is refused (the
+	// Locker's calls fail with lock.ErrInvalid): dial TLS in it instead.
+	// gomemcache dials the addresses it resolved, so the name verified is
+	// TLS.ServerName, else the IP address dialled: set ServerName when the
+	// certificates name hosts (URLs verify each server by its URL host).
+	TLS *tls.Config
 }
 
 // New returns a Locker over client. Its Close releases its leases and
@@ -75,6 +86,13 @@ func newDriverOptions(client *memcache.Client, o *Options, owns bool) (*mcDriver
 	}
 	if err := checkPrefix(d.prefix); err != nil {
 		d.err = fmt.Errorf("%w: Options.Prefix: %v", driver.ErrInvalid, err)
+	}
+	if opts.TLS != nil && client != nil {
+		if client.DialContext != nil {
+			d.err = fmt.Errorf("%w: Options.TLS and a client with its own DialContext: dial TLS in it instead", driver.ErrInvalid)
+		} else {
+			client.DialContext = tlsDialer(opts.TLS, nil)
+		}
 	}
 	if client == nil {
 		d.err = fmt.Errorf("%w: nil *memcache.Client", driver.ErrInvalid)

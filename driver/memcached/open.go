@@ -2,6 +2,7 @@ package memcached
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -23,9 +25,9 @@ const defaultPort = "11211"
 // to 16 refreshes at once, beside the caller's own calls.
 const ownedMaxIdleConns = 16
 
-// open is the OpenFunc for memcached://h1:11211[,h2:11211][?prefix=P&timeout=D].
+// open is the OpenFunc for memcached://h1:11211[,h2:11211][?prefix=P&timeout=D&tls_...].
 func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
-	lo, params, err := lock.URLOptions(u, "prefix", "timeout")
+	lo, params, err := lock.URLOptions(u, append([]string{"prefix", "timeout"}, tlsconf.Params...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -62,6 +64,10 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 			return nil, nil, bad("timeout=%q: want a positive duration such as 500ms", v)
 		}
 	}
+	tc, err := tlsconf.Parse(params, fmt.Sprintf("memcached URL %q", u.Redacted()))
+	if err != nil {
+		return nil, nil, err
+	}
 	ss := new(memcache.ServerList)
 	if err := ss.SetServers(addrs...); err != nil {
 		return nil, nil, fmt.Errorf("memcached: resolving %s: %w", strings.Join(addrs, ","), err)
@@ -69,6 +75,20 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	c := memcache.NewFromSelector(ss)
 	c.Timeout = timeout
 	c.MaxIdleConns = ownedMaxIdleConns
+	if tc != nil {
+		// gomemcache dials the addresses it resolved: verify each server
+		// by the host the URL gave for it.
+		names := map[string]string{}
+		i := 0
+		ss.Each(func(a net.Addr) error {
+			if host, _, err := net.SplitHostPort(addrs[i]); err == nil {
+				names[a.String()] = host
+			}
+			i++
+			return nil
+		})
+		c.DialContext = tlsDialer(tc, names)
+	}
 	d, lo := newDriverOptions(c, o, true)
 	return d, lo, nil
 }
@@ -101,4 +121,28 @@ func serverAddrs(hosts string) ([]string, error) {
 		addrs = append(addrs, net.JoinHostPort(host, port))
 	}
 	return addrs, nil
+}
+
+// tlsDialer returns a gomemcache DialContext that connects with TLS,
+// within the context gomemcache gives it (its Timeout bounds the
+// connection and the handshake). The name verified (and sent as SNI) is
+// c.ServerName when set, else names[addr] (the host a URL gave for the
+// server gomemcache resolved to addr), else addr's host.
+func tlsDialer(c *tls.Config, names map[string]string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	byAddr := map[string]*tls.Config{}
+	if c.ServerName == "" {
+		for addr, name := range names {
+			nc := c.Clone()
+			nc.ServerName = name
+			byAddr[addr] = nc
+		}
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		cfg := c
+		if nc, ok := byAddr[addr]; ok {
+			cfg = nc
+		}
+		d := tls.Dialer{Config: cfg}
+		return d.DialContext(ctx, network, addr)
+	}
 }

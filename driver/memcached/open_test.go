@@ -18,6 +18,7 @@ func TestOpenURLs(t *testing.T) {
 		"memcached://127.0.0.1",
 		"memcached://[::1]:11211",
 		"memcached://localhost:11211?prefix=app:&timeout=250ms&ttl=10s&autorenew=false",
+		"memcached://localhost:11211?tls_insecure_skip_verify=true&tls_server_name=cache.example",
 	} {
 		l, err := lock.Open(ctx, u)
 		if err != nil {
@@ -48,6 +49,10 @@ func TestOpenURLs(t *testing.T) {
 		"memcached://h1:11211?timeout=soon",
 		"memcached://h1:11211?ttl=1s&ttl=2s",
 		"memcached:h1:11211",
+		"memcached://h1:11211?tls_ca=/nonexistent/ca.pem",
+		"memcached://h1:11211?tls_cert=/nonexistent/c.pem",
+		"memcached://h1:11211?tls_insecure_skip_verify=maybe",
+		"memcached://h1:11211?tls_server_name=",
 	} {
 		l, err := lock.Open(ctx, u)
 		if !errors.Is(err, lock.ErrInvalid) {

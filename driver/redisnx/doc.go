@@ -130,14 +130,29 @@
 // hosts are Sentinels. Parameters, besides ttl and autorenew (lock.Open):
 //
 //	prefix=STRING   key prefix (default "dlock:"), without '{' or '}'
-//	tls=BOOL        TLS with the system's roots, as the TLS scheme (default false)
+//	tls=BOOL        TLS, as the TLS scheme (default false)
 //	cluster=BOOL    a Cluster client even for one seed address
+//
+// and the TLS parameters every driver shares; any of them turns TLS on,
+// with the plain scheme too (tls=false beside them is an error):
+//
+//	tls_ca=FILE                    PEM CA certificates that verify the servers
+//	                               (default: the system's roots)
+//	tls_cert=FILE&tls_key=FILE     a PEM client certificate and its key, both or neither
+//	tls_server_name=NAME           the name verified (and sent as SNI) for every
+//	                               server; default: the URL's host for one server,
+//	                               each node's own for a Cluster or Sentinels
+//	tls_insecure_skip_verify=BOOL  true does not verify the servers: for tests only
+//	                               (go-redis's skip_verify is the same; give one)
 //
 // go-redis's parameters pass through (dial_timeout, read_timeout,
 // pool_size, client_name and the rest its URL parsers document); any other
-// is an error. rediswatch reads URLs alike. The client made has
-// ContextTimeoutEnabled set; the Locker owns it, and Close closes it. For
-// client certificates or a custom CA, make the client and use New.
+// is an error, and so is a TLS file that is missing or unreadable, or a
+// certificate without its key, before any connection. rediswatch reads URLs
+// alike. The client made has ContextTimeoutEnabled set; the Locker owns
+// it, and Close closes it. With New, TLS is your client's: set
+// redis.Options.TLSConfig (or the Cluster's, Sentinel's or Ring's) when
+// you make it.
 //
 // # As
 //

@@ -294,11 +294,24 @@
 //
 //	session_timeout=DURATION  the session timeout to ask for (default 10s)
 //
+// the TLS parameters every driver shares, any of which makes the
+// connections TLS (Options.TLS; the servers' secureClientPort):
+//
+//	tls_ca=FILE                    PEM CA certificates that verify the servers
+//	                               (default: the system's roots)
+//	tls_cert=FILE&tls_key=FILE     a PEM client certificate and its key, both or
+//	                               neither (for ssl.clientAuth=need)
+//	tls_server_name=NAME           the name verified (and sent as SNI) for every
+//	                               server; default: each server's host in the URL
+//	tls_insecure_skip_verify=BOOL  true does not verify the servers: for tests only
+//
 // plus those every scheme accepts (ttl, autorenew: see lock.Open). Unknown
 // parameters are errors. Opening waits for the session as long as the
 // context given to lock.Open allows, and no longer: bound it (the context
 // is the only limit), and an Open that it ends reports the last
-// connection attempt's failure too (see Dial).
+// connection attempt's failure too (see Dial). It gives up at once, with
+// crypto/tls's error, when every server failed the TLS handshake for a
+// reason another attempt will not mend (see Options.TLS).
 //
 // # As
 //
@@ -311,7 +324,9 @@
 // server or the connection failed (zk.ErrNoAuth when an ACL refuses,
 // zk.ErrSessionExpired in the Err of leases lost to an expired session,
 // zk.ErrConnectionClosed, ...). ErrInvalid, before any I/O, for: New with
-// a nil connection or a negative Options.SessionTimeout; a Root that is not
+// a nil connection, a negative Options.SessionTimeout or Options.TLS
+// (New cannot make its caller's connection TLS); a Root that is not
 // an absolute ZooKeeper path; Username without Password; a malformed URL,
-// host or session_timeout; an unknown URL parameter.
+// host or session_timeout; an unknown URL parameter; a TLS file that is
+// missing or unreadable, a certificate without its key, or a bad boolean.
 package zookeeper

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -29,11 +30,14 @@ func parseURL(u *url.URL) ([]string, *Options, error) {
 	if u.Opaque != "" || u.Fragment != "" {
 		return bad("want zookeeper://[user:pass@]host:port[,host:port...][/root]")
 	}
-	lo, params, err := lock.URLOptions(u, "session_timeout")
+	lo, params, err := lock.URLOptions(u, append([]string{"session_timeout"}, tlsconf.Params...)...)
 	if err != nil {
 		return nil, nil, err
 	}
 	o := &Options{Options: *lo}
+	if o.TLS, err = tlsconf.Parse(params, fmt.Sprintf("zookeeper URL %q", u.Redacted())); err != nil {
+		return nil, nil, err
+	}
 	if v := params.Get("session_timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {

@@ -57,6 +57,9 @@ func TestOpenInvalid(t *testing.T) {
 		"zookeeper://h1:2181/zookeeper/x",
 		"zookeeper://h1:2181/x#frag",
 		"zookeeper:opaque",
+		"zookeeper://h1:2181/x?tls_ca=/nonexistent/ca.pem",
+		"zookeeper://h1:2181/x?tls_key=/nonexistent/k.pem",
+		"zookeeper://h1:2181/x?tls_insecure_skip_verify=sometimes",
 	} {
 		l, err := lock.Open(ctx, bad)
 		if l != nil || !errors.Is(err, lock.ErrInvalid) {

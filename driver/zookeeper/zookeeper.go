@@ -2,10 +2,12 @@ package zookeeper
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,8 +70,23 @@ type Options struct {
 	ACL []zk.ACL
 
 	// Dialer connects Dial to one server (net.DialTimeout when nil); set
-	// it for TLS or a proxy.
+	// it for a proxy. With TLS, the TLS handshake runs over the
+	// connections it makes.
 	Dialer zk.Dialer
+
+	// TLS, when set, makes Dial's connections TLS with this config
+	// (a server's secureClientPort). The name verified, and sent as SNI,
+	// is TLS.ServerName when set, else each server's host as given to
+	// Dial: the servers are then not resolved up front (go-zookeeper's
+	// DNSHostProvider would give the dial IP addresses) but when dialled.
+	// The handshake is bounded by go-zookeeper's connection timeout, and
+	// Dial by its context; Dial fails at once, with crypto/tls's error,
+	// when every server's last attempt failed TLS for a reason another
+	// attempt will not mend (a certificate that does not verify, a TLS
+	// alert such as a refused client certificate, a server not speaking
+	// TLS). New refuses it (its calls fail with lock.ErrInvalid): conn's
+	// TLS is that of the dialer it was made with (zk.WithDialer).
+	TLS *tls.Config
 }
 
 // New returns a Locker over conn, a go-zookeeper connection that stays
@@ -130,42 +147,41 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 		dialer = net.DialTimeout
 	}
 	// Until Dial returns, each connection attempt is bounded by ctx too
-	// (go-zookeeper gives the dialer its own connect timeout, 1s), and
-	// its failure is kept: a Dial that ctx ends says why it could not
-	// connect (connection refused, no route), not only that ctx ended.
+	// (go-zookeeper gives the dialer its own connect timeout, 1s); errs
+	// keeps each attempt's failure, so that a Dial that ctx ends says why
+	// it could not connect (connection refused, no route), not only that
+	// ctx ended.
 	var (
 		dialing = true
-		lastErr error
-		errMu   sync.Mutex
+		dialMu  sync.Mutex
 	)
 	base := dialer
 	dialer = func(network, address string, timeout time.Duration) (net.Conn, error) {
-		errMu.Lock()
+		dialMu.Lock()
 		bounded := dialing
-		errMu.Unlock()
+		dialMu.Unlock()
 		if dl, ok := ctx.Deadline(); ok && bounded {
 			timeout = min(timeout, max(time.Until(dl), time.Millisecond))
 		}
-		c, err := base(network, address, timeout)
-		if err != nil {
-			errMu.Lock()
-			if dialing {
-				lastErr = err
-			}
-			errMu.Unlock()
-		}
-		return c, err
+		return base(network, address, timeout)
 	}
 	defer func() {
-		errMu.Lock()
+		dialMu.Lock()
 		dialing = false
-		errMu.Unlock()
+		dialMu.Unlock()
 	}()
+	var hosts zk.HostProvider = zk.NewDNSHostProvider() // go-zookeeper's default
+	if o.TLS != nil {
+		dialer = tlsDialer(dialer, o.TLS)
+		hosts = &namedHosts{}
+	}
+	errs := newConnErrors()
 	var d *zkDriver
 	var dmu sync.Mutex // d is set after Connect, which may already call back
 	wake := make(chan struct{}, 1)
 	conn, _, err := zk.Connect(servers, want,
-		zk.WithDialer(nt.wrapDialer(dialer)),
+		zk.WithHostProvider(hosts),
+		zk.WithDialer(nt.wrapDialer(errs.wrap(dialer))),
 		zk.WithLogger(zkLogger{o.Logger}),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(func(ev zk.Event) {
@@ -190,14 +206,17 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 		conn.Close()
 		return nil, nil, err
 	}
+	distinct := len(slices.Compact(slices.Sorted(slices.Values(servers))))
 	for conn.State() != zk.StateHasSession {
+		if o.TLS != nil {
+			if err := errs.tlsFailed(distinct); err != nil {
+				return fail(fmt.Errorf("zookeeper: connecting to %s over TLS: %w", strings.Join(servers, ","), err))
+			}
+		}
 		select {
 		case <-ctx.Done():
-			errMu.Lock()
-			last := lastErr
-			errMu.Unlock()
-			if last != nil {
-				return fail(fmt.Errorf("zookeeper: connecting to %s: %w (last attempt: %w)", strings.Join(servers, ","), ctx.Err(), last))
+			if last := errs.lastErr(); last != nil {
+				return fail(fmt.Errorf("zookeeper: connecting to %s: %w (last connection error: %w)", strings.Join(servers, ","), ctx.Err(), last))
 			}
 			return fail(fmt.Errorf("zookeeper: connecting to %s: %w", strings.Join(servers, ","), ctx.Err()))
 		case <-wake:
@@ -266,6 +285,10 @@ func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout) (*zkDri
 	d := &zkDriver{conn: conn, root: o.Root, acl: o.ACL, timeout: negotiated, owned: negotiated != nil}
 	if conn == nil {
 		d.optsErr = errors.New("nil *zk.Conn")
+	}
+	if d.timeout == nil && o.TLS != nil && d.optsErr == nil {
+		// New: the connection is made; silently plain would be worse.
+		d.optsErr = errors.New("Options.TLS is for Dial: New's connection has the TLS of the dialer it was made with (zk.WithDialer)")
 	}
 	if d.timeout == nil {
 		d.timeout = newNegotiatedTimeout()

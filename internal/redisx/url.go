@@ -8,8 +8,10 @@
 // Parse reads a dlock Redis URL with go-redis's own parsers
 // (redis.ParseURL, ParseClusterURL, ParseFailoverURL), so that one URL
 // means one client for both drivers and every parameter go-redis documents
-// works. It reads ttl and autorenew (lock's), prefix, cluster and tls
-// itself; several hosts or cluster=true make a Cluster client, and
+// works. It reads ttl and autorenew (lock's), prefix, cluster, tls and
+// the TLS parameters every driver shares (internal/tlsconf: tls_ca,
+// tls_cert, tls_key, tls_server_name, tls_insecure_skip_verify; any of
+// them turns TLS on, as the TLS scheme does) itself; several hosts or cluster=true make a Cluster client, and
 // master_name a Sentinel failover client whose hosts are the Sentinels. An
 // unknown or repeated parameter is an error wrapping lock.ErrInvalid that
 // lists the known ones. Clients made here have ContextTimeoutEnabled set,
@@ -17,6 +19,7 @@
 package redisx
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -26,12 +29,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
 
 // Params are the query parameters this package reads besides lock's.
-var Params = []string{"prefix", "cluster", "tls"}
+var Params = append([]string{"prefix", "cluster", "tls"}, tlsconf.Params...)
 
 // Kind is the kind of client a URL makes.
 type Kind int
@@ -115,7 +119,23 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		if !b && useTLS {
 			return nil, bad("tls=false contradicts the %s scheme", tlsScheme)
 		}
+		if !b && tlsconf.Given(ownq) {
+			return nil, bad("tls=false contradicts the TLS parameters (%s)", strings.Join(tlsconf.Params, ", "))
+		}
 		useTLS = b
+	}
+	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %q", u.Scheme, u.Redacted()))
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		useTLS = true
+		if theirs.Has("skip_verify") && ownq.Has(tlsconf.InsecureSkipVerify) {
+			return nil, bad("skip_verify (go-redis's) and %s say the same: give one", tlsconf.InsecureSkipVerify)
+		}
+		if theirs.Has("skip_verify") && ownq.Has(tlsconf.CA) {
+			return nil, bad("skip_verify leaves %s unused: give one of them", tlsconf.CA)
+		}
 	}
 
 	hosts := strings.Split(u.Host, ",")
@@ -207,7 +227,41 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	if err != nil {
 		return nil, bad("%s", explain(err))
 	}
+	if tc != nil {
+		overlay(c.tlsConfig(), tc)
+	}
 	return c, nil
+}
+
+// tlsConfig is the *tls.Config go-redis made for a TLS URL, nil for a
+// plain one.
+func (c *Config) tlsConfig() *tls.Config {
+	switch c.Kind {
+	case Cluster:
+		return c.Cluster.TLSConfig
+	case Failover:
+		return c.Failover.TLSConfig
+	}
+	return c.Single.TLSConfig
+}
+
+// overlay sets what the TLS parameters gave (tc, from tlsconf.Parse) on
+// go-redis's config dst: the CA, the client certificate, the server name
+// (otherwise go-redis's choice stays: the URL's host for one server, each
+// node's own for a Cluster or Sentinels) and skip-verify.
+func overlay(dst, tc *tls.Config) {
+	if tc.RootCAs != nil {
+		dst.RootCAs = tc.RootCAs
+	}
+	if len(tc.Certificates) > 0 {
+		dst.Certificates = tc.Certificates
+	}
+	if tc.ServerName != "" {
+		dst.ServerName = tc.ServerName
+	}
+	if tc.InsecureSkipVerify {
+		dst.InsecureSkipVerify = true
+	}
 }
 
 // hostPort checks a host[:port], adding the default port 6379 when none

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -90,7 +91,13 @@ func TestParse(t *testing.T) {
 
 func TestParseRefuses(t *testing.T) {
 	for _, tc := range []struct{ url, want string }{
-		{"redisnx://h?bogus=1", "unknown URL parameter bogus (known: ttl, autorenew, prefix, cluster, tls, and go-redis's: addr, client_name"},
+		{"redisnx://h?bogus=1", "unknown URL parameter bogus (known: ttl, autorenew, prefix, cluster, tls, tls_ca, tls_cert, tls_key, tls_server_name, tls_insecure_skip_verify, and go-redis's: addr, client_name"},
+		{"redisnx://h?tls=false&tls_insecure_skip_verify=true", "tls=false contradicts the TLS parameters"},
+		{"redisnx://h?tls_insecure_skip_verify=maybe", `tls_insecure_skip_verify="maybe": want true or false`},
+		{"redisnx://h?tls_cert=/nonexistent/c.pem", "tls_cert without tls_key"},
+		{"redisnx://h?tls_ca=/nonexistent/ca.pem", "tls_ca: open /nonexistent/ca.pem"},
+		{"redisnxs://h?tls_insecure_skip_verify=true&skip_verify=true", "give one"},
+		{"redisnxs://h?tls_ca=/nonexistent/ca.pem&skip_verify=true", "tls_ca: open"},
 		{"redisnx://h?ttl=nope", "ttl"},
 		{"redisnx://h?pool_size=x", "pool_size"},
 		{"redisnx://h?pool_size=1&pool_size=2", "given 2 times"},
@@ -113,6 +120,46 @@ func TestParseRefuses(t *testing.T) {
 		_, err := parse(t, tc.url)
 		if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v; want ErrInvalid saying %q", tc.url, err, tc.want)
+		}
+	}
+}
+
+// TestParseTLS: the TLS parameters turn TLS on for the plain scheme too
+// and land on go-redis's config, which keeps its own server name unless
+// tls_server_name is given.
+func TestParseTLS(t *testing.T) {
+	f, err := testserver.NewTLSFiles(t.TempDir(), testserver.TLSOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := "tls_ca=" + url.QueryEscape(f.CAFile) + "&tls_cert=" + url.QueryEscape(f.CertFile) + "&tls_key=" + url.QueryEscape(f.KeyFile)
+	for _, tc := range []struct {
+		url        string
+		serverName string
+		skip       bool
+	}{
+		{"redisnx://h:1?" + q, "h", false},
+		{"redisnxs://h:1?" + q, "h", false},
+		{"redisnx://h:1?tls=true&" + q + "&tls_server_name=db.example", "db.example", false},
+		{"redisnx://a:1,b:2?" + q, "", false},
+		{"redisnx://a:1,b:2?" + q + "&tls_server_name=db.example", "db.example", false},
+		{"redisnx://s1:1?master_name=m&" + q, "", false},
+		{"redisnx://h:1?tls_insecure_skip_verify=true", "h", true},
+		{"redisnxs://h:1?skip_verify=true", "h", true},
+	} {
+		c, err := parse(t, tc.url)
+		if err != nil {
+			t.Errorf("%s: %v", tc.url, err)
+			continue
+		}
+		tls := c.tlsConfig()
+		switch {
+		case tls == nil:
+			t.Errorf("%s: no TLS", tc.url)
+		case tls.ServerName != tc.serverName || tls.InsecureSkipVerify != tc.skip:
+			t.Errorf("%s: ServerName %q InsecureSkipVerify %v, want %q %v", tc.url, tls.ServerName, tls.InsecureSkipVerify, tc.serverName, tc.skip)
+		case !tc.skip && (tls.RootCAs == nil || len(tls.Certificates) != 1):
+			t.Errorf("%s: CA or client certificate not set: %+v", tc.url, tls)
 		}
 	}
 }

@@ -37,12 +37,25 @@ func (dockerProvider) Redis(lt Lifetime, opts *RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.TLS, err = newTLS(lt, opts.TLS); err != nil {
+		return nil, err
+	}
 	err = startWithRetry(func() error {
 		port, err := FreePort()
 		if err != nil {
 			return err
 		}
-		n, err := e.launch(lt, redisSpec(port, redisBaseConf(port, containerDir, opts.Persistence)+r.userConf(opts), opts.Args))
+		spec := redisSpec(port, redisBaseConf(port, containerDir, opts.Persistence)+r.userConf(opts), opts.Args)
+		if r.TLS != nil {
+			files, paths, err := r.TLS.containerFiles()
+			if err != nil {
+				return err
+			}
+			spec.files[0].data = append(spec.files[0].data, redisTLSConf(port, paths)...)
+			spec.files = append(spec.files, files...)
+			spec.ready = redisPinger(r.TLS.probeConfig())
+		}
+		n, err := e.launch(lt, spec)
 		if err != nil {
 			return err
 		}
@@ -153,7 +166,20 @@ func (dockerProvider) Memcached(lt Lifetime, opts *MemcachedOptions) (*Memcached
 		return nil, err
 	}
 	opts = memcachedDefaults(opts)
-	m := &Memcached{}
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
+	var files []containerFile
+	var tp *tlsPaths
+	if t != nil {
+		var p tlsPaths
+		if files, p, err = t.containerFiles(); err != nil {
+			return nil, err
+		}
+		tp = &p
+	}
+	m := &Memcached{TLS: t}
 	for range opts.Servers {
 		err := startWithRetry(func() error {
 			port, err := FreePort()
@@ -162,14 +188,15 @@ func (dockerProvider) Memcached(lt Lifetime, opts *MemcachedOptions) (*Memcached
 			}
 			// -u: memcached refuses to run as root without it; the official
 			// image runs as memcache already, and then -u is ignored.
-			cmd := append(memcachedArgs(port, opts), "-u", "memcache")
+			cmd := append(memcachedArgs(port, opts, tp), "-u", "memcache")
 			n, err := e.launch(lt, containerSpec{
 				server:     "memcached",
 				port:       port,
 				image:      ContainerImage(KindMemcached),
 				entrypoint: []string{"memcached"},
 				cmd:        append(cmd, opts.Args...),
-				ready:      memcachedVersion,
+				files:      files,
+				ready:      memcachedVersioner(t.probeConfig()),
 				timeout:    10 * time.Second,
 			})
 			if err != nil {
@@ -198,7 +225,11 @@ func dockerZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeep
 	if err != nil {
 		return nil, err
 	}
-	z := &ZooKeeper{}
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
+	z := &ZooKeeper{TLS: t}
 	err = startWithRetry(func() error {
 		ports, err := FreePorts(3 * servers)
 		if err != nil {
@@ -213,7 +244,14 @@ func dockerZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeep
 		errs := make([]error, servers)
 		var wg sync.WaitGroup
 		for i, n := range all {
-			wg.Go(func() { nodes[i], errs[i] = e.launch(lt, zkSpec(n, all, opts)) })
+			wg.Go(func() {
+				spec, err := zkSpec(n, all, opts, t)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				nodes[i], errs[i] = e.launch(lt, spec)
+			})
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
@@ -236,14 +274,24 @@ func dockerZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeep
 	return z, nil
 }
 
-func zkSpec(n zkNode, all []zkNode, opts *ZooKeeperOptions) containerSpec {
+func zkSpec(n zkNode, all []zkNode, opts *ZooKeeperOptions, t *TLS) (containerSpec, error) {
 	dataDir := containerDir + "/data"
 	cfgPath := containerDir + "/zoo.cfg"
 	script := containerDir + "/zkstart.sh"
+	var tlsFiles []containerFile
+	var tp *tlsPaths
+	if t != nil {
+		files, p, err := t.containerFiles()
+		if err != nil {
+			return containerSpec{}, err
+		}
+		tlsFiles, tp = files, &p
+	}
 	files := []containerFile{
-		{path: cfgPath, data: []byte(zkConfig(n, all, opts, dataDir)), mode: 0o644},
+		{path: cfgPath, data: []byte(zkConfig(n, all, opts, dataDir, tp)), mode: 0o644},
 		{path: script, data: zkStartScript, mode: 0o755},
 	}
+	files = append(files, tlsFiles...)
 	if len(all) > 1 {
 		files = append(files, containerFile{path: dataDir + "/myid", data: []byte(strconv.Itoa(n.id) + "\n"), mode: 0o644})
 	}
@@ -254,7 +302,7 @@ func zkSpec(n zkNode, all []zkNode, opts *ZooKeeperOptions) containerSpec {
 		entrypoint: []string{"sh", script},
 		cmd:        append([]string{cfgPath}, zkJVMFlags(containerDir)...),
 		files:      files,
-		ready:      zkServing,
+		ready:      zkServer(t.probeConfig()),
 		timeout:    60 * time.Second,
-	}
+	}, nil
 }

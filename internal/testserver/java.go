@@ -42,7 +42,9 @@ func findJava() (string, error) {
 //   - an upstream tarball at $ZOOKEEPER_HOME: its *.jar and lib/*.jar;
 //   - /usr/share/zookeeper/*.jar and lib/*.jar (older Debian/Ubuntu);
 //   - Debian 12's /usr/share/java/zookeeper.jar, whose manifest Class-Path
-//     names its dependencies, plus slf4j-simple so the server logs at all.
+//     names its dependencies, plus slf4j-simple so the server logs at all,
+//     and netty-codec and netty-resolver, which the manifest leaves out and
+//     a secure client port (NettyServerCnxnFactory) needs.
 func zkClasspath() (string, error) {
 	if cp := os.Getenv(EnvZooKeeperClasspath); cp != "" {
 		return cp, nil
@@ -67,8 +69,10 @@ func zkClasspath() (string, error) {
 	const debian = "/usr/share/java/zookeeper.jar"
 	if isFile(debian) {
 		cp := debian
-		if s := "/usr/share/java/slf4j-simple.jar"; isFile(s) {
-			cp += string(os.PathListSeparator) + s
+		for _, s := range []string{"slf4j-simple", "netty-codec", "netty-resolver"} {
+			if s := "/usr/share/java/" + s + ".jar"; isFile(s) {
+				cp += string(os.PathListSeparator) + s
+			}
 		}
 		return cp, nil
 	}

@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/user"
@@ -22,12 +23,20 @@ type MemcachedOptions struct {
 	NoEvict bool
 	// Args are extra memcached arguments. Ignored for external servers.
 	Args []string
+	// TLS, if set, makes every server accept TLS connections only (-Z),
+	// with certificates from one throwaway CA; Memcached.TLS has the
+	// clients' files. A test asking for it is skipped on external servers
+	// (DLOCK_MEMCACHED_ADDR).
+	TLS *TLSOptions
 }
 
 // Memcached is one or more independent memcached servers. Its hooks act on
 // all of them; Node(i) acts on one. Memcached keeps nothing across Restart.
 type Memcached struct {
 	Group
+	// TLS has the PEM files of servers started with MemcachedOptions.TLS,
+	// nil otherwise.
+	TLS *TLS
 }
 
 // StartMemcached returns memcached servers for this test alone: the ones
@@ -38,6 +47,9 @@ func StartMemcached(tb testing.TB, opts *MemcachedOptions) *Memcached {
 	tb.Helper()
 	skipShort(tb)
 	opts = memcachedDefaults(opts)
+	if opts.TLS != nil && envAddrs(KindMemcached) != nil {
+		tb.Skipf("testserver: the test needs TLS servers; %s names some whose TLS the harness does not configure", EnvMemcachedAddr)
+	}
 	if addrs := envAddrs(KindMemcached); addrs != nil && len(addrs) < opts.Servers {
 		tb.Skipf("testserver: test needs %d memcached servers, %s lists %d", opts.Servers, EnvMemcachedAddr, len(addrs))
 	}
@@ -78,6 +90,9 @@ func memcachedDefaults(opts *MemcachedOptions) *MemcachedOptions {
 
 func startMemcached(lt Lifetime, opts *MemcachedOptions) (*Memcached, error) {
 	if addrs := envAddrs(KindMemcached); addrs != nil {
+		if opts.TLS != nil {
+			return nil, fmt.Errorf("testserver: MemcachedOptions.TLS on servers from %s", EnvMemcachedAddr)
+		}
 		return &Memcached{Group: externalGroup(KindMemcached, addrs)}, nil
 	}
 	p, err := pickProvider(KindMemcached)
@@ -89,11 +104,15 @@ func startMemcached(lt Lifetime, opts *MemcachedOptions) (*Memcached, error) {
 
 func localMemcached(lt Lifetime, opts *MemcachedOptions) (*Memcached, error) {
 	opts = memcachedDefaults(opts)
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
 	root, err := newWorkDir(lt, "memcached")
 	if err != nil {
 		return nil, err
 	}
-	m := &Memcached{}
+	m := &Memcached{TLS: t}
 	for i := range opts.Servers {
 		dir, err := mkdirAll(filepath.Join(root, "node"+strconv.Itoa(i)))
 		if err != nil {
@@ -104,7 +123,7 @@ func localMemcached(lt Lifetime, opts *MemcachedOptions) (*Memcached, error) {
 			if err != nil {
 				return err
 			}
-			p := newMemcachedProcess(dir, port, opts)
+			p := newMemcachedProcess(dir, port, opts, t)
 			if err := launch(lt, p); err != nil {
 				return err
 			}
@@ -119,19 +138,33 @@ func localMemcached(lt Lifetime, opts *MemcachedOptions) (*Memcached, error) {
 }
 
 // memcachedArgs are memcached's arguments for a server on port, without
-// the user to run as and without opts.Args.
-func memcachedArgs(port int, opts *MemcachedOptions) []string {
+// the user to run as and without opts.Args; tp, when set, makes it accept
+// TLS connections only, with those files.
+func memcachedArgs(port int, opts *MemcachedOptions, tp *tlsPaths) []string {
 	args := []string{"-l", "127.0.0.1", "-p", strconv.Itoa(port), "-U", "0",
 		"-m", strconv.Itoa(opts.MemoryMB), "-t", "2", "-c", "1024"}
 	if opts.NoEvict {
 		args = append(args, "-M")
 	}
+	if tp != nil {
+		verify := 0 // none asked for
+		if tp.clientAuth {
+			verify = 2 // required
+		}
+		args = append(args, "-Z", "-o", fmt.Sprintf("ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=%d",
+			tp.cert, tp.key, tp.ca, verify))
+	}
 	return args
 }
 
-func newMemcachedProcess(dir string, port int, opts *MemcachedOptions) *process {
+func newMemcachedProcess(dir string, port int, opts *MemcachedOptions, t *TLS) *process {
 	addr := hostPort(port)
-	argv := append([]string{"memcached"}, memcachedArgs(port, opts)...)
+	var tp *tlsPaths
+	if t != nil {
+		p := t.hostPaths()
+		tp = &p
+	}
+	argv := append([]string{"memcached"}, memcachedArgs(port, opts, tp)...)
 	if os.Geteuid() == 0 {
 		// memcached refuses to run as root without naming a user.
 		name := "root"
@@ -147,19 +180,26 @@ func newMemcachedProcess(dir string, port int, opts *MemcachedOptions) *process 
 		argv:    argv,
 		dir:     dir,
 		logPath: filepath.Join(dir, "memcached.log"),
-		ready:   func(ctx context.Context) error { return memcachedVersion(ctx, addr) },
+		ready:   func(ctx context.Context) error { return memcachedVersioner(t.probeConfig())(ctx, addr) },
 		timeout: 10 * time.Second,
 	}
 }
 
 // memcachedVersion is the readiness probe: "version" answers "VERSION x".
 func memcachedVersion(ctx context.Context, addr string) error {
-	reply, err := textDo(ctx, addr, "version\r\n", func(r string) bool { return strings.HasSuffix(r, "\n") })
-	if err != nil {
-		return err
+	return memcachedVersioner(nil)(ctx, addr)
+}
+
+// memcachedVersioner is memcachedVersion over TLS with tc (plain when nil).
+func memcachedVersioner(tc *tls.Config) func(ctx context.Context, addr string) error {
+	return func(ctx context.Context, addr string) error {
+		reply, err := textDoTLS(ctx, addr, tc, "version\r\n", func(r string) bool { return strings.HasSuffix(r, "\n") })
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(reply, "VERSION ") {
+			return fmt.Errorf("version replied %q", reply)
+		}
+		return nil
 	}
-	if !strings.HasPrefix(reply, "VERSION ") {
-		return fmt.Errorf("version replied %q", reply)
-	}
-	return nil
 }

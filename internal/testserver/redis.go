@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -31,6 +32,12 @@ type RedisOptions struct {
 	// Args are extra redis-server arguments, e.g. "--maxmemory", "10mb".
 	// Ignored for external servers.
 	Args []string
+
+	// TLS, if set, makes the server accept TLS connections only (port 0,
+	// tls-port), with a throwaway CA; Redis.TLS has the clients' files.
+	// A test asking for it is skipped on an external server
+	// (DLOCK_REDIS_ADDR), whose TLS the harness does not configure.
+	TLS *TLSOptions
 }
 
 // Redis is a single Redis server.
@@ -39,6 +46,9 @@ type Redis struct {
 	// Username and Password of the ACL user from RedisOptions.User; empty
 	// when none was asked for.
 	Username, Password string
+	// TLS has the PEM files of a server started with RedisOptions.TLS,
+	// nil otherwise.
+	TLS *TLS
 }
 
 // StartRedis returns a Redis server for this test alone: the one named by
@@ -48,6 +58,9 @@ type Redis struct {
 func StartRedis(tb testing.TB, opts *RedisOptions) *Redis {
 	tb.Helper()
 	skipShort(tb)
+	if opts != nil && opts.TLS != nil && envAddrs(KindRedis) != nil {
+		tb.Skipf("testserver: the test needs a TLS server; %s names one whose TLS the harness does not configure", EnvRedisAddr)
+	}
 	r, err := startRedis(tb, opts)
 	if err != nil {
 		tb.Fatal(err)
@@ -76,6 +89,9 @@ func startRedis(lt Lifetime, opts *RedisOptions) (*Redis, error) {
 		opts = &RedisOptions{}
 	}
 	if addrs := envAddrs(KindRedis); addrs != nil {
+		if opts.TLS != nil {
+			return nil, fmt.Errorf("testserver: RedisOptions.TLS on a server from %s", EnvRedisAddr)
+		}
 		return externalRedis(lt, addrs[0], opts)
 	}
 	p, err := pickProvider(KindRedis)
@@ -119,6 +135,9 @@ func localRedis(lt Lifetime, opts *RedisOptions) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.TLS, err = newTLS(lt, opts.TLS); err != nil {
+		return nil, err
+	}
 	dir, err := newWorkDir(lt, "redis")
 	if err != nil {
 		return nil, err
@@ -129,7 +148,10 @@ func localRedis(lt Lifetime, opts *RedisOptions) (*Redis, error) {
 			return err
 		}
 		conf := redisBaseConf(port, dir, opts.Persistence) + r.userConf(opts)
-		p, err := newRedisProcess(dir, port, conf, opts.Args, redisPing)
+		if r.TLS != nil {
+			conf += redisTLSConf(port, r.TLS.hostPaths())
+		}
+		p, err := newRedisProcess(dir, port, conf, opts.Args, redisPinger(r.TLS.probeConfig()))
 		if err != nil {
 			return err
 		}
@@ -178,6 +200,17 @@ func redisBaseConf(port int, dir string, persistence bool) string {
 	return b.String()
 }
 
+// redisTLSConf moves a server's clients from port to tls-port (the same
+// number) and gives it the TLS files.
+func redisTLSConf(port int, p tlsPaths) string {
+	auth := "no"
+	if p.clientAuth {
+		auth = "yes"
+	}
+	return fmt.Sprintf("port 0\ntls-port %d\ntls-cert-file %q\ntls-key-file %q\ntls-ca-cert-file %q\ntls-auth-clients %s\n",
+		port, p.cert, p.key, p.ca, auth)
+}
+
 // newRedisProcess writes conf as redis.conf in dir and returns the process
 // (not yet started); ready is called with the node's address.
 func newRedisProcess(dir string, port int, conf string, args []string, ready func(ctx context.Context, addr string) error) (*process, error) {
@@ -198,15 +231,20 @@ func newRedisProcess(dir string, port int, conf string, args []string, ready fun
 }
 
 // redisPing is the readiness probe: PING answers PONG (not LOADING).
-func redisPing(ctx context.Context, addr string) error {
-	reply, err := respDo(ctx, addr, "PING")
-	if err != nil {
-		return err
+func redisPing(ctx context.Context, addr string) error { return redisPinger(nil)(ctx, addr) }
+
+// redisPinger is redisPing over TLS with tc (plain when nil).
+func redisPinger(tc *tls.Config) func(ctx context.Context, addr string) error {
+	return func(ctx context.Context, addr string) error {
+		reply, err := respDoTLS(ctx, addr, tc, "PING")
+		if err != nil {
+			return err
+		}
+		if reply != "PONG" {
+			return fmt.Errorf("PING replied %q", reply)
+		}
+		return nil
 	}
-	if reply != "PONG" {
-		return fmt.Errorf("PING replied %q", reply)
-	}
-	return nil
 }
 
 func randomHex(n int) string {

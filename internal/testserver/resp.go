@@ -3,9 +3,9 @@ package testserver
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -15,8 +15,12 @@ import (
 // reply as a string (status, integer or bulk). An error reply is an error.
 // The harness speaks this much RESP itself so it needs no client library.
 func respDo(ctx context.Context, addr string, args ...string) (string, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	return respDoTLS(ctx, addr, nil, args...)
+}
+
+// respDoTLS is respDo over TLS with tc (plain TCP when tc is nil).
+func respDoTLS(ctx context.Context, addr string, tc *tls.Config, args ...string) (string, error) {
+	conn, err := probeDial(ctx, addr, tc)
 	if err != nil {
 		return "", err
 	}
@@ -66,8 +70,12 @@ func respDo(ctx context.Context, addr string, args ...string) (string, error) {
 // words) and reads the reply until the server closes the connection or a
 // line satisfying done arrives.
 func textDo(ctx context.Context, addr, cmd string, done func(reply string) bool) (string, error) {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	return textDoTLS(ctx, addr, nil, cmd, done)
+}
+
+// textDoTLS is textDo over TLS with tc (plain TCP when tc is nil).
+func textDoTLS(ctx context.Context, addr string, tc *tls.Config, cmd string, done func(reply string) bool) (string, error) {
+	conn, err := probeDial(ctx, addr, tc)
 	if err != nil {
 		return "", err
 	}

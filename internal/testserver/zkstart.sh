@@ -6,8 +6,9 @@
 #   - the official zookeeper image: the upstream tarball under
 #     /apache-zookeeper-*-bin, Java under $JAVA_HOME, logback.xml in /conf;
 #   - the image `make images` builds from Debian packages:
-#     /usr/share/java/zookeeper.jar (its manifest names its dependencies)
-#     and slf4j-simple for logging.
+#     /usr/share/java/zookeeper.jar (its manifest names its dependencies),
+#     slf4j-simple for logging, and netty-codec and netty-resolver, which
+#     the manifest leaves out and a secure client port needs.
 # Used by internal/testserver's docker provider (embedded) and by
 # docker-compose.yml (mounted), so both start ZooKeeper the same way.
 set -eu
@@ -28,6 +29,9 @@ if [ -n "$cp" ]; then
 	fi
 elif [ -f /usr/share/java/zookeeper.jar ]; then
 	cp=/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar
+	for jar in /usr/share/java/netty-codec.jar /usr/share/java/netty-resolver.jar; do
+		if [ -f "$jar" ]; then cp=$cp:$jar; fi
+	done
 else
 	echo "zkstart.sh: no ZooKeeper jars in /apache-zookeeper-*/lib or /usr/share/java" >&2
 	exit 1

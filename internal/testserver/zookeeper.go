@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -21,12 +22,21 @@ type ZooKeeperOptions struct {
 	// sessions.
 	TickTime                             time.Duration
 	MinSessionTimeout, MaxSessionTimeout time.Duration
+	// TLS, if set, makes every server accept TLS connections only: its
+	// client port is a secureClientPort (NettyServerCnxnFactory, PEM key
+	// and trust stores) and there is no plain one; ZooKeeper.TLS has the
+	// clients' files. The ensemble's peers still talk in the clear. A test
+	// asking for it is skipped on external servers (DLOCK_ZOOKEEPER_ADDR).
+	TLS *TLSOptions
 }
 
 // ZooKeeper is a standalone ZooKeeper server or an ensemble. Its hooks act
 // on every node; Node(i) acts on one. Committed data survives Restart.
 type ZooKeeper struct {
 	Group
+	// TLS has the PEM files of servers started with ZooKeeperOptions.TLS,
+	// nil otherwise.
+	TLS *TLS
 }
 
 // StartZooKeeper returns a ZooKeeper service for this test alone: the
@@ -36,6 +46,7 @@ type ZooKeeper struct {
 func StartZooKeeper(tb testing.TB, opts *ZooKeeperOptions) *ZooKeeper {
 	tb.Helper()
 	skipShort(tb)
+	skipExternalTLS(tb, KindZooKeeper, opts)
 	z, err := startZooKeeper(tb, KindZooKeeper, opts)
 	if err != nil {
 		tb.Fatal(err)
@@ -48,6 +59,7 @@ func StartZooKeeper(tb testing.TB, opts *ZooKeeperOptions) *ZooKeeper {
 func StartZooKeeperEnsemble(tb testing.TB, opts *ZooKeeperOptions) *ZooKeeper {
 	tb.Helper()
 	skipShort(tb)
+	skipExternalTLS(tb, KindZooKeeperEnsemble, opts)
 	z, err := startZooKeeper(tb, KindZooKeeperEnsemble, opts)
 	if err != nil {
 		tb.Fatal(err)
@@ -74,6 +86,9 @@ func startZooKeeper(lt Lifetime, kind Kind, opts *ZooKeeperOptions) (*ZooKeeper,
 		opts = &ZooKeeperOptions{}
 	}
 	if addrs := envAddrs(kind); addrs != nil {
+		if opts.TLS != nil {
+			return nil, fmt.Errorf("testserver: ZooKeeperOptions.TLS on servers from %s", EnvZooKeeperAddr)
+		}
 		return &ZooKeeper{Group: externalGroup(kind, addrs)}, nil
 	}
 	p, err := pickProvider(kind)
@@ -86,13 +101,20 @@ func startZooKeeper(lt Lifetime, kind Kind, opts *ZooKeeperOptions) (*ZooKeeper,
 	return p.ZooKeeper(lt, opts)
 }
 
+func skipExternalTLS(tb testing.TB, kind Kind, opts *ZooKeeperOptions) {
+	tb.Helper()
+	if opts != nil && opts.TLS != nil && envAddrs(kind) != nil {
+		tb.Skipf("testserver: the test needs TLS servers; %s names some whose TLS the harness does not configure", EnvZooKeeperAddr)
+	}
+}
+
 // Leader returns the index of the node that leads the ensemble (for a
 // standalone server: 0), asking each node with the srvr command.
 func (z *ZooKeeper) Leader() (int, error) {
 	var errs []error
 	for i, n := range z.Nodes {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		mode, err := zkMode(ctx, n.Addr())
+		mode, err := zkModeTLS(ctx, n.Addr(), z.TLS.probeConfig())
 		cancel()
 		if mode == "leader" || mode == "standalone" {
 			return i, nil
@@ -131,7 +153,12 @@ func (z *ZooKeeper) KillLeader() (int, error) {
 // standalone, leader or follower once the node serves clients. (ruok
 // answers imok before that, so it is not a readiness probe.)
 func zkMode(ctx context.Context, addr string) (string, error) {
-	out, err := textDo(ctx, addr, "srvr", nil)
+	return zkModeTLS(ctx, addr, nil)
+}
+
+// zkModeTLS is zkMode over TLS with tc (plain when nil).
+func zkModeTLS(ctx context.Context, addr string, tc *tls.Config) (string, error) {
+	out, err := textDoTLS(ctx, addr, tc, "srvr", nil)
 	for _, line := range strings.Split(out, "\n") {
 		if mode, ok := strings.CutPrefix(line, "Mode: "); ok {
 			return strings.TrimSpace(mode), nil
@@ -143,9 +170,14 @@ func zkMode(ctx context.Context, addr string) (string, error) {
 	return "", err
 }
 
-func zkServing(ctx context.Context, addr string) error {
-	_, err := zkMode(ctx, addr)
-	return err
+func zkServing(ctx context.Context, addr string) error { return zkServer(nil)(ctx, addr) }
+
+// zkServer is zkServing over TLS with tc (plain when nil).
+func zkServer(tc *tls.Config) func(ctx context.Context, addr string) error {
+	return func(ctx context.Context, addr string) error {
+		_, err := zkModeTLS(ctx, addr, tc)
+		return err
+	}
 }
 
 type zkNode struct {
@@ -159,11 +191,15 @@ func localZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeepe
 	if err != nil {
 		return nil, err
 	}
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
 	root, err := newWorkDir(lt, "zookeeper")
 	if err != nil {
 		return nil, err
 	}
-	z := &ZooKeeper{}
+	z := &ZooKeeper{TLS: t}
 	err = startWithRetry(func() error {
 		ports, err := FreePorts(3 * servers)
 		if err != nil {
@@ -180,7 +216,7 @@ func localZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeepe
 		}
 		procs := make([]*process, servers)
 		for i, n := range nodes {
-			if procs[i], err = newZooKeeperProcess(java, cp, n, nodes, opts); err != nil {
+			if procs[i], err = newZooKeeperProcess(java, cp, n, nodes, opts, t); err != nil {
 				return err
 			}
 		}
@@ -209,7 +245,7 @@ func localZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeepe
 	return z, nil
 }
 
-func newZooKeeperProcess(java, cp string, n zkNode, all []zkNode, opts *ZooKeeperOptions) (*process, error) {
+func newZooKeeperProcess(java, cp string, n zkNode, all []zkNode, opts *ZooKeeperOptions, t *TLS) (*process, error) {
 	dataDir := filepath.Join(n.dir, "data")
 	if _, err := mkdirAll(dataDir); err != nil {
 		return nil, err
@@ -220,7 +256,12 @@ func newZooKeeperProcess(java, cp string, n zkNode, all []zkNode, opts *ZooKeepe
 		}
 	}
 	cfgPath := filepath.Join(n.dir, "zoo.cfg")
-	if err := os.WriteFile(cfgPath, []byte(zkConfig(n, all, opts, dataDir)), 0o644); err != nil {
+	var tp *tlsPaths
+	if t != nil {
+		p := t.hostPaths()
+		tp = &p
+	}
+	if err := os.WriteFile(cfgPath, []byte(zkConfig(n, all, opts, dataDir, tp)), 0o644); err != nil {
 		return nil, fmt.Errorf("testserver: %w", err)
 	}
 	addr := hostPort(n.client)
@@ -232,21 +273,34 @@ func newZooKeeperProcess(java, cp string, n zkNode, all []zkNode, opts *ZooKeepe
 		argv:    argv,
 		dir:     n.dir,
 		logPath: filepath.Join(n.dir, "zookeeper.log"),
-		ready:   func(ctx context.Context) error { return zkServing(ctx, addr) },
+		ready:   func(ctx context.Context) error { return zkServer(t.probeConfig())(ctx, addr) },
 		timeout: 60 * time.Second,
 	}, nil
 }
 
 // zkConfig is node n's zoo.cfg; all lists the ensemble (one node:
-// standalone). An ensemble node also needs dataDir/myid.
-func zkConfig(n zkNode, all []zkNode, opts *ZooKeeperOptions, dataDir string) string {
+// standalone). An ensemble node also needs dataDir/myid. With tp, the
+// client port is a secure one with those files, and there is no plain one.
+func zkConfig(n zkNode, all []zkNode, opts *ZooKeeperOptions, dataDir string, tp *tlsPaths) string {
 	tick := opts.TickTime
 	if tick <= 0 {
 		tick = 500 * time.Millisecond
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "tickTime=%d\ninitLimit=10\nsyncLimit=5\n", tick.Milliseconds())
-	fmt.Fprintf(&b, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", dataDir, n.client)
+	if tp == nil {
+		fmt.Fprintf(&b, "dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n", dataDir, n.client)
+	} else {
+		auth := "none"
+		if tp.clientAuth {
+			auth = "need"
+		}
+		fmt.Fprintf(&b, "dataDir=%s\nsecureClientPort=%d\nsecureClientPortAddress=127.0.0.1\n", dataDir, n.client)
+		b.WriteString("serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n")
+		fmt.Fprintf(&b, "ssl.keyStore.location=%s\nssl.keyStore.type=PEM\n", tp.keyStore)
+		fmt.Fprintf(&b, "ssl.trustStore.location=%s\nssl.trustStore.type=PEM\n", tp.ca)
+		fmt.Fprintf(&b, "ssl.clientAuth=%s\n", auth)
+	}
 	b.WriteString("admin.enableServer=false\n4lw.commands.whitelist=*\nmaxClientCnxns=0\n")
 	// Without fsync a killed server still keeps what it wrote (the page cache
 	// survives the process); only a machine crash would lose it.
