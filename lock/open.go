@@ -69,7 +69,10 @@ func Schemes() []string {
 //	ttl=DURATION      default lease time, e.g. 15s (Options.TTL)
 //	autorenew=BOOL    automatic renewal, default true (Options.DisableAutoRenew)
 //
-// and the parameters its driver documents. Unknown parameters, malformed
+// and the parameters its driver documents. Every network driver (redisnx,
+// rediswatch, memcached, zookeeper) reads the same TLS parameters:
+// tls_ca=FILE, tls_cert=FILE with tls_key=FILE, tls_server_name=NAME and
+// tls_insecure_skip_verify=BOOL; any of them turns TLS on. Unknown parameters, malformed
 // URLs and unknown schemes are errors wrapping ErrInvalid. The Locker owns
 // the clients it opened: Close closes them.
 func Open(ctx context.Context, rawURL string) (Locker, error) {
