@@ -73,18 +73,22 @@
 // The Locker is also a lock.SemLocker: Acquire(ctx, key, limit) and
 // TryAcquire take one of limit permits of a key, in redisnx's layout, so
 // that the two drivers' permits of a key count together. While permits are
-// held, "dlock:{K}" holds "S" and the limit ("S4"), with a PX as long as
-// the longest live permit's, so every lock, share and plain SET NX lock of
-// the key finds it held (and a plain SET NX lock keeps permits out); each
+// held, "dlock:{K}" holds "S" and the limit ("S4"), with a PX at least as
+// long as the longest live permit's, so every lock, share and plain SET
+// NX lock of the key finds it held (and a plain SET NX lock keeps permits
+// out); each
 // permit is a member of "dlock:{K}:s", scored by when it expires on the
 // server's clock. A permit expires on its own (a crashed holder's returns
 // within its TTL); an expired member holds nothing, and "S<N>" with no live
 // member is free for permits. Permits are done as shares are, in the same
 // two round trips: a grant watches the lock key and the counter, counts the
 // live permits with one ZRANGE (the limit-th latest expiry) and takes a
-// fencing token from the key's counter; a refresh or release watches the
-// lock key and the set, and acts on the caller's member alone, keeping the
-// key's PX at the longest permit left. An attempt whose limit differs from
+// fencing token from the key's counter; a refresh watches the lock key and
+// the set, and acts on the caller's member alone. A release removes the
+// caller's member in a transaction that watches nothing, so that other
+// permits granted and returned meanwhile do not abort it; it leaves the
+// key's PX alone, and the release that leaves no live permit deletes the
+// key, in a watched transaction. An attempt whose limit differs from
 // the key's live permits' fails with lock.ErrInvalid and changes nothing,
 // and so does one that finds room but a live permit waiter of another limit
 // first in line (waiters further back are not read). Permit waiters queue in the

@@ -50,11 +50,10 @@ type memberKind struct {
 	// key's PTTL (else it gives no hint).
 	hintQueued bool
 	// A release: with needsMarker, a member counts as held only while the
-	// lock key holds a marker of this kind; with shortenSet, the set's
-	// expiry is shortened with the lock key's; with wakeEach, every release
+	// lock key holds a marker of this kind; with wakeEach, every release
 	// names the first waiter (a member returned leaves room), not only the
 	// release of the last member.
-	needsMarker, shortenSet, wakeEach bool
+	needsMarker, wakeEach bool
 }
 
 // memberKindOf is the kind of l, a share or a permit.
@@ -271,27 +270,51 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 }
 
 // releaseMember ends owner's member grant of kind k on lk, in two round
-// trips:
+// trips. The first watches the lock key and the set and reads them:
 //
-//	WATCH lock set; [SET tombstone]; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; LRANGE queue 0 0
-//	MULTI; ZREM set owner; ZREMRANGEBYSCORE set (expired); [PEXPIRE lock[, set] to the last live member];
-//	       [PUBLISH to the first waiter (or "" on the key's channel)]; EXEC      (other members live)
-//	MULTI; ZREM set owner; DEL lock set; PUBLISH to the first waiter (or "" on the key's channel); EXEC   (the last)
+//	WATCH lock set; [SET tombstone]; GET lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; LRANGE queue 0 0
+//
+// The second is one of three transactions. When other members are live,
+// the release needs no watch, so that grants and renewals of the others,
+// which write the set, do not abort it:
+//
+//	UNWATCH; MULTI; ZREMRANGEBYSCORE set (expired); ZREM set owner; ZRANGE set 0 0;
+//	         [PUBLISH to the first waiter (or "" on the key's channel)]; EXEC
+//
+// It removes owner's member and the members expired at the read, whatever
+// else changed since, and leaves the lock key alone: grants and renewals
+// only ever lengthen its PX (see extendMember), so it covers the members
+// left, as it covered them with owner's. (It is not shortened to the
+// longest member left, which would need the set watched: an exclusive
+// attempt sees the marker until the last member's release deletes it, or
+// until the PX runs out when the last members expire unreleased.) The transaction is atomic,
+// so of concurrent releases the last one to run finds the set empty
+// (ZRANGE), and only that one deletes the key, with dropMembers (two round
+// trips more, only then). When owner's member is the last live one, the
+// release deletes the key in the watched transaction, as the read allows:
+//
+//	MULTI; ZREM set owner; DEL lock set; PUBLISH to the first waiter (or "" on the key's channel); EXEC
+//
+// a grant or a renewal since the read aborts it, and it is tried again
+// (the next read finds the new member live). When the lock key is gone or
+// holds another grant, owner's member is removed and the key left alone:
+//
+//	UNWATCH; MULTI; ZREM set owner; EXEC
 //
 // No release hands the key over: the first waiter is named (it comes in
 // with its own attempt, and wakes the one behind it), or, with no one
 // queued, the key's channel is told, for waiters of other kinds (redisnx's,
 // retry strategies). It returns driver.ErrNotHeld when owner had no live
-// member (see memberKind.needsMarker); an expired one is removed all the
-// same, and so is one whose lock key is gone or holds another grant, which
-// is left alone.
+// member at the read (see memberKind.needsMarker), or it was gone by the
+// EXEC; an expired member is removed all the same.
 func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owner, tomb string, tombLife time.Duration) error {
 	set, wq := k.set(lk), waitQueue(lk)
-	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
-		var held bool
-		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	var held, emptied bool
+	err := d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
+		held, emptied = false, false
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var (
-				st    *memberState
+				st    memberState
 				score *redis.FloatCmd
 				line  *redis.StringSliceCmd
 			)
@@ -299,7 +322,8 @@ func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owne
 				if tomb != "" {
 					p.Set(ctx, tomb, "", tombLife)
 				}
-				st = readMembers(ctx, p, lk, set)
+				st.get, st.now = p.Get(ctx, lk), p.Time(ctx)
+				st.top = p.ZRangeWithScores(ctx, set, -2, -1)
 				score = p.ZScore(ctx, set, owner)
 				line = p.LRange(ctx, wq, 0, 0)
 			})
@@ -313,40 +337,106 @@ func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owne
 			now := st.nowMS()
 			marked := st.get.Err() == nil && k.marks(st.get.Val())
 			held = (marked || !k.needsMarker) && int64(score.Val()) >= now
-			last, others := st.liveOther(owner)
+			_, others := st.liveOther(owner)
+			d.hook("release", lk)
+			if marked && !others {
+				return exec(ctx, tx, func(p redis.Pipeliner) {
+					p.ZRem(ctx, set, owner)
+					p.Del(ctx, lk, set)
+					p.Do(ctx, wakeCmd(lk, line.Val())...)
+				})
+			}
+			cmds := [][]any{{"zrem", set, owner}}
+			if marked {
+				cmds = [][]any{
+					{"zremrangebyscore", set, "-inf", "(" + strconv.FormatInt(now, 10)},
+					cmds[0],
+					{"zrange", set, 0, 0},
+				}
+				if k.wakeEach {
+					cmds = append(cmds, wakeCmd(lk, line.Val()))
+				}
+			}
+			replies, err := execUnwatched(ctx, tx, cmds...)
+			if err != nil {
+				return err
+			}
+			if !marked {
+				held = held && replies[0] == int64(1)
+				return nil
+			}
+			held = held && replies[1] == int64(1)
+			left, _ := replies[2].([]any)
+			emptied = len(left) == 0
+			return nil
+		})
+	})
+	if err == nil && emptied {
+		d.dropMembers(ctx, k, lk)
+	}
+	if err == nil && !held {
+		err = driver.ErrNotHeld
+	}
+	return err
+}
+
+// wakeCmd is the PUBLISH that names the first waiter of line (LRANGE queue
+// 0 0), or tells the key's channel "" when no one is queued, as arguments
+// for execUnwatched.
+func wakeCmd(lk string, line []string) []any {
+	if len(line) == 0 {
+		return []any{"publish", channel(lk), ""}
+	}
+	o, in := splitElem(line[0])
+	if in == "" {
+		in = channel(lk)
+	}
+	return []any{"publish", in, o}
+}
+
+// dropMembers deletes the lock key lk and the set of kind k when lk holds
+// the kind's marker and no member is live, after a release that left the
+// set empty (see releaseMember), in two round trips:
+//
+//	WATCH lock set; GET lock; TIME; ZRANGE set -1 -1 WITHSCORES; LRANGE queue 0 0
+//	MULTI; DEL lock set; PUBLISH to the first waiter (or "" on the key's channel); EXEC
+//
+// or UNWATCH when a member came in meanwhile (or the key is gone, or
+// another grant's). An aborted transaction (a grant came in) is tried
+// again, up to d.maxAttempts times; the release it follows is done either
+// way, so a failure is not returned: the marker left with no live member
+// is free for the kind's grants, and for others when its PX runs out.
+func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string) {
+	set, wq := k.set(lk), waitQueue(lk)
+	for n := 1; n <= d.maxAttempts && ctx.Err() == nil; n++ {
+		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var (
+				st   memberState
+				line *redis.StringSliceCmd
+			)
+			err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
+				st.get, st.now = p.Get(ctx, lk), p.Time(ctx)
+				st.top = p.ZRangeWithScores(ctx, set, -1, -1)
+				line = p.LRange(ctx, wq, 0, 0)
+			})
+			if err != nil {
+				return err
+			}
+			if _, live := st.liveOther(""); live || st.get.Err() != nil || !k.marks(st.get.Val()) {
+				unwatch(ctx, tx)
+				return nil
+			}
 			d.hook("release", lk)
 			return exec(ctx, tx, func(p redis.Pipeliner) {
-				p.ZRem(ctx, set, owner)
-				if !marked {
-					return // the lock key is gone, or another grant's
-				}
-				if others {
-					p.ZRemRangeByScore(ctx, set, "-inf", "("+strconv.FormatInt(now, 10))
-					if rest := last - now; rest > 0 && rest < st.pttl.Val().Milliseconds() {
-						p.Do(ctx, "pexpire", lk, rest)
-						if k.shortenSet {
-							p.Do(ctx, "pexpire", set, rest)
-						}
-					}
-					if !k.wakeEach {
-						return
-					}
-				} else {
-					p.Del(ctx, lk, set)
-				}
-				if q := line.Val(); len(q) > 0 {
-					o, in := splitElem(q[0])
-					publishTo(ctx, p, lk, in, o)
-				} else {
-					p.Publish(ctx, channel(lk), "")
-				}
+				p.Del(ctx, lk, set)
+				p.Do(ctx, wakeCmd(lk, line.Val())...)
 			})
 		})
-		if err == nil && !held {
-			err = driver.ErrNotHeld
+		if !errors.Is(err, errAborted) {
+			return
 		}
-		return err
-	})
+		d.stats.releaseAborts.Add(1)
+	}
 }
 
 // extendMember extends owner's live member grant of kind k on lk, whose

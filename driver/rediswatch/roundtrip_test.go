@@ -182,7 +182,9 @@ func ownerOf(t *testing.T, rdb redis.UniversalClient, key string) string {
 // grants onto a free key, beside longer and shorter members, onto a key
 // held otherwise; refreshes that lengthen the lock key or not; Resume;
 // releases of the longest member, of a shorter one, of the last one, and by
-// a stranger. (TestPermitRoundTrips covers the permits' main line.)
+// a stranger, of a member whose lock key was deleted, and of one that finds
+// the set emptied meanwhile. (TestPermitRoundTrips covers the permits' main
+// line.)
 func TestMemberRoundTrips(t *testing.T) {
 	d, rdb, rec := recordedDriver(t)
 	ctx := testCtx(t)
@@ -206,7 +208,10 @@ func TestMemberRoundTrips(t *testing.T) {
 			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Shared, TTL: ttl}
 		}
 		rec.take()
-		const read = "watch get pttl time zrange get lrange exists"
+		const (
+			read    = "watch get pttl time zrange get lrange exists"
+			release = "watch get time zrange zscore lrange"
+		)
 		a, b, c := share(20*time.Second), share(10*time.Second), share(30*time.Second)
 		must(d.Acquire(ctx, a))
 		check("grant on a free key", read, "multi set zremrangebyscore zadd pexpire set exec")
@@ -232,17 +237,29 @@ func TestMemberRoundTrips(t *testing.T) {
 		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("release by a stranger: %v", err)
 		}
-		check("release by a stranger", "watch get pttl time zrange zscore lrange", "unwatch")
+		check("release by a stranger", release, "unwatch")
+		pttl := rdb.PTTL(ctx, d.LockKey(k)).Val()
+		rec.take()
 		must(d.Release(ctx, b))
-		check("release of the longest share", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore pexpire exec")
-		// The lock key's PTTL cut below the longest share's (within a
-		// millisecond of it, whether a release shortens it depends on timing).
-		rdb.PExpire(ctx, d.LockKey(k), 15*time.Second)
+		check("release of the longest share", release, "unwatch multi zremrangebyscore zrem zrange exec")
+		// The lock key keeps its PX: no release shortens it (it covers the
+		// shares left, as it covered b).
+		if left := rdb.PTTL(ctx, d.LockKey(k)).Val(); left < pttl-time.Second {
+			t.Errorf("lock key PTTL %v after the longest share's release, was %v; want it kept", left, pttl)
+		}
 		rec.take()
 		must(d.Release(ctx, a))
-		check("release of a shorter share", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore exec")
+		check("release of a shorter share", release, "unwatch multi zremrangebyscore zrem zrange exec")
 		must(d.Release(ctx, c))
-		check("release of the last share", "watch get pttl time zrange zscore lrange", "multi zrem del publish exec")
+		check("release of the last share", release, "multi zrem del publish exec")
+		// A share whose lock key was deleted: its member is removed, and
+		// the key left alone.
+		gone := share(10 * time.Second)
+		must(d.Acquire(ctx, gone))
+		rdb.Del(ctx, d.LockKey(k))
+		rec.take()
+		must(d.Release(ctx, gone))
+		check("release of a share whose lock key was deleted", release, "unwatch multi zrem exec")
 		w := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second}
 		must(d.Acquire(ctx, w))
 		rec.take()
@@ -260,7 +277,10 @@ func TestMemberRoundTrips(t *testing.T) {
 			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: limit, TTL: ttl}
 		}
 		rec.take()
-		const read = "watch get pttl time zrange zrange get lrange exists"
+		const (
+			read    = "watch get pttl time zrange zrange get lrange exists"
+			release = "watch get time zrange zscore lrange"
+		)
 		a, b, c := permit(3, 10*time.Second), permit(3, 20*time.Second), permit(3, 5*time.Second)
 		must(d.Acquire(ctx, a))
 		check("grant on a free key", read, "multi del set zadd pexpire set exec")
@@ -283,15 +303,33 @@ func TestMemberRoundTrips(t *testing.T) {
 		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("release by a stranger: %v", err)
 		}
-		check("release by a stranger", "watch get pttl time zrange zscore lrange", "unwatch")
-		rdb.PExpire(ctx, d.LockKey(k), 15*time.Second) // as for shares
-		rec.take()
+		check("release by a stranger", release, "unwatch")
 		must(d.Release(ctx, c))
-		check("release of a shorter permit", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore publish exec")
+		check("release of a shorter permit", release, "unwatch multi zremrangebyscore zrem zrange publish exec")
 		must(d.Release(ctx, b))
-		check("release of the longest permit", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore pexpire pexpire publish exec")
+		check("release of the longest permit", release, "unwatch multi zremrangebyscore zrem zrange publish exec")
 		must(d.Release(ctx, a))
-		check("release of the last permit", "watch get pttl time zrange zscore lrange", "multi zrem del publish exec")
+		check("release of the last permit", release, "multi zrem del publish exec")
+		// Two permits, one of which goes (here, is deleted) between the
+		// other's read and its EXEC: that release finds the set empty and
+		// deletes the key in a transaction of its own.
+		a, b = permit(3, 10*time.Second), permit(3, 10*time.Second)
+		must(d.Acquire(ctx, a))
+		must(d.Acquire(ctx, b))
+		admin := standalone(t) // not recorded
+		vanish := func(op, lk string) {
+			if op == "release" {
+				admin.ZRem(context.Background(), permitsKey(lk), b.Owner)
+			}
+		}
+		d.beforeExec.Store(&vanish)
+		rec.take()
+		err = d.Release(ctx, a)
+		d.beforeExec.Store(nil)
+		must(err)
+		check("release that leaves the set empty", release, "unwatch multi zremrangebyscore zrem zrange publish exec",
+			"watch get time zrange lrange", "multi del publish exec")
+		assertGone(t, rdb, "after the release that emptied the set", d.LockKey(k), permitsKey(d.LockKey(k)))
 		w := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second}
 		must(d.Acquire(ctx, w))
 		rec.take()
