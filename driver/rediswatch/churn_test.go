@@ -148,6 +148,27 @@ func TestMemberChurn(t *testing.T) {
 	})
 }
 
+// A permit or a share renewed in a loop while others churn on the key is
+// renewed every time: a renewal does not abort when other grants of the
+// key come and go, so none gives up with ErrConflict (lock would count it a
+// failed renewal).
+func TestMemberRefreshChurn(t *testing.T) {
+	t.Run("permits", func(t *testing.T) {
+		k := testKey(t)
+		r := churn(t, 16, true, func(ctx context.Context, l lock.Locker) (*lock.Lease, error) {
+			return l.(lock.SemLocker).Acquire(ctx, k, 4)
+		})
+		checkChurn(t, "16 contenders for 4 permits, one refreshing", r, 4)
+	})
+	t.Run("shares", func(t *testing.T) {
+		k := testKey(t)
+		r := churn(t, 16, true, func(ctx context.Context, l lock.Locker) (*lock.Lease, error) {
+			return l.(lock.RWLocker).RLock(ctx, k)
+		})
+		checkChurn(t, "16 readers, one refreshing", r, 0)
+	})
+}
+
 // checkChurn fails t unless churn's contenders, limit of whom (0: any
 // number) may hold the key at once, made grants, and no Unlock nor Refresh
 // failed.

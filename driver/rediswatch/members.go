@@ -41,9 +41,10 @@ type memberKind struct {
 	// claim queues the writes of a grant to the lock key and the set that
 	// come before its ZADD.
 	claim func(ctx context.Context, p redis.Pipeliner, lk, set string, g *grantPlan)
-	// stretch queues the writes of a renewal to the expiry of the lock key
-	// and the set, after its ZADD XX has set owner's member to expire in
-	// ttl (ms).
+	// stretch queues the writes of a watched renewal (extendMemberWatched,
+	// on a server without PEXPIRE's GT) to the expiry of the lock key and
+	// the set, after its ZADD XX has set owner's member to expire in ttl
+	// (ms).
 	stretch func(ctx context.Context, p redis.Pipeliner, lk, set string, st *memberState, owner string, ttl int64)
 	// hintQueued: an attempt that joins the queue because waiters are
 	// queued first, though the key has room for it, hints at the lock
@@ -440,17 +441,174 @@ func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string)
 }
 
 // extendMember extends owner's live member grant of kind k on lk, whose
-// lock key must hold k.marker, to ttl from now, and the expiry of the lock
-// key and the set as k.stretch says; with minToken > 0, only if the fencing
-// counter has reached it (Resume). op names the operation (its hook, and
-// its error when it gives up):
+// lock key must hold k.marker, to ttl from now, and the lock key and the
+// set to expire no sooner; with minToken > 0, only if the fencing counter
+// has reached it (Resume). op names the operation (its hook, and its error
+// when it gives up). It watches nothing, so that grants and releases of
+// other members meanwhile do not abort it, in two round trips:
+//
+//	GET lock; TIME; ZSCORE set owner; [GET counter]
+//	UNWATCH; MULTI; ZSCORE set owner; TIME; ZADD set XX expiry owner;
+//	         PEXPIRE lock ttl GT; PEXPIRE set ttl GT; GET lock; EXEC
+//
+// (UNWATCH, for a Ring, whose client sends WATCH lock first.) Whatever
+// happened since the read, the transaction tells, as it runs, whether
+// owner's member was still live (its score before the ZADD, against TIME)
+// and the lock key still held the marker (GET); the refresh succeeds only
+// if both held, and its writes were then what a watched transaction would
+// have done:
+//   - ZADD XX changes owner's member only, and only while it is in the
+//     set: a member removed meanwhile (by a release of the key, or by the
+//     ZREMRANGEBYSCORE of a grant that found it expired) is not taken back.
+//   - PEXPIRE ... GT only lengthens: the lock key and the set cover every
+//     other live member before, and still do; no grant, refresh or release
+//     shortens them (see releaseMember), so no stale read cuts them.
+//
+// Otherwise the refresh returns driver.ErrNotHeld. A member that had
+// expired by the EXEC (a grant may have counted it out and taken its
+// place) or whose lock key went to another grant was taken back by the
+// ZADD: it is removed again (UNWATCH; MULTI; ZREM; ZRANGE set 0 0; EXEC, a
+// round trip more; and dropMembers, if that left the set empty). Until
+// then it is one member too many, which keeps grants out (no holder counts
+// on it), and PEXPIRE ... GT may have lengthened the lock key, which only
+// delays those waiting for it.
+//
+// PEXPIRE's GT needs Redis 7.0. A server that refuses it makes the driver
+// fall back, for this call and every later one, to extendMemberWatched,
+// which watches the lock key and the set (and is aborted by grants of other
+// members).
+func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+	if d.noExpireGT.Load() {
+		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken)
+	}
+	set := k.set(lk)
+	ttlMS := px(ttl).Milliseconds()
+	var taken bool // owner's member was taken back, though not held
+	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		taken = false
+		var (
+			get, counter *redis.StringCmd
+			now          *redis.TimeCmd
+			score        *redis.FloatCmd
+		)
+		err := read(ctx, tx, func(p redis.Pipeliner) {
+			get, now, score = p.Get(ctx, lk), p.Time(ctx), p.ZScore(ctx, set, owner)
+			if minToken > 0 {
+				counter = p.Get(ctx, counterKey(lk))
+			}
+		})
+		if err != nil {
+			return err
+		}
+		nowMS := now.Val().UnixMilli()
+		if get.Err() != nil || get.Val() != k.marker || score.Err() != nil || int64(score.Val()) < nowMS {
+			return driver.ErrNotHeld
+		}
+		if counter != nil {
+			if c, err := counter.Uint64(); err == nil && c < minToken {
+				return driver.ErrNotHeld
+			}
+		}
+		d.hook(op, lk)
+		const firstGT, lastGT = 3, 4 // the PEXPIRE ... GT commands
+		replies, err := execUnwatched(ctx, tx,
+			[]any{"zscore", set, owner},
+			[]any{"time"},
+			[]any{"zadd", set, "xx", nowMS + ttlMS, owner},
+			[]any{"pexpire", lk, ttlMS, "gt"},
+			[]any{"pexpire", set, ttlMS, "gt"},
+			[]any{"get", lk},
+		)
+		var ce *cmdError
+		if errors.As(err, &ce) && ce.i >= firstGT && ce.i <= lastGT {
+			return errNoExpireGT
+		}
+		if err != nil {
+			return err
+		}
+		was, ok := replyFloat(replies[0])
+		if !ok {
+			return driver.ErrNotHeld // the member is gone: the ZADD did nothing
+		}
+		at, err := replyTime(replies[1])
+		if err != nil {
+			return err
+		}
+		if v, _ := replies[5].(string); v != k.marker || int64(was) < at.UnixMilli() {
+			taken = true
+			return driver.ErrNotHeld
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNoExpireGT):
+		d.noExpireGT.Store(true)
+		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken)
+	case taken:
+		d.dropTaken(ctx, k, lk, owner)
+	}
+	return redisx.WithCtx(ctx, err)
+}
+
+// errNoExpireGT is a refusal of PEXPIRE's GT option (before Redis 7.0).
+var errNoExpireGT = errors.New("rediswatch: PEXPIRE GT refused")
+
+// dropTaken removes owner's member of kind k on lk, which holds nothing: a
+// refresh took it back after it had expired, or after its lock key had gone
+// to another grant. If that leaves the set empty, dropMembers deletes a
+// stale marker.
+func (d *watchDriver) dropTaken(ctx context.Context, k *memberKind, lk, owner string) {
+	set := k.set(lk)
+	var emptied bool
+	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		replies, err := execUnwatched(ctx, tx, []any{"zrem", set, owner}, []any{"zrange", set, 0, 0})
+		if err == nil {
+			left, _ := replies[1].([]any)
+			emptied = len(left) == 0
+		}
+		return err
+	})
+	if err == nil && emptied {
+		d.dropMembers(ctx, k, lk)
+	}
+}
+
+// replyFloat reads a ZSCORE reply of execUnwatched: a double (RESP3) or a
+// bulk string (RESP2); false for nil (no such member).
+func replyFloat(r any) (float64, bool) {
+	switch v := r.(type) {
+	case float64:
+		return v, true
+	case string:
+		f, err := strconv.ParseFloat(v, 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// replyTime reads a TIME reply of execUnwatched: seconds and microseconds.
+func replyTime(r any) (time.Time, error) {
+	if v, ok := r.([]any); ok && len(v) == 2 {
+		s, _ := v[0].(string)
+		us, _ := v[1].(string)
+		sec, err1 := strconv.ParseInt(s, 10, 64)
+		usec, err2 := strconv.ParseInt(us, 10, 64)
+		if err1 == nil && err2 == nil {
+			return time.Unix(sec, usec*1000), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("rediswatch: TIME replied %v", r)
+}
+
+// extendMemberWatched is extendMember on a server without PEXPIRE's GT
+// option (before Redis 7.0): its transaction watches the lock key and the
+// set, so that the lock key's PX it sets (k.stretch: the longest of the
+// live members, at least the caller's) is still right at the EXEC, and
+// it is tried again when a grant or a release of another member aborts it:
 //
 //	WATCH lock set; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; [GET counter]
 //	MULTI; ZADD set XX expiry owner; <stretch>; EXEC
-//
-// The set is watched, so a member granted meanwhile (whose grant need not
-// touch the lock key) aborts the transaction, which is tried again.
-func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
 	set := k.set(lk)
 	ttlMS := px(ttl).Milliseconds()
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {

@@ -3,6 +3,7 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -201,6 +202,12 @@ func TestMemberRoundTrips(t *testing.T) {
 		return check, must
 	}
 
+	// A member's refresh and resume: the read, then the transaction.
+	const (
+		refresh = "get time zscore"
+		extend  = "unwatch multi zscore time zadd pexpire pexpire get exec"
+	)
+
 	t.Run("shared", func(t *testing.T) {
 		check, must := helpers(t)
 		k := testKey(t)
@@ -219,15 +226,24 @@ func TestMemberRoundTrips(t *testing.T) {
 		check("grant beside a longer share", read, "multi zremrangebyscore zadd pexpire set exec")
 		must(d.Acquire(ctx, c))
 		check("grant beside shorter shares", read, "multi set zremrangebyscore zadd pexpire set exec")
+		// A refresh lengthens the lock key and the set (PEXPIRE ... GT),
+		// never shortens them.
+		lkPTTL := func() time.Duration { t.Helper(); v := rdb.PTTL(ctx, d.LockKey(k)).Val(); rec.take(); return v }
 		_, err := d.Refresh(ctx, b, 10*time.Second)
 		must(err)
-		check("refresh within the lock key's PTTL", "watch get pttl time zrange zscore", "multi zadd pexpire exec")
+		check("refresh within the lock key's PTTL", refresh, extend)
+		if pttl := lkPTTL(); pttl < 25*time.Second {
+			t.Errorf("lock key PTTL %v after a refresh to 10s beside a share of 30s; want it kept", pttl)
+		}
 		_, err = d.Refresh(ctx, b, 40*time.Second)
 		must(err)
-		check("refresh past the lock key's PTTL", "watch get pttl time zrange zscore", "multi zadd pexpire pexpire exec")
+		check("refresh past the lock key's PTTL", refresh, extend)
+		if pttl := lkPTTL(); pttl < 39*time.Second {
+			t.Errorf("lock key PTTL %v after a refresh to 40s; want 40s", pttl)
+		}
 		resume := *a
 		must(d.Resume(ctx, &resume))
-		check("resume", "watch get pttl time zrange zscore get", "multi zadd pexpire exec")
+		check("resume", refresh+" get", extend)
 		if err := d.Release(ctx, share(time.Second)); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("release by a stranger: %v", err)
 		}
@@ -294,10 +310,10 @@ func TestMemberRoundTrips(t *testing.T) {
 		check("grant of another limit", read, "unwatch")
 		_, err := d.Refresh(ctx, c, 5*time.Second)
 		must(err)
-		check("refresh", "watch get pttl time zrange zscore", "multi zadd pexpire pexpire exec")
+		check("refresh", refresh, extend)
 		resume := *a
 		must(d.Resume(ctx, &resume))
-		check("resume", "watch get pttl time zrange zscore get", "multi zadd pexpire pexpire exec")
+		check("resume", refresh+" get", extend)
 		stranger := permit(3, time.Second)
 		stranger.Token = 1
 		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
@@ -339,4 +355,157 @@ func TestMemberRoundTrips(t *testing.T) {
 		check("grant of a key a writer holds", read, "unwatch pttl")
 		must(d.Release(ctx, w))
 	})
+}
+
+// A member's refresh reads without WATCH, so its transaction may run after
+// the member or its lock key changed; it then returns ErrNotHeld, and
+// leaves no member that holds nothing: a member removed meanwhile (as a
+// grant that counted it expired removes it) is not taken back; one that
+// expired by the EXEC (a grant may have counted it out), or whose lock key
+// went to another grant, is removed again.
+func TestMemberRefreshRaces(t *testing.T) {
+	d, _, rec := recordedDriver(t)
+	ctx := testCtx(t)
+	admin := standalone(t) // not recorded
+	const (
+		refresh = "get time zscore"
+		extend  = "unwatch multi zscore time zadd pexpire pexpire get exec"
+		drop    = "unwatch multi zrem zrange exec"
+	)
+	race := func(f func(lk string)) {
+		hook := func(op, lk string) {
+			if op == "refresh" {
+				f(lk)
+			}
+		}
+		d.beforeExec.Store(&hook)
+	}
+	t.Cleanup(func() { d.beforeExec.Store(nil) })
+
+	k := testKey(t)
+	lk := d.LockKey(k)
+	sk := permitsKey(lk)
+	ls := make([]*driver.Lease, 3)
+	for i := range ls {
+		ls[i] = &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: 3, TTL: 10 * time.Second}
+		if err := d.Acquire(ctx, ls[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b, c := ls[0], ls[1], ls[2]
+	gone := func(what string, l *driver.Lease) {
+		t.Helper()
+		if err := admin.ZScore(ctx, sk, l.Owner).Err(); !errors.Is(err, redis.Nil) {
+			t.Errorf("%s: the member is in the set (ZSCORE err %v), want it gone", what, err)
+		}
+	}
+	rec.take()
+
+	race(func(string) { admin.ZRem(ctx, sk, a.Owner) })
+	if _, err := d.Refresh(ctx, a, 10*time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Refresh of a permit removed meanwhile: err = %v, want ErrNotHeld", err)
+	}
+	rec.check(t, "refresh of a permit removed meanwhile", refresh, extend)
+	gone("a permit removed meanwhile", a)
+
+	race(func(string) {
+		admin.ZAddXX(ctx, sk, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: b.Owner})
+	})
+	if _, err := d.Refresh(ctx, b, 10*time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Refresh of a permit expired by the EXEC: err = %v, want ErrNotHeld", err)
+	}
+	rec.check(t, "refresh of a permit expired by the EXEC", refresh, extend, drop)
+	gone("a permit expired by the EXEC", b)
+
+	const foreign = "0123456789abcdef0123456789abcdef"
+	race(func(lk string) { admin.Set(ctx, lk, foreign, 5*time.Second) })
+	if _, err := d.Refresh(ctx, c, 30*time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Refresh of a permit whose lock key was taken meanwhile: err = %v, want ErrNotHeld", err)
+	}
+	// The set left empty, dropMembers looks, and leaves the other grant's
+	// key alone.
+	rec.check(t, "refresh of a permit whose lock key was taken meanwhile", refresh, extend, drop,
+		"watch get time zrange lrange", "unwatch")
+	gone("a permit whose lock key was taken meanwhile", c)
+	if v := admin.Get(ctx, lk).Val(); v != foreign {
+		t.Errorf("lock key holds %q, want the other grant's %q", v, foreign)
+	}
+	admin.Del(ctx, lk, sk)
+}
+
+// expireGTRefused is a go-redis hook that makes every PEXPIRE ... GT fail
+// as a server before Redis 7.0 does: refused as it is queued (an unknown
+// command: EXEC applies nothing), or, with atExec, when EXEC runs it (an
+// unknown option: the transaction's other commands are applied).
+type expireGTRefused struct{ atExec bool }
+
+func (h expireGTRefused) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h expireGTRefused) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h expireGTRefused) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) == 4 && args[0] == "pexpire" && args[3] == "gt" {
+				if h.atExec {
+					args[3] = "zz"
+				} else {
+					args[0] = "pexpire-before-7.0"
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On a server that refuses PEXPIRE's GT option (before Redis 7.0), a
+// member's refresh falls back to the watched transaction, at once and for
+// every later refresh, and leaves the lock key and the set expiring no
+// sooner than the member.
+func TestMemberRefreshWithoutExpireGT(t *testing.T) {
+	for _, atExec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("atExec=%v", atExec), func(t *testing.T) {
+			ctx := testCtx(t)
+			rec := &recorder{}
+			rdb := recorded(t, standalone(t), rec)
+			rdb.AddHook(expireGTRefused{atExec: atExec})
+			d := testDriver(rdb, DefaultPrefix)
+			t.Cleanup(func() { d.Close() })
+			k := testKey(t)
+			lk := d.LockKey(k)
+			p := &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: 2, TTL: time.Second}
+			if err := d.Acquire(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			rec.take()
+			const watched = "watch get pttl time zrange zscore"
+			for i := range 2 {
+				if _, err := d.Refresh(ctx, p, 20*time.Second); err != nil {
+					t.Fatalf("refresh %d: %v", i, err)
+				}
+				trips := rec.take()
+				if i == 0 {
+					if len(trips) != 4 || trips[0] != "get time zscore" {
+						t.Errorf("first refresh: round trips %q, want the unwatched read and transaction, then the watched ones", trips)
+					} else {
+						trips = trips[2:]
+					}
+				}
+				if want := []string{watched, "multi zadd pexpire pexpire exec"}; !slices.Equal(trips, want) {
+					t.Errorf("refresh %d: round trips %q, want %q", i, trips, want)
+				}
+			}
+			if !d.noExpireGT.Load() {
+				t.Errorf("the driver did not record that GT is refused")
+			}
+			for _, name := range []string{lk, permitsKey(lk)} {
+				if pttl := rdb.PTTL(ctx, name).Val(); pttl < 19*time.Second {
+					t.Errorf("%s: PTTL %v after a refresh to 20s", name, pttl)
+				}
+			}
+			if err := d.Release(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

@@ -131,7 +131,8 @@ func liveAt(z []redis.Z, now int64) bool {
 //	release: UNWATCH; MULTI; ZREMRANGEBYSCORE permits (expired); ZREM permits owner; ZRANGE permits 0 0;
 //	         PUBLISH to the first waiter (or "" on the key's channel); EXEC     (other permits live)
 //	         MULTI; ZREM permits owner; DEL lock permits; PUBLISH to the first waiter (or "" on the key's channel); EXEC   (the last)
-//	refresh: MULTI; ZADD permits XX expiry owner; PEXPIRE lock keep; PEXPIRE permits keep; EXEC
+//	refresh: UNWATCH; MULTI; ZADD permits XX expiry owner; PEXPIRE lock ttl GT; PEXPIRE permits ttl GT;
+//	         ZSCORE permits owner; GET lock; EXEC
 //
 // A permit is granted when the key is free (missing, or "S<M>" with no live
 // permit: its set is deleted, with the expired permits of any limit), or
@@ -142,7 +143,9 @@ func liveAt(z []redis.Z, now int64) bool {
 // read cheaply); nothing is changed. When the permits are all taken, the
 // hint is when the earliest of them expires. The lock key and the set
 // expire with the longest live permit or later: a release leaves their
-// PX alone (see releaseMember), and a refresh may shorten them. Every
+// PX alone (see releaseMember), and a refresh only lengthens them (see
+// extendMember; on a server without PEXPIRE's GT, it sets them to the
+// longest live permit, as stretchPermit says). Every
 // permit returned leaves room, so every release wakes the first waiter; a
 // permit counts as held only while the lock key holds "S<N>".
 func permitsOf(limit int) *memberKind {

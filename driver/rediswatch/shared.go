@@ -31,7 +31,8 @@ func (d *watchDriver) SupportsShared() bool { return true }
 //	         PEXPIRE readers keep; SET counter token PX 7d; [LREM queue dead]; [leave the queue; wake the next waiter]; EXEC
 //	release: UNWATCH; MULTI; ZREMRANGEBYSCORE readers (expired); ZREM readers owner; ZRANGE readers 0 0; EXEC      (other readers live)
 //	         MULTI; ZREM readers owner; DEL lock readers; PUBLISH (the first waiter, or "" on the key's channel); EXEC   (the last)
-//	refresh: MULTI; ZADD readers XX expiry owner; [PEXPIRE lock]; PEXPIRE readers; EXEC
+//	refresh: UNWATCH; MULTI; ZADD readers XX expiry owner; PEXPIRE lock ttl GT; PEXPIRE readers ttl GT;
+//	         ZSCORE readers owner; GET lock; EXEC
 //
 // A share is granted when no writer holds the key. The lock key and the
 // readers set live at least as long as the longest share: a grant and a

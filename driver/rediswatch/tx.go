@@ -141,6 +141,24 @@ func exec(ctx context.Context, tx *redis.Tx, writes func(p redis.Pipeliner)) err
 	}
 }
 
+// read sends the commands queued by reads in one round trip, with no
+// WATCH. A missing key (redis.Nil) is a result, not an error.
+func read(ctx context.Context, tx *redis.Tx, reads func(p redis.Pipeliner)) error {
+	cmds, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		reads(p)
+		return nil
+	})
+	for _, c := range cmds {
+		if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) {
+			return cerr
+		}
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}
+
 // execUnwatched releases the connection's watch and runs cmds (each a
 // command's arguments) in a transaction, in one round trip:
 //
