@@ -28,12 +28,11 @@ type churnResult struct {
 	firstErr                                   error
 }
 
-// churn runs n contenders on key k for churnFor, each with its own Locker
-// and client: take a grant with take, hold it for hold, Unlock it, and
-// again. With
-// refresher, one more Locker holds a grant taken by take for the whole run
-// and refreshes it in a loop. It counts the grants, the Unlock and Refresh
-// errors, and the most grants held at once.
+// churn runs n contenders for churnFor, each with its own Locker and
+// client: take a grant with take (of one key), hold it for hold, Unlock it,
+// and again. With refresher, one more Locker holds a grant taken by take
+// for the whole run and refreshes it in a loop. It counts the grants, the
+// Unlock and Refresh errors, and the most grants held at once.
 func churn(t *testing.T, n int, refresher bool, take func(ctx context.Context, l lock.Locker) (*lock.Lease, error)) churnResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(testCtx(t), churnFor)
@@ -54,11 +53,10 @@ func churn(t *testing.T, n int, refresher bool, take func(ctx context.Context, l
 		mu.Unlock()
 	}
 	held := func() {
-		if h := holders.Add(1); h > atomic.LoadInt64(&res.maxHolders) {
-			mu.Lock()
-			res.maxHolders = max(res.maxHolders, h)
-			mu.Unlock()
-		}
+		h := holders.Add(1)
+		mu.Lock()
+		res.maxHolders = max(res.maxHolders, h)
+		mu.Unlock()
 	}
 	newLocker := func() lock.Locker {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})

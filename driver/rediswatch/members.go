@@ -283,12 +283,14 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 //	         [PUBLISH to the first waiter (or "" on the key's channel)]; EXEC
 //
 // It removes owner's member and the members expired at the read, whatever
-// else changed since, and leaves the lock key alone: grants and renewals
-// only ever lengthen its PX (see extendMember), so it covers the members
-// left, as it covered them with owner's. (It is not shortened to the
-// longest member left, which would need the set watched: an exclusive
-// attempt sees the marker until the last member's release deletes it, or
-// until the PX runs out when the last members expire unreleased.) The transaction is atomic,
+// else changed since, and leaves the lock key alone: its PX covers the
+// members left, as it covered them with owner's, since grants and renewals
+// only lengthen it (see extendMember; the watched renewal of a server
+// without PEXPIRE's GT sets it to the longest live member, which its watch
+// keeps true until its EXEC). It is not shortened to the longest member
+// left, which would need the set watched: an exclusive attempt sees the
+// marker until the last member's release deletes it, or until the PX runs
+// out when the last members expire unreleased. The transaction is atomic,
 // so of concurrent releases the last one to run finds the set empty
 // (ZRANGE), and only that one deletes the key, with dropMembers (two round
 // trips more, only then). When owner's member is the last live one, the

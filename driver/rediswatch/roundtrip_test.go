@@ -509,3 +509,77 @@ func TestMemberRefreshWithoutExpireGT(t *testing.T) {
 		})
 	}
 }
+
+// A release of a member that had expired at its read returns ErrNotHeld and
+// removes the member all the same, whether other members are live (the
+// unwatched transaction) or not (the watched one, which deletes the key);
+// so does a release whose member was removed between its read and its
+// EXEC (ZREM removes nothing).
+func TestMemberReleaseNotHeld(t *testing.T) {
+	d, _, rec := recordedDriver(t)
+	ctx := testCtx(t)
+	admin := standalone(t) // not recorded
+	const release = "watch get time zrange zscore lrange"
+	for _, mode := range []driver.Mode{driver.Permit, driver.Shared} {
+		t.Run(mode.String(), func(t *testing.T) {
+			k := testKey(t)
+			lk := d.LockKey(k)
+			set := memberKindOf(&driver.Lease{Mode: mode, Limit: 3}).set(lk)
+			lease := func(ttl time.Duration) *driver.Lease {
+				l := &driver.Lease{Key: k, Owner: owner(), Mode: mode, Limit: 3, TTL: ttl}
+				if mode != driver.Permit {
+					l.Limit = 0
+				}
+				if err := d.Acquire(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			others := "unwatch multi zremrangebyscore zrem zrange publish exec"
+			if mode == driver.Shared {
+				others = "unwatch multi zremrangebyscore zrem zrange exec" // only the last share wakes
+			}
+			expired, live := lease(50*time.Millisecond), lease(10*time.Second)
+			time.Sleep(100 * time.Millisecond)
+			rec.take()
+			if err := d.Release(ctx, expired); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("release of an expired member beside a live one: err = %v, want ErrNotHeld", err)
+			}
+			rec.check(t, "release of an expired member beside a live one", release, others)
+			if n := admin.ZCard(ctx, set).Val(); n != 1 {
+				t.Errorf("%d members left, want the live one", n)
+			}
+
+			gone := lease(10 * time.Second)
+			vanish := func(op, lk string) {
+				if op == "release" {
+					admin.ZRem(context.Background(), set, gone.Owner)
+				}
+			}
+			d.beforeExec.Store(&vanish)
+			rec.take()
+			err := d.Release(ctx, gone)
+			d.beforeExec.Store(nil)
+			if !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("release of a member removed before its EXEC: err = %v, want ErrNotHeld", err)
+			}
+			rec.check(t, "release of a member removed before its EXEC", release, others)
+
+			if err := d.Release(ctx, live); err != nil {
+				t.Fatal(err)
+			}
+			alone := lease(50 * time.Millisecond)
+			// The marker outlives the member (as beside a longer member
+			// released before): only the member expires.
+			admin.PExpire(ctx, lk, 10*time.Second)
+			admin.PExpire(ctx, set, 10*time.Second)
+			time.Sleep(100 * time.Millisecond)
+			rec.take()
+			if err := d.Release(ctx, alone); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("release of the last member, expired: err = %v, want ErrNotHeld", err)
+			}
+			rec.check(t, "release of the last member, expired", release, "multi zrem del publish exec")
+			assertGone(t, admin, "after the last member's release", lk, set)
+		})
+	}
+}
