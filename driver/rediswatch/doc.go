@@ -9,7 +9,9 @@
 //	locker := rediswatch.New(rdb, nil) // a lock.Locker
 //
 // or from a URL with lock.Open (see URLs). Use Redis 5 or later (tested with
-// 7.0). Prefer redisnx where scripts may run: it needs one round trip where
+// 7.0); before 7.0, which added PEXPIRE's GT option, shares and permits are
+// renewed by watched transactions, which other grants of the key can abort
+// (see Errors). Prefer redisnx where scripts may run: it needs one round trip where
 // this driver needs two, and contention never aborts its operations. This
 // driver needs a server or proxy that keeps WATCH, MULTI and EXEC on one
 // connection. The design, and why, is in docs/design.md in the repository.
@@ -65,34 +67,40 @@
 // expires on its own (a crashed reader frees its share within its TTL).
 // Readers queue behind a waiting writer; a release names the first waiter
 // rather than handing the key to a reader, and each reader's grant wakes
-// the waiter behind it, so readers in a row follow one another in. Shares
-// are renewed one transaction each, not batched.
+// the waiter behind it, so readers in a row follow one another in. A
+// share's release and renewal watch nothing, as a permit's (see
+// Semaphores), so readers coming and going do not abort them. Shares are
+// renewed one transaction each, not batched.
 //
 // # Semaphores
 //
 // The Locker is also a lock.SemLocker: Acquire(ctx, key, limit) and
 // TryAcquire take one of limit permits of a key, in redisnx's layout, so
 // that the two drivers' permits of a key count together. While permits are
-// held, "dlock:{K}" holds "S" and the limit ("S4"), with a PX as long as
-// the longest live permit's, so every lock, share and plain SET NX lock of
-// the key finds it held (and a plain SET NX lock keeps permits out); each
-// permit is a member of "dlock:{K}:s", scored by when it expires on the
+// held, "dlock:{K}" holds "S" and the limit ("S4"), with a PX at least as
+// long as the longest live permit's, so every lock, share and plain SET NX
+// lock of the key finds it held (and a plain SET NX lock keeps permits out);
+// each permit is a member of "dlock:{K}:s", scored by when it expires on the
 // server's clock. A permit expires on its own (a crashed holder's returns
 // within its TTL); an expired member holds nothing, and "S<N>" with no live
 // member is free for permits. Permits are done as shares are, in the same
 // two round trips: a grant watches the lock key and the counter, counts the
 // live permits with one ZRANGE (the limit-th latest expiry) and takes a
-// fencing token from the key's counter; a refresh or release watches the
-// lock key and the set, and acts on the caller's member alone, keeping the
-// key's PX at the longest permit left. An attempt whose limit differs from
-// the key's live permits' fails with lock.ErrInvalid and changes nothing,
-// and so does one that finds room but a live permit waiter of another limit
-// first in line (waiters further back are not read). Permit waiters queue in the
-// same FIFO queue as the others: a permit never passes an earlier live waiter
-// (a lock waiting behind permits is not passed by later ones), a returned
-// permit's release names the first waiter, and each permit granted from
-// the queue wakes the waiter behind it, so waiters in a row come in up to
-// the limit. Permits are renewed one transaction each, not batched.
+// fencing token from the key's counter. A refresh or release acts on the
+// caller's member alone, in a transaction that watches nothing, so that
+// other permits granted and returned meanwhile do not abort it: a refresh
+// lengthens the key's PX to at least its permit's (PEXPIRE ... GT), a
+// release leaves it alone, and the release that leaves no live permit
+// deletes the key, in a watched transaction. An attempt whose limit differs
+// from the key's live permits' fails with lock.ErrInvalid and changes
+// nothing, and so does one that finds room but a live permit waiter of
+// another limit first in line (waiters further back are not read). Permit
+// waiters queue in the same FIFO queue as the others: a permit never passes
+// an earlier live waiter (a lock waiting behind permits is not passed by
+// later ones), a returned permit's release names the first waiter, and each
+// permit granted from the queue wakes the waiter behind it, so waiters in a
+// row come in up to the limit. Permits are renewed one transaction each, not
+// batched.
 //
 // # Inspect
 //

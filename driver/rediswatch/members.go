@@ -41,20 +41,20 @@ type memberKind struct {
 	// claim queues the writes of a grant to the lock key and the set that
 	// come before its ZADD.
 	claim func(ctx context.Context, p redis.Pipeliner, lk, set string, g *grantPlan)
-	// stretch queues the writes of a renewal to the expiry of the lock key
-	// and the set, after its ZADD XX has set owner's member to expire in
-	// ttl (ms).
+	// stretch queues the writes of a watched renewal (extendMemberWatched,
+	// on a server without PEXPIRE's GT) to the expiry of the lock key and
+	// the set, after its ZADD XX has set owner's member to expire in ttl
+	// (ms).
 	stretch func(ctx context.Context, p redis.Pipeliner, lk, set string, st *memberState, owner string, ttl int64)
 	// hintQueued: an attempt that joins the queue because waiters are
 	// queued first, though the key has room for it, hints at the lock
 	// key's PTTL (else it gives no hint).
 	hintQueued bool
 	// A release: with needsMarker, a member counts as held only while the
-	// lock key holds a marker of this kind; with shortenSet, the set's
-	// expiry is shortened with the lock key's; with wakeEach, every release
+	// lock key holds a marker of this kind; with wakeEach, every release
 	// names the first waiter (a member returned leaves room), not only the
 	// release of the last member.
-	needsMarker, shortenSet, wakeEach bool
+	needsMarker, wakeEach bool
 }
 
 // memberKindOf is the kind of l, a share or a permit.
@@ -271,27 +271,53 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 }
 
 // releaseMember ends owner's member grant of kind k on lk, in two round
-// trips:
+// trips. The first watches the lock key and the set and reads them:
 //
-//	WATCH lock set; [SET tombstone]; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; LRANGE queue 0 0
-//	MULTI; ZREM set owner; ZREMRANGEBYSCORE set (expired); [PEXPIRE lock[, set] to the last live member];
-//	       [PUBLISH to the first waiter (or "" on the key's channel)]; EXEC      (other members live)
-//	MULTI; ZREM set owner; DEL lock set; PUBLISH to the first waiter (or "" on the key's channel); EXEC   (the last)
+//	WATCH lock set; [SET tombstone]; GET lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; LRANGE queue 0 0
+//
+// The second is one of three transactions. When other members are live,
+// the release needs no watch, so that grants and renewals of the others,
+// which write the set, do not abort it:
+//
+//	UNWATCH; MULTI; ZREMRANGEBYSCORE set (expired); ZREM set owner; ZRANGE set 0 0;
+//	         [PUBLISH to the first waiter (or "" on the key's channel)]; EXEC
+//
+// It removes owner's member and the members expired at the read, whatever
+// else changed since, and leaves the lock key alone: its PX covers the
+// members left, as it covered them with owner's, since grants and renewals
+// only lengthen it (see extendMember; the watched renewal of a server
+// without PEXPIRE's GT sets it to the longest live member, which its watch
+// keeps true until its EXEC). It is not shortened to the longest member
+// left, which would need the set watched: an exclusive attempt sees the
+// marker until the last member's release deletes it, or until the PX runs
+// out when the last members expire unreleased. The transaction is atomic,
+// so of concurrent releases the last one to run finds the set empty
+// (ZRANGE), and only that one deletes the key, with dropMembers (two round
+// trips more, only then). When owner's member is the last live one, the
+// release deletes the key in the watched transaction, as the read allows:
+//
+//	MULTI; ZREM set owner; DEL lock set; PUBLISH to the first waiter (or "" on the key's channel); EXEC
+//
+// a grant or a renewal since the read aborts it, and it is tried again
+// (the next read finds the new member live). When the lock key is gone or
+// holds another grant, owner's member is removed and the key left alone:
+//
+//	UNWATCH; MULTI; ZREM set owner; EXEC
 //
 // No release hands the key over: the first waiter is named (it comes in
 // with its own attempt, and wakes the one behind it), or, with no one
 // queued, the key's channel is told, for waiters of other kinds (redisnx's,
 // retry strategies). It returns driver.ErrNotHeld when owner had no live
-// member (see memberKind.needsMarker); an expired one is removed all the
-// same, and so is one whose lock key is gone or holds another grant, which
-// is left alone.
+// member at the read (see memberKind.needsMarker), or it was gone by the
+// EXEC; an expired member is removed all the same.
 func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owner, tomb string, tombLife time.Duration) error {
 	set, wq := k.set(lk), waitQueue(lk)
-	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
-		var held bool
-		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	var held, emptied bool
+	err := d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
+		held, emptied = false, false
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var (
-				st    *memberState
+				st    memberState
 				score *redis.FloatCmd
 				line  *redis.StringSliceCmd
 			)
@@ -299,7 +325,8 @@ func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owne
 				if tomb != "" {
 					p.Set(ctx, tomb, "", tombLife)
 				}
-				st = readMembers(ctx, p, lk, set)
+				st.get, st.now = p.Get(ctx, lk), p.Time(ctx)
+				st.top = p.ZRangeWithScores(ctx, set, -2, -1)
 				score = p.ZScore(ctx, set, owner)
 				line = p.LRange(ctx, wq, 0, 0)
 			})
@@ -313,54 +340,277 @@ func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owne
 			now := st.nowMS()
 			marked := st.get.Err() == nil && k.marks(st.get.Val())
 			held = (marked || !k.needsMarker) && int64(score.Val()) >= now
-			last, others := st.liveOther(owner)
+			_, others := st.liveOther(owner)
+			d.hook("release", lk)
+			if marked && !others {
+				return exec(ctx, tx, func(p redis.Pipeliner) {
+					p.ZRem(ctx, set, owner)
+					p.Del(ctx, lk, set)
+					p.Do(ctx, wakeCmd(lk, line.Val())...)
+				})
+			}
+			cmds := [][]any{{"zrem", set, owner}}
+			if marked {
+				cmds = [][]any{
+					{"zremrangebyscore", set, "-inf", "(" + strconv.FormatInt(now, 10)},
+					cmds[0],
+					{"zrange", set, 0, 0},
+				}
+				if k.wakeEach {
+					cmds = append(cmds, wakeCmd(lk, line.Val()))
+				}
+			}
+			replies, err := execUnwatched(ctx, tx, cmds...)
+			if err != nil {
+				return err
+			}
+			if !marked {
+				held = held && replies[0] == int64(1)
+				return nil
+			}
+			held = held && replies[1] == int64(1)
+			left, _ := replies[2].([]any)
+			emptied = len(left) == 0
+			return nil
+		})
+	})
+	if err == nil && emptied {
+		d.dropMembers(ctx, k, lk)
+	}
+	if err == nil && !held {
+		err = driver.ErrNotHeld
+	}
+	return err
+}
+
+// wakeCmd is the PUBLISH that names the first waiter of line (LRANGE queue
+// 0 0), or tells the key's channel "" when no one is queued, as arguments
+// for execUnwatched.
+func wakeCmd(lk string, line []string) []any {
+	if len(line) == 0 {
+		return []any{"publish", channel(lk), ""}
+	}
+	o, in := splitElem(line[0])
+	if in == "" {
+		in = channel(lk)
+	}
+	return []any{"publish", in, o}
+}
+
+// dropMembers deletes the lock key lk and the set of kind k when lk holds
+// the kind's marker and no member is live, after a release that left the
+// set empty (see releaseMember), in two round trips:
+//
+//	WATCH lock set; GET lock; TIME; ZRANGE set -1 -1 WITHSCORES; LRANGE queue 0 0
+//	MULTI; DEL lock set; PUBLISH to the first waiter (or "" on the key's channel); EXEC
+//
+// or UNWATCH when a member came in meanwhile (or the key is gone, or
+// another grant's). An aborted transaction (a grant came in) is tried
+// again, up to d.maxAttempts times; the release it follows is done either
+// way, so a failure is not returned: the marker left with no live member
+// is free for the kind's grants, and for others when its PX runs out.
+func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string) {
+	set, wq := k.set(lk), waitQueue(lk)
+	for n := 1; n <= d.maxAttempts && ctx.Err() == nil; n++ {
+		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var (
+				st   memberState
+				line *redis.StringSliceCmd
+			)
+			err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
+				st.get, st.now = p.Get(ctx, lk), p.Time(ctx)
+				st.top = p.ZRangeWithScores(ctx, set, -1, -1)
+				line = p.LRange(ctx, wq, 0, 0)
+			})
+			if err != nil {
+				return err
+			}
+			if _, live := st.liveOther(""); live || st.get.Err() != nil || !k.marks(st.get.Val()) {
+				unwatch(ctx, tx)
+				return nil
+			}
 			d.hook("release", lk)
 			return exec(ctx, tx, func(p redis.Pipeliner) {
-				p.ZRem(ctx, set, owner)
-				if !marked {
-					return // the lock key is gone, or another grant's
-				}
-				if others {
-					p.ZRemRangeByScore(ctx, set, "-inf", "("+strconv.FormatInt(now, 10))
-					if rest := last - now; rest > 0 && rest < st.pttl.Val().Milliseconds() {
-						p.Do(ctx, "pexpire", lk, rest)
-						if k.shortenSet {
-							p.Do(ctx, "pexpire", set, rest)
-						}
-					}
-					if !k.wakeEach {
-						return
-					}
-				} else {
-					p.Del(ctx, lk, set)
-				}
-				if q := line.Val(); len(q) > 0 {
-					o, in := splitElem(q[0])
-					publishTo(ctx, p, lk, in, o)
-				} else {
-					p.Publish(ctx, channel(lk), "")
-				}
+				p.Del(ctx, lk, set)
+				p.Do(ctx, wakeCmd(lk, line.Val())...)
 			})
 		})
-		if err == nil && !held {
-			err = driver.ErrNotHeld
+		if !errors.Is(err, errAborted) {
+			return
 		}
-		return err
-	})
+		d.stats.releaseAborts.Add(1)
+	}
 }
 
 // extendMember extends owner's live member grant of kind k on lk, whose
-// lock key must hold k.marker, to ttl from now, and the expiry of the lock
-// key and the set as k.stretch says; with minToken > 0, only if the fencing
-// counter has reached it (Resume). op names the operation (its hook, and
-// its error when it gives up):
+// lock key must hold k.marker, to ttl from now, and the lock key and the
+// set to expire no sooner; with minToken > 0, only if the fencing counter
+// has reached it (Resume). op names the operation (its hook, and its error
+// when it gives up). It watches nothing, so that grants and releases of
+// other members meanwhile do not abort it, in two round trips:
+//
+//	GET lock; TIME; ZSCORE set owner; [GET counter]
+//	UNWATCH; MULTI; ZSCORE set owner; TIME; ZADD set XX expiry owner;
+//	         PEXPIRE lock ttl GT; PEXPIRE set ttl GT; GET lock; EXEC
+//
+// (UNWATCH, for a Ring, whose client sends WATCH lock first.) Whatever
+// happened since the read, the transaction tells, as it runs, whether
+// owner's member was still live (its score before the ZADD, against TIME)
+// and the lock key still held the marker (GET); the refresh succeeds only
+// if both held, and its writes were then what a watched transaction would
+// have done:
+//   - ZADD XX changes owner's member only, and only while it is in the
+//     set: a member removed meanwhile (by a release of the key, or by the
+//     ZREMRANGEBYSCORE of a grant that found it expired) is not taken back.
+//   - PEXPIRE ... GT only lengthens: the lock key and the set cover every
+//     other live member before, and still do; no grant, refresh or release
+//     shortens them (see releaseMember), so no stale read cuts them.
+//
+// Otherwise the refresh returns driver.ErrNotHeld. A member that had
+// expired by the EXEC (a grant may have counted it out and taken its
+// place) or whose lock key went to another grant was taken back by the
+// ZADD: it is removed again (UNWATCH; MULTI; ZREM; ZRANGE set 0 0; EXEC, a
+// round trip more; and dropMembers, if that left the set empty). Until
+// then it is one member too many, which keeps grants out (no holder counts
+// on it), and PEXPIRE ... GT may have lengthened the lock key, which only
+// delays those waiting for it.
+//
+// PEXPIRE's GT needs Redis 7.0. A server that refuses it makes the driver
+// fall back, for this call and every later one, to extendMemberWatched,
+// which watches the lock key and the set (and is aborted by grants of other
+// members).
+func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+	if d.noExpireGT.Load() {
+		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken)
+	}
+	set := k.set(lk)
+	ttlMS := px(ttl).Milliseconds()
+	var taken bool // owner's member was taken back, though not held
+	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		taken = false
+		var (
+			get, counter *redis.StringCmd
+			now          *redis.TimeCmd
+			score        *redis.FloatCmd
+		)
+		err := read(ctx, tx, func(p redis.Pipeliner) {
+			get, now, score = p.Get(ctx, lk), p.Time(ctx), p.ZScore(ctx, set, owner)
+			if minToken > 0 {
+				counter = p.Get(ctx, counterKey(lk))
+			}
+		})
+		if err != nil {
+			return err
+		}
+		nowMS := now.Val().UnixMilli()
+		if get.Err() != nil || get.Val() != k.marker || score.Err() != nil || int64(score.Val()) < nowMS {
+			return driver.ErrNotHeld
+		}
+		if counter != nil {
+			if c, err := counter.Uint64(); err == nil && c < minToken {
+				return driver.ErrNotHeld
+			}
+		}
+		d.hook(op, lk)
+		const firstGT, lastGT = 3, 4 // the PEXPIRE ... GT commands
+		replies, err := execUnwatched(ctx, tx,
+			[]any{"zscore", set, owner},
+			[]any{"time"},
+			[]any{"zadd", set, "xx", nowMS + ttlMS, owner},
+			[]any{"pexpire", lk, ttlMS, "gt"},
+			[]any{"pexpire", set, ttlMS, "gt"},
+			[]any{"get", lk},
+		)
+		var ce *cmdError
+		if errors.As(err, &ce) && ce.i >= firstGT && ce.i <= lastGT {
+			return errNoExpireGT
+		}
+		if err != nil {
+			return err
+		}
+		was, ok := replyFloat(replies[0])
+		if !ok {
+			return driver.ErrNotHeld // the member is gone: the ZADD did nothing
+		}
+		at, err := replyTime(replies[1])
+		if err != nil {
+			return err
+		}
+		if v, _ := replies[5].(string); v != k.marker || int64(was) < at.UnixMilli() {
+			taken = true
+			return driver.ErrNotHeld
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errNoExpireGT):
+		d.noExpireGT.Store(true)
+		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken)
+	case taken:
+		d.dropTaken(ctx, k, lk, owner)
+	}
+	return redisx.WithCtx(ctx, err)
+}
+
+// errNoExpireGT is a refusal of PEXPIRE's GT option (before Redis 7.0).
+var errNoExpireGT = errors.New("rediswatch: PEXPIRE GT refused")
+
+// dropTaken removes owner's member of kind k on lk, which holds nothing: a
+// refresh took it back after it had expired, or after its lock key had gone
+// to another grant. If that leaves the set empty, dropMembers deletes a
+// stale marker.
+func (d *watchDriver) dropTaken(ctx context.Context, k *memberKind, lk, owner string) {
+	set := k.set(lk)
+	var emptied bool
+	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		replies, err := execUnwatched(ctx, tx, []any{"zrem", set, owner}, []any{"zrange", set, 0, 0})
+		if err == nil {
+			left, _ := replies[1].([]any)
+			emptied = len(left) == 0
+		}
+		return err
+	})
+	if err == nil && emptied {
+		d.dropMembers(ctx, k, lk)
+	}
+}
+
+// replyFloat reads a ZSCORE reply of execUnwatched: a double (RESP3) or a
+// bulk string (RESP2); false for nil (no such member).
+func replyFloat(r any) (float64, bool) {
+	switch v := r.(type) {
+	case float64:
+		return v, true
+	case string:
+		f, err := strconv.ParseFloat(v, 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// replyTime reads a TIME reply of execUnwatched: seconds and microseconds.
+func replyTime(r any) (time.Time, error) {
+	if v, ok := r.([]any); ok && len(v) == 2 {
+		s, _ := v[0].(string)
+		us, _ := v[1].(string)
+		sec, err1 := strconv.ParseInt(s, 10, 64)
+		usec, err2 := strconv.ParseInt(us, 10, 64)
+		if err1 == nil && err2 == nil {
+			return time.Unix(sec, usec*1000), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("rediswatch: TIME replied %v", r)
+}
+
+// extendMemberWatched is extendMember on a server without PEXPIRE's GT
+// option (before Redis 7.0): its transaction watches the lock key and the
+// set, so that the lock key's PX it sets (k.stretch: the longest of the
+// live members, at least the caller's) is still right at the EXEC, and
+// it is tried again when a grant or a release of another member aborts it:
 //
 //	WATCH lock set; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; [GET counter]
 //	MULTI; ZADD set XX expiry owner; <stretch>; EXEC
-//
-// The set is watched, so a member granted meanwhile (whose grant need not
-// touch the lock key) aborts the transaction, which is tried again.
-func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
 	set := k.set(lk)
 	ttlMS := px(ttl).Milliseconds()
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {

@@ -57,6 +57,9 @@ type watchDriver struct {
 	stats counters
 
 	maxAttempts int
+	// noExpireGT: the server refused PEXPIRE's GT option (Redis before
+	// 7.0), so member grants are renewed as extendMemberWatched does.
+	noExpireGT atomic.Bool
 	// beforeExec, when set (by tests), runs between a transaction's read
 	// round trip and its EXEC.
 	beforeExec atomic.Pointer[func(op, lockKey string)]

@@ -3,6 +3,7 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -182,7 +183,9 @@ func ownerOf(t *testing.T, rdb redis.UniversalClient, key string) string {
 // grants onto a free key, beside longer and shorter members, onto a key
 // held otherwise; refreshes that lengthen the lock key or not; Resume;
 // releases of the longest member, of a shorter one, of the last one, and by
-// a stranger. (TestPermitRoundTrips covers the permits' main line.)
+// a stranger, of a member whose lock key was deleted, and of one that finds
+// the set emptied meanwhile. (TestPermitRoundTrips covers the permits' main
+// line.)
 func TestMemberRoundTrips(t *testing.T) {
 	d, rdb, rec := recordedDriver(t)
 	ctx := testCtx(t)
@@ -199,6 +202,12 @@ func TestMemberRoundTrips(t *testing.T) {
 		return check, must
 	}
 
+	// A member's refresh and resume: the read, then the transaction.
+	const (
+		refresh = "get time zscore"
+		extend  = "unwatch multi zscore time zadd pexpire pexpire get exec"
+	)
+
 	t.Run("shared", func(t *testing.T) {
 		check, must := helpers(t)
 		k := testKey(t)
@@ -206,7 +215,10 @@ func TestMemberRoundTrips(t *testing.T) {
 			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Shared, TTL: ttl}
 		}
 		rec.take()
-		const read = "watch get pttl time zrange get lrange exists"
+		const (
+			read    = "watch get pttl time zrange get lrange exists"
+			release = "watch get time zrange zscore lrange"
+		)
 		a, b, c := share(20*time.Second), share(10*time.Second), share(30*time.Second)
 		must(d.Acquire(ctx, a))
 		check("grant on a free key", read, "multi set zremrangebyscore zadd pexpire set exec")
@@ -214,15 +226,24 @@ func TestMemberRoundTrips(t *testing.T) {
 		check("grant beside a longer share", read, "multi zremrangebyscore zadd pexpire set exec")
 		must(d.Acquire(ctx, c))
 		check("grant beside shorter shares", read, "multi set zremrangebyscore zadd pexpire set exec")
+		// A refresh lengthens the lock key and the set (PEXPIRE ... GT),
+		// never shortens them.
+		lkPTTL := func() time.Duration { t.Helper(); v := rdb.PTTL(ctx, d.LockKey(k)).Val(); rec.take(); return v }
 		_, err := d.Refresh(ctx, b, 10*time.Second)
 		must(err)
-		check("refresh within the lock key's PTTL", "watch get pttl time zrange zscore", "multi zadd pexpire exec")
+		check("refresh within the lock key's PTTL", refresh, extend)
+		if pttl := lkPTTL(); pttl < 25*time.Second {
+			t.Errorf("lock key PTTL %v after a refresh to 10s beside a share of 30s; want it kept", pttl)
+		}
 		_, err = d.Refresh(ctx, b, 40*time.Second)
 		must(err)
-		check("refresh past the lock key's PTTL", "watch get pttl time zrange zscore", "multi zadd pexpire pexpire exec")
+		check("refresh past the lock key's PTTL", refresh, extend)
+		if pttl := lkPTTL(); pttl < 39*time.Second {
+			t.Errorf("lock key PTTL %v after a refresh to 40s; want 40s", pttl)
+		}
 		resume := *a
 		must(d.Resume(ctx, &resume))
-		check("resume", "watch get pttl time zrange zscore get", "multi zadd pexpire exec")
+		check("resume", refresh+" get", extend)
 		if err := d.Release(ctx, share(time.Second)); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("release by a stranger: %v", err)
 		}
@@ -232,17 +253,29 @@ func TestMemberRoundTrips(t *testing.T) {
 		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("release by a stranger: %v", err)
 		}
-		check("release by a stranger", "watch get pttl time zrange zscore lrange", "unwatch")
+		check("release by a stranger", release, "unwatch")
+		pttl := rdb.PTTL(ctx, d.LockKey(k)).Val()
+		rec.take()
 		must(d.Release(ctx, b))
-		check("release of the longest share", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore pexpire exec")
-		// The lock key's PTTL cut below the longest share's (within a
-		// millisecond of it, whether a release shortens it depends on timing).
-		rdb.PExpire(ctx, d.LockKey(k), 15*time.Second)
+		check("release of the longest share", release, "unwatch multi zremrangebyscore zrem zrange exec")
+		// The lock key keeps its PX: no release shortens it (it covers the
+		// shares left, as it covered b).
+		if left := rdb.PTTL(ctx, d.LockKey(k)).Val(); left < pttl-time.Second {
+			t.Errorf("lock key PTTL %v after the longest share's release, was %v; want it kept", left, pttl)
+		}
 		rec.take()
 		must(d.Release(ctx, a))
-		check("release of a shorter share", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore exec")
+		check("release of a shorter share", release, "unwatch multi zremrangebyscore zrem zrange exec")
 		must(d.Release(ctx, c))
-		check("release of the last share", "watch get pttl time zrange zscore lrange", "multi zrem del publish exec")
+		check("release of the last share", release, "multi zrem del publish exec")
+		// A share whose lock key was deleted: its member is removed, and
+		// the key left alone.
+		gone := share(10 * time.Second)
+		must(d.Acquire(ctx, gone))
+		rdb.Del(ctx, d.LockKey(k))
+		rec.take()
+		must(d.Release(ctx, gone))
+		check("release of a share whose lock key was deleted", release, "unwatch multi zrem exec")
 		w := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second}
 		must(d.Acquire(ctx, w))
 		rec.take()
@@ -260,7 +293,10 @@ func TestMemberRoundTrips(t *testing.T) {
 			return &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: limit, TTL: ttl}
 		}
 		rec.take()
-		const read = "watch get pttl time zrange zrange get lrange exists"
+		const (
+			read    = "watch get pttl time zrange zrange get lrange exists"
+			release = "watch get time zrange zscore lrange"
+		)
 		a, b, c := permit(3, 10*time.Second), permit(3, 20*time.Second), permit(3, 5*time.Second)
 		must(d.Acquire(ctx, a))
 		check("grant on a free key", read, "multi del set zadd pexpire set exec")
@@ -274,24 +310,42 @@ func TestMemberRoundTrips(t *testing.T) {
 		check("grant of another limit", read, "unwatch")
 		_, err := d.Refresh(ctx, c, 5*time.Second)
 		must(err)
-		check("refresh", "watch get pttl time zrange zscore", "multi zadd pexpire pexpire exec")
+		check("refresh", refresh, extend)
 		resume := *a
 		must(d.Resume(ctx, &resume))
-		check("resume", "watch get pttl time zrange zscore get", "multi zadd pexpire pexpire exec")
+		check("resume", refresh+" get", extend)
 		stranger := permit(3, time.Second)
 		stranger.Token = 1
 		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("release by a stranger: %v", err)
 		}
-		check("release by a stranger", "watch get pttl time zrange zscore lrange", "unwatch")
-		rdb.PExpire(ctx, d.LockKey(k), 15*time.Second) // as for shares
-		rec.take()
+		check("release by a stranger", release, "unwatch")
 		must(d.Release(ctx, c))
-		check("release of a shorter permit", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore publish exec")
+		check("release of a shorter permit", release, "unwatch multi zremrangebyscore zrem zrange publish exec")
 		must(d.Release(ctx, b))
-		check("release of the longest permit", "watch get pttl time zrange zscore lrange", "multi zrem zremrangebyscore pexpire pexpire publish exec")
+		check("release of the longest permit", release, "unwatch multi zremrangebyscore zrem zrange publish exec")
 		must(d.Release(ctx, a))
-		check("release of the last permit", "watch get pttl time zrange zscore lrange", "multi zrem del publish exec")
+		check("release of the last permit", release, "multi zrem del publish exec")
+		// Two permits, one of which goes (here, is deleted) between the
+		// other's read and its EXEC: that release finds the set empty and
+		// deletes the key in a transaction of its own.
+		a, b = permit(3, 10*time.Second), permit(3, 10*time.Second)
+		must(d.Acquire(ctx, a))
+		must(d.Acquire(ctx, b))
+		admin := standalone(t) // not recorded
+		vanish := func(op, lk string) {
+			if op == "release" {
+				admin.ZRem(context.Background(), permitsKey(lk), b.Owner)
+			}
+		}
+		d.beforeExec.Store(&vanish)
+		rec.take()
+		err = d.Release(ctx, a)
+		d.beforeExec.Store(nil)
+		must(err)
+		check("release that leaves the set empty", release, "unwatch multi zremrangebyscore zrem zrange publish exec",
+			"watch get time zrange lrange", "multi del publish exec")
+		assertGone(t, rdb, "after the release that emptied the set", d.LockKey(k), permitsKey(d.LockKey(k)))
 		w := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second}
 		must(d.Acquire(ctx, w))
 		rec.take()
@@ -301,4 +355,231 @@ func TestMemberRoundTrips(t *testing.T) {
 		check("grant of a key a writer holds", read, "unwatch pttl")
 		must(d.Release(ctx, w))
 	})
+}
+
+// A member's refresh reads without WATCH, so its transaction may run after
+// the member or its lock key changed; it then returns ErrNotHeld, and
+// leaves no member that holds nothing: a member removed meanwhile (as a
+// grant that counted it expired removes it) is not taken back; one that
+// expired by the EXEC (a grant may have counted it out), or whose lock key
+// went to another grant, is removed again.
+func TestMemberRefreshRaces(t *testing.T) {
+	d, _, rec := recordedDriver(t)
+	ctx := testCtx(t)
+	admin := standalone(t) // not recorded
+	const (
+		refresh = "get time zscore"
+		extend  = "unwatch multi zscore time zadd pexpire pexpire get exec"
+		drop    = "unwatch multi zrem zrange exec"
+	)
+	race := func(f func(lk string)) {
+		hook := func(op, lk string) {
+			if op == "refresh" {
+				f(lk)
+			}
+		}
+		d.beforeExec.Store(&hook)
+	}
+	t.Cleanup(func() { d.beforeExec.Store(nil) })
+
+	k := testKey(t)
+	lk := d.LockKey(k)
+	sk := permitsKey(lk)
+	ls := make([]*driver.Lease, 3)
+	for i := range ls {
+		ls[i] = &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: 3, TTL: 10 * time.Second}
+		if err := d.Acquire(ctx, ls[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b, c := ls[0], ls[1], ls[2]
+	gone := func(what string, l *driver.Lease) {
+		t.Helper()
+		if err := admin.ZScore(ctx, sk, l.Owner).Err(); !errors.Is(err, redis.Nil) {
+			t.Errorf("%s: the member is in the set (ZSCORE err %v), want it gone", what, err)
+		}
+	}
+	rec.take()
+
+	race(func(string) { admin.ZRem(ctx, sk, a.Owner) })
+	if _, err := d.Refresh(ctx, a, 10*time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Refresh of a permit removed meanwhile: err = %v, want ErrNotHeld", err)
+	}
+	rec.check(t, "refresh of a permit removed meanwhile", refresh, extend)
+	gone("a permit removed meanwhile", a)
+
+	race(func(string) {
+		admin.ZAddXX(ctx, sk, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: b.Owner})
+	})
+	if _, err := d.Refresh(ctx, b, 10*time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Refresh of a permit expired by the EXEC: err = %v, want ErrNotHeld", err)
+	}
+	rec.check(t, "refresh of a permit expired by the EXEC", refresh, extend, drop)
+	gone("a permit expired by the EXEC", b)
+
+	const foreign = "0123456789abcdef0123456789abcdef"
+	race(func(lk string) { admin.Set(ctx, lk, foreign, 5*time.Second) })
+	if _, err := d.Refresh(ctx, c, 30*time.Second); !errors.Is(err, driver.ErrNotHeld) {
+		t.Errorf("Refresh of a permit whose lock key was taken meanwhile: err = %v, want ErrNotHeld", err)
+	}
+	// The set left empty, dropMembers looks, and leaves the other grant's
+	// key alone.
+	rec.check(t, "refresh of a permit whose lock key was taken meanwhile", refresh, extend, drop,
+		"watch get time zrange lrange", "unwatch")
+	gone("a permit whose lock key was taken meanwhile", c)
+	if v := admin.Get(ctx, lk).Val(); v != foreign {
+		t.Errorf("lock key holds %q, want the other grant's %q", v, foreign)
+	}
+	admin.Del(ctx, lk, sk)
+}
+
+// expireGTRefused is a go-redis hook that makes every PEXPIRE ... GT fail
+// as a server before Redis 7.0 does: refused as it is queued (an unknown
+// command: EXEC applies nothing), or, with atExec, when EXEC runs it (an
+// unknown option: the transaction's other commands are applied).
+type expireGTRefused struct{ atExec bool }
+
+func (h expireGTRefused) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h expireGTRefused) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h expireGTRefused) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if args := c.Args(); len(args) == 4 && args[0] == "pexpire" && args[3] == "gt" {
+				if h.atExec {
+					args[3] = "zz"
+				} else {
+					args[0] = "pexpire-before-7.0"
+				}
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// On a server that refuses PEXPIRE's GT option (before Redis 7.0), a
+// member's refresh falls back to the watched transaction, at once and for
+// every later refresh, and leaves the lock key and the set expiring no
+// sooner than the member.
+func TestMemberRefreshWithoutExpireGT(t *testing.T) {
+	for _, atExec := range []bool{false, true} {
+		t.Run(fmt.Sprintf("atExec=%v", atExec), func(t *testing.T) {
+			ctx := testCtx(t)
+			rec := &recorder{}
+			rdb := recorded(t, standalone(t), rec)
+			rdb.AddHook(expireGTRefused{atExec: atExec})
+			d := testDriver(rdb, DefaultPrefix)
+			t.Cleanup(func() { d.Close() })
+			k := testKey(t)
+			lk := d.LockKey(k)
+			p := &driver.Lease{Key: k, Owner: owner(), Mode: driver.Permit, Limit: 2, TTL: time.Second}
+			if err := d.Acquire(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			rec.take()
+			const watched = "watch get pttl time zrange zscore"
+			for i := range 2 {
+				if _, err := d.Refresh(ctx, p, 20*time.Second); err != nil {
+					t.Fatalf("refresh %d: %v", i, err)
+				}
+				trips := rec.take()
+				if i == 0 {
+					if len(trips) != 4 || trips[0] != "get time zscore" {
+						t.Errorf("first refresh: round trips %q, want the unwatched read and transaction, then the watched ones", trips)
+					} else {
+						trips = trips[2:]
+					}
+				}
+				if want := []string{watched, "multi zadd pexpire pexpire exec"}; !slices.Equal(trips, want) {
+					t.Errorf("refresh %d: round trips %q, want %q", i, trips, want)
+				}
+			}
+			if !d.noExpireGT.Load() {
+				t.Errorf("the driver did not record that GT is refused")
+			}
+			for _, name := range []string{lk, permitsKey(lk)} {
+				if pttl := rdb.PTTL(ctx, name).Val(); pttl < 19*time.Second {
+					t.Errorf("%s: PTTL %v after a refresh to 20s", name, pttl)
+				}
+			}
+			if err := d.Release(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A release of a member that had expired at its read returns ErrNotHeld and
+// removes the member all the same, whether other members are live (the
+// unwatched transaction) or not (the watched one, which deletes the key);
+// so does a release whose member was removed between its read and its
+// EXEC (ZREM removes nothing).
+func TestMemberReleaseNotHeld(t *testing.T) {
+	d, _, rec := recordedDriver(t)
+	ctx := testCtx(t)
+	admin := standalone(t) // not recorded
+	const release = "watch get time zrange zscore lrange"
+	for _, mode := range []driver.Mode{driver.Permit, driver.Shared} {
+		t.Run(mode.String(), func(t *testing.T) {
+			k := testKey(t)
+			lk := d.LockKey(k)
+			set := memberKindOf(&driver.Lease{Mode: mode, Limit: 3}).set(lk)
+			lease := func(ttl time.Duration) *driver.Lease {
+				l := &driver.Lease{Key: k, Owner: owner(), Mode: mode, Limit: 3, TTL: ttl}
+				if mode != driver.Permit {
+					l.Limit = 0
+				}
+				if err := d.Acquire(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			others := "unwatch multi zremrangebyscore zrem zrange publish exec"
+			if mode == driver.Shared {
+				others = "unwatch multi zremrangebyscore zrem zrange exec" // only the last share wakes
+			}
+			expired, live := lease(50*time.Millisecond), lease(10*time.Second)
+			time.Sleep(100 * time.Millisecond)
+			rec.take()
+			if err := d.Release(ctx, expired); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("release of an expired member beside a live one: err = %v, want ErrNotHeld", err)
+			}
+			rec.check(t, "release of an expired member beside a live one", release, others)
+			if n := admin.ZCard(ctx, set).Val(); n != 1 {
+				t.Errorf("%d members left, want the live one", n)
+			}
+
+			gone := lease(10 * time.Second)
+			vanish := func(op, lk string) {
+				if op == "release" {
+					admin.ZRem(context.Background(), set, gone.Owner)
+				}
+			}
+			d.beforeExec.Store(&vanish)
+			rec.take()
+			err := d.Release(ctx, gone)
+			d.beforeExec.Store(nil)
+			if !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("release of a member removed before its EXEC: err = %v, want ErrNotHeld", err)
+			}
+			rec.check(t, "release of a member removed before its EXEC", release, others)
+
+			if err := d.Release(ctx, live); err != nil {
+				t.Fatal(err)
+			}
+			alone := lease(50 * time.Millisecond)
+			// The marker outlives the member (as beside a longer member
+			// released before): only the member expires.
+			admin.PExpire(ctx, lk, 10*time.Second)
+			admin.PExpire(ctx, set, 10*time.Second)
+			time.Sleep(100 * time.Millisecond)
+			rec.take()
+			if err := d.Release(ctx, alone); !errors.Is(err, driver.ErrNotHeld) {
+				t.Errorf("release of the last member, expired: err = %v, want ErrNotHeld", err)
+			}
+			rec.check(t, "release of the last member, expired", release, "multi zrem del publish exec")
+			assertGone(t, admin, "after the last member's release", lk, set)
+		})
+	}
 }

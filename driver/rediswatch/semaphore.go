@@ -15,13 +15,13 @@ import (
 // Permits of counting semaphores (driver.Permit), in the layout both Redis
 // drivers share (internal/redisx), so that their permits of a key count
 // together: while permits of a semaphore of N are held, the lock key holds
-// redisx.PermitsValue(N) ("S<N>", never an owner, nor "R") with a PX as
-// long as the longest live permit's, so every exclusive or shared attempt
-// (and a plain SET NX lock) finds it held; each permit is a member of
-// P{K}:s, scored by when it expires (server clock, ms). A permit expires
+// redisx.PermitsValue(N) ("S<N>", never an owner, nor "R") with a PX at
+// least as long as the longest live permit's, so every exclusive or shared
+// attempt (and a plain SET NX lock) finds it held; each permit is a member
+// of P{K}:s, scored by when it expires (server clock, ms). A permit expires
 // on its own; an expired member holds nothing, and "S<N>" with no live
 // member left is free for permits (exclusive and shared attempts wait for
-// its PX, which the permits' transactions keep to the longest live one).
+// its PX, or for the last release, which deletes it).
 //
 // Permits are shares with a cap: member grants (members.go), done by the
 // same transactions as shares, with the set P{K}:s and the count of live
@@ -128,10 +128,11 @@ func liveAt(z []redis.Z, now int64) bool {
 //	grant:   MULTI; [DEL permits; SET lock S<N> PX ttl | PEXPIRE lock keep]; [ZREMRANGEBYSCORE permits (expired)];
 //	         ZADD permits expiry owner; PEXPIRE permits keep; SET counter token PX 7d;
 //	         [LREM queue dead]; [leave the queue; wake the next waiter]; EXEC
-//	release: MULTI; ZREM permits owner; ZREMRANGEBYSCORE permits (expired); [PEXPIRE lock, permits to the last live permit];
+//	release: UNWATCH; MULTI; ZREMRANGEBYSCORE permits (expired); ZREM permits owner; ZRANGE permits 0 0;
 //	         PUBLISH to the first waiter (or "" on the key's channel); EXEC     (other permits live)
 //	         MULTI; ZREM permits owner; DEL lock permits; PUBLISH to the first waiter (or "" on the key's channel); EXEC   (the last)
-//	refresh: MULTI; ZADD permits XX expiry owner; PEXPIRE lock keep; PEXPIRE permits keep; EXEC
+//	refresh: UNWATCH; MULTI; ZADD permits XX expiry owner; PEXPIRE lock ttl GT; PEXPIRE permits ttl GT;
+//	         ZSCORE permits owner; GET lock; EXEC
 //
 // A permit is granted when the key is free (missing, or "S<M>" with no live
 // permit: its set is deleted, with the expired permits of any limit), or
@@ -141,9 +142,12 @@ func liveAt(z []redis.Z, now int64) bool {
 // live first waiter for permits of another limit (the one queued waiter
 // read cheaply); nothing is changed. When the permits are all taken, the
 // hint is when the earliest of them expires. The lock key and the set
-// expire with the longest live permit: a refresh or a release may shorten
-// them. Every permit returned leaves room, so every release wakes the first
-// waiter; a permit counts as held only while the lock key holds "S<N>".
+// expire with the longest live permit or later: a release leaves their
+// PX alone (see releaseMember), and a refresh only lengthens them (see
+// extendMember; on a server without PEXPIRE's GT, it sets them to the
+// longest live permit, as stretchPermit says). Every
+// permit returned leaves room, so every release wakes the first waiter; a
+// permit counts as held only while the lock key holds "S<N>".
 func permitsOf(limit int) *memberKind {
 	marker := redisx.PermitsValue(limit)
 	return &memberKind{
@@ -160,7 +164,6 @@ func permitsOf(limit int) *memberKind {
 		},
 		stretch:     stretchPermit,
 		needsMarker: true,
-		shortenSet:  true,
 		wakeEach:    true,
 	}
 }

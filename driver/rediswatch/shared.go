@@ -29,13 +29,15 @@ func (d *watchDriver) SupportsShared() bool { return true }
 //
 //	grant:   MULTI; [SET lock R PX keep]; ZREMRANGEBYSCORE readers (expired); ZADD readers expiry owner;
 //	         PEXPIRE readers keep; SET counter token PX 7d; [LREM queue dead]; [leave the queue; wake the next waiter]; EXEC
-//	release: MULTI; ZREM readers owner; ZREMRANGEBYSCORE readers (expired); [PEXPIRE lock]; EXEC      (other readers live)
+//	release: UNWATCH; MULTI; ZREMRANGEBYSCORE readers (expired); ZREM readers owner; ZRANGE readers 0 0; EXEC      (other readers live)
 //	         MULTI; ZREM readers owner; DEL lock readers; PUBLISH (the first waiter, or "" on the key's channel); EXEC   (the last)
-//	refresh: MULTI; ZADD readers XX expiry owner; [PEXPIRE lock]; PEXPIRE readers; EXEC
+//	refresh: UNWATCH; MULTI; ZADD readers XX expiry owner; PEXPIRE lock ttl GT; PEXPIRE readers ttl GT;
+//	         ZSCORE readers owner; GET lock; EXEC
 //
 // A share is granted when no writer holds the key. The lock key and the
 // readers set live at least as long as the longest share: a grant and a
-// refresh only lengthen them. Only the last reader's release wakes the
+// refresh only lengthen them, and a release leaves them alone (the last
+// deletes them). Only the last reader's release wakes the
 // first waiter (a writer, whom the others keep out); a share whose lock key
 // was deleted still counts as held by its release.
 var shares = &memberKind{

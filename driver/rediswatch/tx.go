@@ -141,6 +141,81 @@ func exec(ctx context.Context, tx *redis.Tx, writes func(p redis.Pipeliner)) err
 	}
 }
 
+// read sends the commands queued by reads in one round trip, with no
+// WATCH. A missing key (redis.Nil) is a result, not an error.
+func read(ctx context.Context, tx *redis.Tx, reads func(p redis.Pipeliner)) error {
+	cmds, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		reads(p)
+		return nil
+	})
+	for _, c := range cmds {
+		if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) {
+			return cerr
+		}
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}
+
+// execUnwatched releases the connection's watch and runs cmds (each a
+// command's arguments) in a transaction, in one round trip:
+//
+//	UNWATCH; MULTI; <cmds>; EXEC
+//
+// so that no change made since the WATCH aborts it. It returns EXEC's
+// replies, one per command, as go-redis reads them untyped (a nil reply is
+// nil). A command's error reply, or a command refused as it was queued
+// (EXEC then applies nothing), is returned as a *cmdError. (go-redis's
+// TxPipelined cannot send UNWATCH before its MULTI; the commands are sent
+// here as plain pipelined ones, whose replies inside the transaction are
+// QUEUED.)
+func execUnwatched(ctx context.Context, tx *redis.Tx, cmds ...[]any) ([]any, error) {
+	sent := make([]*redis.Cmd, len(cmds))
+	var done *redis.Cmd
+	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "unwatch")
+		p.Do(ctx, "multi")
+		for i, c := range cmds {
+			sent[i] = p.Do(ctx, c...)
+		}
+		done = p.Do(ctx, "exec")
+		return nil
+	})
+	for i, c := range sent {
+		var reply redis.Error
+		if errors.As(c.Err(), &reply) {
+			return nil, &cmdError{i: i, err: c.Err()} // refused as queued
+		}
+	}
+	if errors.Is(err, redis.Nil) && errors.Is(done.Err(), redis.Nil) {
+		return nil, errAborted // not after UNWATCH; for completeness
+	}
+	if err != nil {
+		return nil, err
+	}
+	replies, ok := done.Val().([]any)
+	if !ok || len(replies) != len(cmds) {
+		return nil, fmt.Errorf("rediswatch: EXEC replied %v to %d commands", done.Val(), len(cmds))
+	}
+	for i, r := range replies {
+		if e, ok := r.(error); ok {
+			return replies, &cmdError{i: i, err: e}
+		}
+	}
+	return replies, nil
+}
+
+// cmdError is the error reply to the i-th command of execUnwatched.
+type cmdError struct {
+	i   int
+	err error
+}
+
+func (e *cmdError) Error() string { return e.err.Error() }
+func (e *cmdError) Unwrap() error { return e.err }
+
 // retryAborted runs attempt, one owner-checked transaction on lk, again
 // while a concurrent change to a watched key aborts it (only the holder
 // writes a held key, so it is tried at once): aborts counts each abort, and
