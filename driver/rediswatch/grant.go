@@ -170,10 +170,22 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 			return heldFor(pttl)
 		}
 		mine := how == queued && get.Err() == nil && get.Val() == l.Owner
+		stale := "" // the members' set of a stale marker the grant replaces
 		if get.Err() == nil && !mine {
-			// The UNWATCH costs a round trip anyway: read the PTTL with it,
-			// rather than on every grant.
-			return heldFor(unwatchPTTL(ctx, tx, lk))
+			if set := markerSet(lk, get.Val()); set != "" {
+				gone, err := membersGone(ctx, tx, lk, set, get.Val(), now)
+				if err != nil {
+					return err
+				}
+				if gone {
+					stale = set
+				}
+			}
+			if stale == "" {
+				// The UNWATCH costs a round trip anyway: read the PTTL with
+				// it, rather than on every grant.
+				return heldFor(unwatchPTTL(ctx, tx, lk))
+			}
 		}
 		var dead string // a dead waiter queued first
 		if !mine {
@@ -198,9 +210,15 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		d.hook("grant", lk)
 		var set *redis.Cmd
 		err = exec(ctx, tx, func(p redis.Pipeliner) {
-			if mine {
+			switch {
+			case mine:
 				set = p.Do(ctx, "pexpire", lk, ttl.Milliseconds())
-			} else {
+			case stale != "":
+				// The marker of members that all expired (watched since
+				// membersGone read it): the key is free.
+				p.Del(ctx, stale)
+				set = p.Do(ctx, "set", lk, l.Owner, "px", ttl.Milliseconds())
+			default:
 				set = p.Do(ctx, "set", lk, l.Owner, "nx", "px", ttl.Milliseconds())
 			}
 			if fresh {
@@ -239,6 +257,55 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		l.Data = fromQueue{next: next}
 	}
 	return false, nil
+}
+
+// markerSet returns the set of members that the lock key's value v
+// stands for (readers' R, a semaphore's S<N>), or "" when v is an owner
+// token or anything else.
+func markerSet(lk, v string) string {
+	if v == redisx.Readers {
+		return readersKey(lk)
+	}
+	if len(v) > 1 && v[0] == 'S' {
+		if _, err := strconv.Atoi(v[1:]); err == nil {
+			return permitsKey(lk)
+		}
+	}
+	return ""
+}
+
+// membersGone reports whether the marker v that lk holds is stale: every
+// member of set expired before now (the server's clock at the attempt's
+// read, so no later than the truth). The members' releases do not shorten
+// the lock key's PX, so a marker can outlive its members by up to the
+// longest TTL ever granted (a crashed member's, say); an exclusive attempt
+// then takes the key instead of waiting for that PX, as redisnx's scripts
+// do. It adds lk and set to the watch, in one round trip, so that the
+// grant's EXEC aborts if a member came, or the marker changed, since; when
+// the marker is live it releases the watch. It costs a round trip only
+// when the key holds a marker.
+func membersGone(ctx context.Context, tx *redis.Tx, lk, set, v string, now *redis.TimeCmd) (bool, error) {
+	var (
+		cur    *redis.StringCmd
+		latest *redis.ZSliceCmd
+	)
+	if err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
+		cur = p.Get(ctx, lk)
+		latest = p.ZRangeWithScores(ctx, set, -1, -1)
+	}); err != nil {
+		return false, err
+	}
+	t, err := now.Result()
+	if err != nil || cur.Err() != nil || cur.Val() != v {
+		return false, nil
+	}
+	nowMs := float64(t.UnixMilli())
+	for _, z := range latest.Val() {
+		if z.Score >= nowMs {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // firstInLine checks the waiter queued first (head, "" if none) for an

@@ -167,7 +167,7 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 			}
 		}
 		entry, n, at := s.write(l)
-		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry, permitLimit(l))
+		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry, permitLimit(l), l.Mode == driver.Exclusive)
 		if err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
@@ -331,7 +331,12 @@ type renewal struct {
 // PTTL. A permit waiter (limit > 0) also reads what permitRoom needs, and
 // tries when the key's permits have room for it (or were granted with
 // another limit: the attempt reports it).
-func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string, limit int) (r renewal, err error) {
+//
+// An exclusive waiter (exclusive) also tries when the key holds a marker
+// of readers or permits: its members may all have expired unreleased
+// (their holders crashed), leaving the marker until its PX, which can be
+// far off; the attempt checks (membersGone) and takes the key if so.
+func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string, limit int, exclusive bool) (r renewal, err error) {
 	wq, entry := waitQueue(lk), waitEntry(lk, owner)
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		var (
@@ -359,6 +364,9 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string,
 		// keeps them as durations of -2 and -1 nanoseconds).
 		r = renewal{free: pttl.Val() == -2, mine: get.Err() == nil && get.Val() == owner, pttl: pttl.Val()}
 		if ps != nil && get.Err() == nil && permitRoom(get.Val(), ps, limit) {
+			r.free = true
+		}
+		if exclusive && get.Err() == nil && markerSet(lk, get.Val()) != "" {
 			r.free = true
 		}
 		if set.Err() == nil || r.mine {
