@@ -345,7 +345,7 @@ func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.
 			return nil, ctxError(op, key, ErrNotAcquired, ctx)
 		}
 		if err == nil {
-			start, err = lk.revive(ctx, dl, start)
+			start, err = lk.revive(ctx, dl, start, false)
 			if errors.Is(err, driver.ErrNotHeld) {
 				// The grant came too late to be of use and has expired
 				// (a hand-over that reached a waiter after its validity):
@@ -523,8 +523,10 @@ func (lk *locker) steps(ctx context.Context, dl *driver.Lease) (time.Time, error
 // queued waiter late, it refreshes the grant and returns the moment that
 // refresh was sent, with dl.Validity set to what it gives. A refresh that
 // finds the grant gone returns driver.ErrNotHeld; one whose outcome is
-// unknown an error, and the grant is released in the background.
-func (lk *locker) revive(ctx context.Context, dl *driver.Lease, start time.Time) (time.Time, error) {
+// unknown an error, and the grant is released in the background unless
+// keep is set (a resumed grant, which stays its first holder's when the
+// Resume fails).
+func (lk *locker) revive(ctx context.Context, dl *driver.Lease, start time.Time, keep bool) (time.Time, error) {
 	v := dl.Validity
 	if time.Until(start.Add(v-driftMargin(v))) >= minRenewRoom {
 		return start, nil
@@ -536,7 +538,7 @@ func (lk *locker) revive(ctx context.Context, dl *driver.Lease, start time.Time)
 		got, err = lk.d.Refresh(ctx, dl, dl.TTL)
 		return err
 	}, func(err error) {
-		if !errors.Is(err, driver.ErrNotHeld) {
+		if !keep && !errors.Is(err, driver.ErrNotHeld) {
 			lk.releaseLater(dl, time.Now().Add(dl.TTL))
 		}
 	})
@@ -553,7 +555,9 @@ func (lk *locker) revive(ctx context.Context, dl *driver.Lease, start time.Time)
 	case errors.Is(err, driver.ErrNotHeld):
 		return start, err
 	}
-	lk.releaseLater(dl, time.Now().Add(dl.TTL))
+	if !keep {
+		lk.releaseLater(dl, time.Now().Add(dl.TTL))
+	}
 	return start, err
 }
 

@@ -178,6 +178,19 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 		}
 		return nil, newError(op, key, ErrNotAcquired, err)
 	}
+	// A Resume whose reply came late (a server paused while it was under
+	// way) may leave no validity from its start: refresh it before the
+	// lease is handed out, as a late grant is, and never return a lease
+	// past its deadline.
+	if start, err = lk.revive(ctx, dl, start, true); err != nil {
+		switch {
+		case errors.Is(err, driver.ErrNotHeld):
+			return nil, newError(op, key, ErrNotAcquired, newError(op, key, ErrNotHeld, err))
+		case ctx.Err() != nil:
+			return nil, ctxError(op, key, ErrNotAcquired, ctx)
+		}
+		return nil, newError(op, key, ErrNotAcquired, err)
+	}
 	if err := lk.register(op, l, start); err != nil {
 		return nil, err
 	}
