@@ -2,7 +2,6 @@ package redisnx
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -26,48 +26,7 @@ var inspectCaps = &conformance.InspectCaps{Tokens: true, Remaining: true, Waiter
 // tombstones) with its serialized value (DUMP, which leaves out the
 // expiry).
 func (h *harness) Dump(ctx context.Context, key string) ([]string, error) {
-	lk := lockKey(DefaultPrefix, key)
-	node := h.raw
-	if c, ok := h.raw.(*redis.ClusterClient); ok {
-		n, err := c.MasterForKey(ctx, lk)
-		if err != nil {
-			return nil, err
-		}
-		node = n
-	}
-	var found []string
-	iter := node.Scan(ctx, 0, globEscape(lk)+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		found = append(found, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return nil, err
-	}
-	slices.Sort(found)
-	out := []string{}
-	for _, k := range found {
-		v, err := node.Dump(ctx, k).Result()
-		if err == redis.Nil {
-			continue // expired since the scan
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k+" "+hex.EncodeToString([]byte(v)))
-	}
-	return out, nil
-}
-
-// globEscape quotes the characters special to Redis's glob patterns.
-func globEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`\*?[]^-`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return redistest.Dump(ctx, h.raw, lockKey(DefaultPrefix, key))
 }
 
 // What Inspect reads of a key it did not grant, or whose grants are past:

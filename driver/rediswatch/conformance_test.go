@@ -2,6 +2,7 @@ package rediswatch
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"net/url"
 	"strings"
 	"testing"
@@ -106,27 +107,13 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 		}
 	}
 	for _, prefix := range []string{tombstone(lk, ""), waitEntry(lk, ""), grantRecord(lk, "")} {
-		iter := node.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			left = append(left, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
+		found, err := redistest.Scan(ctx, node, prefix)
+		if err != nil {
 			return nil, err
 		}
+		left = append(left, found...)
 	}
 	return left, nil
-}
-
-// globEscape quotes the characters special to Redis's glob patterns.
-func globEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`\*?[]^-`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func (h *harness) Caps() conformance.Caps {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,7 +127,7 @@ func TestHandOverRoundTrips(t *testing.T) {
 		if err := r2.lease.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if left := rdb.Keys(ctx, globEscape(lk)+"*").Val(); len(left) > 1 { // the counter stays
+		if left := rdb.Keys(ctx, redistest.GlobEscape(lk)+"*").Val(); len(left) > 1 { // the counter stays
 			t.Errorf("keys left after the last release: %q", left)
 		}
 		if s := stats(t, holder); s.HandOvers != uint64(try) {

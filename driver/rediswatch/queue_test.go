@@ -3,6 +3,7 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,7 +104,7 @@ func TestQueueCancelLeavesNothing(t *testing.T) {
 	// Lock returns at once; its leave of the queue follows in the
 	// background.
 	var left []string
-	if !eventually(time.Second, func() bool { left = rdb.Keys(testCtx(t), globEscape(lk)+":w*").Val(); return len(left) == 0 }) {
+	if !eventually(time.Second, func() bool { left = rdb.Keys(testCtx(t), redistest.GlobEscape(lk)+":w*").Val(); return len(left) == 0 }) {
 		t.Errorf("queue state left a second after the only waiter was cancelled: %q", left)
 	}
 	if err := held.Unlock(testCtx(t)); err != nil {

@@ -2,6 +2,7 @@ package rediswatch
 
 import (
 	"errors"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"slices"
 	"strings"
 	"testing"
@@ -410,7 +411,7 @@ func TestPermitLimitMismatch(t *testing.T) {
 			t.Errorf("the refusals moved the counter from %s to %s", counter, c)
 		}
 		var left []string
-		if !eventually(time.Second, func() bool { left = rdb.Keys(ctx, globEscape(lk)+":w*").Val(); return len(left) == 0 }) {
+		if !eventually(time.Second, func() bool { left = rdb.Keys(ctx, redistest.GlobEscape(lk)+":w*").Val(); return len(left) == 0 }) {
 			t.Errorf("the refused Acquire left queue state: %q", left)
 		}
 		p.Unlock(ctx)
