@@ -1,0 +1,5 @@
+module github.com/dlock-go/dlock/harness
+
+go 1.26.8
+
+replace github.com/dlock-go/dlock => ../
