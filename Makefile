@@ -5,17 +5,21 @@ TIMEOUT ?= 20m
 
 .PHONY: test check servers conformance unit images up down test-docker chaos bench nemesis
 
-## test: install missing servers, vet, and run every test against real servers
-## (the bench module's too: peer libraries on dlock's keys);
+## test: install missing servers, vet, and run every test against real servers:
+## the main module's, then the harness module's (harness/: chaos's short selection,
+## the metrics read through OpenTelemetry's SDK, the packaging check; the nemesis's
+## short pass on its own), the bench module's (peer libraries on dlock's keys);
 ## then, when a Docker engine answers, the same servers in containers (test-docker).
-## The nemesis's short pass runs on its own after the other packages: its
-## timing checks (a call returning 200ms past its context's end) are made on a
-## 2-core machine, and go test would run it beside two other packages' servers.
+## The nemesis runs alone: its timing checks (a call returning 200ms past its
+## context's end) are made on a 2-core machine, and go test would run it beside
+## two other packages' servers.
 test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set)"
-	$(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list $(PKGS) | grep -v /internal/nemesis$$)
-	@nem=$$($(GO) list $(PKGS) | grep '/internal/nemesis$$' || true); \
-	  if [ -n "$$nem" ]; then echo "test: $$nem on its own"; $(GO) test -count=1 -timeout $(TIMEOUT) $$nem; fi
+	$(GO) test -count=1 -timeout $(TIMEOUT) $(PKGS)
+	@echo "test: harness module (harness/)"
+	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v /nemesis$$)
+	@echo "test: harness/nemesis on its own"
+	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./nemesis/
 	@echo "test: bench module (the peers themselves on dlock's keys: redsync, redislock)"
 	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-docker
@@ -23,6 +27,8 @@ test: servers check
 ## check: go vet and gofmt.
 check:
 	$(GO) vet ./...
+	cd harness && $(GO) vet ./...
+	cd bench && $(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
 
@@ -101,16 +107,16 @@ demo: servers
 ## control (make test runs a short selection), then the table of results,
 ## also written to chaos-table.txt.
 chaos: servers
-	DLOCK_CHAOS=full DLOCK_CHAOS_TABLE=chaos-table.txt $(GO) test -count=1 -timeout 60m -run 'TestFaults|TestControls' ./internal/chaos/
+	cd harness && DLOCK_CHAOS=full DLOCK_CHAOS_TABLE=chaos-table.txt $(GO) test -count=1 -timeout 60m -run 'TestFaults|TestControls' ./chaos/
 
-## nemesis: the seeded, randomized checker of the lock contract (internal/nemesis): each driver
+## nemesis: the seeded, randomized checker of the lock contract (harness/nemesis): each driver
 ## under load (Lockers in this process and in a child process, many goroutines, a few hot keys)
 ## and random, overlapping faults for NEMESIS_DURATION (default 60s), then the broken-algorithm
 ## controls, which it must catch; a summary line per driver. NEMESIS_SEED=S replays a seed,
 ## NEMESIS_DRIVERS=redisnx,zookeeper selects drivers (ctl-NAME: a control). make test runs 10s each.
 NEMESIS_TIMEOUT ?= 60m
 nemesis: servers
-	DLOCK_NEMESIS=full $(GO) test -count=1 -timeout $(NEMESIS_TIMEOUT) -v -run 'TestNemesis|TestTeeth' ./internal/nemesis/
+	cd harness && DLOCK_NEMESIS=full $(GO) test -count=1 -timeout $(NEMESIS_TIMEOUT) -v -run 'TestNemesis|TestTeeth' ./nemesis/
 
 ## bench: dlock against peer libraries and the backends' own round trips, on
 ## servers from the test harness; the report goes to bench/results/.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/lock"
-	"go.uber.org/goleak"
 )
 
 func bg(t *testing.T) context.Context {
@@ -348,7 +348,7 @@ func TestManualRefresh(t *testing.T) {
 // Close releases held leases, fails waiting and later calls with
 // ErrClosed, and leaves no goroutine.
 func TestCloseFake(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.Verify(t, leakcheck.Take())
 	f := newFake()
 	l := lock.New(notifyingFake{f}, &lock.Options{TTL: time.Second})
 	lease, err := l.Lock(bg(t), "k")

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/lock"
-	"go.uber.org/goleak"
 )
 
 func init() {
@@ -287,7 +287,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 // Finding 9: calls return by their context's deadline, whatever the
 // clean-up that follows; Close returns within its bound.
 func TestCallsKeepTheirDeadline(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leakcheck.Verify(t, leakcheck.Take())
 	f := newFake()
 	l := lock.New(f, &lock.Options{ReleaseTimeout: 300 * time.Millisecond})
 	f.setFaults(func(x *faults) { x.acquireDelay = time.Minute; x.releaseHang = true })

@@ -13,8 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
+	"unsafe"
 )
 
 // dlockBin is the dlock binary built by TestMain for the end-to-end tests,
@@ -68,13 +67,20 @@ const (
 	nestedURLEnv = "DLOCK_E2E_URL"
 )
 
+// signalNames are the names of the signals the helper records.
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2", syscall.SIGHUP: "SIGHUP",
+	syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM",
+}
+
 // monoNow reads CLOCK_MONOTONIC, which all processes of a Linux machine
 // share (unlike Go's monotonic readings, which are per process), and which
 // wall-clock steps do not move.
 func monoNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err)
+	const clockMonotonic = 1 // CLOCK_MONOTONIC in <time.h>
+	var ts syscall.Timespec
+	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockMonotonic, uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		panic(errno)
 	}
 	return ts.Nano()
 }
@@ -153,7 +159,7 @@ func helper(mode, dir string) int {
 		for {
 			select {
 			case s := <-c:
-				appendLine(filepath.Join(dir, "signals"), fmt.Sprintf("%s %d", unix.SignalName(s.(syscall.Signal)), monoNow()))
+				appendLine(filepath.Join(dir, "signals"), fmt.Sprintf("%s %d", signalNames[s.(syscall.Signal)], monoNow()))
 				if s == syscall.SIGTERM && mode == "trap" {
 					return 3
 				}

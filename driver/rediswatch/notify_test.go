@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 func received(c <-chan struct{}, within time.Duration) bool {
@@ -220,7 +220,7 @@ func (b *blackhole) cut() {
 func TestCloseAfterServerDied(t *testing.T) {
 	srv := testserver.StartRedis(t, nil)
 	srv.RequireFaults(t)
-	base := goleak.IgnoreCurrent()
+	base := leakcheck.Take()
 	l, err := lock.Open(context.Background(), "rediswatch://"+srv.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -246,5 +246,5 @@ func TestCloseAfterServerDied(t *testing.T) {
 	} else {
 		t.Logf("Close took %v", d)
 	}
-	goleak.VerifyNone(t, base)
+	leakcheck.Verify(t, base)
 }

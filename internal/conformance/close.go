@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/lock"
-	"go.uber.org/goleak"
 )
 
 // C8: Close releases the leases still held, ends them with ErrClosed, and
@@ -75,7 +75,7 @@ func testCloseStopsWaiters(t *testing.T, h Harness) {
 // C8: once every Locker is closed, none of their goroutines is left: not
 // the renewal scheduler, not a waiter, not a subscription.
 func testCloseLeaksNoGoroutine(t *testing.T, h Harness) {
-	base := goleak.IgnoreCurrent()
+	base := leakcheck.Take()
 	a, b := h.NewLocker(t, &lock.Options{TTL: h.Caps().ttl()}), h.NewLocker(t, nil)
 	k := key(t)
 	lease := mustLock(t, a, k)
@@ -98,5 +98,5 @@ func testCloseLeaksNoGoroutine(t *testing.T, h Harness) {
 			t.Errorf("Close: %v", err)
 		}
 	}
-	goleak.VerifyNone(t, base)
+	leakcheck.Verify(t, base)
 }

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/harness/chaos"
 )
 
 // Child processes: the test binary started again (chaos.StartChild) with

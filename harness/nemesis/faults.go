@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/harness/chaos"
 )
 
 // nemesis injects faults at random moments, overlapping, in phases: a few

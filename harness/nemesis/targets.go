@@ -13,7 +13,7 @@ import (
 	"github.com/dlock-go/dlock/driver/memory"
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
-	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/harness/chaos"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 type discard struct{}
@@ -103,22 +103,20 @@ func replay(name string, seed uint64, d time.Duration) string {
 // it; go test with -v, or when the package fails).
 func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
-// leakOpts are goroutines that outlive a run by design.
-var leakOpts = []goleak.Option{
-	// Servers the run restarted: the harness waits for them.
-	goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/testserver.(*process).start.func1"),
-	// The threads that start child processes and servers live as long as
-	// the binary.
-	goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/chaos.spawn.func1.1"),
-	goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/testserver.spawn.func1.1"),
+// leakOpts are goroutines that outlive a run by design, besides the
+// harness's own (servers the run restarted, the threads that start them),
+// which leakcheck ignores: the thread that starts child processes lives as
+// long as the binary.
+var leakOpts = []leakcheck.Option{
+	leakcheck.Ignore("github.com/dlock-go/dlock/harness/chaos.spawn.func1.1"),
 }
 
 // runOne runs a target and checks, besides what Run checks, that it
 // leaked no goroutine.
 func runOne(t *testing.T, cfg Config) Summary {
-	opts := append([]goleak.Option{goleak.IgnoreCurrent()}, leakOpts...)
+	base := leakcheck.Take()
 	sum := Run(t, cfg)
-	if err := goleak.Find(opts...); err != nil {
+	if err := leakcheck.Check(base, leakOpts...); err != nil {
 		sum.Violations = append(sum.Violations, Violation{Kind: "goroutine-leak", Proc: parentProc, Text: err.Error()})
 		t.Logf("%s seed %d: goroutines leaked: %v", cfg.Target.Name, cfg.Seed, err)
 	}

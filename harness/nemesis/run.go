@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver/memory"
-	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/harness/chaos"
 	"github.com/dlock-go/dlock/lock"
 )
 

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/chaos"
+	"github.com/dlock-go/dlock/harness/chaos"
 	"github.com/redis/go-redis/v9"
 )
 

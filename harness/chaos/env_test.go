@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/lock"
-	"go.uber.org/goleak"
 )
 
 // envMode selects the long version: DLOCK_CHAOS=full (make chaos). The
@@ -320,18 +320,16 @@ func (e *env) residue() []string {
 func run(t *testing.T, tg *target, sc *scenario) {
 	start := time.Now()
 	srv := StartServer(t, tg.backend, sc.server)
-	ignore := []goleak.Option{
-		goleak.IgnoreCurrent(),
-		// Servers restarted by the scenario: testserver waits for them.
-		goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/testserver.(*process).start.func1"),
-		// The thread that starts holder processes lives as long as the binary.
-		goleak.IgnoreAnyFunction("github.com/dlock-go/dlock/internal/chaos.spawn.func1.1"),
-	}
+	base := leakcheck.Take()
+	// Servers restarted by the scenario are the harness's (leakcheck
+	// ignores internal/testserver); the thread that starts holder
+	// processes lives as long as the binary.
+	ignore := leakcheck.Ignore("github.com/dlock-go/dlock/harness/chaos.spawn.func1.1")
 	e := newEnv(t, tg, sc, srv)
 	sc.run(e)
 	recovered, orphans := e.finish()
 	leaks := 0
-	if err := goleak.Find(ignore...); err != nil {
+	if err := leakcheck.Check(base, ignore); err != nil {
 		leaks = 1
 		e.expect(false, "goroutines leaked: %v", err)
 	}
