@@ -137,7 +137,8 @@ func (g *Group) all(f func(*Server) error) error {
 	errs := make([]error, len(g.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range g.Nodes {
-		wg.Go(func() { errs[i] = f(n) })
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(n) }()
 	}
 	wg.Wait()
 	return errors.Join(errs...)

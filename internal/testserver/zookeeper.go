@@ -224,7 +224,8 @@ func localZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeepe
 		errs := make([]error, servers)
 		var wg sync.WaitGroup
 		for i, p := range procs {
-			wg.Go(func() { errs[i] = launch(lt, p) })
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = launch(lt, p) }()
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
