@@ -1,0 +1,253 @@
+// Package packaging checks what a user of dlock downloads: a throwaway
+// module that imports dlock's packages must find in its go.sum only the
+// modules those packages need, never the test harness's (testcontainers,
+// moby, docker, the OpenTelemetry SDK, goleak); dlock's go.mod must require
+// nothing that only its tests use, and declare the oldest Go it needs.
+package packaging
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// forbidden are module path prefixes that only dlock's tests, harness and
+// bench use; none may reach a user's go.sum.
+var forbidden = []string{
+	"github.com/testcontainers/",
+	"github.com/moby/",
+	"github.com/docker/",
+	"github.com/containerd/",
+	"github.com/opencontainers/",
+	"go.uber.org/goleak",
+	"go.opentelemetry.io/otel/sdk",
+	"github.com/creack/pty",
+	"github.com/bsm/redislock",
+	"github.com/go-redsync/",
+	"github.com/dlock-go/dlock/harness",
+	"github.com/dlock-go/dlock/bench",
+}
+
+// root returns the main module's directory: this package is
+// harness/packaging.
+func root(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil || !strings.HasPrefix(string(b), "module github.com/dlock-go/dlock\n") {
+		t.Fatalf("%s/go.mod is not dlock's main module (%v)", dir, err)
+	}
+	return dir
+}
+
+// goCmd runs the go command in dir with the module cache and proxy of
+// this environment, outside any workspace, and returns its output.
+func goCmd(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	return goCmdEnv(t, dir, nil, args...)
+}
+
+// goCmdEnv is goCmd with env added to the environment.
+func goCmdEnv(t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local"), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go %s (in %s): %v\n%s", strings.Join(args, " "), dir, err, errb.String())
+	}
+	return out.String()
+}
+
+// consumer is a user's program: it imports the portable API and every
+// driver, as a program that picks its backend by URL does.
+const consumer = `package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock-go/dlock/driver/memcached"
+	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/driver/redisnx"
+	"github.com/dlock-go/dlock/driver/rediswatch"
+	"github.com/dlock-go/dlock/driver/zookeeper"
+	"github.com/dlock-go/dlock/lock"
+)
+
+var _ = []any{memcached.New, redisnx.New, rediswatch.New, zookeeper.Dial}
+
+func main() {
+	l := memory.New(memory.NewStore(), nil)
+	defer l.Close()
+	lease, err := l.Lock(context.Background(), "k")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(lease.Token() > 0, lock.ErrHeld != nil)
+}
+`
+
+// A throwaway module importing lock and the drivers: after go mod tidy its
+// go.sum lists no module of dlock's test harness, and it builds.
+func TestConsumerGoSum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy and go build")
+	}
+	dlock := root(t)
+	dir := t.TempDir()
+	gomod := fmt.Sprintf("module example.com/consumer\n\ngo 1.24.0\n\nrequire github.com/dlock-go/dlock v0.0.0\n\nreplace github.com/dlock-go/dlock => %s\n", dlock)
+	must(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(consumer), 0o644))
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "build", "-o", filepath.Join(dir, "consumer"), ".")
+
+	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	must(t, err)
+	mods := sumModules(sum)
+	if len(mods) == 0 {
+		t.Fatalf("the consumer's go.sum is empty:\n%s", sum)
+	}
+	if bad := forbiddenIn(mods); len(bad) > 0 {
+		t.Errorf("a user's go.sum lists modules only dlock's tests use: %v", bad)
+	}
+	t.Logf("a user's go.sum: %d lines, %d modules: %s", bytes.Count(sum, []byte("\n")), len(mods), strings.Join(mods, " "))
+}
+
+// dlock's go.mod requires only modules that provide packages to its
+// non-test builds (the library, the CLI, with any of its build tags, on
+// the systems users build for): a module its tests alone imported would be
+// listed, and reach every user's go.sum.
+func TestRequirementsAreBuildDependencies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	dlock := root(t)
+	used := map[string]bool{}
+	for _, goos := range []string{"linux", "darwin", "windows", "freebsd"} {
+		for _, tags := range []string{"", "demoservers"} {
+			out := goCmdEnv(t, dlock, []string{"GOOS=" + goos, "CGO_ENABLED=0"},
+				"list", "-tags", tags, "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", "./...")
+			for _, m := range strings.Fields(out) {
+				used[m] = true
+			}
+		}
+	}
+	req := requirements(t, filepath.Join(dlock, "go.mod"))
+	var extra []string
+	for _, m := range req {
+		if !used[m] {
+			extra = append(extra, m)
+		}
+	}
+	if len(extra) > 0 {
+		t.Errorf("go.mod requires modules no non-test package of dlock imports (only tests use them, yet every user's go.sum would list them): %v", extra)
+	}
+	if bad := forbiddenIn(req); len(bad) > 0 {
+		t.Errorf("go.mod requires the harness's modules: %v", bad)
+	}
+}
+
+// The go directive is the oldest Go the code and its dependencies need,
+// not this machine's toolchain: below 1.26, and no toolchain line forces
+// one on users.
+func TestGoDirective(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root(t), "go.mod"))
+	must(t, err)
+	var goLine string
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "go "); ok {
+			goLine = strings.TrimSpace(v)
+		}
+		if strings.HasPrefix(l, "toolchain ") {
+			t.Errorf("go.mod has %q: it makes every user's go command fetch that toolchain", l)
+		}
+	}
+	parts := strings.SplitN(goLine, ".", 3)
+	if len(parts) < 2 {
+		t.Fatalf("go.mod's go directive %q", goLine)
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil || major != 1 || minor >= 26 {
+		t.Errorf("go.mod says go %s; want a release below 1.26 (the oldest the code needs)", goLine)
+	}
+}
+
+// The license users need before they adopt it, and the changelog.
+func TestLicenseAndChangelog(t *testing.T) {
+	for _, f := range []string{"LICENSE", "CHANGELOG.md"} {
+		b, err := os.ReadFile(filepath.Join(root(t), f))
+		if err != nil || len(b) < 100 {
+			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
+		}
+	}
+}
+
+// sumModules returns the module paths of go.sum's lines, sorted, once each.
+func sumModules(sum []byte) []string {
+	var mods []string
+	sc := bufio.NewScanner(bytes.NewReader(sum))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 3 {
+			mods = append(mods, f[0])
+		}
+	}
+	slices.Sort(mods)
+	return slices.Compact(mods)
+}
+
+// requirements returns the module paths go.mod requires.
+func requirements(t *testing.T, gomod string) []string {
+	t.Helper()
+	b, err := os.ReadFile(gomod)
+	must(t, err)
+	var mods []string
+	block := false
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "require (":
+			block = true
+		case block && l == ")":
+			block = false
+		case block && l != "" && !strings.HasPrefix(l, "//"):
+			mods = append(mods, strings.Fields(l)[0])
+		case strings.HasPrefix(l, "require "):
+			mods = append(mods, strings.Fields(l)[1])
+		}
+	}
+	return mods
+}
+
+func forbiddenIn(mods []string) []string {
+	var bad []string
+	for _, m := range mods {
+		for _, p := range forbidden {
+			if strings.HasPrefix(m, p) {
+				bad = append(bad, m)
+				break
+			}
+		}
+	}
+	return bad
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
