@@ -1,20 +1,13 @@
 package testserver
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
+	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
 )
 
 // containerSpec describes one server container.
@@ -38,13 +31,14 @@ type containerFile struct {
 // containerNode is one server in a container. It implements Node: Pause and
 // Resume freeze and thaw the container's cgroup, Kill is docker kill, Restart
 // starts the same container again (same command, port and filesystem, so
-// the same data), Stop is docker stop with a 5 second grace period.
+// the same data), Stop is docker stop with a 5 second grace period. Each is
+// a call to the container helper; readiness is probed from here.
 type containerNode struct {
 	name    string // "redis-server 127.0.0.1:port"
 	addr    string
 	image   string
+	cid     string // container ID
 	e       *dockerEngine
-	ctr     *testcontainers.DockerContainer
 	timeout time.Duration
 
 	mu sync.Mutex // serializes the hooks
@@ -55,7 +49,7 @@ type containerNode struct {
 
 func (n *containerNode) Addr() string { return n.addr }
 
-func (n *containerNode) id() string { return n.ctr.GetContainerID() }
+func (n *containerNode) id() string { return n.cid }
 
 func (n *containerNode) probe(ctx context.Context) error {
 	n.readyMu.Lock()
@@ -69,6 +63,14 @@ func (n *containerNode) setReady(ready func(ctx context.Context, addr string) er
 	n.readyMu.Lock()
 	n.ready = ready
 	n.readyMu.Unlock()
+}
+
+// call calls the helper's method on this node's container.
+func (n *containerNode) call(method string, reply any) error {
+	if reply == nil {
+		reply = &containerrpc.Empty{}
+	}
+	return n.e.h.call(method, containerrpc.ID{ID: n.cid}, reply)
 }
 
 // launch creates and starts a container for spec and waits until the server
@@ -85,45 +87,30 @@ func (e *dockerEngine) launch(lt Lifetime, spec containerSpec) (*containerNode, 
 		timeout: spec.timeout,
 		ready:   spec.ready,
 	}
-	files := make([]testcontainers.ContainerFile, len(spec.files))
+	files := make([]containerrpc.File, len(spec.files))
 	for i, f := range spec.files {
-		files[i] = testcontainers.ContainerFile{
-			Reader: bytes.NewReader(f.data), ContainerFilePath: f.path, FileMode: f.mode,
-		}
+		files[i] = containerrpc.File{Path: f.path, Data: f.data, Mode: f.mode}
 	}
-	req := testcontainers.GenericContainerRequest{
-		ContainerRequest: testcontainers.ContainerRequest{
-			Image:      spec.image,
-			Name:       fmt.Sprintf("dlock-%s-%d-%s", spec.server, spec.port, randomHex(3)),
-			Entrypoint: spec.entrypoint,
-			Cmd:        spec.cmd,
-			// A copy: testcontainers adds its own labels to the map, and
-			// nodes of a cluster are launched at once.
-			Labels:     maps.Clone(e.labels),
-			Files:      files,
-			WaitingFor: probeStrategy{n},
-			HostConfigModifier: func(hc *container.HostConfig) {
-				hc.NetworkMode = "host"
-			},
-		},
-		Logger: tcLogger(lt),
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+spec.timeout)
-	defer cancel()
-	c, err := testcontainers.GenericContainer(ctx, req)
-	if c != nil {
-		n.ctr = c.(*testcontainers.DockerContainer)
-		lt.Cleanup(func() {
-			if f, ok := lt.(interface{ Failed() bool }); ok && f.Failed() {
-				lt.Logf("testserver: %s log tail (container %.12s, %s):\n%s", n.name, n.id(), n.image, n.LogTail(1500))
-			}
-			n.remove()
-		})
-	}
+	var created containerrpc.ID
+	err := e.h.call("Create", containerrpc.CreateArgs{
+		Image:       spec.image,
+		Name:        fmt.Sprintf("dlock-%s-%d-%s", spec.server, spec.port, randomHex(3)),
+		Entrypoint:  spec.entrypoint,
+		Cmd:         spec.cmd,
+		Files:       files,
+		HostNetwork: true,
+	}, &created)
 	if err != nil {
 		return nil, fmt.Errorf("testserver: %s: create container from %s: %w", n.name, spec.image, err)
 	}
-	if err := n.start(ctx); err != nil {
+	n.cid = created.ID
+	lt.Cleanup(func() {
+		if f, ok := lt.(interface{ Failed() bool }); ok && f.Failed() {
+			lt.Logf("testserver: %s log tail (container %.12s, %s):\n%s", n.name, n.id(), n.image, n.LogTail(1500))
+		}
+		n.remove()
+	})
+	if err := n.start(); err != nil {
 		return nil, err
 	}
 	lt.Logf("testserver: %s runs in container %.12s (%s)", n.name, n.id(), n.image)
@@ -132,8 +119,11 @@ func (e *dockerEngine) launch(lt Lifetime, spec containerSpec) (*containerNode, 
 
 // start starts the (created or exited) container and waits until it is
 // ready; on failure the container is killed and the error carries its log.
-func (n *containerNode) start(ctx context.Context) error {
-	err := n.ctr.Start(ctx)
+func (n *containerNode) start() error {
+	err := n.call("Start", nil)
+	if err == nil {
+		err = n.waitReady()
+	}
 	if err == nil {
 		return nil
 	}
@@ -148,34 +138,28 @@ func (n *containerNode) start(ctx context.Context) error {
 	return err
 }
 
-// probeStrategy is the readiness wait: the kind's probe (PING, version,
-// srvr) from the host, until it succeeds, the container exits, or the
-// node's timeout passes.
-type probeStrategy struct{ n *containerNode }
-
-func (s probeStrategy) WaitUntilReady(ctx context.Context, target wait.StrategyTarget) error {
-	ctx, cancel := context.WithTimeout(ctx, s.n.timeout)
+// waitReady probes the server (PING, version, srvr) from the host until it
+// answers, the container exits, or the node's timeout passes.
+func (n *containerNode) waitReady() error {
+	ctx, cancel := context.WithTimeout(context.Background(), n.timeout)
 	defer cancel()
 	for {
 		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		last := s.n.probe(pctx)
+		last := n.probe(pctx)
 		pcancel()
 		if last == nil {
 			return nil
 		}
-		if st, err := target.State(ctx); err == nil && !st.Running {
+		var st containerrpc.State
+		if err := n.call("State", &st); err == nil && !st.Running {
 			return fmt.Errorf("server exited during startup (exit code %d)", st.ExitCode)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready after %v (last probe: %v)", s.n.timeout, last)
+			return fmt.Errorf("not ready after %v (last probe: %v)", n.timeout, last)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func hookCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
 func (n *containerNode) wrap(op string, err error) error {
@@ -185,16 +169,11 @@ func (n *containerNode) wrap(op string, err error) error {
 	return fmt.Errorf("testserver: %s (container %.12s): %s: %w", n.name, n.id(), op, err)
 }
 
-// state returns the container's state.
-func (n *containerNode) state(ctx context.Context) (*container.State, error) {
-	r, err := n.e.cli.ContainerInspect(ctx, n.id(), client.ContainerInspectOptions{})
-	if err != nil {
-		return nil, err
-	}
-	if r.Container.State == nil {
-		return nil, errors.New("no state in inspect reply")
-	}
-	return r.Container.State, nil
+// state returns the container's state; Found is false once it is removed.
+func (n *containerNode) state() (containerrpc.State, error) {
+	var st containerrpc.State
+	err := n.call("State", &st)
+	return st, err
 }
 
 // Pause freezes every process of the container (docker pause, the cgroup
@@ -203,22 +182,14 @@ func (n *containerNode) state(ctx context.Context) (*container.State, error) {
 func (n *containerNode) Pause() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ctx, cancel := hookCtx()
-	defer cancel()
-	defer n.e.cli.Close()
-	_, err := n.e.cli.ContainerPause(ctx, n.id(), client.ContainerPauseOptions{})
-	return n.wrap("docker pause", err)
+	return n.wrap("pause", n.call("Pause", nil))
 }
 
 // Resume thaws a paused container (docker unpause).
 func (n *containerNode) Resume() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ctx, cancel := hookCtx()
-	defer cancel()
-	defer n.e.cli.Close()
-	_, err := n.e.cli.ContainerUnpause(ctx, n.id(), client.ContainerUnpauseOptions{})
-	return n.wrap("docker unpause", err)
+	return n.wrap("resume", n.call("Unpause", nil))
 }
 
 // Kill sends SIGKILL (docker kill; a paused container is thawed by the
@@ -230,42 +201,7 @@ func (n *containerNode) Kill() error {
 	return n.kill()
 }
 
-func (n *containerNode) kill() error {
-	ctx, cancel := hookCtx()
-	defer cancel()
-	defer n.e.cli.Close()
-	st, err := n.state(ctx)
-	if err != nil {
-		return n.wrap("inspect", err)
-	}
-	if !st.Running {
-		return nil
-	}
-	if _, err := n.e.cli.ContainerKill(ctx, n.id(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		if st, serr := n.state(ctx); serr == nil && !st.Running {
-			return nil // exited on its own meanwhile
-		}
-		return n.wrap("docker kill", err)
-	}
-	return n.waitExited(ctx)
-}
-
-func (n *containerNode) waitExited(ctx context.Context) error {
-	for {
-		st, err := n.state(ctx)
-		if err != nil {
-			return n.wrap("inspect", err)
-		}
-		if !st.Running {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return n.wrap("kill", fmt.Errorf("still running: %w", ctx.Err()))
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
+func (n *containerNode) kill() error { return n.wrap("kill", n.call("Kill", nil)) }
 
 // Restart kills the container if it runs, starts it again (docker start:
 // same command line, port and filesystem) and waits until it is ready.
@@ -275,54 +211,30 @@ func (n *containerNode) Restart() error {
 	if err := n.kill(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+n.timeout)
-	defer cancel()
-	defer n.e.cli.Close()
-	return n.start(ctx)
+	return n.start()
 }
 
 // Stop stops the container gracefully (docker stop: SIGTERM, SIGKILL after
-// 5 seconds; a paused container is thawed by the engine first).
+// 5 seconds; a paused container is thawed by the engine first) and waits
+// until it has exited.
 func (n *containerNode) Stop() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ctx, cancel := hookCtx()
-	defer cancel()
-	defer n.e.cli.Close()
-	timeout := 5
-	_, err := n.e.cli.ContainerStop(ctx, n.id(), client.ContainerStopOptions{Timeout: &timeout})
-	if err != nil {
-		return n.wrap("docker stop", err)
-	}
-	return n.waitExited(ctx)
+	return n.wrap("stop", n.call("Stop", nil))
 }
 
-// remove kills and removes the container with its anonymous volumes.
-func (n *containerNode) remove() {
-	ctx, cancel := hookCtx()
-	defer cancel()
-	defer n.e.cli.Close()
-	n.e.cli.ContainerRemove(ctx, n.id(), client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-}
+// remove kills and removes the container with its anonymous volumes (on
+// failure, the helper removes it when it exits).
+func (n *containerNode) remove() { n.call("Remove", nil) }
 
-// LogTail returns about the last n bytes of the container's output (the
+// LogTail returns about the last size bytes of the container's output (the
 // server logs to stdout and stderr).
 func (n *containerNode) LogTail(size int) string {
-	ctx, cancel := hookCtx()
-	defer cancel()
-	defer n.e.cli.Close()
-	rc, err := n.e.cli.ContainerLogs(ctx, n.id(), client.ContainerLogsOptions{
-		ShowStdout: true, ShowStderr: true, Tail: "400",
-	})
-	if err != nil {
+	var logs containerrpc.Logs
+	if err := n.e.h.call("Logs", containerrpc.LogsArgs{ID: n.cid, Lines: 400}, &logs); err != nil {
 		return fmt.Sprintf("(no log: %v)", err)
 	}
-	defer rc.Close()
-	var buf bytes.Buffer
-	if _, err := stdcopy.StdCopy(&buf, &buf, rc); err != nil && buf.Len() == 0 {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	s := buf.String()
+	s := logs.Text
 	if len(s) > size {
 		s = s[len(s)-size:]
 		if i := strings.IndexByte(s, '\n'); i >= 0 {

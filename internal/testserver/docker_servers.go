@@ -1,18 +1,16 @@
 package testserver
 
 import (
-	"bytes"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	tcexec "github.com/testcontainers/testcontainers-go/exec"
+	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
 )
 
 // The servers run with the same configuration as local ones (redis.conf,
@@ -104,7 +102,11 @@ func (dockerProvider) RedisCluster(lt Lifetime, opts *RedisClusterOptions) (*Red
 			conf := redisBaseConf(port, containerDir, opts.Persistence) + fmt.Sprintf(
 				"cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout %d\n",
 				nodeTimeout.Milliseconds())
-			wg.Go(func() { nodes[i], errs[i] = e.launch(lt, redisSpec(port, conf, nil)) })
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				nodes[i], errs[i] = e.launch(lt, redisSpec(port, conf, nil))
+			}()
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
@@ -142,20 +144,15 @@ func (dockerProvider) RedisCluster(lt Lifetime, opts *RedisClusterOptions) (*Red
 // containerClusterCreate joins the nodes with redis-cli --cluster create,
 // run inside the first node's container (the host may have no redis-cli).
 func containerClusterCreate(n *containerNode, addrs []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	cmd := append([]string{"redis-cli", "--cluster", "create"}, addrs...)
 	cmd = append(cmd, "--cluster-replicas", "0", "--cluster-yes")
-	code, out, err := n.ctr.Exec(ctx, cmd, tcexec.Multiplexed())
-	var b []byte
-	if out != nil {
-		b, _ = io.ReadAll(out)
-	}
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit code %d", code)
+	var r containerrpc.ExecReply
+	err := n.e.h.call("Exec", containerrpc.ExecArgs{ID: n.cid, Cmd: cmd}, &r)
+	if err == nil && r.ExitCode != 0 {
+		err = fmt.Errorf("exit code %d", r.ExitCode)
 	}
 	if err != nil {
-		return fmt.Errorf("testserver: %s: %s: %v\n%s", n.name, strings.Join(cmd, " "), err, bytes.TrimSpace(b))
+		return fmt.Errorf("testserver: %s: %s: %v\n%s", n.name, strings.Join(cmd, " "), err, strings.TrimSpace(r.Output))
 	}
 	return nil
 }
@@ -244,14 +241,16 @@ func dockerZooKeeper(lt Lifetime, opts *ZooKeeperOptions, servers int) (*ZooKeep
 		errs := make([]error, servers)
 		var wg sync.WaitGroup
 		for i, n := range all {
-			wg.Go(func() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
 				spec, err := zkSpec(n, all, opts, t)
 				if err != nil {
 					errs[i] = err
 					return
 				}
 				nodes[i], errs[i] = e.launch(lt, spec)
-			})
+			}()
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {

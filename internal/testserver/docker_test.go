@@ -2,21 +2,24 @@ package testserver
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
-	"os/exec"
-	"strconv"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/client"
+	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
 )
 
 // The other tests run on whichever provider DLOCK_TEST_BACKEND picks (make
 // test-docker runs them all on containers). These check what is particular
-// to the docker provider, whatever the backend; they skip when no Docker
-// engine answers or the image is missing, since containers are optional.
+// to the docker provider, whatever the backend, through the container
+// helper's own operations; they skip when no Docker engine answers or the
+// image is missing, since containers are optional. What needs the Docker
+// API itself (host networking, labels, the sweep of a dead helper's
+// containers) is checked in the harness module (harness/containers).
 
 func requireDocker(t *testing.T, kind Kind) *dockerEngine {
 	t.Helper()
@@ -29,12 +32,11 @@ func requireDocker(t *testing.T, kind Kind) *dockerEngine {
 	return e
 }
 
-func inspect(t *testing.T, e *dockerEngine, id string) (container.InspectResponse, error) {
+func containerState(t *testing.T, e *dockerEngine, id string) containerrpc.State {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	r, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	return r.Container, err
+	var st containerrpc.State
+	must(t, e.h.call("State", containerrpc.ID{ID: id}, &st))
+	return st
 }
 
 func TestDockerContainer(t *testing.T) {
@@ -49,16 +51,8 @@ func TestDockerContainer(t *testing.T) {
 			t.Fatalf("node is %T, want *containerNode", r.Server.node)
 		}
 		id = n.id()
-		c, err := inspect(t, e, id)
-		must(t, err)
-		if c.HostConfig == nil || c.HostConfig.NetworkMode != "host" {
-			t.Errorf("network mode %+v, want host", c.HostConfig)
-		}
-		if c.Config.Image != ContainerImage(KindRedis) {
-			t.Errorf("image %q, want %q", c.Config.Image, ContainerImage(KindRedis))
-		}
-		if c.Config.Labels[labelPID] != strconv.Itoa(os.Getpid()) || c.Config.Labels[labelOwner] != "1" {
-			t.Errorf("labels %v", c.Config.Labels)
+		if st := containerState(t, e, id); !st.Found || !st.Running || st.Paused {
+			t.Errorf("state after start: %+v", st)
 		}
 		must(t, redisClient(t, r.Addr(), r.Username, r.Password).Ping(context.Background()).Err())
 		if tail := r.LogTail(4096); tail == "" {
@@ -66,45 +60,114 @@ func TestDockerContainer(t *testing.T) {
 		}
 		must(t, r.Stop())
 		requireRefused(t, r.Addr())
+		if st := containerState(t, e, id); st.Running {
+			t.Errorf("state after Stop: %+v", st)
+		}
 		must(t, r.Restart()) // from stopped
 		must(t, redisClient(t, r.Addr(), "", "").Ping(context.Background()).Err())
 		must(t, r.Pause()) // removed even when paused
+		if st := containerState(t, e, id); !st.Paused {
+			t.Errorf("state after Pause: %+v", st)
+		}
 	})
 	if id == "" {
 		return
 	}
-	if _, err := inspect(t, e, id); !cerrdefs.IsNotFound(err) {
-		t.Fatalf("container %.12s after its test ended: inspect error %v, want not found", id, err)
+	if st := containerState(t, e, id); st.Found {
+		t.Fatalf("container %.12s after its test ended: %+v, want removed", id, st)
 	}
 }
 
-// A container whose test binary died is removed by the next binary's sweep.
-func TestDockerSweep(t *testing.T) {
+// A server that exits while it starts fails with its exit code and log.
+func TestDockerExitDuringStartup(t *testing.T) {
 	t.Parallel()
 	e := requireDocker(t, KindRedis)
-	dead := exec.Command("true")
-	must(t, dead.Run())
-	host, _ := os.Hostname()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	labels := map[string]string{labelOwner: "1", labelPID: strconv.Itoa(dead.Process.Pid), labelHost: host}
-	created, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config: &container.Config{Image: ContainerImage(KindRedis), Labels: labels},
-		Name:   "dlock-sweep-test-" + randomHex(3),
-	})
+	port, err := FreePort()
 	must(t, err)
-	t.Cleanup(func() {
-		e.cli.ContainerRemove(context.Background(), created.ID, client.ContainerRemoveOptions{Force: true})
-	})
-	// A live test binary's container (this one's) must survive the sweep.
-	live, err := dockerProvider{}.Memcached(t, nil)
-	must(t, err)
-
-	e.sweepContainers(ctx, host)
-	if _, err := inspect(t, e, created.ID); !cerrdefs.IsNotFound(err) {
-		t.Fatalf("container of dead pid %d survived the sweep (inspect: %v)", dead.Process.Pid, err)
+	spec := redisSpec(port, redisBaseConf(port, containerDir, false), []string{"--no-such-directive", "1"})
+	start := time.Now()
+	_, err = e.launch(t, spec)
+	if err == nil {
+		t.Fatal("started a server with a bad directive")
 	}
-	must(t, memcachedVersion(ctx, live.Addr()))
+	if !strings.Contains(err.Error(), "exited during startup (exit code 1)") || !strings.Contains(err.Error(), "no-such-directive") {
+		t.Errorf("error %q: want the exit code and the log naming the directive", err)
+	}
+	if errors.Is(err, errAddrInUse) {
+		t.Errorf("error %v is errAddrInUse", err)
+	}
+	if d := time.Since(start); d > spec.timeout {
+		t.Errorf("failed after %v: the state check should end the wait before the %v timeout", d, spec.timeout)
+	}
+}
+
+// A server whose port is taken fails with errAddrInUse, so that
+// startWithRetry tries other ports.
+func TestDockerAddrInUse(t *testing.T) {
+	t.Parallel()
+	e := requireDocker(t, KindRedis)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, err = e.launch(t, redisSpec(port, redisBaseConf(port, containerDir, false), nil))
+	if !errors.Is(err, errAddrInUse) {
+		t.Fatalf("launch on a taken port: %v, want errAddrInUse", err)
+	}
+}
+
+// A helper whose standard input ends removes its containers and exits, as
+// it does when its test binary dies.
+func TestDockerHelperRemovesOnEOF(t *testing.T) {
+	t.Parallel()
+	e := requireDocker(t, KindRedis)
+	h, err := startHelper()
+	must(t, err)
+	defer h.stdin.Close()
+	must(t, h.call("Connect", containerrpc.Empty{}, &containerrpc.Engine{}))
+	var c containerrpc.ID
+	must(t, h.call("Create", containerrpc.CreateArgs{
+		Image:       ContainerImage(KindRedis),
+		Name:        "dlock-eof-test-" + randomHex(3),
+		Entrypoint:  []string{"redis-server"},
+		Cmd:         []string{"--port", "0", "--unixsocket", "/tmp/redis.sock"}, // no TCP port needed
+		HostNetwork: true,
+	}, &c))
+	t.Cleanup(func() { e.h.call("Remove", c, &containerrpc.Empty{}) })
+	must(t, h.call("Start", c, &containerrpc.Empty{}))
+	var out containerrpc.ExecReply
+	must(t, h.call("Exec", containerrpc.ExecArgs{ID: c.ID, Cmd: []string{"redis-server", "--version"}}, &out))
+	if out.ExitCode != 0 || !strings.Contains(out.Output, "Redis server") {
+		t.Errorf("exec redis-server --version: %+v", out)
+	}
+	if st := containerState(t, e, c.ID); !st.Running {
+		t.Fatalf("state after start: %+v", st)
+	}
+
+	h.stdin.Close()
+	select {
+	case <-h.done:
+	case <-time.After(time.Minute):
+		t.Fatal("helper still running a minute after its standard input ended")
+	}
+	if !h.cmd.ProcessState.Success() {
+		t.Errorf("helper exited with %v; stderr:\n%s", h.cmd.ProcessState, h.stderr.String())
+	}
+	if st := containerState(t, e, c.ID); st.Found {
+		t.Errorf("container %.12s of the exited helper: %+v, want removed", c.ID, st)
+	}
+}
+
+func TestFindRepoRoot(t *testing.T) {
+	root, err := findRepoRoot()
+	must(t, err)
+	wd, _ := os.Getwd()
+	if want := filepath.Dir(filepath.Dir(wd)); root != want { // internal/testserver
+		t.Errorf("findRepoRoot() = %q, want %q", root, want)
+	}
+	if isRepoRoot(filepath.Join(root, "harness")) || isRepoRoot(wd) {
+		t.Error("isRepoRoot true for a directory that is not the repository's root")
+	}
 }
 
 func TestContainerImage(t *testing.T) {

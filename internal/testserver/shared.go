@@ -44,6 +44,7 @@ func Main(m *testing.M) {
 	shared.active = false
 	shared.Unlock()
 	shared.scope.run()
+	closeHelper()
 	removeBaseDir()
 	os.Exit(code)
 }

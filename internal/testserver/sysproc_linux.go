@@ -19,6 +19,13 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
+// helperSysProcAttr is sysProcAttr for the container helper, whose
+// parent-death signal is SIGTERM: the helper then removes its containers
+// before it exits (it does the same when its standard input ends).
+func helperSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+}
+
 // Pdeathsig fires when the parent *thread* exits, not the process. Go may
 // end an OS thread when a goroutine locked to it returns, which would kill a
 // healthy server mid-test. So every process is started from one goroutine

@@ -15,6 +15,12 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
 
+// helperSysProcAttr is sysProcAttr for the container helper, which removes
+// its containers and exits when its standard input ends.
+func helperSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
+
 func spawn(cmd *exec.Cmd) error { return cmd.Start() }
 
 // waitStopped cannot observe the stop outside Linux; it waits briefly so
