@@ -63,18 +63,29 @@ conformance:
 	[ -z "$$runs" ] || bin/conftable $$runs || status=1; \
 	exit $$status
 
-## test-docker: when a Docker engine answers, build the images (make images), then run
-## the harness's own tests and every driver's conformance suite on the docker provider;
-## without an engine, say so and pass.
+## test-docker: when a Docker engine answers, build the images (make images) and the
+## container helper (bin/dlock-containers), then run the harness's own tests (internal/testserver
+## on the docker provider; the harness module's container engine and helper) and every
+## driver's conformance suite on the docker provider; without an engine, say so and pass.
 test-docker:
 	@if docker info >/dev/null 2>&1; then \
-	  $(MAKE) --no-print-directory images && \
+	  $(MAKE) --no-print-directory images bin/dlock-containers && \
+	  export DLOCK_CONTAINERS_HELPER="$(CURDIR)/bin/dlock-containers" && \
 	  echo "test-docker: internal/testserver on the docker provider" && \
 	  DLOCK_TEST_BACKEND=docker $(GO) test -count=1 -timeout $(TIMEOUT) ./internal/testserver/ && \
+	  echo "test-docker: the harness module's container engine and helper" && \
+	  (cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./containers/ ./cmd/dlock-containers/) && \
 	  DLOCK_TEST_BACKEND=docker $(MAKE) --no-print-directory conformance; \
 	else \
 	  echo "test-docker: skipped: no Docker engine answers (docker info failed); the docker provider was not tested"; \
 	fi
+
+## bin/dlock-containers: the docker provider's container helper (harness/cmd/dlock-containers).
+## Test binaries use the one DLOCK_CONTAINERS_HELPER names (test-docker sets it to this build);
+## without it, each builds its own copy into the user cache directory.
+.PHONY: bin/dlock-containers
+bin/dlock-containers:
+	cd harness && $(GO) build -o ../bin/dlock-containers ./cmd/dlock-containers
 
 # Compose: the v2 plugin (docker compose) if the docker CLI has it, else docker-compose.
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
