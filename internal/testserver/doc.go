@@ -18,8 +18,9 @@
 //     ZooKeeper's jars) started on free loopback ports, each in a fresh
 //     directory under $TMPDIR/dlock-testserver-<pid>, and killed when the
 //     test (or, for shared servers, the test binary) ends.
-//  3. Containers (the "docker" provider, testcontainers-go), when a Docker
-//     engine answers and has or can pull the image; see Containers below.
+//  3. Containers (the "docker" provider, through the helper dlock-containers),
+//     when a Docker engine answers and has or can pull the image; see
+//     Containers below.
 //  4. Otherwise the test fails with a message naming what to install, e.g.
 //     "apt-get install redis-server", and why containers did not work.
 //
@@ -41,9 +42,9 @@
 //
 // # Containers
 //
-// The docker provider starts one container per server with testcontainers-go
-// from the images redis:7.0, memcached:1.6 and zookeeper:3.8, or those named
-// by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE and DLOCK_ZOOKEEPER_IMAGE
+// The docker provider starts one container per server from the images
+// redis:7.0, memcached:1.6 and zookeeper:3.8, or those named by
+// DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE and DLOCK_ZOOKEEPER_IMAGE
 // (ContainerImage). A missing image is pulled; on a machine without a
 // registry, `make images` builds images with these tags from the Debian
 // packages installed there (docker/README-containers.md). Each server gets
@@ -57,19 +58,45 @@
 // data. (Docker Desktop needs host networking enabled, version 4.34 or
 // later.) The hooks: Pause and Resume are docker pause and unpause (the
 // cgroup freezer: connections are accepted, nothing answers), Kill is
-// docker kill and waits until the container exited, Restart is docker start
-// followed by the readiness probe, Stop is docker stop with a 5 second grace
-// period. LogTail reads the container's output.
+// docker kill and waits until the container exited, Restart is docker kill
+// and docker start followed by the readiness probe, Stop is docker stop
+// with a 5 second grace period. LogTail reads the container's output.
 //
-// The engine is found as testcontainers-go finds it (DOCKER_HOST, the Docker
-// context, the default socket); the API version is negotiated (API 1.40,
-// Docker 19.03, at least) or pinned with DOCKER_API_VERSION. testcontainers-go's
-// reaper container (Ryuk) is switched off unless TESTCONTAINERS_RYUK_DISABLED
-// is set, as it needs an image from a registry: containers are removed through
-// the same cleanups as local processes, and the containers of a test binary
-// that died before its cleanups ran are removed by the next test binary (they
-// carry its pid and host name as labels). DLOCK_TESTSERVER_DEBUG=1 sends
-// testcontainers-go's own log to the test log.
+// This package does not talk to the Docker engine itself, so that the
+// main module needs neither testcontainers-go nor the Docker client. A
+// helper process does: dlock-containers, in the harness module
+// (harness/cmd/dlock-containers, on harness/containers, which uses
+// testcontainers-go). One helper serves a test binary, started on the
+// first use of the docker provider; it serves the engine operations
+// (create, start, state, pause, unpause, kill, stop, remove, logs, exec)
+// over its standard input and output (net/rpc with the JSON codec; see
+// package containerrpc). The readiness probes run here, as for local
+// servers, and between probes the helper is asked whether the container
+// has exited: a server that exits while starting fails with its exit code
+// and log tail, and one that found its port taken is started again on
+// other ports. The helper is the binary DLOCK_CONTAINERS_HELPER names
+// (make test-docker builds bin/dlock-containers and sets it); otherwise
+// testserver finds the repository above the working directory (the go.mod
+// of module github.com/dlock-go/dlock with harness/go.mod beside it) and
+// runs go build there, into the user cache directory (os.UserCacheDir,
+// under dlock/). If the helper cannot be found, built or started, the
+// provider is unavailable and says why.
+//
+// The helper finds the engine as testcontainers-go does (DOCKER_HOST, the
+// Docker context, the default socket; it inherits the test binary's
+// environment); the API version is negotiated (API 1.40, Docker 19.03, at
+// least) or pinned with DOCKER_API_VERSION. testcontainers-go's reaper
+// container (Ryuk) is switched off unless TESTCONTAINERS_RYUK_DISABLED is
+// set, as it needs an image from a registry: containers are removed through
+// the same cleanups as local processes. What those miss, the helper removes
+// when its standard input ends: Main closes it after the shared servers'
+// cleanups, and it ends too when the test binary exits or dies, even by
+// SIGKILL; on Linux the helper also gets SIGTERM when the test binary dies
+// (a parent-death signal) and does the same. Its containers carry its pid
+// and host name as labels (org.dlock.testserver.pid and .host), so that if
+// the helper itself was killed, the next helper to connect removes them.
+// DLOCK_TESTSERVER_DEBUG=1 makes the helper log its operations and
+// testcontainers-go's own lines to the test binary's standard error.
 //
 // # Shared and dedicated servers
 //

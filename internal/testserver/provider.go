@@ -29,7 +29,8 @@ type Lifetime interface {
 }
 
 // Provider starts servers: the built-in "local" provider runs the installed
-// binaries, the built-in "docker" provider runs containers (testcontainers-go);
+// binaries, the built-in "docker" provider runs containers (through the
+// helper dlock-containers, see the package documentation);
 // others can be added with RegisterProvider. A provider returns servers whose hooks work (NewServer);
 // everything it starts must be torn down through lt.Cleanup.
 type Provider interface {
