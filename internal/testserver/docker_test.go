@@ -170,6 +170,20 @@ func TestFindRepoRoot(t *testing.T) {
 	}
 }
 
+// Without a helper binary or a repository to build one in, the provider
+// is unavailable and says how to get a helper.
+func TestHelperUnavailable(t *testing.T) {
+	t.Setenv(EnvContainersHelper, filepath.Join(t.TempDir(), "no-such-helper"))
+	if _, err := startHelper(); err == nil || !strings.Contains(err.Error(), "no-such-helper") {
+		t.Errorf("startHelper with %s naming nothing: %v", EnvContainersHelper, err)
+	}
+	t.Chdir(t.TempDir())
+	_, err := buildHelper()
+	if err == nil || !strings.Contains(err.Error(), "no dlock repository") || !strings.Contains(err.Error(), EnvContainersHelper) {
+		t.Errorf("buildHelper outside the repository: %v", err)
+	}
+}
+
 func TestContainerImage(t *testing.T) {
 	for kind, want := range map[Kind]string{
 		KindRedis: "redis:7.0", KindRedisCluster: "redis:7.0", KindMemcached: "memcached:1.6",
