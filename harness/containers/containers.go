@@ -24,6 +24,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,7 @@ type Engine struct {
 	labels  map[string]string
 	version string
 	desktop bool
+	swept   []string // removed by Connect's sweep
 
 	images sync.Map // image name -> *imageCheck
 
@@ -115,7 +117,7 @@ func Connect(ctx context.Context, opts Options) (e *Engine, err error) {
 		},
 		ctrs: map[string]*testcontainers.DockerContainer{},
 	}
-	e.Sweep(ctx)
+	e.swept = e.Sweep(ctx)
 	cli.Close() // idle connections only; the client stays usable
 	return e, nil
 }
@@ -130,6 +132,9 @@ func (e *Engine) Version() string { return e.version }
 // Desktop reports whether the engine is Docker Desktop's, where host
 // networking must be enabled by the user (Docker Desktop 4.34 or later).
 func (e *Engine) Desktop() bool { return e.desktop }
+
+// Swept returns the IDs of the containers Connect's sweep removed.
+func (e *Engine) Swept() []string { return slices.Clone(e.swept) }
 
 // Labels returns the labels the Engine puts on its containers.
 func (e *Engine) Labels() map[string]string { return maps.Clone(e.labels) }

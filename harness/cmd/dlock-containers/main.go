@@ -118,7 +118,7 @@ func (s *Service) engine() (*containers.Engine, error) {
 		}
 		s.eng, s.err = containers.Connect(ctx, opts)
 		if s.err == nil {
-			s.logf("connected to Docker %s", s.eng.Version())
+			s.logf("connected to Docker %s; swept %d containers of dead owners %.12q", s.eng.Version(), len(s.eng.Swept()), s.eng.Swept())
 		}
 	}
 	return s.eng, s.err
