@@ -3,6 +3,7 @@ package testserver
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -185,28 +185,18 @@ func buildHelper() (string, error) {
 	sum := sha256.Sum256([]byte(root))
 	final := filepath.Join(dir, "dlock-containers-"+hex.EncodeToString(sum[:6]))
 	tmp := fmt.Sprintf("%s.tmp-%d-%s", final, os.Getpid(), randomHex(4))
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		if goCmd = filepath.Join(runtime.GOROOT(), "bin", "go"); runtime.GOROOT() == "" {
-			goCmd = "go"
-		}
-	}
-	cmd := exec.Command(goCmd, "build", "-o", tmp, "./cmd/dlock-containers")
+	// go test puts its own go first on the test binary's PATH.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, "./cmd/dlock-containers")
 	cmd.Dir = filepath.Join(root, "harness")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = time.Second
-	timer := time.AfterFunc(10*time.Minute, func() {
-		if cmd.Process != nil {
-			cmd.Process.Kill()
-		}
-	})
-	err = cmd.Run()
-	timer.Stop()
-	if err != nil {
+	if err := cmd.Run(); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("cannot build the container helper (%s build ./cmd/dlock-containers in %s: %v):\n%s\nset %s to a dlock-containers binary instead",
-			goCmd, cmd.Dir, err, bytes.TrimSpace(out.Bytes()), EnvContainersHelper)
+		return "", fmt.Errorf("cannot build the container helper (go build ./cmd/dlock-containers in %s: %v):\n%s\nset %s to a dlock-containers binary instead",
+			cmd.Dir, err, bytes.TrimSpace(out.Bytes()), EnvContainersHelper)
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		os.Remove(tmp)
