@@ -1,18 +1,18 @@
 module github.com/dlock-go/dlock
 
-go 1.26.8
+go 1.24.0
 
 require (
 	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/google/uuid v1.6.0
-	github.com/redis/go-redis/v9 v9.23.0
-	go.opentelemetry.io/otel v1.44.0
-	go.opentelemetry.io/otel/metric v1.44.0
+	github.com/redis/go-redis/v9 v9.22.0
+	go.opentelemetry.io/otel v1.41.0
+	go.opentelemetry.io/otel/metric v1.41.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/sys v0.41.0 // indirect
 )
