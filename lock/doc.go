@@ -273,7 +273,11 @@
 // attributes are otherwise enumerations, whose sets New makes with the
 // instruments: recording allocates nothing, and a no-op provider costs
 // nothing measurable. This package imports OpenTelemetry's API, never its
-// SDK.
+// SDK. The runnable example that wires an SDK MeterProvider (with a
+// ManualReader) and a Debug Logger, and prints what they recorded, is
+// Example_metricsAndLogs in the repository's harness module
+// (harness/observe/example_test.go), so that the SDK stays out of this
+// module's go.mod.
 //
 // With Options.Logger, a Locker logs each lease's life, with the
 // attributes key, driver, mode and token (and limit, for a permit):
