@@ -8,7 +8,7 @@ TIMEOUT ?= 20m
 ## test: install missing servers, vet, and run every test against real servers:
 ## the main module's, then the harness module's (harness/: chaos's short selection,
 ## the metrics read through OpenTelemetry's SDK, the packaging check; the nemesis's
-## short pass on its own), the bench module's (peer libraries on dlock's keys);
+## short pass on its own; its container tests run in test-docker), the bench module's (peer libraries on dlock's keys);
 ## then, when a Docker engine answers, the same servers in containers (test-docker).
 ## The nemesis runs alone: its timing checks (a call returning 200ms past its
 ## context's end) are made on a 2-core machine, and go test would run it beside
@@ -17,7 +17,7 @@ test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set)"
 	$(GO) test -count=1 -timeout $(TIMEOUT) $(PKGS)
 	@echo "test: harness module (harness/)"
-	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v /nemesis$$)
+	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@echo "test: harness/nemesis on its own"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./nemesis/
 	@echo "test: bench module (the peers themselves on dlock's keys: redsync, redislock)"
@@ -53,7 +53,9 @@ conformance:
 	  case $$p in \
 	  local) $(MAKE) --no-print-directory servers || exit 1 ;; \
 	  docker) if [ -z "$(DLOCK_TEST_BACKEND)" ] && ! docker info >/dev/null 2>&1; then \
-	      echo "conformance: docker provider skipped: no Docker engine answers (docker info failed)"; continue; fi ;; \
+	      echo "conformance: docker provider skipped: no Docker engine answers (docker info failed)"; continue; fi; \
+	    if [ -z "$$DLOCK_CONTAINERS_HELPER" ]; then $(MAKE) --no-print-directory bin/dlock-containers || exit 1; \
+	      export DLOCK_CONTAINERS_HELPER="$(CURDIR)/bin/dlock-containers"; fi ;; \
 	  esac; \
 	  echo "conformance: $$p provider"; \
 	  DLOCK_TEST_BACKEND=$$p $(GO) test -count=1 -timeout $(TIMEOUT) -json -run 'TestConformance' ./driver/... \
