@@ -432,11 +432,18 @@ func (w *worker) resume(in *lockerInst, d detached) bool {
 func (w *worker) detach(l *liveLease) bool {
 	clk, s := w.env.clk, w.env.sink
 	ttl := l.lease.TTL()
+	wasDone, deadline := closed(l.lease.Done()), l.lease.Deadline()
 	start := clk.Now()
 	h, err := l.lease.Detach()
 	end := clk.Now()
 	if errors.Is(err, lock.ErrInvalid) {
 		if !closed(l.lease.Done()) {
+			return false
+		}
+		// A lease already over, or whose deadline passed before the refusal
+		// came back (its process frozen past it, say), ended by itself;
+		// only a refused Detach that ended a live lease is a violation.
+		if wasDone || (!time.Now().Before(deadline) && !errors.Is(l.lease.Err(), lock.ErrDetached)) {
 			return false
 		}
 		s.Violate(Violation{Kind: "detach-refused-ended", At: end, From: start, Key: l.key, Proc: w.env.proc, Lease: l.id,
