@@ -85,6 +85,10 @@
 //   - closed-open, unlock-open, detach-open, do-open, do-ctx, err-nil: a
 //     lease whose Done is open after Close, Unlock, Detach or Do returned, a Do whose fn
 //     context outlived its lease, a Done closed with a nil Err;
+//   - detach-refused-ended: a Detach refused (ErrInvalid: the driver cannot
+//     resume) that ended a live lease; a lease whose deadline had passed
+//     by the refusal's return, or that was over before the call, ended by
+//     itself;
 //   - liveness: while no server fault is under way (nor was for the
 //     target's Recovery), a free key not granted within LivenessBound.
 //
