@@ -320,16 +320,14 @@ func (e *env) residue() []string {
 func run(t *testing.T, tg *target, sc *scenario) {
 	start := time.Now()
 	srv := StartServer(t, tg.backend, sc.server)
+	// Servers restarted by the scenario and the thread that starts holder
+	// processes are internal/testserver's, which leakcheck ignores.
 	base := leakcheck.Take()
-	// Servers restarted by the scenario are the harness's (leakcheck
-	// ignores internal/testserver); the thread that starts holder
-	// processes lives as long as the binary.
-	ignore := leakcheck.Ignore("github.com/dlock-go/dlock/harness/chaos.spawn.func1.1")
 	e := newEnv(t, tg, sc, srv)
 	sc.run(e)
 	recovered, orphans := e.finish()
 	leaks := 0
-	if err := leakcheck.Check(base, ignore); err != nil {
+	if err := leakcheck.Check(base); err != nil {
 		leaks = 1
 		e.expect(false, "goroutines leaked: %v", err)
 	}

@@ -9,12 +9,12 @@ import (
 	"net/rpc"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // Child processes: the running binary (a test binary) started again with
@@ -60,7 +60,7 @@ func StartChild(name string, env []string) (*Child, string, error) {
 	}
 	cmd.Stderr = &lockedWriter{mu: &c.logMu, w: &c.log}
 	c.cmd, c.stdin = cmd, stdin
-	if err := spawn(cmd); err != nil {
+	if err := testserver.Spawn(cmd); err != nil {
 		return nil, "", err
 	}
 	addrc := make(chan string, 1)
@@ -140,7 +140,7 @@ func (c *Child) Stop() error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		return err
 	}
-	return waitStopped(pid, 5*time.Second)
+	return testserver.WaitStopped(pid, 5*time.Second)
 }
 
 // Continue resumes a stopped child (SIGCONT).
@@ -192,59 +192,6 @@ func ChildReady(addr net.Addr) { fmt.Printf("%s%s\n", childReady, addr) }
 // WaitForParent returns when the parent closed the child's standard input
 // (Shutdown), or died.
 func WaitForParent() { io.Copy(io.Discard, os.Stdin) }
-
-// waitStopped waits until every thread of pid is stopped, so a pause is
-// recorded only once the process can no longer act.
-func waitStopped(pid int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-		stopped := len(tasks) > 0
-		for _, p := range tasks {
-			b, err := os.ReadFile(p)
-			i := bytes.LastIndexByte(b, ')')
-			if err != nil || i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
-				stopped = false
-				break
-			}
-		}
-		if stopped {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("process %d not stopped after %v", pid, timeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// Pdeathsig fires when the parent's thread ends, so children are started
-// from one goroutine locked to a thread that lives as long as the binary
-// (as internal/testserver does for servers).
-var (
-	spawnOnce sync.Once
-	spawnReqs chan spawnReq
-)
-
-type spawnReq struct {
-	cmd  *exec.Cmd
-	errc chan error
-}
-
-func spawn(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		spawnReqs = make(chan spawnReq)
-		go func() {
-			runtime.LockOSThread()
-			for r := range spawnReqs {
-				r.errc <- r.cmd.Start()
-			}
-		}()
-	})
-	errc := make(chan error, 1)
-	spawnReqs <- spawnReq{cmd, errc}
-	return <-errc
-}
 
 // RPCServer serves an rpc.Server on a free loopback port, a goroutine per
 // connection, until Close: the parent's service for its children, and a

@@ -237,3 +237,14 @@ func startWithRetry(try func() error) error {
 	}
 	return err
 }
+
+// Spawn starts cmd as testserver starts its servers: on Linux from the one
+// OS thread that lives as long as the binary, so that a parent-death signal
+// in cmd.SysProcAttr fires when the binary dies, not when some thread
+// ends. The chaos tooling starts its child processes with it.
+func Spawn(cmd *exec.Cmd) error { return spawn(cmd) }
+
+// WaitStopped waits until every thread of pid is stopped, after a SIGSTOP,
+// so that a pause counts only once the process can no longer act (outside
+// Linux it waits briefly).
+func WaitStopped(pid int, timeout time.Duration) error { return waitStopped(pid, timeout) }
