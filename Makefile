@@ -2,6 +2,11 @@
 GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
+# RACE_PKGS: the packages make test runs with the race detector (go test
+# -race): the portable layer, the in-process driver and the Redis drivers,
+# whose waits, renewals and notifications run on many goroutines. Their
+# tests wait on servers, so the detector costs little time there.
+RACE_PKGS ?= ./lock/ ./driver/memory/ ./internal/redisx/ ./driver/redisnx/ ./driver/rediswatch/
 
 .PHONY: test check servers conformance unit images up down test-docker chaos bench nemesis
 
@@ -14,8 +19,9 @@ TIMEOUT ?= 20m
 ## context's end) are made on a 2-core machine, and go test would run it beside
 ## two other packages' servers.
 test: servers check
-	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set)"
-	$(GO) test -count=1 -timeout $(TIMEOUT) $(PKGS)
+	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
+	$(GO) test -count=1 -timeout $(TIMEOUT) -race $(RACE_PKGS)
+	$(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))'))
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@echo "test: harness/nemesis on its own"
