@@ -23,6 +23,12 @@ type Lease struct {
 	own       driver.Lease
 	done      chan struct{}
 	autoRenew bool
+	// resumed: the grant came from Locker.Resume, so another Lease (the
+	// one whose handle was resumed) may hold it too. Nothing but this
+	// Lease's Unlock and its Locker's Close releases it: its loss, or a
+	// Close that beat its registration, leaves it to the other Lease and
+	// the backend's expiry. Set before the lease is registered.
+	resumed bool
 	// refreshing admits one refresh of this lease at a time (a renewal or
 	// a Refresh): the backend then applies them in the order they were
 	// sent, so the deadline of the last one to succeed is the right one.
@@ -386,7 +392,9 @@ func (l *Lease) end(err error, ifExpired bool) bool {
 // lose ends the lease as lost, for why (lostExpired, ...). When the
 // backend may still hold the grant (a local deadline passed, a driver
 // reported a session problem), release it in the background so that it
-// does not outlive the lease.
+// does not outlive the lease, unless the lease was resumed: the Lease
+// whose handle it resumed may still count on the grant, which then expires
+// by itself.
 func (l *Lease) lose(cause error, why int, releaseBackend bool) {
 	l.loseIf(cause, why, releaseBackend, false)
 }
@@ -403,7 +411,7 @@ func (l *Lease) loseIf(cause error, why int, releaseBackend, ifExpired bool) boo
 		return false
 	}
 	l.lk.lost(l, why, cause)
-	if releaseBackend {
+	if releaseBackend && !l.resumed {
 		l.lk.releaseLater(l.dl, until)
 	}
 	return true

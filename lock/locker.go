@@ -158,6 +158,10 @@ type locker struct {
 	workers     group
 	idleWorkers atomic.Int32
 
+	// afterResume, when set (by tests), runs in Resume between the
+	// driver's Resume and register.
+	afterResume func()
+
 	mu     sync.Mutex
 	closed bool
 	stopBy time.Time // Close's bound, once Close began
@@ -577,8 +581,9 @@ func validityFor(dl *driver.Lease) (time.Duration, error) {
 }
 
 // register makes a granted lease live: local deadline, renewal, and the
-// Locker's list for Close. A grant that raced with Close is released, and
-// the call fails with ErrClosed.
+// Locker's list for Close. A grant that raced with Close is released,
+// unless it was resumed (it stays its first holder's: a failed Resume
+// changes nothing), and the call fails with ErrClosed.
 func (lk *locker) register(op string, l *Lease, start time.Time) error {
 	l.start = start
 	l.deadline = start.Add(l.dl.Validity - driftMargin(l.dl.Validity))
@@ -590,7 +595,9 @@ func (lk *locker) register(op string, l *Lease, start time.Time) error {
 	lk.mu.Unlock()
 	if closed {
 		l.finish(newError(op, l.dl.Key, ErrClosed, nil))
-		lk.releaseLater(l.dl, l.expiry())
+		if !l.resumed {
+			lk.releaseLater(l.dl, l.expiry())
+		}
 		return newError(op, l.dl.Key, ErrClosed, nil)
 	}
 	lk.granted(op, l)

@@ -152,6 +152,7 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 	if err != nil {
 		return nil, err
 	}
+	l.resumed = true
 	dl := l.dl
 	if !lk.begin() {
 		return nil, newError(op, key, ErrClosed, nil)
@@ -190,6 +191,9 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 			return nil, ctxError(op, key, ErrNotAcquired, ctx)
 		}
 		return nil, newError(op, key, ErrNotAcquired, err)
+	}
+	if lk.afterResume != nil {
+		lk.afterResume()
 	}
 	if err := lk.register(op, l, start); err != nil {
 		return nil, err
