@@ -144,7 +144,7 @@ func TestUnlockNilContext(t *testing.T) {
 			}
 		}()
 		//lint:ignore SA1012 the nil context is the point
-		if err := l.Unlock(nil); !errors.Is(err, lock.ErrInvalid) { //nolint:staticcheck
+		if err := l.Unlock(nil); !errors.Is(err, lock.ErrInvalid) {
 			t.Errorf("Unlock(nil): %v, want ErrInvalid", err)
 		}
 	}()
