@@ -323,10 +323,13 @@ type Resumer interface {
 	Resumable() error
 	// Resume checks that l.Key is granted to l.Owner, in mode l.Mode, with
 	// fencing token l.Token as far as the backend can tell, and extends
-	// that grant to l.TTL from now as Refresh would; it sets l.Validity and
-	// l.Data as Acquire does. It returns ErrNotHeld when there is no such
-	// grant (and changes nothing), and the error of Resumable when that is
-	// not nil. A failed Resume leaves nothing to clean up: the grant stays
+	// that grant to at least l.TTL from now, never shortening any expiry
+	// it touches (the grant's, a share's or permit's, a hold's): the Lease
+	// whose handle is resumed counts on them, and a Resume applied after
+	// its caller gave up must leave the grant no shorter. It sets
+	// l.Validity and l.Data as Acquire does. It returns ErrNotHeld when
+	// there is no such grant (and changes nothing), and the error of
+	// Resumable when that is not nil. A failed Resume leaves nothing to clean up: the grant stays
 	// its first holder's, at most extended.
 	Resume(ctx context.Context, l *Lease) error
 }

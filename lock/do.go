@@ -14,8 +14,17 @@ import (
 // Do returns fn's error, joined with an error wrapping ErrLost if the lease
 // was lost while fn ran (fn's work was then not protected to the end, even
 // if fn returned nil), and with the error of Unlock if that failed. If Lock
-// fails, fn does not run and Do returns that error.
+// fails, fn does not run and Do returns that error. A nil ctx, Locker or fn
+// gives an error wrapping ErrInvalid, and nothing is locked.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...Option) error {
+	switch {
+	case ctx == nil:
+		return newError("do", key, ErrInvalid, errNilContext)
+	case l == nil:
+		return newError("do", key, ErrInvalid, errors.New("nil Locker"))
+	case fn == nil:
+		return newError("do", key, ErrInvalid, errors.New("nil fn"))
+	}
 	lease, err := l.Lock(ctx, key, opts...)
 	if err != nil {
 		return err

@@ -229,7 +229,15 @@
 //
 // Invalid input (an empty key, one over MaxKeyLen bytes or not UTF-8, a TTL
 // outside [MinTTL, MaxTTL] or outside what the driver can carry, a malformed
-// URL or an unknown URL parameter) is refused before any I/O. Every key a
+// URL or an unknown URL parameter) is refused before any I/O, and so are
+// nil and zero values where a value is needed: a nil context, Locker, fn
+// (Do), Option or RetryStrategy (LimitRetry(nil, n) included), a nil or
+// zero *Lease (its methods return ErrInvalid; its accessors zero values,
+// with Done closed), a nil driver given to New (every call of that Locker
+// but Close fails). No function or method of this package panics on them
+// but Register, which panics at init as database/sql's does. Unlock
+// with a nil context still ends the lease and releases its grant in the
+// background, as after a failed release. Every key a
 // Locker accepts is used as it is: drivers map keys that their backend
 // cannot carry (Memcached's 250 bytes, ZooKeeper's path syntax) without
 // truncation or collisions.

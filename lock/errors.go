@@ -25,8 +25,9 @@ var (
 	ErrLost = errors.New("lock: lease lost")
 	// ErrClosed: the Locker was closed.
 	ErrClosed = errors.New("lock: locker closed")
-	// ErrInvalid: the input (key, TTL, option, URL) was refused before any
-	// I/O. The message says why.
+	// ErrInvalid: the input (key, TTL, option, URL, or a nil or zero value
+	// such as a nil context or Lease) was refused before any I/O. The
+	// message says why.
 	ErrInvalid = errors.New("lock: invalid input")
 	// ErrHeld: beside ErrNotAcquired, when the key was held by another
 	// owner at the last attempt (TryLock, or Lock whose retry strategy gave

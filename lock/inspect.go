@@ -47,7 +47,7 @@ type KeyState struct {
 }
 
 // Held reports whether anyone holds the key.
-func (s *KeyState) Held() bool { return len(s.Holders) > 0 }
+func (s *KeyState) Held() bool { return s != nil && len(s.Holders) > 0 }
 
 // Holder is one live grant of a key.
 type Holder struct {
@@ -142,6 +142,9 @@ type Unknown struct {
 // why where the backend cannot answer, and leaves the Locker interface,
 // which other packages implement (wrappers, fakes), as it is.
 func Inspect(ctx context.Context, l Locker, key string) (*KeyState, error) {
+	if ctx == nil {
+		return nil, newError("inspect", key, ErrInvalid, errNilContext)
+	}
 	lk, ok := unwrapLocker(l)
 	if !ok {
 		return nil, newError("inspect", key, ErrInvalid, errors.New("not a Locker made by package lock: it cannot be inspected"))

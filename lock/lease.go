@@ -23,6 +23,12 @@ type Lease struct {
 	own       driver.Lease
 	done      chan struct{}
 	autoRenew bool
+	// resumed: the grant came from Locker.Resume, so another Lease (the
+	// one whose handle was resumed) may hold it too. Nothing but this
+	// Lease's Unlock and its Locker's Close releases it: its loss, or a
+	// Close that beat its registration, leaves it to the other Lease and
+	// the backend's expiry. Set before the lease is registered.
+	resumed bool
 	// refreshing admits one refresh of this lease at a time (a renewal or
 	// a Refresh): the backend then applies them in the order they were
 	// sent, so the deadline of the last one to succeed is the right one.
@@ -57,8 +63,19 @@ type Lease struct {
 	validCopy    time.Duration // validity as of the last schedule
 }
 
+// invalid reports whether l is nil or a zero Lease, not one a Locker
+// granted. Its methods then change nothing: those that return an error
+// return one wrapping ErrInvalid, the others zero values (Done a closed
+// channel: a Lease that was never granted is not held).
+func (l *Lease) invalid() bool { return l == nil || l.dl == nil }
+
 // Key returns the key the lease is on.
-func (l *Lease) Key() string { return l.dl.Key }
+func (l *Lease) Key() string {
+	if l.invalid() {
+		return ""
+	}
+	return l.dl.Key
+}
 
 // Token returns the fencing token: it is strictly greater than the token of
 // every earlier grant of this key on this backend, including grants made
@@ -67,22 +84,42 @@ func (l *Lease) Key() string { return l.dl.Key }
 // and have the resource refuse writes with a smaller token than one it has
 // seen: that turns a holder that paused past its lease into a refused write
 // instead of a corrupted one.
-func (l *Lease) Token() uint64 { return l.dl.Token }
+func (l *Lease) Token() uint64 {
+	if l.invalid() {
+		return 0
+	}
+	return l.dl.Token
+}
 
 // Limit returns, for a permit of a semaphore (SemLocker), the semaphore's
 // number of permits; zero for any other lease.
-func (l *Lease) Limit() int { return l.dl.Limit }
+func (l *Lease) Limit() int {
+	if l.invalid() {
+		return 0
+	}
+	return l.dl.Limit
+}
 
 // Done returns a channel that is closed when the lease ends: released by
 // Unlock, released by Locker.Close, or lost. It is closed no later than the
 // local deadline (see Deadline), so a holder that watches it stops before
 // another client can be granted the key.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+func (l *Lease) Done() <-chan struct{} {
+	if l.invalid() {
+		return closedChan
+	}
+	return l.done
+}
 
 // Err returns nil while the lease is held. After Done is closed it returns
 // an error wrapping ErrLost if the lease was lost (with the cause), ErrNotHeld
 // if it was released by Unlock, or ErrClosed if released by Locker.Close.
+// For a nil or zero Lease (never granted; Done is closed) it returns an
+// error wrapping ErrInvalid.
 func (l *Lease) Err() error {
+	if l.invalid() {
+		return newError("lease", "", ErrInvalid, errNoLease)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.err
@@ -101,6 +138,9 @@ func (l *Lease) Err() error {
 // same reason, once a refresh's outcome is unknown, no later deadline counts
 // on more than that refresh's validity.
 func (l *Lease) Deadline() time.Time {
+	if l.invalid() {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
@@ -108,6 +148,9 @@ func (l *Lease) Deadline() time.Time {
 
 // TTL returns the lease time of the last grant or refresh.
 func (l *Lease) TTL() time.Duration {
+	if l.invalid() {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ttl
@@ -126,8 +169,16 @@ func (l *Lease) TTL() time.Duration {
 //   - ErrClosed after the Locker was closed;
 //   - the backend's or the context's error: the outcome is unknown and the
 //     lease goes on, but its deadline is no later than the refresh would
-//     have made it, since the backend may have applied it (see Deadline).
+//     have made it, since the backend may have applied it (see Deadline);
+//   - ErrInvalid for a TTL out of range, a nil ctx, or a nil or zero Lease:
+//     nothing is changed.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	switch {
+	case l.invalid():
+		return newError("refresh", "", ErrInvalid, errNoLease)
+	case ctx == nil:
+		return newError("refresh", l.dl.Key, ErrInvalid, errNilContext)
+	}
 	if !l.lk.begin() { // Close waits for it; no driver call after Close
 		return newError("refresh", l.dl.Key, ErrClosed, nil)
 	}
@@ -302,7 +353,19 @@ var errReleased = errors.New("lease released")
 // the lease is ended all the same, and the Locker retries the release in
 // the background until it succeeds or the grant would have expired, so that
 // an outage keeps the key no longer than the outage.
+//
+// A nil ctx gives an error wrapping ErrInvalid, and the lease ends all the
+// same: its grant is released in the background, as after a failed
+// release, each attempt bounded by Options.ReleaseTimeout. A nil or zero
+// Lease gives ErrInvalid.
 func (l *Lease) Unlock(ctx context.Context) error {
+	switch {
+	case l.invalid():
+		return newError("unlock", "", ErrInvalid, errNoLease)
+	case ctx == nil:
+		l.unlockLater()
+		return newError("unlock", l.dl.Key, ErrInvalid, errNilContext)
+	}
 	if !l.lk.begin() { // Close waits for it; no driver call after Close
 		return newError("unlock", l.dl.Key, ErrClosed, nil)
 	}
@@ -350,6 +413,22 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	return newError("unlock", l.dl.Key, nil, err)
 }
 
+// unlockLater ends the lease as Unlock does, and releases its grant in the
+// background (for an Unlock that has no context to make the call in).
+func (l *Lease) unlockLater() {
+	l.mu.Lock()
+	ended := l.err != nil
+	l.unlocking = !ended
+	l.mu.Unlock()
+	if ended {
+		return
+	}
+	until := l.expiry()
+	if l.finish(newError("unlock", l.dl.Key, ErrNotHeld, errReleased)) {
+		l.lk.releaseLater(l.dl, until)
+	}
+}
+
 // expiry is when the backend drops the grant by itself at the latest, as
 // far as this process can tell: the TTL after the last successful grant or
 // refresh was sent, or a little from now if that has passed.
@@ -386,7 +465,9 @@ func (l *Lease) end(err error, ifExpired bool) bool {
 // lose ends the lease as lost, for why (lostExpired, ...). When the
 // backend may still hold the grant (a local deadline passed, a driver
 // reported a session problem), release it in the background so that it
-// does not outlive the lease.
+// does not outlive the lease, unless the lease was resumed: the Lease
+// whose handle it resumed may still count on the grant, which then expires
+// by itself.
 func (l *Lease) lose(cause error, why int, releaseBackend bool) {
 	l.loseIf(cause, why, releaseBackend, false)
 }
@@ -403,7 +484,7 @@ func (l *Lease) loseIf(cause error, why int, releaseBackend, ifExpired bool) boo
 		return false
 	}
 	l.lk.lost(l, why, cause)
-	if releaseBackend {
+	if releaseBackend && !l.resumed {
 		l.lk.releaseLater(l.dl, until)
 	}
 	return true

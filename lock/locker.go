@@ -30,7 +30,8 @@ type Locker interface {
 	// Lease.Detach), made through another Locker of the same backend, in
 	// this process or another: the backend checks that the grant still
 	// exists with that owner (and, where it records it, that token) and
-	// extends it to the TTL; the new Lease has the same key and token, and
+	// extends it to at least the TTL, never shortening it (the first
+	// holder's deadline counts on it); the new Lease has the same key and token, and
 	// its own deadline, renewal (the options as for Lock; WithRetry is
 	// not used: Resume makes one attempt) and Done. Until one of them ends
 	// it, the grant is held by both Leases: the first holder should have
@@ -99,8 +100,8 @@ const MaxPermits = 1 << 16
 // when d implements driver.Sharer, and a SemLocker when d implements
 // driver.Semaphorer and grants permits (or both).
 //
-// Invalid options are reported by the Locker's first call, wrapped in
-// ErrInvalid, so that constructors need not return errors.
+// Invalid options (and a nil d) are reported by every call of the Locker,
+// wrapped in ErrInvalid, so that constructors need not return errors.
 //
 // The driver's name, for the dlock.driver attribute of metrics and the
 // driver attribute of logs, is what its method Name() string returns, if
@@ -108,6 +109,9 @@ const MaxPermits = 1 << 16
 // New makes the Locker's instruments (see "Metrics and logs").
 func New(d driver.Driver, o *Options) Locker {
 	opts, err := o.resolved()
+	if d == nil {
+		err = fmt.Errorf("%w: nil driver.Driver", ErrInvalid)
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	lk := &locker{d: d, name: driverName(d), opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}, work: make(chan *call)}
 	var merr error
@@ -157,6 +161,10 @@ type locker struct {
 	work        chan *call
 	workers     group
 	idleWorkers atomic.Int32
+
+	// afterResume, when set (by tests), runs in Resume between the
+	// driver's Resume and register.
+	afterResume func()
 
 	mu     sync.Mutex
 	closed bool
@@ -397,7 +405,9 @@ func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.
 			lk.logWarn("subscribe failed; polling instead", key, serr)
 		}
 		if backoff == nil {
-			backoff = co.retry.NewBackoff()
+			if backoff = co.retry.NewBackoff(); backoff == nil {
+				return nil, newError(op, key, ErrInvalid, errors.New("the RetryStrategy's NewBackoff returned nil"))
+			}
 		}
 		d, ok := backoff.Next()
 		if !ok {
@@ -577,8 +587,9 @@ func validityFor(dl *driver.Lease) (time.Duration, error) {
 }
 
 // register makes a granted lease live: local deadline, renewal, and the
-// Locker's list for Close. A grant that raced with Close is released, and
-// the call fails with ErrClosed.
+// Locker's list for Close. A grant that raced with Close is released,
+// unless it was resumed (it stays its first holder's: a failed Resume
+// changes nothing), and the call fails with ErrClosed.
 func (lk *locker) register(op string, l *Lease, start time.Time) error {
 	l.start = start
 	l.deadline = start.Add(l.dl.Validity - driftMargin(l.dl.Validity))
@@ -590,7 +601,9 @@ func (lk *locker) register(op string, l *Lease, start time.Time) error {
 	lk.mu.Unlock()
 	if closed {
 		l.finish(newError(op, l.dl.Key, ErrClosed, nil))
-		lk.releaseLater(l.dl, l.expiry())
+		if !l.resumed {
+			lk.releaseLater(l.dl, l.expiry())
+		}
 		return newError(op, l.dl.Key, ErrClosed, nil)
 	}
 	lk.granted(op, l)
@@ -793,7 +806,10 @@ func (lk *locker) Close() error {
 	// that has passed), and it goes on in the background after that.
 	closed := make(chan error, 1)
 	go func() {
-		err := lk.d.Close()
+		var err error
+		if lk.d != nil {
+			err = lk.d.Close()
+		}
 		<-lk.calls.idleChan()
 		<-lk.bg.idleChan()
 		<-lk.sched.workers.idleChan()

@@ -247,6 +247,9 @@ func driverName(d driver.Driver) string {
 // acquire is a Lock, TryLock, RLock, TryRLock, Acquire or TryAcquire call
 // (doAcquire), timed for dlock.lock.wait.duration.
 func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
+	if parent == nil {
+		return nil, newError(op, key, ErrInvalid, errNilContext)
+	}
 	if lk.m == nil {
 		return lk.doAcquire(parent, op, key, mode, limit, wait, opts)
 	}

@@ -85,6 +85,9 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 // come from the URL (ttl=, autorenew=), so that configuration alone decides
 // them; o's TTL and DisableAutoRenew are ignored.
 func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: Open: %v", ErrInvalid, errNilContext)
+	}
 	if o != nil && o.ReleaseTimeout < 0 {
 		return nil, fmt.Errorf("%w: Options.ReleaseTimeout %v is negative", ErrInvalid, o.ReleaseTimeout)
 	}
@@ -193,6 +196,9 @@ func redactRaw(raw string) string {
 // parameter, or a malformed value gives an error wrapping ErrInvalid. It is
 // for driver packages' OpenFuncs.
 func URLOptions(u *url.URL, driverParams ...string) (*Options, url.Values, error) {
+	if u == nil {
+		return nil, nil, fmt.Errorf("%w: nil URL", ErrInvalid)
+	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: URL query: %v", ErrInvalid, err)

@@ -79,6 +79,9 @@ func (o *Options) resolved() (Options, error) {
 	if r.Retry == nil {
 		r.Retry = DefaultRetry
 	}
+	if err := checkRetry(r.Retry); err != nil {
+		return r, fmt.Errorf("%w: Options.Retry: %v", ErrInvalid, err)
+	}
 	if r.ReleaseTimeout == 0 {
 		r.ReleaseTimeout = DefaultReleaseTimeout
 	}
@@ -161,8 +164,8 @@ func (lk *locker) callOptions(opts []Option) (callOptions, error) {
 	if err := checkTTL(c.ttl); err != nil {
 		return c, err
 	}
-	if c.retry == nil {
-		return c, fmt.Errorf("nil RetryStrategy")
+	if err := checkRetry(c.retry); err != nil {
+		return c, err
 	}
 	if c.named {
 		if err := checkName("owner id", c.owner); err != nil {

@@ -25,12 +25,15 @@ const handlePrefix = "dlock1."
 // exclusive, "s" for shared, "o" for one hold of a named owner, "pN" for a
 // permit of a semaphore of N permits; OWNER 32 hex digits, TOKEN decimal,
 // KEY in unpadded URL-safe base64). It is safe in a file, a command line or an environment
-// variable.
+// variable. A nil or zero Lease has none: "".
 //
 // A handle is a capability: whoever has it can extend and release the
 // grant (and, on most backends, so can whoever reads the backend's keys).
 // Keep it as secret as the lease deserves.
 func (l *Lease) Handle() string {
+	if l.invalid() {
+		return ""
+	}
 	mode := "x"
 	switch {
 	case l.dl.Mode == driver.Shared:
@@ -114,6 +117,9 @@ func isOwner(s string) bool {
 // Resume implements Locker.
 func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lease, error) {
 	const op = "resume"
+	if parent == nil {
+		return nil, newError(op, "", ErrInvalid, errNilContext)
+	}
 	if lk.optsErr != nil {
 		return nil, newError(op, "", ErrInvalid, lk.optsErr)
 	}
@@ -152,6 +158,7 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 	if err != nil {
 		return nil, err
 	}
+	l.resumed = true
 	dl := l.dl
 	if !lk.begin() {
 		return nil, newError(op, key, ErrClosed, nil)
@@ -191,6 +198,9 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 		}
 		return nil, newError(op, key, ErrNotAcquired, err)
 	}
+	if lk.afterResume != nil {
+		lk.afterResume()
+	}
 	if err := lk.register(op, l, start); err != nil {
 		return nil, err
 	}
@@ -215,8 +225,11 @@ func (lk *locker) resumer() (driver.Resumer, error) {
 // ErrDetached. The grant lasts until its TTL passes unless it is resumed
 // before. It fails, with the error that ended it, when the lease has
 // ended, and with ErrInvalid, leaving the lease as it was, when the
-// backend's driver cannot resume leases.
+// backend's driver cannot resume leases (or the Lease is nil or zero).
 func (l *Lease) Detach() (string, error) {
+	if l.invalid() {
+		return "", newError("detach", "", ErrInvalid, errNoLease)
+	}
 	if _, err := l.lk.resumer(); err != nil {
 		return "", newError("detach", l.dl.Key, ErrInvalid, err)
 	}

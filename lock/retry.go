@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"errors"
 	"math/rand/v2"
 	"time"
 )
@@ -98,8 +99,12 @@ func queues(s RetryStrategy) bool {
 }
 
 // LimitRetry stops s after n retries (n+1 attempts in all). n <= 0 means
-// no retry at all.
+// no retry at all. LimitRetry(nil, n) is refused, with ErrInvalid, by the
+// calls it is given to.
 func LimitRetry(s RetryStrategy, n int) RetryStrategy {
+	if s == nil {
+		return invalidRetry{}
+	}
 	return strategyFunc(func() Backoff {
 		inner, left := s.NewBackoff(), n
 		return backoffFunc(func() (time.Duration, bool) {
@@ -110,4 +115,21 @@ func LimitRetry(s RetryStrategy, n int) RetryStrategy {
 			return inner.Next()
 		})
 	})
+}
+
+// invalidRetry is LimitRetry of a nil strategy: refused by the calls it is
+// given to (checkRetry), and it never retries.
+type invalidRetry struct{}
+
+func (invalidRetry) NewBackoff() Backoff { return NoRetry().NewBackoff() }
+
+// checkRetry refuses a strategy no call can follow.
+func checkRetry(s RetryStrategy) error {
+	switch s.(type) {
+	case nil:
+		return errors.New("nil RetryStrategy")
+	case invalidRetry:
+		return errors.New("LimitRetry of a nil RetryStrategy")
+	}
+	return nil
 }

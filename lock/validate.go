@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -9,6 +10,12 @@ import (
 )
 
 func checkKey(key string) error { return checkName("key", key) }
+
+// Reasons for refusing nil and zero values with ErrInvalid.
+var (
+	errNilContext = errors.New("nil context.Context (use context.Background() or context.TODO())")
+	errNoLease    = errors.New("not a Lease granted by a Locker (a nil or zero *Lease)")
+)
 
 // checkName checks a key or an owner id (what names it in the error).
 func checkName(what, s string) error {

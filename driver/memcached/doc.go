@@ -20,6 +20,12 @@
 //     already expired, and the cas applies only if the item is unchanged
 //     since the gets, so this is an atomic compare-and-delete. 2 round trips.
 //   - Refresh: gets, compare, cas with the new expiration. 2 round trips.
+//   - Resume (lock.Locker.Resume): get(counter) to check the token, then
+//     gets, compare, cas. It never shortens the grant, whose first Lease
+//     counts on its expiration: memcached's get does not tell an item's
+//     expiration, so the grant, refresh and resume of an anonymous grant
+//     record the one they set (in seconds) in the item's flags, and a
+//     resume sets the larger of that and its own TTL. 3 round trips.
 //
 // An uncontended Lock and Unlock is 4 round trips. A cas that loses a race
 // (the item changed after the gets) is tried again only if a new gets shows

@@ -32,7 +32,7 @@ func (d *mcDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	if l.Reentrant {
 		return d.acquireHold(ctx, l, k, secs)
 	}
-	err = d.c.Add(&memcache.Item{Key: k.lock, Value: []byte(l.Owner), Expiration: secs})
+	err = d.c.Add(&memcache.Item{Key: k.lock, Value: []byte(l.Owner), Flags: uint32(secs), Expiration: secs})
 	switch {
 	case errors.Is(err, memcache.ErrNotStored):
 		return &driver.HeldError{}
@@ -92,11 +92,12 @@ func (d *mcDriver) Release(ctx context.Context, l *driver.Lease) error {
 	if l.Reentrant {
 		return d.releaseHold(ctx, l)
 	}
-	return d.casOwned(ctx, "release", d.leaseKeys(l).lock, l.Owner, -1)
+	return d.casOwned(ctx, "release", d.leaseKeys(l).lock, l.Owner, func(int32) int32 { return -1 })
 }
 
 // Refresh gives the caller's grant a new expiration: gets, compare, cas.
-// Two round trips.
+// Two round trips. Like the grant, it records the expiration in the item's
+// flags (see Resume).
 func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	secs, err := ttlSeconds(ttl)
 	if err != nil {
@@ -105,7 +106,7 @@ func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 	if l.Reentrant {
 		err = d.extendHold(ctx, "refresh", l, secs, 0)
 	} else {
-		err = d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, secs)
+		err = d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, func(int32) int32 { return secs })
 	}
 	if err != nil {
 		return 0, err
@@ -122,18 +123,33 @@ func (d *mcDriver) leaseKeys(l *driver.Lease) keys {
 	return d.keys(l.Key)
 }
 
-// casOwned sets the expiration of key to exptime if its value is owner,
-// atomically: the cas applies only if the item is unchanged since the gets
-// that compared it. It returns driver.ErrNotHeld when the item is missing or
-// belongs to another owner.
-func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime int32) error {
+// casOwned sets the expiration of key to exptime(the expiration recorded
+// in its flags) if its value is owner, atomically: the cas applies only if
+// the item is unchanged since the gets that compared it. A positive
+// expiration is recorded in the flags too. It returns driver.ErrNotHeld
+// when the item is missing or belongs to another owner.
+func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime func(recorded int32) int32) error {
 	return d.casItem(ctx, op, key, func(it *memcache.Item) error {
 		if string(it.Value) != owner {
 			return driver.ErrNotHeld
 		}
-		it.Expiration = exptime
+		it.Expiration = exptime(recordedSecs(it.Flags))
+		if it.Expiration > 0 {
+			it.Flags = uint32(it.Expiration)
+		}
 		return nil
 	})
+}
+
+// recordedSecs reads the expiration that the last grant, refresh or
+// resume of an anonymous grant recorded in the item's flags: 0 when none
+// did (a grant made by an earlier version of this driver), or when the
+// flags hold no expiration this driver could have set.
+func recordedSecs(flags uint32) int32 {
+	if flags > uint32(MaxTTL/time.Second) {
+		return 0
+	}
+	return int32(flags)
 }
 
 // casItem changes the item key by gets, change (which edits the item's
@@ -180,8 +196,20 @@ func (d *mcDriver) Resumable() error { return nil }
 // Resume implements driver.Resumer: the counter must have reached l.Token
 // (a larger token is refused; a missing counter, evicted or lost, proves
 // nothing and is let pass), then the item must hold l.Owner (128 random
-// bits, unique to the grant), and its expiration is set to l.TTL as a
-// refresh sets it: get, gets, cas; three round trips.
+// bits, unique to the grant): get, gets, cas; three round trips.
+//
+// Resume only ever extends the grant: the Lease whose handle it resumes
+// counts on the item's expiration as it was. An item has one expiration,
+// which memcached's get does not tell (gomemcache has no meta commands),
+// so every grant, refresh and resume of an anonymous grant records the
+// expiration it set, in seconds, in the item's flags, which the cas
+// carries over atomically with the value: an item written with E seconds
+// at t0 expires by t0+E on the server's clock, so a resume at t that sets
+// the larger of E and its own TTL (and records it) never ends it sooner.
+// A grant made by an earlier version of this driver records nothing
+// (flags 0): its resume sets l.TTL, as those versions did. A hold of a
+// named owner (mode "o") keeps its TTL in the holds instead, where its
+// resume takes the larger of the hold's and its own (extendHold).
 func (d *mcDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	secs, err := ttlSeconds(l.TTL)
 	if err != nil {
@@ -205,7 +233,7 @@ func (d *mcDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		l.Data = k
 		err = d.extendHold(ctx, "resume", l, secs, l.Token)
 	} else {
-		err = d.casOwned(ctx, "resume", k.lock, l.Owner, secs)
+		err = d.casOwned(ctx, "resume", k.lock, l.Owner, func(recorded int32) int32 { return max(recorded, secs) })
 	}
 	if err != nil {
 		return err

@@ -318,7 +318,8 @@ func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durat
 func (d *memDriver) Resumable() error { return nil }
 
 // Resume implements driver.Resumer: it extends the grant of l.Owner on
-// l.Key if it has l's mode and token.
+// l.Key to at least l.TTL from now if it has l's mode and token, never
+// shortening it: the Lease whose handle is resumed counts on its expiry.
 func (d *memDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -339,11 +340,7 @@ func (d *memDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if e.token != l.Token || e.shared != (l.Mode == driver.Shared) || e.limit != l.Limit || (e.holds != nil) != l.Reentrant {
 		return driver.ErrNotHeld
 	}
-	if e.holds != nil {
-		e.expires = later(e.expires, s.now().Add(l.TTL))
-	} else {
-		e.expires = s.now().Add(l.TTL)
-	}
+	e.expires = later(e.expires, s.now().Add(l.TTL))
 	l.Validity = l.TTL
 	return nil
 }

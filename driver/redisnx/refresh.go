@@ -28,6 +28,8 @@ func (d *redisDriver) Resumable() error { return nil }
 // Resume implements driver.Resumer with resume.lua: the key must hold
 // l.Owner (128 random bits, unique to the grant), and the fencing counter
 // must have reached l.Token (a larger token is refused); one round trip.
+// It only ever extends the grant (see resume.lua): the Lease whose handle
+// it resumes counts on the grant's expiry as it was.
 // The resumed lease may have come through the queue, so its release also
 // clears the queue's record of it.
 func (d *redisDriver) Resume(ctx context.Context, l *driver.Lease) error {

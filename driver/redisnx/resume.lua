@@ -1,4 +1,4 @@
--- Extend the lock KEYS[1] to ARGV[2] ms if owner ARGV[1] holds it
+-- Extend the lock KEYS[1] to at least ARGV[2] ms if owner ARGV[1] holds it
 -- (exclusive, or shared when ARGV[4] is "s": its member in the readers set
 -- KEYS[3], not expired; or, when ARGV[4] is "o", as a hold of a named
 -- owner's grant whose token, in the holds KEYS[1]:h, is ARGV[3]; or, when
@@ -10,7 +10,15 @@
 -- when the server lost its data, and then the grant went with it, or after
 -- a week without grants).
 --
--- Returns 1 when extended, 0 when no such grant exists.
+-- A Resume only ever extends: every expiry it touches (the lock key's PX, a
+-- share's or a permit's score, their set's PX) is set to ARGV[2] ms from
+-- now only where it ends sooner than that. The grant may be held by
+-- another Lease too (the one whose handle this is), whose deadline counts
+-- on the expiry as it was; and a Resume that lost its reply, applied after
+-- its caller gave up, then leaves the grant no shorter than it was.
+--
+-- Returns 1 when held (and extended where it ended sooner), 0 when no such
+-- grant exists.
 local c = redis.call('GET', KEYS[2])
 if c and tonumber(c) < tonumber(ARGV[3]) then
   return 0
@@ -40,7 +48,9 @@ if string.sub(ARGV[4] or '', 1, 1) == 'p' then -- "pN"
   if not score or tonumber(score) < now then
     return 0
   end
-  redis.call('ZADD', s, string.format('%d', now + px), ARGV[1])
+  if tonumber(score) < now + px then
+    redis.call('ZADD', s, string.format('%d', now + px), ARGV[1])
+  end
   if redis.call('PTTL', KEYS[1]) < px then
     redis.call('PEXPIRE', KEYS[1], px)
   end
@@ -53,7 +63,9 @@ if ARGV[4] ~= 's' then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
   end
-  redis.call('PEXPIRE', KEYS[1], px)
+  if redis.call('PTTL', KEYS[1]) < px then
+    redis.call('PEXPIRE', KEYS[1], px)
+  end
   return 1
 end
 local t = redis.call('TIME')
@@ -62,7 +74,9 @@ local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not score or tonumber(score) < now or redis.call('GET', KEYS[1]) ~= 'R' then
   return 0
 end
-redis.call('ZADD', KEYS[3], string.format('%d', now + px), ARGV[1])
+if tonumber(score) < now + px then
+  redis.call('ZADD', KEYS[3], string.format('%d', now + px), ARGV[1])
+end
 if redis.call('PTTL', KEYS[1]) < px then
   redis.call('PEXPIRE', KEYS[1], px)
 end

@@ -444,13 +444,14 @@ func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string)
 
 // extendMember extends owner's live member grant of kind k on lk, whose
 // lock key must hold k.marker, to ttl from now, and the lock key and the
-// set to expire no sooner; with minToken > 0, only if the fencing counter
-// has reached it (Resume). op names the operation (its hook, and its error
+// set to expire no sooner; with minToken > 0 (Resume), only if the fencing
+// counter has reached it, and never shortening owner's member (ZADD's GT):
+// the Lease whose handle is resumed counts on its expiry as it was. op names the operation (its hook, and its error
 // when it gives up). It watches nothing, so that grants and releases of
 // other members meanwhile do not abort it, in two round trips:
 //
 //	GET lock; TIME; ZSCORE set owner; [GET counter]
-//	UNWATCH; MULTI; ZSCORE set owner; TIME; ZADD set XX expiry owner;
+//	UNWATCH; MULTI; ZSCORE set owner; TIME; ZADD set XX [GT] expiry owner;
 //	         PEXPIRE lock ttl GT; PEXPIRE set ttl GT; GET lock; EXEC
 //
 // (UNWATCH, for a Ring, whose client sends WATCH lock first.) Whatever
@@ -475,7 +476,7 @@ func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string)
 // on it), and PEXPIRE ... GT may have lengthened the lock key, which only
 // delays those waiting for it.
 //
-// PEXPIRE's GT needs Redis 7.0. A server that refuses it makes the driver
+// PEXPIRE's GT needs Redis 7.0 (ZADD's, 6.2). A server that refuses either makes the driver
 // fall back, for this call and every later one, to extendMemberWatched,
 // which watches the lock key and the set (and is aborted by grants of other
 // members).
@@ -512,11 +513,15 @@ func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, o
 			}
 		}
 		d.hook(op, lk)
-		const firstGT, lastGT = 3, 4 // the PEXPIRE ... GT commands
+		const firstGT, lastGT = 2, 4 // the commands that may take GT
+		zadd := []any{"zadd", set, "xx", nowMS + ttlMS, owner}
+		if minToken > 0 {
+			zadd = []any{"zadd", set, "xx", "gt", nowMS + ttlMS, owner}
+		}
 		replies, err := execUnwatched(ctx, tx,
 			[]any{"zscore", set, owner},
 			[]any{"time"},
-			[]any{"zadd", set, "xx", nowMS + ttlMS, owner},
+			zadd,
 			[]any{"pexpire", lk, ttlMS, "gt"},
 			[]any{"pexpire", set, ttlMS, "gt"},
 			[]any{"get", lk},
@@ -606,7 +611,9 @@ func replyTime(r any) (time.Time, error) {
 // option (before Redis 7.0): its transaction watches the lock key and the
 // set, so that the lock key's PX it sets (k.stretch: the longest of the
 // live members, at least the caller's) is still right at the EXEC, and
-// it is tried again when a grant or a release of another member aborts it:
+// it is tried again when a grant or a release of another member aborts it.
+// A Resume extends owner's member to the later of its score, read under
+// the watch, and ttl from now:
 //
 //	WATCH lock set; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; [GET counter]
 //	MULTI; ZADD set XX expiry owner; <stretch>; EXEC
@@ -640,6 +647,10 @@ func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op
 					unwatch(ctx, tx)
 					return driver.ErrNotHeld
 				}
+			}
+			ttlMS := ttlMS
+			if minToken > 0 {
+				ttlMS = max(ttlMS, int64(score.Val())-now)
 			}
 			d.hook(op, lk)
 			return exec(ctx, tx, func(p redis.Pipeliner) {

@@ -208,13 +208,17 @@ func (d *watchDriver) Resumable() error { return nil }
 
 // Resume implements driver.Resumer, in two round trips:
 //
-//	WATCH lock; GET lock; GET counter
-//	MULTI; PEXPIRE lock ttl; EXEC      (if GET == l.Owner and counter >= l.Token)
+//	WATCH lock; GET lock; GET counter; PTTL lock
+//	MULTI; PEXPIRE lock ttl; EXEC      (if GET == l.Owner and counter >= l.Token, and PTTL < ttl)
 //
 // The key must hold l.Owner (128 random bits, unique to the grant), and
 // the fencing counter must have reached l.Token (a larger token is
 // refused; a missing counter means the server lost its data, or a week
-// without grants). The resumed lease may have come through the queue, so
+// without grants). Resume only ever extends the grant, whatever the mode:
+// the Lease whose handle it resumes counts on its expiry as it was. A key
+// whose PTTL is at least ttl is left as it is (and lasts ttl from the
+// read, so from the send, at least); one that ends sooner gets ttl from
+// the EXEC, a later moment than the PTTL was read at. The resumed lease may have come through the queue, so
 // its release also deletes the queue's grant record of it.
 func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	lk := d.LockKey(l.Key)
@@ -246,9 +250,12 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	}
 	err := d.retryAborted(ctx, "resume", lk, &d.stats.refreshAborts, func() error {
 		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-			var get, counter *redis.StringCmd
+			var (
+				get, counter *redis.StringCmd
+				pttl         *redis.DurationCmd
+			)
 			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
-				get, counter = p.Get(ctx, lk), p.Get(ctx, counterKey(lk))
+				get, counter, pttl = p.Get(ctx, lk), p.Get(ctx, counterKey(lk)), p.PTTL(ctx, lk)
 			})
 			if err != nil {
 				return err
@@ -260,6 +267,10 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 			if c, err := counter.Uint64(); err == nil && c < l.Token {
 				unwatch(ctx, tx)
 				return driver.ErrNotHeld
+			}
+			if pttl.Val() >= ttl {
+				unwatch(ctx, tx)
+				return nil
 			}
 			var applied *redis.BoolCmd
 			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = p.PExpire(ctx, lk, ttl) }); err != nil {

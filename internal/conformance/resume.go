@@ -139,3 +139,87 @@ func testResumeAfterCrash(t *testing.T, h Harness) {
 		t.Errorf("Unlock: %v", err)
 	}
 }
+
+// A Resume only ever extends the grant: B resumes A's handle with a short
+// TTL and no renewal, and once B's TTL has passed (and B's lease has ended
+// at its deadline), the key is still held for everyone else while A's
+// lease, whose deadline counts on its own long TTL, is held: for an
+// exclusive lease, and a share, a permit and a hold of a named owner where
+// the driver has them. Neither B's Resume nor B's end may cut A's grant
+// short.
+func testResumeNeverShortens(t *testing.T, h Harness) {
+	if !h.Caps().Resume {
+		t.Skip("the driver cannot resume leases: TakesOver checks that it refuses")
+	}
+	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
+	short := h.Caps().ttl()
+	long := max(30*time.Second, 6*short)
+	held := lock.WithTTL(long)
+	type grant struct {
+		what  string
+		key   string
+		lease *lock.Lease
+		try   func() (*lock.Lease, error) // a third Locker's attempt, which must fail
+	}
+	var gs []grant
+	add := func(what string, take func(k string) (*lock.Lease, error), try func(k string) (*lock.Lease, error)) {
+		k := key(t)
+		l, err := take(k)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		gs = append(gs, grant{what, k, l, func() (*lock.Lease, error) { return try(k) }})
+	}
+	tryLock := func(k string) (*lock.Lease, error) { return c.TryLock(ctx(t, 10*time.Second), k) }
+	add("exclusive", func(k string) (*lock.Lease, error) {
+		return a.Lock(ctx(t, 10*time.Second), k, held, lock.WithAutoRenew(false))
+	}, tryLock)
+	if h.Caps().Shared {
+		add("shared", func(k string) (*lock.Lease, error) {
+			return a.(lock.RWLocker).RLock(ctx(t, 10*time.Second), k, held, lock.WithAutoRenew(false))
+		}, tryLock)
+	}
+	if h.Caps().Semaphore {
+		add("permit", func(k string) (*lock.Lease, error) {
+			return a.(lock.SemLocker).Acquire(ctx(t, 10*time.Second), k, 1, held, lock.WithAutoRenew(false))
+		}, func(k string) (*lock.Lease, error) {
+			return c.(lock.SemLocker).TryAcquire(ctx(t, 10*time.Second), k, 1)
+		})
+	}
+	if h.Caps().Reentry {
+		add("named owner's hold", func(k string) (*lock.Lease, error) {
+			return a.Lock(ctx(t, 10*time.Second), k, held, lock.WithAutoRenew(false), lock.WithOwner("never-shortens"))
+		}, tryLock)
+	}
+	var resumed []*lock.Lease
+	for _, g := range gs {
+		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), lock.WithTTL(short), lock.WithAutoRenew(false))
+		if err != nil {
+			t.Fatalf("Resume of the %s lease: %v", g.what, err)
+		}
+		resumed = append(resumed, r)
+	}
+	// Past the resumed leases' TTL, and their deadlines.
+	time.Sleep(short + 1500*time.Millisecond)
+	for i, g := range gs {
+		if !closedWithin(resumed[i].Done(), 0) {
+			t.Errorf("the resumed %s lease is still held past its TTL without renewal", g.what)
+		}
+		if closedWithin(g.lease.Done(), 0) || time.Until(g.lease.Deadline()) <= 0 {
+			t.Fatalf("the first %s lease ended (%v) before its own TTL: the test needs it held", g.what, g.lease.Err())
+		}
+		if l, err := g.try(); err == nil {
+			l.Unlock(ctx(t, 10*time.Second))
+			t.Errorf("%s: another Locker was granted the key after the short Resume's TTL, while the first lease is held for %v more: the Resume, or the resumed lease's end, cut its grant short",
+				g.what, time.Until(g.lease.Deadline()).Round(time.Millisecond))
+		} else if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("%s: the third Locker's attempt: %v", g.what, err)
+		}
+	}
+	for _, g := range gs {
+		if err := g.lease.Unlock(ctx(t, 10*time.Second)); err != nil {
+			t.Errorf("Unlock of the first %s lease: %v", g.what, err)
+		}
+		assertNoResidue(t, h, g.key)
+	}
+}

@@ -39,6 +39,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Resume/TakesOver", testResumeTakesOver},
 		{"Resume/Gone", testResumeGone},
 		{"Resume/AfterCrash", testResumeAfterCrash},
+		{"Resume/NeverShortens", testResumeNeverShortens},
 		{"Reentry/CountsHolds", testReentryCountsHolds},
 		{"Reentry/ShortHold", testReentryShortHold},
 		{"Reentry/LostTogether", testReentryLostTogether},
