@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -74,7 +75,7 @@ func (c *Config) NewClient() redis.UniversalClient {
 // Failures wrap lock.ErrInvalid.
 func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s URL %q: %s", lock.ErrInvalid, u.Scheme, u.Redacted(), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s URL %q: %s", lock.ErrInvalid, u.Scheme, redact.URL(u), fmt.Sprintf(format, args...))
 	}
 	if u.Opaque != "" || u.Fragment != "" || u.RawFragment != "" {
 		return nil, bad("want %s://[user:password@][host][:port][,host:port...][/db][?params]", u.Scheme)
@@ -124,7 +125,7 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		}
 		useTLS = b
 	}
-	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %q", u.Scheme, u.Redacted()))
+	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %q", u.Scheme, redact.URL(u)))
 	if err != nil {
 		return nil, err
 	}
@@ -291,6 +292,11 @@ func explain(err error) string {
 	if m := unexpected.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Sprintf("unknown URL parameter %s (known: ttl, autorenew, %s, and go-redis's: %s)",
 			m[1], strings.Join(Params, ", "), strings.Join(redisParams, ", "))
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// net/url quotes the URL whole; its reason is enough.
+		err = ue.Err
 	}
 	var ne *strconv.NumError
 	if errors.As(err, &ne) {
