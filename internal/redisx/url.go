@@ -12,7 +12,9 @@
 // the TLS parameters every driver shares (internal/tlsconf: tls_ca,
 // tls_cert, tls_key, tls_server_name, tls_insecure_skip_verify; any of
 // them turns TLS on, as the TLS scheme does) itself; several hosts or cluster=true make a Cluster client, and
-// master_name a Sentinel failover client whose hosts are the Sentinels. An
+// master_name a Sentinel failover client whose hosts are the Sentinels (the
+// user info authenticates to them, username= and password= to the primary,
+// which takes the user info's when neither is given). An
 // unknown or repeated parameter is an error wrapping lock.ErrInvalid that
 // lists the known ones. Clients made here have ContextTimeoutEnabled set,
 // so that a call's deadline bounds a request in flight.
@@ -178,6 +180,11 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		cluster = b
 	}
 
+	if !failover && (theirs.Has("username") || theirs.Has("password")) {
+		return nil, bad("username= and password= are the primary's credentials on a Sentinel URL (with master_name); " +
+			"a single server's or a Cluster's go in the user info: user:password@host")
+	}
+
 	gu := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], Path: u.Path, RawPath: u.RawPath}
 	if useTLS {
 		gu.Scheme = "rediss"
@@ -193,9 +200,13 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		if err == nil {
 			o := c.Failover
 			o.ContextTimeoutEnabled = true
-			// go-redis takes the user info for the Sentinels' credentials;
-			// the primary's are the same here (its URL has no other place).
-			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
+			// go-redis takes the user info for the Sentinels' credentials
+			// and username= and password= for the primary's (and its
+			// replicas'). Without either, the primary's are the user
+			// info's too, one password for all.
+			if !theirs.Has("username") && !theirs.Has("password") {
+				o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
+			}
 			if c.Failover.TLSConfig != nil {
 				// Sentinels and the primary are verified by their own host names.
 				c.Failover.TLSConfig.ServerName = ""
@@ -310,7 +321,7 @@ func explain(err error) string {
 var redisParams = []string{
 	"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime", "db", "dial_timeout",
 	"master_name", "max_active_conns", "max_idle_conns", "max_redirects", "max_retries",
-	"max_retry_backoff", "min_idle_conns", "min_retry_backoff", "pool_fifo", "pool_size",
+	"max_retry_backoff", "min_idle_conns", "min_retry_backoff", "password", "pool_fifo", "pool_size",
 	"pool_timeout", "protocol", "read_only", "read_timeout", "replica_only", "route_by_latency",
-	"route_randomly", "skip_verify", "write_timeout",
+	"route_randomly", "skip_verify", "username", "write_timeout",
 }
