@@ -12,6 +12,7 @@ package redact
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -52,21 +53,16 @@ func URL(u *url.URL) string {
 // of the secret query parameters (see spans), and nothing else changed.
 func Raw(raw string) string { return replace(raw, spans(raw)) }
 
-// Secrets returns the secrets of raw as they may appear in output: each as
-// written (percent-encoded) and decoded, longest first, without empty
-// ones. For a URL net/url cannot parse, the spans that Raw hides.
+// Secrets returns what Raw hides in raw as it may appear in output: each
+// secret as written (percent-encoded) and decoded, longest first, without
+// empty ones. It is for replacing secrets in text that quotes the URL in
+// a way this package does not control (a client library's messages).
 func Secrets(raw string) []string {
 	var out []string
 	add := func(s string) {
-		if s == "" {
-			return
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
 		}
-		for _, o := range out {
-			if o == s {
-				return
-			}
-		}
-		out = append(out, s)
 	}
 	for _, sp := range spans(raw) {
 		s := raw[sp[0]:sp[1]]
@@ -78,13 +74,9 @@ func Secrets(raw string) []string {
 			add(dec)
 		}
 	}
-	// Longest first, so that a replacer hides a whole secret before a
-	// shorter one inside it.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && len(out[j]) > len(out[j-1]); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	// Longest first, so that a strings.Replacer hides a whole secret
+	// before a shorter one inside it.
+	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }
 
