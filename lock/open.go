@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redact"
 )
 
 // OpenFunc opens a driver for a URL of one scheme: it reads the URL (the
@@ -73,8 +74,11 @@ func Schemes() []string {
 // rediswatch, memcached, zookeeper) reads the same TLS parameters:
 // tls_ca=FILE, tls_cert=FILE with tls_key=FILE, tls_server_name=NAME and
 // tls_insecure_skip_verify=BOOL; any of them turns TLS on. Unknown parameters, malformed
-// URLs and unknown schemes are errors wrapping ErrInvalid. The Locker owns
-// the clients it opened: Close closes them.
+// URLs and unknown schemes are errors wrapping ErrInvalid. No error quotes
+// a secret of the URL: the user info's password and the value of every
+// parameter whose name says it is one (password=, sentinel_password=, ...)
+// are shown as xxxxx. The Locker owns the clients it opened: Close closes
+// them.
 func Open(ctx context.Context, rawURL string) (Locker, error) {
 	return OpenWith(ctx, rawURL, nil)
 }
@@ -119,15 +123,10 @@ func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
 func open(ctx context.Context, rawURL string) (driver.Driver, *Options, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// net/url's error quotes the URL whole, password and all.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, nil, fmt.Errorf("%w: malformed URL %q: %v", ErrInvalid, redactRaw(rawURL), err)
+		return nil, nil, fmt.Errorf("%w: malformed URL %q: %v", ErrInvalid, redact.Raw(rawURL), parseFailure(rawURL, err))
 	}
 	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("%w: URL %q has no scheme (want one of %s)", ErrInvalid, redact(u), strings.Join(Schemes(), ", "))
+		return nil, nil, fmt.Errorf("%w: URL %q has no scheme (want one of %s)", ErrInvalid, redact.URL(u), strings.Join(Schemes(), ", "))
 	}
 	registry.RLock()
 	open := registry.m[u.Scheme]
@@ -162,32 +161,27 @@ func importHint(scheme string) string {
 	return fmt.Sprintf("dlock's drivers: %s (under %s)", strings.Join(driverPackages, ", "), base)
 }
 
-// redact hides a URL's password for error messages.
-func redact(u *url.URL) string { return u.Redacted() }
-
-// redactRaw hides the password of a URL that net/url cannot parse: what
-// follows the first ':' of the user information (before the authority's
-// last '@') becomes xxxxx, as in url.URL.Redacted.
-func redactRaw(raw string) string {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		// No authority: "user:pass@host:6379" without a scheme.
-		i = -3
+// parseFailure is why net/url could not parse raw, without quoting a
+// secret: net/url's error quotes the URL whole, and its reason may quote a
+// piece of a password (an unescaped '#' or '/' in it makes the rest a
+// "port"). When raw parses with its secrets hidden, a secret was what
+// broke it, and the reason says so instead.
+func parseFailure(raw string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
 	}
-	rest := raw[i+3:]
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
+	hidden := redact.Raw(raw)
+	if hidden == raw {
+		return err
 	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return raw
+	if _, herr := url.Parse(hidden); herr != nil {
+		if errors.As(herr, &ue) {
+			herr = ue.Err
+		}
+		return herr
 	}
-	colon := strings.Index(rest[:at], ":")
-	if colon < 0 {
-		return raw
-	}
-	return raw[:i+3] + rest[:colon+1] + "xxxxx" + rest[at:]
+	return errors.New("a password is malformed (percent-encode any '@', ':', '/', '?', '#' or '%' in it)")
 }
 
 // URLOptions reads the query parameters that every scheme accepts (see

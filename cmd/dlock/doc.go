@@ -50,8 +50,9 @@
 //	    ttl= and autorenew= of lock.Open. memory:// works but locks only
 //	    within the one dlock process, so it excludes nothing. A URL
 //	    without a scheme (127.0.0.1:6379) is a usage error that suggests
-//	    one. dlock never prints the URL's password: help, messages and
-//	    logs show it as xxxxx.
+//	    one. dlock never prints the URL's secrets (the password of its
+//	    user info, and of a password= or other secret parameter): help,
+//	    messages, logs and inspect's output show them as xxxxx.
 //	-ttl DURATION
 //	    Lease time (default: the URL's ttl=, else 30s). The lease is renewed
 //	    every TTL/3 while the command runs, so the TTL is how long the key

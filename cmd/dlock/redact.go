@@ -8,56 +8,23 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/lock"
 )
 
-// backendName is the URL without its password, for messages.
+// backendName is the URL without its secrets (the password and the
+// secret query parameters, see internal/redact), for messages.
 func backendName(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "the backend"
 	}
-	return u.Redacted()
+	return redact.URL(u)
 }
 
-// backendNameRaw is raw with its password replaced, whether net/url can
+// backendNameRaw is raw with its secrets replaced, whether net/url can
 // parse it or not.
-func backendNameRaw(raw string) string {
-	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
-		return u.Redacted()
-	}
-	for _, s := range urlSecrets(raw) {
-		raw = strings.ReplaceAll(raw, s, "xxxxx")
-	}
-	return raw
-}
-
-// urlSecrets returns the password of raw as it may appear in output: as
-// written (percent-encoded) and decoded. It finds the password without
-// net/url, so that a URL net/url cannot parse is covered too: what follows
-// the first ':' of the user information, before the authority's last '@'.
-func urlSecrets(raw string) []string {
-	rest := raw
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	}
-	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
-		rest = rest[:end]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return nil
-	}
-	_, pw, ok := strings.Cut(rest[:at], ":")
-	if !ok || pw == "" {
-		return nil
-	}
-	out := []string{pw}
-	if dec, err := url.PathUnescape(pw); err == nil && dec != pw && dec != "" {
-		out = append(out, dec)
-	}
-	return out
-}
+func backendNameRaw(raw string) string { return redact.Raw(raw) }
 
 // scrubWriter replaces secrets in what it writes with xxxxx. dlock's own
 // messages and log records already name the backend by its redacted URL;
@@ -70,11 +37,11 @@ type scrubWriter struct {
 }
 
 // scrubbing returns w, or a scrubWriter over w when one of raws (URLs)
-// has a password.
+// has a secret.
 func scrubbing(w io.Writer, raws ...string) io.Writer {
 	var pairs []string
 	for _, raw := range raws {
-		for _, s := range urlSecrets(raw) {
+		for _, s := range redact.Secrets(raw) {
 			pairs = append(pairs, s, "xxxxx")
 		}
 	}
@@ -138,13 +105,6 @@ func schemeHint(raw string) string {
 			scheme = "zookeeper"
 		}
 	}
-	guess := scheme + "://" + raw
-	if u, err := url.Parse(guess); err == nil {
-		guess = u.Redacted()
-	} else {
-		for _, s := range urlSecrets(raw) {
-			guess = strings.ReplaceAll(guess, s, "xxxxx")
-		}
-	}
+	guess := redact.Raw(scheme + "://" + raw)
 	return fmt.Sprintf("missing scheme: did you mean %s? schemes: %s", guess, strings.Join(lock.Schemes(), ", "))
 }

@@ -9,30 +9,13 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-func TestURLSecrets(t *testing.T) {
-	for _, tc := range []struct {
-		raw  string
-		want []string
-	}{
-		{"redisnx://u:secret@h:6379/0", []string{"secret"}},
-		{"redisnx://:secret@h", []string{"secret"}},
-		{"redisnx://u:p%40ss@h", []string{"p%40ss", "p@ss"}},
-		{"redisnx://u:p@ss@h/0?x=@", []string{"p@ss"}},  // the authority's last @
-		{"redisnx://u:secret@[::1", []string{"secret"}}, // net/url cannot parse it
-		{"u:secret@127.0.0.1:6379", []string{"secret"}}, // no scheme
-		{"redisnx://u@h", nil},
-		{"redisnx://h:6379", nil},
-		{"memory://", nil},
-		{"", nil},
-	} {
-		if got := urlSecrets(tc.raw); !slices.Equal(got, tc.want) {
-			t.Errorf("urlSecrets(%q) = %q, want %q", tc.raw, got, tc.want)
-		}
-	}
+// TestScrubbing: the scrubber hides every secret of the URLs it was
+// given (internal/redact finds them), and argURLs finds the -url values.
+func TestScrubbing(t *testing.T) {
 	var b strings.Builder
-	w := scrubbing(&b, "redisnx://u:secret@h", "zookeeper://a:b%21c@h")
-	w.Write([]byte("redisnx://u:secret@h and b!c and b%21c\n"))
-	if got := b.String(); got != "redisnx://u:xxxxx@h and xxxxx and xxxxx\n" {
+	w := scrubbing(&b, "redisnx://u:secret@h", "zookeeper://a:b%21c@h", "redisnx://s?master_name=m&password=p%2Bw")
+	w.Write([]byte("redisnx://u:secret@h and b!c and b%21c, p+w p%2Bw\n"))
+	if got := b.String(); got != "redisnx://u:xxxxx@h and xxxxx and xxxxx, xxxxx xxxxx\n" {
 		t.Errorf("scrubbed %q", got)
 	}
 	if args := argURLs([]string{"-url", "a", "--url=b", "-wait", "0", "-url=c", "k", "--", "x", "-url"}); !slices.Equal(args, []string{"a", "b", "c"}) {
@@ -71,6 +54,10 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		{"malformed in env", "redisnx://u:secret@h:1:2:3/x", []string{"run", "-log-level", "debug", "k", "--", "true"}},
 		{"no scheme", "", []string{"run", "-url", "u:secret@127.0.0.1:6379", "k", "--", "true"}},
 		{"zookeeper down", "", []string{"run", "-url", "zookeeper://u:secret@" + down, "-wait", "0", "-log-level", "debug", "k", "--", "true"}},
+		{"Sentinel password= down", "", []string{"run", "-url", "redisnx://" + down + "?master_name=m&password=secret", "-wait", "0", "-log-level", "debug", "k", "--", "true"}},
+		{"inspect Sentinel password= down", "", []string{"inspect", "-url", "rediswatch://" + down + "?master_name=m&password=secret", "-log-level", "debug", "k"}},
+		{"inspect password= invalid", "redisnx://" + down + "?password=secret&bogus=1", []string{"inspect", "k"}},
+		{"inspect -h", "redisnx://" + down + "?master_name=m&password=secret", []string{"inspect", "-h"}},
 	}
 	for _, s := range []string{"redisnx", "rediswatch"} {
 		for _, wait := range []string{"0", "1s"} {
@@ -90,7 +77,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			if strings.Contains(out, "secret") {
 				t.Errorf("dlock %q printed the password:\n%s", r.args, out)
 			}
-			if r.name != "run -h" && r.name != "help run" && res.code == 0 {
+			if r.name != "run -h" && r.name != "help run" && r.name != "inspect -h" && res.code == 0 {
 				t.Errorf("dlock %q succeeded: %v", r.args, res)
 			}
 			if out == "" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -32,7 +33,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 		return nil, nil, err
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: memcached URL %q: %s", lock.ErrInvalid, u.Redacted(), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: memcached URL %q: %s", lock.ErrInvalid, redact.URL(u), fmt.Sprintf(format, args...))
 	}
 	switch {
 	case u.Opaque != "":
@@ -64,7 +65,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 			return nil, nil, bad("timeout=%q: want a positive duration such as 500ms", v)
 		}
 	}
-	tc, err := tlsconf.Parse(params, fmt.Sprintf("memcached URL %q", u.Redacted()))
+	tc, err := tlsconf.Parse(params, fmt.Sprintf("memcached URL %q", redact.URL(u)))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -56,8 +57,8 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	if u.Path != "" || u.User != nil || u.Port() != "" {
-		return nil, nil, fmt.Errorf("%w: memory URL %q: want memory:// or memory://NAME", lock.ErrInvalid, u.Redacted())
+	if u.Opaque != "" || u.Path != "" || u.User != nil || u.Port() != "" {
+		return nil, nil, fmt.Errorf("%w: memory URL %q: want memory:// or memory://NAME", lock.ErrInvalid, redact.URL(u))
 	}
 	stores.Lock()
 	s := stores.m[u.Host]

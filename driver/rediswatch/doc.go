@@ -135,7 +135,12 @@
 //	rediswatchs://...                                                 the same over TLS
 //
 // The host defaults to localhost, the port to 6379; with master_name the
-// hosts are Sentinels. Parameters, besides ttl and autorenew (lock.Open):
+// hosts are Sentinels. On a Sentinel URL the user info authenticates to the
+// Sentinels and go-redis's username= and password= to the primary (and its
+// replicas); without either, the primary takes the user info's too. One
+// server's or a Cluster's credentials are the user info's only: username=
+// or password= there is an error. No error quotes a password (it shows
+// as xxxxx). Parameters, besides ttl and autorenew (lock.Open):
 //
 //	prefix=STRING   key prefix (default "dlock:"), without '{' or '}'
 //	tls=BOOL        TLS, as the TLS scheme (default false)

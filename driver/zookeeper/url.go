@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -25,7 +26,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 // parseURL reads zookeeper://[user:pass@]host[:port][,host[:port]...][/root][?params].
 func parseURL(u *url.URL) ([]string, *Options, error) {
 	bad := func(format string, args ...any) ([]string, *Options, error) {
-		return nil, nil, fmt.Errorf("%w: zookeeper URL %q: %s", lock.ErrInvalid, u.Redacted(), fmt.Sprintf(format, args...))
+		return nil, nil, fmt.Errorf("%w: zookeeper URL %q: %s", lock.ErrInvalid, redact.URL(u), fmt.Sprintf(format, args...))
 	}
 	if u.Opaque != "" || u.Fragment != "" {
 		return bad("want zookeeper://[user:pass@]host:port[,host:port...][/root]")
@@ -35,7 +36,7 @@ func parseURL(u *url.URL) ([]string, *Options, error) {
 		return nil, nil, err
 	}
 	o := &Options{Options: *lo}
-	if o.TLS, err = tlsconf.Parse(params, fmt.Sprintf("zookeeper URL %q", u.Redacted())); err != nil {
+	if o.TLS, err = tlsconf.Parse(params, fmt.Sprintf("zookeeper URL %q", redact.URL(u))); err != nil {
 		return nil, nil, err
 	}
 	if v := params.Get("session_timeout"); v != "" {

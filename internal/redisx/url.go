@@ -12,7 +12,9 @@
 // the TLS parameters every driver shares (internal/tlsconf: tls_ca,
 // tls_cert, tls_key, tls_server_name, tls_insecure_skip_verify; any of
 // them turns TLS on, as the TLS scheme does) itself; several hosts or cluster=true make a Cluster client, and
-// master_name a Sentinel failover client whose hosts are the Sentinels. An
+// master_name a Sentinel failover client whose hosts are the Sentinels (the
+// user info authenticates to them, username= and password= to the primary,
+// which takes the user info's when neither is given). An
 // unknown or repeated parameter is an error wrapping lock.ErrInvalid that
 // lists the known ones. Clients made here have ContextTimeoutEnabled set,
 // so that a call's deadline bounds a request in flight.
@@ -29,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -74,7 +77,7 @@ func (c *Config) NewClient() redis.UniversalClient {
 // Failures wrap lock.ErrInvalid.
 func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s URL %q: %s", lock.ErrInvalid, u.Scheme, u.Redacted(), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s URL %q: %s", lock.ErrInvalid, u.Scheme, redact.URL(u), fmt.Sprintf(format, args...))
 	}
 	if u.Opaque != "" || u.Fragment != "" || u.RawFragment != "" {
 		return nil, bad("want %s://[user:password@][host][:port][,host:port...][/db][?params]", u.Scheme)
@@ -124,7 +127,7 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		}
 		useTLS = b
 	}
-	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %q", u.Scheme, u.Redacted()))
+	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %q", u.Scheme, redact.URL(u)))
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +180,11 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		cluster = b
 	}
 
+	if !failover && (theirs.Has("username") || theirs.Has("password")) {
+		return nil, bad("username= and password= are the primary's credentials on a Sentinel URL (with master_name); " +
+			"a single server's or a Cluster's go in the user info: user:password@host")
+	}
+
 	gu := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], Path: u.Path, RawPath: u.RawPath}
 	if useTLS {
 		gu.Scheme = "rediss"
@@ -192,9 +200,13 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		if err == nil {
 			o := c.Failover
 			o.ContextTimeoutEnabled = true
-			// go-redis takes the user info for the Sentinels' credentials;
-			// the primary's are the same here (its URL has no other place).
-			o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
+			// go-redis takes the user info for the Sentinels' credentials
+			// and username= and password= for the primary's (and its
+			// replicas'). Without either, the primary's are the user
+			// info's too, one password for all.
+			if !theirs.Has("username") && !theirs.Has("password") {
+				o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
+			}
 			if c.Failover.TLSConfig != nil {
 				// Sentinels and the primary are verified by their own host names.
 				c.Failover.TLSConfig.ServerName = ""
@@ -292,6 +304,11 @@ func explain(err error) string {
 		return fmt.Sprintf("unknown URL parameter %s (known: ttl, autorenew, %s, and go-redis's: %s)",
 			m[1], strings.Join(Params, ", "), strings.Join(redisParams, ", "))
 	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		// net/url quotes the URL whole; its reason is enough.
+		err = ue.Err
+	}
 	var ne *strconv.NumError
 	if errors.As(err, &ne) {
 		return fmt.Sprintf("bad number %q", ne.Num)
@@ -304,7 +321,7 @@ func explain(err error) string {
 var redisParams = []string{
 	"addr", "client_name", "conn_max_idle_time", "conn_max_lifetime", "db", "dial_timeout",
 	"master_name", "max_active_conns", "max_idle_conns", "max_redirects", "max_retries",
-	"max_retry_backoff", "min_idle_conns", "min_retry_backoff", "pool_fifo", "pool_size",
+	"max_retry_backoff", "min_idle_conns", "min_retry_backoff", "password", "pool_fifo", "pool_size",
 	"pool_timeout", "protocol", "read_only", "read_timeout", "replica_only", "route_by_latency",
-	"route_randomly", "skip_verify", "write_timeout",
+	"route_randomly", "skip_verify", "username", "write_timeout",
 }

@@ -45,7 +45,18 @@ func TestParse(t *testing.T) {
 		{url: "redisnx://a:1?addr=b:2&addr=c:3", kind: Cluster, addrs: []string{"a:1", "b:2", "c:3"}},
 		{url: "redisnx://a:1?cluster=true", kind: Cluster, addrs: []string{"a:1"}},
 		{url: "redisnx://:pw@s1:26379,s2:26379?master_name=prim", kind: Failover, addrs: []string{"s1:26379", "s2:26379"}, pass: "pw",
-			check: func(c *Config) bool { return c.Failover.MasterName == "prim" }},
+			check: func(c *Config) bool {
+				return c.Failover.MasterName == "prim" && c.Failover.SentinelUsername == "" && c.Failover.SentinelPassword == "pw"
+			}},
+		// username= and password= are the primary's, the user info the Sentinels'.
+		{url: "redisnx://su:spw@s1:26379?master_name=prim&username=pu&password=ppw", kind: Failover, addrs: []string{"s1:26379"}, user: "pu", pass: "ppw",
+			check: func(c *Config) bool {
+				return c.Failover.SentinelUsername == "su" && c.Failover.SentinelPassword == "spw"
+			}},
+		{url: "redisnx://s1:26379?master_name=prim&password=ppw", kind: Failover, addrs: []string{"s1:26379"}, pass: "ppw",
+			check: func(c *Config) bool { return c.Failover.SentinelUsername == "" && c.Failover.SentinelPassword == "" }},
+		{url: "redisnx://:spw@s1:26379?master_name=prim&username=pu", kind: Failover, addrs: []string{"s1:26379"}, user: "pu",
+			check: func(c *Config) bool { return c.Failover.SentinelPassword == "spw" }},
 		// go-redis's own parameters pass through.
 		{url: "redisnx://h?pool_size=7&read_timeout=2s&dial_timeout=3&protocol=2&client_name=app", kind: Single, addrs: []string{"h:6379"},
 			check: func(c *Config) bool {
@@ -116,6 +127,8 @@ func TestParseRefuses(t *testing.T) {
 		{"redisnx://h:0", "bad port"},
 		{"redisnx://a:1,b:70000", "bad port"},
 		{"redisnx://a:1?addr=b", "want host:port"},
+		{"redisnx://h?password=pw", "username= and password= are the primary's credentials on a Sentinel URL"},
+		{"redisnx://a:1,b:2?username=u", "a single server's or a Cluster's go in the user info"},
 	} {
 		_, err := parse(t, tc.url)
 		if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
