@@ -142,6 +142,9 @@ func TestNemesis(t *testing.T) {
 			for _, p := range sum.Problems {
 				t.Errorf("harness: %s", p)
 			}
+			for _, p := range sum.Unexercised(cfg.Target) {
+				t.Errorf("not exercised: %s (replay: %s)", p, cfg.Replay)
+			}
 			if len(sum.Violations) > 0 {
 				bad = append(bad, name)
 				t.Errorf("%d violations of the lock contract; replay: %s", len(sum.Violations), cfg.Replay)

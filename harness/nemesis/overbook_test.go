@@ -23,7 +23,7 @@ import (
 // counting the permits held at once.
 func init() {
 	targets = append(targets, &Target{
-		Name: "ctl-memory-overbook", Broken: "a permit of a full semaphore granted (Limit+1 for the store)", Shared: true, TTL: time.Second,
+		Name: "ctl-memory-overbook", Broken: "a permit of a full semaphore granted (Limit+1 for the store)", Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(300*time.Millisecond, time.Second, 2*time.Second), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, time.Second, 3*time.Second),
 		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
 		memory: func(store *memory.Store, o lock.Options) lock.Locker {
