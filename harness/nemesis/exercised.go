@@ -62,3 +62,12 @@ func (s Summary) Unexercised(tg *Target) []string {
 	add(st.Probes == 0, "%s: no liveness probe judged", tg.Name)
 	return out
 }
+
+// only keeps the faults of ks that the run's Config.Faults names, all of
+// them if it names none.
+func (n *nemesis) only(ks []fault) []fault {
+	if len(n.r.cfg.Faults) == 0 {
+		return ks
+	}
+	return slices.DeleteFunc(ks, func(f fault) bool { return !slices.Contains(n.r.cfg.Faults, f.name) })
+}

@@ -31,6 +31,9 @@ type Config struct {
 	Keys       int // hot keys (default 4)
 	// NoFaults turns the nemesis off (load only).
 	NoFaults bool
+	// Faults, if set, are the only kinds of fault injected (a broken
+	// variant's run).
+	Faults []string
 	// Replay is the command that replays the run, printed with violations.
 	Replay string
 	// Logf prints progress and violations.

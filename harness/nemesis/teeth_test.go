@@ -1,0 +1,94 @@
+package nemesis
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// caughtSet is, per kind of violation, the variants and controls that
+// made the checker report it.
+type caughtSet struct {
+	mu  sync.Mutex
+	by  map[string][]string
+	ran int // variants run
+}
+
+func (c *caughtSet) add(kind, by string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !slices.Contains(c.by[kind], by) {
+		c.by[kind] = append(c.by[kind], by)
+	}
+}
+
+// report prints "teeth: KIND caught by VARIANT" for each kind of
+// violationKinds that something made the checker report, in the list's
+// order, and fails for each that nothing did.
+func (c *caughtSet) report(t *testing.T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, kind := range violationKinds {
+		by := c.by[kind]
+		sort.Strings(by)
+		if len(by) == 0 && c.ran < len(variants) {
+			t.Logf("teeth: %s not shown (not every variant ran)", kind)
+			continue
+		}
+		if len(by) == 0 {
+			t.Errorf("teeth: no broken variant made the checker report %s: its detector may be switched off (give it a variant in variants_test.go)", kind)
+			continue
+		}
+		say("teeth: %s caught by %s", kind, strings.Join(by, ", "))
+	}
+}
+
+// runVariant runs a broken variant and fails unless the checker reported
+// the kind of violation it commits.
+func runVariant(t *testing.T, v variant, s uint64, caught *caughtSet) {
+	caught.mu.Lock()
+	caught.ran++
+	caught.mu.Unlock()
+	tg, undo := v.setup()
+	d := v.duration
+	if d == 0 {
+		d = 1500 * time.Millisecond
+	}
+	cfg := Config{
+		Target: tg, Seed: s, Duration: d, Lockers: 2, Workers: 6, Keys: 3, NoFaults: len(v.faults) == 0, Faults: v.faults,
+		Replay: fmt.Sprintf("NEMESIS_SEED=%d go test -count=1 -run 'TestTeeth/(together/)?%s$' ./nemesis/", s, v.name), Logf: quiet(t, 2),
+	}
+	if v.fullLoad {
+		cfg.Lockers, cfg.Workers, cfg.Keys = 0, 0, 0
+	}
+	var sum Summary
+	if v.leaks {
+		sum = runOne(t, cfg)
+	} else {
+		sum = Run(t, cfg)
+	}
+	if undo != nil {
+		undo()
+	}
+	got := false
+	others := map[string]int{}
+	for _, x := range sum.Violations {
+		if x.Kind == v.kind && (v.op == "" || (v.op == "lease") == (x.Op == "lease")) {
+			got = true
+		} else if !slices.Contains(v.also, x.Kind) {
+			others[x.Kind]++
+		}
+	}
+	if !got {
+		t.Errorf("variant %s (%s): no %s reported in %v: its detector stays silent (replay: %s)\n%s\n%s", v.name, v.breaks, v.kind, d, cfg.Replay, sum.Line(), sum.Details())
+		return
+	}
+	caught.add(v.kind, v.name)
+	if len(others) > 0 {
+		t.Logf("variant %s: besides %s, found %s", v.name, v.kind, tally(others, ": "))
+	}
+}
