@@ -8,6 +8,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/lock"
 )
 
 // caughtSet is, per kind of violation, the variants and controls that
@@ -92,3 +95,35 @@ func runVariant(t *testing.T, v variant, s uint64, caught *caughtSet) {
 		t.Logf("variant %s: besides %s, found %s", v.name, v.kind, tally(others, ": "))
 	}
 }
+
+// TestUnexercised: a run of a target that declares Shared and Permits
+// over a memory Locker that hides lock.RWLocker fails its exercise check
+// (its workers ask for no shared lease), and the same target over the
+// memory Locker itself passes it.
+func TestUnexercised(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the nemesis")
+	}
+	hidden := variantTarget("rw-hidden", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
+		return semOnly{inner}
+	}))
+	honest := variantTarget("honest", "", nil)
+	honest.Reentry = true
+	for _, c := range []struct {
+		tg   *Target
+		want []string
+	}{
+		{hidden, []string{"var-rw-hidden declares Shared, but its Locker is not a lock.RWLocker: no shared lease was asked for"}},
+		{honest, nil},
+	} {
+		cfg := Config{Target: c.tg, Seed: seed(t), Duration: 2 * time.Second, Lockers: 2, Workers: 6, Keys: 3, NoFaults: true, Logf: quiet(t, 2)}
+		sum := Run(t, cfg)
+		if got := sum.Unexercised(c.tg); strings.Join(got, "\n") != strings.Join(c.want, "\n") {
+			t.Errorf("%s: Unexercised says %q, want %q\n%s", c.tg.Name, got, c.want, sum.Details())
+		}
+	}
+}
+
+// semOnly is a memory Locker that is a lock.SemLocker and hides that it is
+// a lock.RWLocker.
+type semOnly struct{ lock.SemLocker }

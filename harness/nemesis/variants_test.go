@@ -240,7 +240,7 @@ var variants = []variant{
 		// Holders unlock their leases or leave them to expire: a lease
 		// that is never seen ended has a Done that stays open past its
 		// deadline, and after Close.
-		breaks: "a lost lease's Done closes only 10s after its deadline",
+		breaks:   "a lost lease's Done closes only 10s after its deadline",
 		duration: 2500 * time.Millisecond,
 		setup: simple("done-never", "", unrenewed, viewing(func(l *lock.Lease) *brokenLease {
 			return &brokenLease{Lease: l, late: delayedDone(l, 10*time.Second, isLost)}
