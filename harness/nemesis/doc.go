@@ -89,14 +89,27 @@
 //     resume) that ended a live lease; a lease whose deadline had passed
 //     by the refusal's return, or that was over before the call, ended by
 //     itself;
+//   - do-panic, unexpected-error: a Do that returned when its fn
+//     panicked; a call with valid inputs refused with ErrInvalid;
 //   - liveness: while no server fault is under way (nor was for the
-//     target's Recovery), a free key not granted within LivenessBound.
+//     target's Recovery), a free key not granted within LivenessBound;
+//     once the faults are healed the load goes on until a probe was
+//     judged, so that every run judges one.
 //
 // Timing judgements about a child process that was frozen are excused
-// (WakeBound). After the run, with the faults healed: every lease ended,
-// every hot key granted again with its write accepted, nothing left on
-// the backend but expiring tombstones and fencing counters (chaos's
-// residue finders), and no goroutine leaked (the test).
+// (WakeBound). After the run, with the faults healed: every lease ended
+// (not-ended), every hot key granted again with its write accepted
+// (no-regrant), nothing left on the backend but expiring tombstones and
+// fencing counters (residue: chaos's residue finders; on the memory
+// Store, the hot keys' and every probe key's entries), and no goroutine
+// leaked (goroutine-leak, the test). violationKinds lists every kind.
+//
+// A run also fails (Summary.Unexercised) unless it exercised what its
+// target declares: Shared (its Lockers must be lock.RWLockers, and shared
+// leases granted), Permits (lock.SemLockers, and a semaphore full at least
+// once), Reentry (a named owner's grant re-entered), and for every target
+// fenced writes accepted and a liveness probe judged; a Locker that is an
+// RWLocker or a SemLocker without its target declaring it fails too.
 //
 // # Running it
 //
@@ -105,12 +118,18 @@
 //	NEMESIS_SEED=42 NEMESIS_DRIVERS=redisnx make nemesis   # replay
 //	NEMESIS_DRIVERS=ctl-setnx-ex-del make nemesis          # a broken algorithm
 //
-// go test runs a 10 s pass per driver (TestNemesis) and three controls
-// (TestTeeth), which must be caught: two of chaos's broken algorithms,
-// which must show overlaps, and ctl-memory-overbook, a driver over the
-// memory Store that grants a permit of a full semaphore (it asks the
-// Store for Limit+1 permits while its leases report Limit), which must
-// show over-limit violations. Each run ends with a line
+// go test runs a 10 s pass per driver (TestNemesis) and TestTeeth, which
+// must catch broken algorithms: for every kind of violationKinds, a
+// broken variant on the memory driver that commits it (a wrapping Locker,
+// a driver over a memory Locker such as ctl-memory-overbook, which grants
+// a permit of a full semaphore, a broken view of the leases, or a broken
+// lock.Do), run for a second or two, several at once, each failing the
+// test when its detector stays silent, with a line
+//
+//	teeth: KIND caught by VARIANT
+//
+// per kind; and two of chaos's broken algorithms (make nemesis: all of
+// them), which must show overlaps. Each run ends with a line
 //
 //	nemesis: DRIVER seed S: N ops, F faults, V violations
 //

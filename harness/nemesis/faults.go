@@ -44,7 +44,7 @@ func (n *nemesis) stopped() bool { return closed(n.stop) }
 
 // loop injects faults until end.
 func (n *nemesis) loop(end time.Time) {
-	kinds := n.kinds()
+	kinds := n.only(n.kinds())
 	total := 0
 	for _, k := range kinds {
 		total += k.weight

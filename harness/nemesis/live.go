@@ -67,7 +67,7 @@ type liveLease struct {
 	limit         int // a permit's semaphore size, or 0
 	token         uint64
 	granted       Stamp
-	lease         *lock.Lease
+	lease         leaseView
 	inst          *lockerInst
 
 	mu        sync.Mutex

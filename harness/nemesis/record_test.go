@@ -315,7 +315,7 @@ func TestStarvedExcused(t *testing.T) {
 }
 
 // TestObserve checks the holder's side on the memory driver: a lease is
-// held until Unlock, and Done late is flagged.
+// held until Unlock (TestObserveLateDone: a late Done is flagged).
 func TestObserve(t *testing.T) {
 	r := newTestRecorder(t)
 	clk := r.clk
@@ -342,5 +342,38 @@ func TestObserve(t *testing.T) {
 	}
 	if len(r.Violations()) != 0 {
 		t.Errorf("violations %v", r.Violations())
+	}
+}
+
+// TestObserveLateDone: a lease whose Done is still open DoneSlack past its
+// deadline is flagged done-late by its observation (once), as lost.
+func TestObserveLateDone(t *testing.T) {
+	r := newTestRecorder(t)
+	clk := r.clk
+	lk := memory.New(memory.NewStore(), nil)
+	defer lk.Close()
+	ls, err := lk.Lock(context.Background(), "k", lock.WithTTL(50*time.Millisecond), lock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lock ends the lease at its deadline; this view of it sees Done
+	// closed a second later.
+	view := &brokenLease{Lease: ls, late: delayedDone(ls, time.Second, isLost)}
+	in := &lockerInst{lk: lk, name: "L"}
+	l := &liveLease{id: "a", key: "k", proc: parentProc, lease: view, inst: in}
+	r.Grant(LeaseRec{ID: "a", Key: "k", Granted: clk.Now(), LastHeld: clk.Now(), UnlockAt: Never, DoneAt: Never})
+	if !l.observe(clk, r) {
+		t.Fatal("a lease just granted is not held")
+	}
+	time.Sleep(time.Until(ls.Deadline()) + 2*DoneSlack)
+	if !closed(ls.Done()) || closed(view.Done()) {
+		t.Fatalf("the lease's Done closed %v, the view's %v: want the lease's only", closed(ls.Done()), closed(view.Done()))
+	}
+	if l.observe(clk, r) || l.observe(clk, r) {
+		t.Error("a lease past its deadline is held")
+	}
+	r.Final()
+	if got := kinds(r); strings.Join(got, ",") != "done-late" {
+		t.Errorf("violations %v, want one done-late", r.Violations())
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net/rpc"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -32,6 +31,9 @@ type Config struct {
 	Keys       int // hot keys (default 4)
 	// NoFaults turns the nemesis off (load only).
 	NoFaults bool
+	// Faults, if set, are the only kinds of fault injected (a broken
+	// variant's run).
+	Faults []string
 	// Replay is the command that replays the run, printed with violations.
 	Replay string
 	// Logf prints progress and violations.
@@ -58,6 +60,9 @@ type Summary struct {
 	// DuringUnlock counts grants made while another lease of the key was
 	// being unlocked (see Recorder.GrantedDuringUnlock).
 	DuringUnlock int
+	// RWLocker and SemLocker: the run's Lockers were lock.RWLockers,
+	// lock.SemLockers (see Unexercised).
+	RWLocker, SemLocker bool
 }
 
 // Line is the summary line of a run.
@@ -135,6 +140,7 @@ type run struct {
 	drops  []*dropArm
 
 	probeLk lock.Locker
+	probed  atomic.Int64 // the probes asked for: keys probe/1 to probe/N
 
 	problemsMu sync.Mutex
 	problems   []string
@@ -262,6 +268,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	close(n.stop)
 	n.wg.Wait()
 	r.heal()
+	r.awaitProbe(tg.Recovery + LivenessBound + 2*time.Second)
 	r.logf("%s seed %d: faults healed; stopping the load", tg.Name, cfg.Seed)
 	close(r.env.stop)
 	wg.Wait()
@@ -299,10 +306,12 @@ func Run(t testing.TB, cfg Config) Summary {
 		}
 	}
 	st := r.rec.Stats()
+	_, rw := probeLk.(lock.RWLocker)
+	_, sem := probeLk.(lock.SemLocker)
 	return Summary{
 		Driver: tg.Name, Seed: cfg.Seed, Duration: elapsed, Stats: st,
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
-		DuringUnlock: r.rec.GrantedDuringUnlock(),
+		DuringUnlock: r.rec.GrantedDuringUnlock(), RWLocker: rw, SemLocker: sem,
 	}
 }
 
@@ -365,6 +374,7 @@ func (r *run) probe(stop <-chan struct{}) {
 	every(500*time.Millisecond, stop, func() {
 		i++
 		key := fmt.Sprintf("probe/%d", i)
+		r.probed.Store(int64(i))
 		ctx, cancel := context.WithTimeout(context.Background(), LivenessBound)
 		start := r.clk.Now()
 		lease, err := r.probeLk.Lock(ctx, key)
@@ -450,7 +460,7 @@ func (r *run) regrant() {
 // what is left.
 func (r *run) residue() {
 	if r.srv == nil {
-		for _, key := range append(slices.Clone(r.env.keys), "probe/0") {
+		for _, key := range r.memoryKeys() {
 			if e := r.store.Entries(key); len(e) > 0 {
 				now := r.clk.Now()
 				r.rec.Violate(Violation{Kind: "residue", At: now, From: now, Key: key, Proc: parentProc,

@@ -29,6 +29,8 @@ type Target struct {
 	Backend chaos.Backend // "" for the in-process memory driver
 	Control *chaos.Control
 	Shared  bool // the Lockers are lock.RWLockers
+	// Permits: the Lockers are lock.SemLockers.
+	Permits bool
 	// Reentry: the driver keeps holds for named owners (lock.WithOwner).
 	Reentry bool
 	// TTL is the Lockers' default; LockTTLs and RefreshTTLs are those the
@@ -50,6 +52,10 @@ type Target struct {
 	// memory, for a target over the memory driver's Store, opens its
 	// Lockers instead of memory.New (a broken variant's).
 	memory func(store *memory.Store, o lock.Options) lock.Locker
+	// view and do, for a broken variant, replace the workers' view of the
+	// leases they get (nil: the lease itself) and lock.Do (nil: lock.Do).
+	view func(op string, l *lock.Lease) leaseView
+	do   doFunc
 	// cluster: a Redis Cluster, opened with a client whose dialer maps
 	// each node's address to its proxy (addresses come as real=proxy).
 	cluster  bool
@@ -67,18 +73,18 @@ func ms(d ...time.Duration) []time.Duration { return d }
 
 var targets = []*Target{
 	{
-		Name: "memory", Reentry: true, Shared: true, TTL: time.Second,
+		Name: "memory", Reentry: true, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(300*time.Millisecond, time.Second, 2*time.Second), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, time.Second, 3*time.Second),
 		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
 	},
 	{
-		Name: "redisnx", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
+		Name: "redisnx", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "redisnx://%s/0", classify: classifyRESP,
 	},
 	{
-		Name: "rediswatch", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second,
+		Name: "rediswatch", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "rediswatch://%s/0", classify: classifyRESP,
@@ -93,7 +99,7 @@ var targets = []*Target{
 	},
 	{
 		// A lease's validity is the session timeout, whatever its TTL.
-		Name: "zookeeper", Backend: chaos.ZooKeeperBackend, Shared: true, TTL: 2 * time.Second,
+		Name: "zookeeper", Backend: chaos.ZooKeeperBackend, Shared: true, Permits: true, TTL: 2 * time.Second,
 		LockTTLs: ms(time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(time.Second, 2*time.Second, 3*time.Second),
 		Bound: Session + time.Second, Recovery: 2*Session + time.Second, ReleaseTimeout: time.Second,
 		url: "zookeeper://%s/nemesis?session_timeout=" + Session.String(), classify: classifyZK,
@@ -101,7 +107,7 @@ var targets = []*Target{
 	{
 		// Three masters, no replicas: a node paused or killed makes the
 		// cluster refuse every command until it is back.
-		Name: "redisnx-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
+		Name: "redisnx-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
@@ -110,7 +116,7 @@ var targets = []*Target{
 		},
 	},
 	{
-		Name: "rediswatch-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, TTL: time.Second, Long: true, cluster: true,
+		Name: "rediswatch-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
@@ -121,7 +127,7 @@ var targets = []*Target{
 	{
 		// Three servers: the leader is killed and comes back, servers
 		// pause alone; an election takes seconds.
-		Name: "zookeeper-ensemble", Backend: chaos.ZooKeeperBackend, Shared: true, TTL: 2 * time.Second, Long: true,
+		Name: "zookeeper-ensemble", Backend: chaos.ZooKeeperBackend, Shared: true, Permits: true, TTL: 2 * time.Second, Long: true,
 		LockTTLs: ms(time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(time.Second, 2*time.Second, 3*time.Second),
 		Bound: Session + time.Second, Recovery: 2*Session + 3*time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Ensemble: true},

@@ -489,11 +489,12 @@ func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, mode
 // "", re-entering the grant of lease reenters when that is not "".
 func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, resumes, owner, reenters string) *liveLease {
 	clk := w.env.clk
+	view := w.env.tg.viewOf(op, lease)
 	now := time.Now()
-	dl := lease.Deadline()
-	open := !closed(lease.Done())
+	dl := view.Deadline()
+	open := !closed(view.Done())
 	t, d := clk.At(now), clk.At(dl)
-	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, owner: owner, shared: mode.shared, limit: mode.limit, token: lease.Token(), granted: t, lease: lease, inst: in}
+	l := &liveLease{id: w.env.newID(), key: key, proc: w.env.proc, owner: owner, shared: mode.shared, limit: mode.limit, token: lease.Token(), granted: t, lease: view, inst: in}
 	doa := !open || t >= d
 	rec := LeaseRec{
 		ID: l.id, Key: key, Shared: mode.shared, Limit: mode.limit, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
@@ -757,7 +758,7 @@ func (w *worker) do(in *lockerInst, key string) bool {
 	var recovered any
 	func() {
 		defer func() { recovered = recover() }()
-		err = lock.Do(c.ctx, dl, key, func(fctx context.Context) error {
+		err = w.env.tg.runDo(c.ctx, dl, key, func(fctx context.Context) error {
 			defer func() { fnEnd = clk.Now() }()
 			l := dl.leased
 			if l == nil {

@@ -1,0 +1,73 @@
+package nemesis
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// memoryKeys are the keys a run on the memory Store used: the hot keys and
+// every liveness probe's (probe/1 to probe/N), which the residue check
+// looks at.
+func (r *run) memoryKeys() []string {
+	keys := slices.Clone(r.env.keys)
+	for i := int64(1); i <= r.probed.Load(); i++ {
+		keys = append(keys, fmt.Sprintf("probe/%d", i))
+	}
+	return keys
+}
+
+// awaitProbe waits, the faults healed and the load still on, until the
+// liveness prober has had a probe judged (one made with no server fault
+// within the target's Recovery before it), or d passed: a short run whose
+// faults ran to its end judges one then, so that every run judges
+// liveness at least once (see Unexercised).
+func (r *run) awaitProbe(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for r.rec.Stats().Probes == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Unexercised says what a run of tg failed to exercise that tg declares,
+// one line each: a run that asserts nothing about what it did would let a
+// driver that stops being a lock.RWLocker or a lock.SemLocker (the workers
+// find out by type assertion) silently stop being checked that way.
+//
+//   - Shared: the Lockers must be lock.RWLockers, and shared leases must
+//     have been granted; Permits: the Lockers must be lock.SemLockers, and
+//     a semaphore must have been full (as many permits proven held at once
+//     as its limit) at least once, so that the count check judged
+//     something. A Locker that is one without the target declaring it is
+//     reported too, so that the declarations stay true.
+//   - Reentry: some named owner's grant must have been re-entered.
+//   - Every target: fenced writes accepted, and at least one liveness
+//     probe judged.
+func (s Summary) Unexercised(tg *Target) []string {
+	st := s.Stats
+	var out []string
+	add := func(bad bool, format string, args ...any) {
+		if bad {
+			out = append(out, fmt.Sprintf(format, args...))
+		}
+	}
+	add(tg.Shared && !s.RWLocker, "%s declares Shared, but its Locker is not a lock.RWLocker: no shared lease was asked for", tg.Name)
+	add(!tg.Shared && s.RWLocker, "%s's Locker is a lock.RWLocker, but the target does not declare Shared", tg.Name)
+	add(tg.Shared && s.RWLocker && st.Shared == 0, "%s: no shared lease granted", tg.Name)
+	add(tg.Permits && !s.SemLocker, "%s declares Permits, but its Locker is not a lock.SemLocker: no permit was asked for", tg.Name)
+	add(!tg.Permits && s.SemLocker, "%s's Locker is a lock.SemLocker, but the target does not declare Permits", tg.Name)
+	add(tg.Permits && s.SemLocker && st.PermitsFull == 0, "%s: no semaphore filled (%d permits granted): the count check judged nothing", tg.Name, st.Permits)
+	add(tg.Reentry && st.Reentries == 0, "%s: no re-entry of a named owner's grant", tg.Name)
+	add(st.Accepted == 0, "%s: no fenced write accepted (%d writes)", tg.Name, st.Writes)
+	add(st.Probes == 0, "%s: no liveness probe judged", tg.Name)
+	return out
+}
+
+// only keeps the faults of ks that the run's Config.Faults names, all of
+// them if it names none.
+func (n *nemesis) only(ks []fault) []fault {
+	if len(n.r.cfg.Faults) == 0 {
+		return ks
+	}
+	return slices.DeleteFunc(ks, func(f fault) bool { return !slices.Contains(n.r.cfg.Faults, f.name) })
+}
