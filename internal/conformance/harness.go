@@ -141,6 +141,14 @@ func ctx(t *testing.T, d time.Duration) context.Context {
 	return c
 }
 
+// cancelled returns a context that is already cancelled: a call given it
+// that does any I/O fails with context.Canceled.
+func cancelled() context.Context {
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	return c
+}
+
 // mustLock locks key or fails the test.
 func mustLock(t *testing.T, l lock.Locker, k string, opts ...lock.Option) *lock.Lease {
 	t.Helper()
