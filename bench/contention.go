@@ -146,8 +146,8 @@ func (c *contention) row(scen string, l lib, hot bool) *row {
 	figs := []figure{gps}
 	if hot {
 		s := summarize(c.waits)
-		p99 := durFig("p99 wait", s.p99, lowerBetter)
-		mx := durFig("max wait", s.max, lowerBetter)
+		p99 := sampledFig("p99 wait", s.p99, s.n, lowerBetter)
+		mx := sampledFig("max wait", s.max, s.n, lowerBetter)
 		if c.censored > 0 {
 			mx.note = fmt.Sprintf("%d still waiting at the end", c.censored)
 		}
@@ -161,7 +161,7 @@ func (c *contention) row(scen string, l lib, hot bool) *row {
 			sp.note = fmt.Sprintf("a contender got none; most %d", most)
 			sp.dir = unranked
 		}
-		figs = append(figs, durFig("median wait", s.median, lowerBetter), p99, mx, sp)
+		figs = append(figs, sampledFig("median wait", s.median, s.n, lowerBetter), p99, mx, sp)
 	}
 	figs = append(figs, figure{name: "failed acquisitions", value: float64(c.failures), unit: count, dir: lowerBetter})
 	if c.overlaps > 0 || c.unlockErrs > 0 {

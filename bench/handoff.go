@@ -47,16 +47,23 @@ func runHandoff(ctx context.Context, cfg *config, t *table) error {
 			rows = append(rows, samples[i].row(l))
 		}
 		pr.Close()
-		s := summarize(rtts)
-		t.add(&row{scenario: scenHandoff, backend: backend, lib: probeName[backend] + " after idle", kind: baselineRow, figs: []figure{
-			durFig("median", s.median, lowerBetter),
-			durFig("p99", s.p99, lowerBetter),
-		}})
+		t.add(handoffBaseline(backend, rtts))
 		for _, r := range rows {
 			t.add(r)
 		}
 	}
 	return nil
+}
+
+// handoffBaseline is the baseline row of the hand-off scenario on
+// backend: the probe round trips timed before the hand-offs that
+// succeeded (none, and so not measured, when every waiter gave up).
+func handoffBaseline(backend string, rtts []time.Duration) *row {
+	s := summarize(rtts)
+	return &row{scenario: scenHandoff, backend: backend, lib: probeName[backend] + " after idle", kind: baselineRow, figs: []figure{
+		sampledFig("median", s.median, s.n, lowerBetter),
+		sampledFig("p99", s.p99, s.n, lowerBetter),
+	}}
 }
 
 type waitResult struct {
@@ -131,9 +138,9 @@ func (hs *handoffSamples) row(l lib) *row {
 	if l.peer {
 		kind = peerRow
 	}
-	med := durFig("median", s.median, lowerBetter)
+	med := sampledFig("median", s.median, s.n, lowerBetter)
 	med.note = fmt.Sprintf("n=%d", s.n)
-	figs := []figure{med, durFig("p99", s.p99, lowerBetter)}
+	figs := []figure{med, sampledFig("p99", s.p99, s.n, lowerBetter)}
 	if hs.failed > 0 {
 		figs = append(figs, figure{name: "waiter gave up", value: float64(hs.failed), unit: count, dir: lowerBetter})
 	}

@@ -44,6 +44,20 @@ func durFig(name string, d time.Duration, dir direction) figure {
 	return figure{name: name, value: float64(d), unit: duration, dir: dir}
 }
 
+// noSamples is the na of a figure drawn from no samples.
+const noSamples = "not measured: no samples"
+
+// sampledFig is durFig for a figure drawn from n samples: with none, the
+// figure is not measured (its na says so), never a zero that a target
+// would read as met or a ratio would divide by.
+func sampledFig(name string, d time.Duration, n int, dir direction) figure {
+	f := durFig(name, d, dir)
+	if n == 0 {
+		f.na = noSamples
+	}
+	return f
+}
+
 // rowKind tells baselines, dlock and peers apart.
 type rowKind int
 

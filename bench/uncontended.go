@@ -142,8 +142,8 @@ func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) e
 	for _, c := range cs {
 		s := summarize(c.samples)
 		figs := []figure{
-			durFig("median", s.median, lowerBetter),
-			durFig("p99", s.p99, lowerBetter),
+			sampledFig("median", s.median, s.n, lowerBetter),
+			sampledFig("p99", s.p99, s.n, lowerBetter),
 			{name: "allocs/cycle", value: c.allocs, unit: count, dir: lowerBetter},
 		}
 		t.add(&row{scenario: scenUncontended, backend: backend, lib: c.name, kind: c.kind, figs: append(figs, c.cpu.figures()...)})

@@ -164,6 +164,10 @@ func (d *demoConfig) run(ctx context.Context) int {
 	return exitOK
 }
 
+// errNotInstalled is wrapped by the error of a server startServers did not
+// start because it is not installed (nor named by an address variable).
+var errNotInstalled = errors.New("not installed")
+
 // provision starts the servers of the compiled-in network backends and
 // returns their URLs.
 func (d *demoConfig) provision() (urls []string, stop func()) {
@@ -193,8 +197,11 @@ func (d *demoConfig) provision() (urls []string, stop func()) {
 		d.printf("  %s\n", msg)
 	})
 	for _, k := range kinds {
-		if err := errs[k]; err != nil {
-			d.printf("  %s not started: %v\n", k, firstLine(err.Error()))
+		switch err := errs[k]; {
+		case errors.Is(err, errNotInstalled):
+			d.printf("  %s not installed: %v\n", k, firstLine(err.Error()))
+		case err != nil:
+			d.printf("  %s failed to start: %v\n", k, firstLine(err.Error()))
 		}
 	}
 	for _, b := range compiledIn() {

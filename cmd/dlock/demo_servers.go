@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ const canStartServers = true
 // way the tests do, with internal/testserver: the installed redis-server,
 // memcached and ZooKeeper (Java), each in a fresh directory, killed by stop
 // and, should dlock die first, by the kernel (parent-death signal). The
-// DLOCK_*_ADDR variables of testserver name external servers instead.
+// DLOCK_*_ADDR variables of testserver name external servers instead. A
+// kind that cannot be had here has an error wrapping errNotInstalled; one
+// whose server was there and did not start, any other error.
 func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serverKind][]string, errs map[serverKind]error, stop func()) {
 	scope := testserver.NewScope("dlock-demo", logf)
 	addrs, errs = map[serverKind][]string{}, map[serverKind]error{}
@@ -27,6 +30,10 @@ func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serv
 		wg sync.WaitGroup
 	)
 	for _, k := range kinds {
+		if err := testserver.Available(testserver.Kind(k)); err != nil {
+			errs[k] = fmt.Errorf("%w: %w", errNotInstalled, err)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

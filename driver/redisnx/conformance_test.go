@@ -12,18 +12,20 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// redisnx does all the suite checks, on one server and on a Cluster: no
+// subtest may skip.
 func TestConformance(t *testing.T) {
 	addr := testserver.SharedRedis(t).Addr()
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		return newHarness(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) })
-	})
+	}, nil)
 }
 
 func TestConformanceCluster(t *testing.T) {
 	addrs := testserver.SharedRedisCluster(t).Addrs()
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		return newHarness(t, func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) })
-	})
+	}, nil)
 }
 
 // harness tampers with the server through a raw client of its own.

@@ -196,3 +196,52 @@ func TestResourceFencing(t *testing.T) {
 		t.Errorf("AcceptedWrites(B) = %d, want 2", n)
 	}
 }
+
+// driverFailures, the verdict on a real driver's run, fails a row with any
+// one defect and passes a good one. The good row is Check's report of a
+// frozen holder fenced off (an excused overlap, a stale write refused, a
+// lost lease told in time); each bad row adds one defect to it.
+func TestDriverVerdict(t *testing.T) {
+	var h hist
+	a := h.lease("A", 1, ms(0), ms(990))
+	h.write(a, ms(10), true)
+	h.pause("A", ms(100), ms(1500))
+	b := h.lease("B", 2, ms(1100), ms(2100))
+	h.write(b, ms(1110), true)
+	h.write(a, ms(1501), false)
+	a.DoneAt = ms(1502)
+	good := Row{Target: "driver", Scenario: "verdict", Report: h.check(), Recovered: true}
+	if fails := driverFailures(good, true, nil); len(fails) != 0 {
+		t.Fatalf("a good row fails: %q (report %+v)", fails, good.Report)
+	}
+	bad := []struct {
+		name      string
+		change    func(r *Row)
+		excusable bool // passes where the backend loses its state (no exclusion)
+	}{
+		{"an unsafe overlap", func(r *Row) { r.Report.UnsafeOverlaps = 1 }, true},
+		{"an accepted stale write", func(r *Row) { r.Report.StaleAccepted = 1 }, false},
+		{"a late Done", func(r *Row) { r.Report.DoneBeforeRegrant = r.Report.Lost - 1 }, true},
+		{"a token regression", func(r *Row) { r.Report.TokenRegressions = 1 }, false},
+		{"an orphan", func(r *Row) { r.Orphans = 1 }, false},
+		{"a goroutine leak", func(r *Row) { r.Leaks = 1 }, false},
+		{"no grant after the fault", func(r *Row) { r.Recovered = false }, false},
+	}
+	for _, tc := range bad {
+		row := good
+		tc.change(&row)
+		if fails := driverFailures(row, true, nil); len(fails) != 1 {
+			t.Errorf("%s: failures %q; want one", tc.name, fails)
+		}
+		fails := driverFailures(row, false, nil)
+		if tc.excusable && len(fails) != 0 {
+			t.Errorf("%s without exclusion (state lost): failures %q; want none", tc.name, fails)
+		}
+		if !tc.excusable && len(fails) != 1 {
+			t.Errorf("%s without exclusion (state lost): failures %q; want one", tc.name, fails)
+		}
+	}
+	if fails := driverFailures(good, true, []string{"the holder was not frozen"}); len(fails) != 1 {
+		t.Errorf("a problem of the choreography: failures %q; want it", fails)
+	}
+}

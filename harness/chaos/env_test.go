@@ -358,6 +358,21 @@ func run(t *testing.T, tg *target, sc *scenario) {
 // driverVerdict applies the pass criteria to a driver's run.
 func driverVerdict(t *testing.T, row Row, e *env) string {
 	t.Helper()
+	fails := driverFailures(row, e.exclusion, e.problems)
+	for _, f := range fails {
+		t.Error(f)
+	}
+	if len(fails) > 0 {
+		return "FAIL"
+	}
+	return "pass"
+}
+
+// driverFailures lists what fails a driver's run: stale writes accepted,
+// token regressions, orphans, leaks, no grant after the fault and the
+// choreography's problems always; unsafe overlaps and Done closed after
+// the next grant where the backend keeps exclusion in the scenario.
+func driverFailures(row Row, exclusion bool, problems []string) []string {
 	rep := row.Report
 	var fails []string
 	if rep.StaleAccepted > 0 {
@@ -366,10 +381,10 @@ func driverVerdict(t *testing.T, row Row, e *env) string {
 	if rep.TokenRegressions > 0 {
 		fails = append(fails, fmt.Sprintf("%d token regressions", rep.TokenRegressions))
 	}
-	if e.exclusion && rep.UnsafeOverlaps > 0 {
+	if exclusion && rep.UnsafeOverlaps > 0 {
 		fails = append(fails, fmt.Sprintf("%d unsafe overlaps", rep.UnsafeOverlaps))
 	}
-	if e.exclusion && rep.DoneBeforeRegrant < rep.Lost {
+	if exclusion && rep.DoneBeforeRegrant < rep.Lost {
 		fails = append(fails, fmt.Sprintf("Done closed before the next grant for %d of %d lost leases", rep.DoneBeforeRegrant, rep.Lost))
 	}
 	if row.Orphans > 0 {
@@ -381,14 +396,7 @@ func driverVerdict(t *testing.T, row Row, e *env) string {
 	if !row.Recovered {
 		fails = append(fails, "not granted again after the fault")
 	}
-	fails = append(fails, e.problems...)
-	for _, f := range fails {
-		t.Error(f)
-	}
-	if len(fails) > 0 {
-		return "FAIL"
-	}
-	return "pass"
+	return append(fails, problems...)
 }
 
 // controlVerdict checks that a control is caught where it must be, and

@@ -1,15 +1,16 @@
 // Package conformance is the one test suite every dlock driver passes,
 // against a real backend. A driver's conformance_test.go makes a Harness
-// and calls Run:
+// and calls Run with the subtests it expects to skip:
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(t *testing.T) conformance.Harness { return newHarness(t) })
+//		conformance.Run(t, func(t *testing.T) conformance.Harness { return newHarness(t) }, skips)
 //	}
 //
 // Run has one named subtest per contract item of the design (C1-C11) that a
 // driver can be held to; the capability flags of Caps turn off only what a
-// backend cannot do, never a safety property. Each subtest gets a fresh
-// Harness and unique keys.
+// backend cannot do, never a safety property, and a subtest skips only
+// where the hookup's Skips says it will. Each subtest gets a fresh Harness
+// and unique keys.
 package conformance
 
 import (
@@ -55,22 +56,37 @@ type Harness interface {
 	Caps() Caps
 }
 
-// Caps describe what a backend can do.
+// Caps describe what a backend can do. The suite checks each flag against
+// the Locker both ways where the Locker shows it (Shared, Resume, Reentry,
+// Semaphore, Inspect: a flag set is used, a flag unset is checked to be
+// refused). Notify, SessionBound and DeletableCounter cannot be seen from
+// the Locker (see each); for those, the hookup's Skips (see Run) is the
+// check: a flag turned off skips subtests the list does not name.
 type Caps struct {
 	// MinTTL is the shortest TTL the driver accepts; tests use it or more.
 	MinTTL time.Duration
 	// Notify: a waiter is told of a release (pub/sub, watches, queues) and
 	// gets the key within a few round trips; without it, within the retry
-	// strategy's cap.
+	// strategy's cap. Not probed: lock.New hides whether its driver is a
+	// driver.Notifier or Queuer, and a poll with DefaultRetry's 250 ms cap
+	// is too close to a notification for timing to tell them apart on a
+	// loaded machine. Set, it holds C10/WakeUp to the tighter bound and
+	// Semaphore/FIFO to arrival order; unset, Semaphore/FIFO skips.
 	Notify bool
 	// SessionBound: grants live as long as a session (ZooKeeper), not a
-	// TTL; SessionTimeout is then the liveness bound.
+	// TTL; SessionTimeout is then the liveness bound. Not probed apart
+	// from the subtests it turns off: unset on a session-bound backend,
+	// C3/GrantCarriesExpiry fails (the grant outlives its TTL); set on a
+	// TTL backend, the subtests it skips are not on the hookup's Skips.
 	SessionBound   bool
 	SessionTimeout time.Duration
-	// Shared: the Locker is a lock.RWLocker.
+	// Shared: the Locker is a lock.RWLocker; unset, the suite checks that
+	// it is not.
 	Shared bool
 	// DeletableCounter: the fencing counter is a backend object that can be
-	// lost (not so for ZooKeeper's czxid).
+	// lost (not so for ZooKeeper's czxid). Not probed: whether a backend
+	// object can be lost is the harness's word (DeleteCounter); unset,
+	// C5/FencingAfterCounterLoss skips.
 	DeletableCounter bool
 	// Resume: the driver resumes leases (lock's Resume and Detach); without
 	// it, the suite checks that both are refused with ErrInvalid.
@@ -122,6 +138,14 @@ func key(t *testing.T) string {
 func ctx(t *testing.T, d time.Duration) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
+	return c
+}
+
+// cancelled returns a context that is already cancelled: a call given it
+// that does any I/O fails with context.Canceled.
+func cancelled() context.Context {
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
 	return c
 }
 

@@ -72,7 +72,35 @@ func inspect(t *testing.T, l lock.Locker, ic InspectCaps, k string) *lock.KeySta
 	if !ic.Waiters && len(st.Waiters) > 0 {
 		t.Errorf("waiters listed by a driver that says it cannot see them: %+v", st.Waiters)
 	}
+	checkUnknownTold(t, ic, st)
 	return st
+}
+
+// checkUnknownTold checks that Unknown.Tokens and Unknown.Since are false
+// where ic says the driver tells the field of every holder and waiter
+// listed (they say that at least one of them lacks it); checkHolder and
+// testInspectWaiters check the other way, that they are true where a
+// listed one lacks it.
+func checkUnknownTold(t *testing.T, ic InspectCaps, st *lock.KeyState) {
+	t.Helper()
+	tokens, since := true, true
+	for _, hd := range st.Holders {
+		told := ic.Tokens
+		if hd.Mode != lock.Exclusive {
+			told = ic.SharedTokens
+		}
+		tokens = tokens && told && !hd.Foreign
+		since = since && ic.Since
+	}
+	if len(st.Waiters) > 0 {
+		since = since && ic.WaiterSince
+	}
+	if tokens && st.Unknown.Tokens {
+		t.Errorf("Unknown.Tokens set, and the harness says the driver tells the token of every holder listed: %+v", st.Holders)
+	}
+	if since && st.Unknown.Since {
+		t.Errorf("Unknown.Since set, and the harness says the driver tells when every holder and waiter listed came: holders %+v, waiters %+v", st.Holders, st.Waiters)
+	}
 }
 
 // ownerOf is the owner token of lease, from its handle

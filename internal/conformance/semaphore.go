@@ -28,10 +28,11 @@ func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []lock.SemLocke
 			t.Fatalf("lock.Semaphores on a driver without permits: err = %v, want ErrInvalid", err)
 		}
 		t.Logf("refused as it should be: %v", err)
-		// A permit's handle is refused as well, before any I/O.
+		// A permit's handle is refused as well, before any I/O: with a
+		// context already cancelled, any I/O would fail with its error.
 		h := "dlock1.p2.0123456789abcdef0123456789abcdef.12." + "a2V5"
-		if _, err := l.Resume(ctx(t, 10*time.Second), h); !errors.Is(err, lock.ErrInvalid) {
-			t.Fatalf("Resume of a permit's handle on a driver without permits: err = %v, want ErrInvalid", err)
+		if _, err := l.Resume(cancelled(), h); !errors.Is(err, lock.ErrInvalid) || errors.Is(err, context.Canceled) {
+			t.Fatalf("Resume of a permit's handle on a driver without permits: err = %v, want ErrInvalid before any I/O", err)
 		}
 		t.SkipNow()
 	}
@@ -345,6 +346,12 @@ func testSemaphoreResume(t *testing.T, h Harness) {
 	}
 	if r.Token() != p.Token() || r.Limit() != 1 {
 		t.Errorf("resumed permit: token %d limit %d; want %d, 1", r.Token(), r.Limit(), p.Token())
+	}
+	if q, err := ls[2].TryAcquire(ctx(t, 10*time.Second), k, 1); !errors.Is(err, lock.ErrNotAcquired) {
+		if err == nil {
+			q.Unlock(ctx(t, 10*time.Second))
+		}
+		t.Errorf("the resumed permit does not count against the limit: TryAcquire err = %v, want ErrNotAcquired", err)
 	}
 	if err := r.Unlock(ctx(t, 10*time.Second)); err != nil {
 		t.Fatalf("Unlock of the resumed permit: %v", err)

@@ -8,8 +8,15 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
+// rwLockers returns n RWLockers of h, or, when the driver grants no
+// shared leases (Caps.Shared unset), checks that its Locker is indeed no
+// lock.RWLocker and ends the test.
 func rwLockers(t *testing.T, h Harness, n int) []lock.RWLocker {
+	t.Helper()
 	if !h.Caps().Shared {
+		if _, ok := h.NewLocker(t, nil).(lock.RWLocker); ok {
+			t.Fatalf("Caps.Shared is unset but the Locker is a lock.RWLocker")
+		}
 		t.Skip("the driver has no shared (read) leases")
 	}
 	var ls []lock.RWLocker

@@ -11,7 +11,11 @@ import (
 )
 
 // C10: a waiter gets the key soon after a release: within a second for
-// drivers that are notified, within two seconds for those that poll.
+// drivers that are notified, within two seconds for those that poll. Each
+// of five hand-offs is judged: the bounds are many times what a hand-off
+// takes (a few round trips; DefaultRetry's 250 ms cap for a poller), so
+// that a slow machine passes and a waiter that sleeps through a release
+// does not.
 func testWakeUp(t *testing.T, h Harness) {
 	bound := 2 * time.Second
 	if h.Caps().Notify {
@@ -39,16 +43,17 @@ func testWakeUp(t *testing.T, h Harness) {
 		released := time.Now()
 		select {
 		case at := <-got:
-			lat = append(lat, at.Sub(released))
+			d := at.Sub(released)
+			lat = append(lat, d)
+			if d > bound {
+				t.Errorf("hand-off %d: release-to-grant %v; want within %v", len(lat), d, bound)
+			}
 		case <-time.After(bound + 5*time.Second):
 			t.Fatalf("waiter not granted within %v of the release", bound+5*time.Second)
 		}
 	}
 	slices.Sort(lat)
 	t.Logf("release-to-grant: median %v, max %v", lat[len(lat)/2], lat[len(lat)-1])
-	if lat[len(lat)/2] > bound {
-		t.Errorf("median release-to-grant %v; want within %v", lat[len(lat)/2], bound)
-	}
 }
 
 // C11: errors wrap the sentinels and the key.

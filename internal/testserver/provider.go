@@ -106,3 +106,16 @@ func pickProvider(kind Kind) (Provider, error) {
 	return nil, fmt.Errorf("testserver: no way to run %s: set %s, or %s",
 		kind, envAddrVar[kind], strings.Join(why, "; "))
 }
+
+// Available returns nil when servers of kind can be had here (its address
+// variable names some, or a provider can start them), else the error
+// pickProvider gives, which says what is missing and how to install it.
+// It tells a server that is not installed from one that is installed and
+// fails to start, which the Start functions report alike.
+func Available(kind Kind) error {
+	if envAddrs(kind) != nil {
+		return nil
+	}
+	_, err := pickProvider(kind)
+	return err
+}
