@@ -114,7 +114,7 @@ func TestStaleHandOverAfterReWait(t *testing.T) {
 	if !eventually(5*time.Second, func() bool { return d.Notify.Confirmed(lk) }) {
 		t.Fatal("the waiter's subscriptions are not confirmed")
 	}
-	time.Sleep(20 * time.Millisecond) // sub's SUBSCRIBE is answered
+	time.Sleep(20 * time.Millisecond)              // sub's SUBSCRIBE is answered
 	if err := other.Release(ctx, h1); err != nil { // hands the key to w
 		t.Fatal(err)
 	}
@@ -247,4 +247,3 @@ func drain(c <-chan struct{}) {
 		}
 	}
 }
-
