@@ -106,16 +106,22 @@ func TestStaleHandOverAfterReWait(t *testing.T) {
 		t.Fatalf("Join of a held key: %v", err)
 	}
 	_, inbox := waiterAt(t, rdb, lk, 0)
-	sub := rdb.Subscribe(ctx, channel(lk))
-	defer sub.Close()
+	chans := []string{channel(lk)}
 	if inbox != "" {
-		sub.Subscribe(ctx, inbox)
+		chans = append(chans, inbox)
+	}
+	sub := rdb.Subscribe(ctx, chans...)
+	defer sub.Close()
+	for range chans {
+		if _, err := sub.Receive(ctx); err != nil { // the confirmation
+			t.Fatal(err)
+		}
 	}
 	if !eventually(5*time.Second, func() bool { return d.Notify.Confirmed(lk) }) {
 		t.Fatal("the waiter's subscriptions are not confirmed")
 	}
-	time.Sleep(20 * time.Millisecond)              // sub's SUBSCRIBE is answered
-	if err := other.Release(ctx, h1); err != nil { // hands the key to w
+	// Hand the key to w.
+	if err := other.Release(ctx, h1); err != nil {
 		t.Fatal(err)
 	}
 	old, err := sub.ReceiveMessage(ctx)
