@@ -200,8 +200,9 @@
 // # Names
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
-// queue P{K}:wq, entries P{K}:we:OWNER, tombstones P{K}:void:OWNER, the
-// readers P{K}:r, holds P{K}:h and permits P{K}:s, the channel P{K}:rel)
-// share K as Cluster hash tag; each Locker has an inbox
-// channel, P + "inbox:" + 32 hex. docs/design.md has the wire format.
+// queue P{K}:wq, entries P{K}:we:OWNER, grant records P{K}:wg:OWNER,
+// tombstones P{K}:void:OWNER, the readers P{K}:r, holds P{K}:h and permits
+// P{K}:s, the channel P{K}:rel) share K as Cluster hash tag; each Locker
+// has an inbox channel, P + "inbox:" + 32 hex. docs/design.md has the wire
+// format.
 package rediswatch
