@@ -106,6 +106,9 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	}
 	var held *driver.HeldError
 	if !errors.As(err, &held) {
+		if errors.Is(err, driver.ErrInvalid) {
+			s.unknown = false // refused on what it read: it joined nothing
+		}
 		return err
 	}
 	s.hint(held)
