@@ -189,6 +189,54 @@ func BenchmarkHandoff(b *testing.B) {
 	b.ReportMetric(h/p, "pings")
 }
 
+// BenchmarkHandoffQueued is BenchmarkHandoff for a waiter in the queue (a
+// Lock with the default retry strategy, which Handoff's does not use):
+// from the holder's Unlock returning, which hands the key over, to the
+// waiter's Lock returning.
+func BenchmarkHandoffQueued(b *testing.B) {
+	c := benchClient(b)
+	holder, waiter := New(benchClient(b), nil), New(benchClient(b), nil)
+	b.Cleanup(func() { holder.Close(); waiter.Close() })
+	ctx := context.Background()
+	key := benchKey("handoff-queued")
+	q := lockKey(DefaultPrefix, key) + queueSuffix
+	var lat, pings []time.Duration
+	for b.Loop() {
+		held, err := holder.TryLock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, unlocked := make(chan time.Time, 1), make(chan struct{})
+		go func() {
+			defer close(unlocked)
+			l, err := waiter.Lock(ctx, key)
+			got <- time.Now()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			l.Unlock(ctx)
+		}()
+		for c.ZCard(ctx, q).Val() == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(2 * time.Millisecond) // the waiter's reply is in
+		t0 := time.Now()
+		c.Ping(ctx)
+		pings = append(pings, time.Since(t0))
+		if err := held.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		released := time.Now()
+		lat = append(lat, (<-got).Sub(released))
+		<-unlocked
+	}
+	h, p := median(lat), median(pings)
+	b.ReportMetric(h, "ns/op")
+	b.ReportMetric(p, "ping-ns")
+	b.ReportMetric(h/p, "pings")
+}
+
 // BenchmarkScriptCost prices the pieces of an uncontended Lock+Unlock on
 // one connection, interleaved in each iteration so that load weighs on
 // all alike, and reports each one's median: two PINGs (2ping-ns), two

@@ -76,12 +76,11 @@
 // first live waiter in the same script (a releaser that locks again at
 // once goes to the end of the queue) and wakes it alone, on its Locker's
 // inbox (one pub/sub connection per Locker, or per Ring shard). The
-// message is the grant: it names the waiter's owner, which nothing
-// published before, and the waiter's last check of the queue, after which
-// the release ran, so the grant is valid for the TTL from that check. A
-// message about an older check, or one that comes when less than half the
-// TTL would be left, is only a wake-up: the waiter then checks on the
-// server, in one round trip, that the key is its own, and extends it.
+// message only wakes the waiter, and grants nothing: anyone allowed to
+// publish on the channels could send it. The waiter then checks on the
+// server, in one round trip, that the key is its own, extends it to the
+// TTL and takes the token the release recorded; a forged, replayed or
+// stale message gets it nothing while another client holds the key.
 //
 //   - TryLock never queues, and is fair to the queue: a free key with live
 //     waiters queued goes to the first of them, and TryLock is refused.

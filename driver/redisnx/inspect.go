@@ -119,7 +119,7 @@ func members(v any) ([]redisx.Member, error) {
 }
 
 // parseEntry reads a waiter's entry in P{K}:w (prelude.lua):
-// "DEADLINE_MS MODE N INBOX", MODE being "TTL_MS", "sTTL_MS" or
+// "DEADLINE_MS MODE 0 INBOX", MODE being "TTL_MS", "sTTL_MS" or
 // "pLIMIT/TTL_MS", or an older version's "DEADLINE_MS TTL_MS INBOX". It
 // reports false for an entry that is dead at now (ms), missing (""), a
 // hand-over's "gTOKEN", or unreadable.

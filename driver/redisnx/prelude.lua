@@ -10,13 +10,15 @@
 --
 --   P{K}:q   sorted set: the waiting owners, scored by arrival (server
 --            clock, microseconds)
---   P{K}:w   hash: owner -> "DEADLINE_MS TTL_MS N INBOX" while it waits
+--   P{K}:w   hash: owner -> "DEADLINE_MS TTL_MS 0 INBOX" while it waits
 --            (DEADLINE_MS on the server's clock: the entry is dead after it
---            unless the waiter renews it; N numbers the waiter's wait.lua
---            runs; INBOX the channel of the waiter's Locker; a shared
---            waiter's TTL_MS has an "s" before it, a permit waiter's "p",
---            the semaphore's limit and "/": "p4/30000"), or "gTOKEN" once
---            the key was handed to it
+--            unless the waiter renews it; INBOX the channel of the waiter's
+--            Locker; a shared waiter's TTL_MS has an "s" before it, a permit
+--            waiter's "p", the semaphore's limit and "/": "p4/30000"; the
+--            0 stands where older versions numbered the waiter's runs, so
+--            that their releases read the entry), or "gTOKEN" once the key
+--            was handed to it: the token of that grant, which the waiter's
+--            wait.lua returns, until it queues again
 --
 -- Both expire two entry lifetimes after the last waiter touched them.
 --
@@ -226,11 +228,11 @@ end
 
 -- parse_entry splits a waiter's queue entry e: its deadline (a number),
 -- its mode ("" exclusive, "s" shared, "p" a permit), the permit's limit (a
--- number; nil for other modes), TTL_MS, N and INBOX. It returns nil when e
+-- number; nil for other modes), TTL_MS and INBOX. It returns nil when e
 -- is not a waiter's entry.
 local function parse_entry(e)
-  local deadline, ttl, n, inbox = string.match(e, '^(%d+) (%S+) (%d+) (.+)$')
-  if not deadline then -- written by a version without N
+  local deadline, ttl, inbox = string.match(e, '^(%d+) (%S+) %d+ (.+)$')
+  if not deadline then -- written by a version without the number
     deadline, ttl, inbox = string.match(e, '^(%d+) (%d+) (.+)$')
     if not deadline then
       return nil
@@ -247,7 +249,7 @@ local function parse_entry(e)
     end
     mode, limit = 'p', tonumber(limit)
   end
-  return tonumber(deadline), mode, limit, px, n, inbox
+  return tonumber(deadline), mode, limit, px, inbox
 end
 
 -- queued_limit returns the limit of the first live permit waiter among the
@@ -272,10 +274,11 @@ end
 -- a row from the head while lk is free or "R"; else every permit waiter
 -- in a row from the head while lk is free or "SN" of the waiter's limit
 -- with fewer than N permits live. It drops dead entries on the way (at
--- most 64 in one call), records each grant in w as "gTOKEN", and tells
--- each new owner on its inbox with "OWNER TOKEN N" (N from the entry: the
--- waiter takes the message as the grant only if N is its last wait.lua's),
--- unless the new owner is self (the caller, told by the script's reply).
+-- most 64 in one call), records each grant in w as "gTOKEN", and wakes
+-- each new owner with "OWNER" on its inbox, unless the new owner is self
+-- (the caller, told by the script's reply). The message grants nothing
+-- (anyone who may publish on the channel can send it): the waiter's next
+-- wait.lua finds the key its own and takes the token from w.
 -- Returns whether it granted anyone, and self's token if self was granted.
 local function handover(lk, ctr, q, w, r, self)
   if redis.call('EXISTS', q) == 0 then
@@ -290,9 +293,9 @@ local function handover(lk, ctr, q, w, r, self)
       break
     end
     local e = redis.call('HGET', w, head)
-    local deadline, mode, limit, px, n, inbox
+    local deadline, mode, limit, px, inbox
     if e then
-      deadline, mode, limit, px, n, inbox = parse_entry(e)
+      deadline, mode, limit, px, inbox = parse_entry(e)
     end
     if deadline and deadline >= now then
       local cur = redis.call('GET', lk)
@@ -334,7 +337,7 @@ local function handover(lk, ctr, q, w, r, self)
       if head == self then
         mine = token
       else
-        redis.call('PUBLISH', inbox, head .. ' ' .. tok .. ' ' .. (n or ''))
+        redis.call('PUBLISH', inbox, head)
       end
       any = true
       if mode == '' then

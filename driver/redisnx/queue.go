@@ -15,7 +15,9 @@ import (
 // releaser cannot grab the key back ahead of those who waited, and tells
 // that waiter alone on its Locker's inbox channel. The message only wakes
 // the waiter: its Check runs wait.lua at once, which checks on the server
-// that the key is its own (one round trip; a forged message gets nothing).
+// that the key is its own, extends it to the TTL and returns the token the
+// release recorded (one round trip; a forged or stale message gets
+// nothing).
 //
 // Each Check renews the waiter's entry; an entry not renewed for
 // redisx.EntryLife is dead (its process crashed or is cut off) and is
@@ -30,10 +32,6 @@ type waiting struct {
 	since   time.Time // when w was registered
 	queued  bool      // wait.lua has run: l is in the queue
 	unknown bool      // a wait.lua was sent whose reply did not come
-	// n numbers the wait.lua runs (N in the queue entry); asked is when
-	// the last one that found l waiting was sent, and askedN its number.
-	n, askedN uint64
-	asked     time.Time
 }
 
 // errAbandoned: wait.lua found the attempt's tombstone. Only a clean-up of
@@ -73,16 +71,11 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	return d.wait(ctx, l, s)
 }
 
-// Check implements driver.Queuer. A hand-over message naming l is the
-// grant, with no round trip (see handedOver). Otherwise it runs wait.lua,
-// unless the subscriptions are still being confirmed (for at most
-// redisx.ConfirmWait: a hand-over message missed meanwhile is found by the
-// next heartbeat).
+// Check implements driver.Queuer: it runs wait.lua, unless the
+// subscriptions are still being confirmed (for at most redisx.ConfirmWait:
+// a hand-over message missed meanwhile is found by the next heartbeat).
 func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 	s := l.Data.(*waiting)
-	if d.handedOver(l, s) {
-		return nil
-	}
 	if !s.queued && !s.w.Ready() {
 		if rest := redisx.ConfirmWait - time.Since(s.since); rest > 0 {
 			return &driver.HeldError{RetryAfter: rest}
@@ -91,41 +84,12 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 	return d.wait(ctx, l, s)
 }
 
-// handedOver takes the grant that a hand-over message names, without a
-// round trip. The message says which queue entry the release found: the
-// one written by wait.lua run N. If that is the last run, which found l
-// waiting, the release ran after it and set the key to l's owner with l's
-// TTL, so the grant lasts at least the TTL from when that run was sent:
-// its validity is counted from then. (A message about an older entry is
-// from a hand-over that l never learned of and that a later run found gone,
-// its grant expired: it is ignored.) Only that release sends the message:
-// nothing publishes a redisnx owner before the key is handed to it, and it
-// is 128 random bits. When less than half the TTL would be left (a tiny
-// TTL, or a message that came late), or the last run's reply was lost, the
-// next wait.lua takes the key instead and extends it to the whole TTL.
-func (d *redisDriver) handedOver(l *driver.Lease, s *waiting) bool {
-	h := s.w.HandedOver()
-	if h == nil || s.unknown || h.N != s.askedN { // askedN is 0 until a run found l queued; N starts at 1
-		return false
-	}
-	_, validity := ms(l.TTL)
-	left := validity - time.Since(s.asked)
-	if left < validity/2 {
-		return false
-	}
-	s.w.Stop()
-	l.Token, l.Data, l.Validity = h.Token, viaQueue{}, left
-	return true
-}
-
 // wait runs wait.lua: it queues the waiter or renews its entry, and takes
 // the key if it was handed to the waiter or is free for it.
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
 	px, validity := ms(l.TTL)
 	s.unknown = true
-	s.n++
-	asked, n := time.Now(), s.n
-	res, err := waitScript.Run(ctx, d.Client, s.keys[:6], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, n, modeArg(l)).Int64Slice()
+	res, err := waitScript.Run(ctx, d.Client, s.keys[:6], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l)).Int64Slice()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: wait: %w", redisx.WithCtx(ctx, err))
@@ -145,7 +109,6 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 	case 3:
 		return limitMismatch(l, res[1])
 	}
-	s.asked, s.askedN = asked, n
 	if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {
 		return &driver.HeldError{RetryAfter: pttl + time.Millisecond} // check when it expires
 	}

@@ -239,73 +239,13 @@ func contextWithCancel(t *testing.T) (context.Context, context.CancelFunc) {
 	return ctx, cancel
 }
 
-// A hand-over message is a grant only when it names the waiter's owner
-// and its last check of the queue: a forged one without the run number, or
-// with an older one (a stale message about a hand-over that a later check
-// found gone), does not make a waiter believe it holds the key, nor take
-// its token; the real hand-over still comes.
-func TestForgedHandOverIsNotAGrant(t *testing.T) {
-	c := sharedClient(t, nil)
-	l := newTestLocker(t, c, nil)
-	k := testKey(t)
-	lk := lockKey(DefaultPrefix, k)
-	held, err := l.TryLock(tctx(t, 5*time.Second), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		lease *lock.Lease
-		err   error
-	}
-	got := make(chan result, 1)
-	go func() {
-		lease, err := l.Lock(tctx(t, 10*time.Second), k)
-		got <- result{lease, err}
-	}()
-	waitQueued(t, c, lk, 1)
-	ctx := tctx(t, time.Second)
-	owner := c.ZRange(ctx, lk+queueSuffix, 0, 0).Val()[0]
-	entry := strings.Fields(c.HGet(ctx, lk+entriesSuffix, owner).Val())
-	if len(entry) != 4 {
-		t.Fatalf("queue entry %q: want deadline, TTL, run number and inbox", entry)
-	}
-	n, err := strconv.ParseUint(entry[2], 10, 64)
-	if err != nil || n == 0 {
-		t.Fatalf("queue entry %q: run number %q", entry, entry[2])
-	}
-	const forged = 999999999
-	for _, msg := range []string{
-		fmt.Sprintf("%s %d", owner, forged),
-		fmt.Sprintf("%s %d %d", owner, forged, n-1),
-	} {
-		if got := c.Publish(ctx, entry[3], msg).Val(); got != 1 {
-			t.Fatalf("forged message reached %d subscribers, want the waiter's Locker", got)
-		}
-	}
-	select {
-	case r := <-got:
-		t.Fatalf("a forged hand-over granted the key (token %v, err %v) while another holds it", r.lease.Token(), r.err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	if err := held.Unlock(tctx(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	r := <-got
-	if r.err != nil {
-		t.Fatalf("the real hand-over: %v", r.err)
-	}
-	if r.lease.Token() == forged || r.lease.Token() <= held.Token() {
-		t.Errorf("token %d after the holder's %d", r.lease.Token(), held.Token())
-	}
-	r.lease.Unlock(tctx(t, time.Second))
-}
-
-// The hand-over message is the grant: the waiter's Lock returns with no
-// request of its own after the release (the check has teeth: a waiter
-// that confirms on the server sends one wait.lua per hand-off). A lock
-// check of the heartbeat may fall between release and grant; one hand-off
-// in three without any request is asked.
-func TestHandOverNeedsNoRoundTrip(t *testing.T) {
+// The hand-over message only wakes the waiter: its Lock returns after
+// exactly one request of its own after the release, the wait.lua that
+// finds the key its own (the check has teeth both ways: a waiter that took
+// the message as its grant sends none). A lock check of the heartbeat may
+// fall between release and grant; one hand-off in three with exactly one
+// request, and none with fewer, is asked.
+func TestHandOverTakesOneRequest(t *testing.T) {
 	c := sharedClient(t, nil)
 	holder := newTestLocker(t, c, nil)
 	wc := cloneClient(t, c, "waiter")
@@ -343,9 +283,12 @@ func TestHandOverNeedsNoRoundTrip(t *testing.T) {
 		if err := lease.Unlock(tctx(t, 5*time.Second)); err != nil {
 			t.Fatalf("the handed-over lease's Unlock: %v", err)
 		}
-		if slices.Contains(scripts, 0) {
+		if scripts[len(scripts)-1] < 1 {
+			t.Fatalf("scripts the waiter ran between the release and its grant, per hand-off: %v; want at least one (wait.lua)", scripts)
+		}
+		if slices.Contains(scripts, 1) {
 			return
 		}
 	}
-	t.Errorf("scripts the waiter ran between the release and its grant, per hand-off: %v; want none", scripts)
+	t.Errorf("scripts the waiter ran between the release and its grant, per hand-off: %v; want one in one of them", scripts)
 }

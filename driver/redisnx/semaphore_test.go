@@ -472,7 +472,7 @@ func TestSemaphoreLimitMismatch(t *testing.T) {
 		_, err = ls[1].Acquire(ctx, k, 5) // its key's channel is subscribed: wait.lua first
 		refused("Acquire of 5 with a waiter of 2 queued (the waiter's Locker)", err, 2, 5)
 		// The driver's wait step alone.
-		res, err := waitScript.Run(ctx, c, names(DefaultPrefix, k, ownerA)[:6], ownerA, 1000, "inbox", redisx.EntryLifeMS, 1, "p5").Int64Slice()
+		res, err := waitScript.Run(ctx, c, names(DefaultPrefix, k, ownerA)[:6], ownerA, 1000, "inbox", redisx.EntryLifeMS, "p5").Int64Slice()
 		if err != nil || fmt.Sprint(res) != "[3 2]" {
 			t.Errorf("wait.lua of a permit of 5: %v, %v; want [3 2]", res, err)
 		}

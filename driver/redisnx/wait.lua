@@ -2,21 +2,22 @@
 --@queue
 -- Queue owner ARGV[1] for the lock KEYS[1], or renew its queue entry, and
 -- grant it the key when its turn has come. A blocking Lock runs it when it
--- starts to wait and then at least once per heartbeat; the release that
--- hands it the key tells it at once on its inbox.
+-- starts to wait, then at least once per heartbeat, and at once when a
+-- message wakes it (the release that hands it the key names it on its
+-- inbox).
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
 -- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] the inbox channel of the
--- owner's Locker, ARGV[4] queue entry lifetime in ms, ARGV[5] the number
--- of this run among the attempt's (N in the entry, and in the hand-over
--- message: see prelude.lua), ARGV[6] "s" for a shared grant, "pN" for a
--- permit of a semaphore of N permits (its set is KEYS[1] .. ":s")
+-- owner's Locker, ARGV[4] queue entry lifetime in ms, ARGV[5] "s" for a
+-- shared grant, "pN" for a permit of a semaphore of N permits (its set is
+-- KEYS[1] .. ":s")
 --
 -- Returns {1, token} when the owner has the key: granted by this run, or
 -- handed over by a release before it (the message on the inbox only wakes
--- the waiter: this run checks the hand-over and extends the key to the TTL,
--- so that the grant's validity counts from this request); {2, PTTL} while it
+-- the waiter, and grants nothing: this run finds the key its own, extends
+-- it to the TTL, so that the grant's validity counts from this request,
+-- and returns the token the release recorded in the entry); {2, PTTL} while it
 -- waits (PTTL of the holder, or for a permit waiter facing permits the time
 -- until the first of them expires; -1 when it has no expiry); {0, 0} when
 -- this attempt was abandoned (its clean-up ran first); {3, M} for a permit
@@ -24,8 +25,8 @@
 -- permits, not N (the waiter is not queued by this run, nor granted).
 
 local owner = ARGV[1]
-local shared = ARGV[6] == 's'
-local limit = string.match(ARGV[6] or '', '^p(%d+)$') -- "pN"
+local shared = ARGV[5] == 's'
+local limit = string.match(ARGV[5] or '', '^p(%d+)$') -- "pN"
 limit = limit and tonumber(limit)
 if redis.call('EXISTS', KEYS[3]) == 1 then
   return {0, 0}
@@ -84,8 +85,10 @@ if shared then
 elseif limit then
   mode = 'p' .. limit .. '/'
 end
+-- The entry ends any grant recorded for the owner ("gTOKEN"): a grant of
+-- an earlier wait, which expired, is not this wait's.
 redis.call('HSET', KEYS[5], owner,
-  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. mode .. ARGV[2] .. ' ' .. ARGV[5] .. ' ' .. ARGV[3])
+  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. mode .. ARGV[2] .. ' 0 ' .. ARGV[3])
 keep_queue(KEYS[4], KEYS[5], ARGV[4])
 if not cur or cur == 'R' or permits_of(cur) then
   local _, token = handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], owner)

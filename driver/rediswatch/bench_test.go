@@ -233,6 +233,59 @@ func BenchmarkHandoff(b *testing.B) {
 	})
 }
 
+// BenchmarkHandoffQueued is BenchmarkHandoff for a waiter in the queue (a
+// Lock with the default retry strategy, which Handoff's does not use):
+// from the holder's Unlock returning, which hands the key over, to the
+// waiter's Lock returning.
+func BenchmarkHandoffQueued(b *testing.B) {
+	topologies(b, func(b *testing.B, topology string) {
+		ra, rb, rc := benchClient(b, topology), benchClient(b, topology), benchClient(b, topology)
+		holder := New(ra, &Options{Options: lock.Options{DisableAutoRenew: true}})
+		waiter := New(rb, &Options{Options: lock.Options{DisableAutoRenew: true}})
+		b.Cleanup(func() { holder.Close(); waiter.Close() })
+		ctx := context.Background()
+		key := fmt.Sprintf("bench/handoff-queued/%d", time.Now().UnixNano())
+		wq := waitQueue(names.LockKey(key))
+		p := pingerFor(b, rb, key)
+		type result struct {
+			at  time.Time
+			err error
+		}
+		ops, pings := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+		for b.Loop() {
+			pings = append(pings, pingsTimed(b, p, 1))
+			held, err := holder.Lock(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, unlocked := make(chan result, 1), make(chan struct{})
+			go func() {
+				defer close(unlocked)
+				l, err := waiter.Lock(ctx, key)
+				got <- result{time.Now(), err}
+				if err == nil {
+					l.Unlock(ctx)
+				}
+			}()
+			for rc.LLen(ctx, wq).Val() == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			time.Sleep(2 * time.Millisecond) // the waiter's reply is in
+			if err := held.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+			released := time.Now()
+			r := <-got
+			if r.err != nil {
+				b.Fatal(r.err)
+			}
+			ops = append(ops, r.at.Sub(released))
+			<-unlocked
+		}
+		report(b, ops, pings, 1)
+	})
+}
+
 // BenchmarkHotKey is 32 contenders, each with its own client and Locker, on
 // one key: each op is one grant (Lock and Unlock). It reports the client's
 // CPU (cpu-ns/op) and the server's (server-cpu-ns/op, INFO cpu deltas) per

@@ -42,11 +42,15 @@
 // A blocking Lock waits in a FIFO queue kept on the server (a list); lock
 // runs the wait and checks at least once a second. A release hands the key
 // to the first live waiter in its own transaction, with a fresh fencing
-// token, and tells it on its Locker's inbox (one pub/sub connection per
-// Locker, or per Ring shard): the message is the grant, so the waiter's
-// Lock returns with no round trip of its own, and a releaser that locks
-// again at once goes to the end of the queue. On a busy key (one where the
-// Locker's waiters queued lately) a Lock joins the queue in one round trip.
+// token, and wakes it on its Locker's inbox (one pub/sub connection per
+// Locker, or per Ring shard); a releaser that locks again at once goes to
+// the end of the queue. The message grants nothing (anyone allowed to
+// publish on the channels could send it): the waiter's next attempt finds
+// the key its own, extends it to the TTL and takes the token the release
+// recorded, in two round trips; a forged, replayed or stale message gets
+// it nothing while another client holds the key. A Lock that gives up
+// after a join whose reply was lost leaves a tombstone that aborts that
+// join if it reaches the server later.
 //
 //   - TryLock never queues, and is fair to the queue: it is refused a free
 //     key while a live waiter is first in line.
@@ -201,8 +205,9 @@
 // # Names
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
-// queue P{K}:wq, entries P{K}:we:OWNER, tombstones P{K}:void:OWNER, the
-// readers P{K}:r, holds P{K}:h and permits P{K}:s, the channel P{K}:rel)
-// share K as Cluster hash tag; each Locker has an inbox
-// channel, P + "inbox:" + 32 hex. docs/design.md has the wire format.
+// queue P{K}:wq, entries P{K}:we:OWNER, grant records P{K}:wg:OWNER,
+// tombstones P{K}:void:OWNER, the readers P{K}:r, holds P{K}:h and permits
+// P{K}:s, the channel P{K}:rel) share K as Cluster hash tag; each Locker
+// has an inbox channel, P + "inbox:" + 32 hex. docs/design.md has the wire
+// format.
 package rediswatch

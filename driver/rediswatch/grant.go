@@ -94,9 +94,10 @@ type attempt int
 const (
 	// tryOnce: Acquire's single attempt, which takes a dead waiter's place.
 	tryOnce attempt = iota
-	// tryThenJoin: Join's attempt, which joins the queue
-	// when the key is held or someone is queued, in the round trip that
-	// releases the watch (see unwatchAndJoin).
+	// tryThenJoin: Join's attempt, which joins the queue when the key is
+	// held or someone is queued, in the round trip that would have
+	// released the watch, under that watch (see readAndJoin): the
+	// tombstone's aborts a join that comes after the attempt's Leave.
 	tryThenJoin
 	// queued: the attempt of a caller in the queue, which leaves it in the
 	// transaction that grants it the key.
@@ -109,10 +110,12 @@ const (
 // entryValue).
 //
 // A queued attempt that finds the key its own was handed the key by a
-// release whose message it missed, or did not take as the grant: it
-// extends the key to its TTL (the validity counts from this call), takes
-// the token from the grant record, and leaves the queue, in the
-// transaction. (When the record expired, it takes a new token.)
+// release (whose message, if it came, only woke it): it extends the key to
+// its TTL (the validity counts from this call), takes the token from the
+// grant record, and leaves the queue, in the transaction. (When the record
+// expired, it takes a new token.) The record is this wait's: every join
+// deletes the owner's record (see joinCmds), and only a hand-over writes
+// it, with the key.
 func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
 	if l.Mode != driver.Exclusive { // a share or a permit
 		return d.acquireMember(ctx, l, how, inbox, entry)
@@ -159,7 +162,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		}
 		first, _ := splitElem(head)
 		if how == tryThenJoin && (get.Err() == nil || first != "") {
-			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
+			pttl, err := d.readAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
 			if err != nil {
 				return err
 			}

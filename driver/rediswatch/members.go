@@ -207,7 +207,7 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 		}
 		first, _ := splitElem(head)
 		if how == tryThenJoin && (g.held || first != "") {
-			pttl, err := unwatchAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
+			pttl, err := d.readAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
 			if err != nil {
 				return err
 			}

@@ -14,23 +14,33 @@ import (
 // A blocking Lock waits in a queue kept on the server with plain commands:
 //
 //	P{K}:wq          list of the queued owners, the first in line at its head
-//	P{K}:we:OWNER    a queued owner's entry, "TTL N", expiring
+//	P{K}:we:OWNER    a queued owner's entry, "TTL 0", expiring
 //	                 redisx.EntryLife after the waiter last renewed it (dead:
-//	                 it lost its place); TTL in ms, N the number of the
-//	                 waiter's run (join or renewal) that wrote it; a
-//	                 reader's is "sTTL N", a permit waiter's "pLIMIT:TTL N"
-//	                 (LIMIT: its semaphore's number of permits)
+//	                 it lost its place); TTL in ms; a reader's is "sTTL 0", a
+//	                 permit waiter's "pLIMIT:TTL 0" (LIMIT: its semaphore's
+//	                 number of permits); the 0 stands where older versions
+//	                 numbered the waiter's writes, so that their releases
+//	                 read the entry
 //	P{K}:wg:OWNER    the token of a grant handed over to OWNER, for
-//	                 redisx.EntryLife
+//	                 redisx.EntryLife; a join deletes it (a grant of an
+//	                 earlier wait of the same owner is not this wait's)
+//	P{K}:void:OWNER  the attempt's tombstone, "" (see Acquire): Leave sets it,
+//	                 for max(TTL, redisx.EntryLife), when a join or renewal of
+//	                 the waiter's may still be on its way (its reply did not
+//	                 come); every join watches it from a round trip answered
+//	                 before its EXEC is sent, so a join that reaches the
+//	                 server after Leave is aborted and changes nothing
 //
 // A free key with a live waiter first in line is that waiter's: every
 // other attempt is refused (see acquire). A release hands the key to the
-// first waiter in its transaction (see release) and tells it on its
-// Locker's inbox: that message is the grant (see handedOver). No
-// transaction watches the queue, so joining and leaving never abort a
-// grant or a release: what must not change under a grant is watched
-// instead (the lock key, and the entry of the waiter it goes to or of a
-// dead waiter whose place it takes).
+// first waiter in its transaction (see release) and names it on its
+// Locker's inbox. The message only wakes the waiter: anyone allowed to
+// publish on the channel could send it, so it grants nothing. The waiter's
+// attempt finds the key its own, extends it to the TTL and takes the token
+// from the grant record (see acquire). No transaction watches the queue, so
+// joining and leaving never abort a grant or a release: what must not
+// change under a grant is watched instead (the lock key, and the entry of
+// the waiter it goes to or of a dead waiter whose place it takes).
 
 // waiting is a queued Lock call's state, in driver.Lease.Data until it is
 // granted.
@@ -39,19 +49,19 @@ type waiting struct {
 	renewed time.Time      // when the entry was last made or renewed
 	hintAt  time.Time      // when the holder's grant expires, if known
 	sent    bool           // a grant's EXEC was sent and its reply did not come
-
-	// The entry: n numbers the runs that write it; the last one whose reply
-	// came wrote askedN, sent at asked. unknown: a later run's reply did
-	// not come (the entry may hold its number).
-	n, askedN uint64
-	asked     time.Time
-	unknown   bool
+	unknown bool           // a join or renewal was sent whose reply did not come
 }
 
-// write starts a run that writes the entry: it returns the entry's value,
-// for l's TTL, and marks the entry unknown until wrote.
-func (s *waiting) write(l *driver.Lease) (value string, n uint64, at time.Time) {
-	s.n++
+// errAbandoned: a join found the attempt's tombstone. Only the clean-up of
+// the same attempt sets it (Leave, or the Release after a grant whose reply
+// was lost), and lock runs it last; seeing it means the server's data is
+// not what this attempt wrote.
+var errAbandoned = errors.New("rediswatch: join: attempt abandoned")
+
+// write starts a request that writes the entry (a join or a renewal): it
+// returns the entry's value, for l's TTL, and marks the entry unknown
+// until wrote.
+func (s *waiting) write(l *driver.Lease) (value string, at time.Time) {
 	s.unknown = true
 	mode := ""
 	switch l.Mode {
@@ -60,13 +70,12 @@ func (s *waiting) write(l *driver.Lease) (value string, n uint64, at time.Time) 
 	case driver.Permit:
 		mode = entryPermitMode(l.Limit) // nor to it (see semaphore.go)
 	}
-	return mode + strconv.FormatInt(px(l.TTL).Milliseconds(), 10) + " " + strconv.FormatUint(s.n, 10), s.n, time.Now()
+	return mode + strconv.FormatInt(px(l.TTL).Milliseconds(), 10) + " 0", time.Now()
 }
 
-// wrote records that run n, sent at at, wrote the entry.
-func (s *waiting) wrote(n uint64, at time.Time) {
-	s.askedN, s.asked, s.unknown = n, at, false
-	s.renewed = at
+// wrote records that the request sent at at wrote the entry.
+func (s *waiting) wrote(at time.Time) {
+	s.unknown, s.renewed = false, at
 }
 
 // Join implements driver.Queuer: a plain attempt that joins the queue, in
@@ -74,9 +83,8 @@ func (s *waiting) wrote(n uint64, at time.Time) {
 // key is found held (the key is often free), and the confirmation of the
 // subscriptions wakes it to try again: a release may have come before
 // them. When the key's channel is subscribed and confirmed already (other
-// waiters of this Locker queued on it lately: the key is busy), it joins
-// the queue first, in one round trip that also reads the key, and makes an
-// attempt only if the key is free.
+// waiters of this Locker queued on it lately: the key is busy), it
+// subscribes first, so that the join names its inbox.
 func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
 	lk := d.LockKey(l.Key)
 	s := &waiting{}
@@ -86,26 +94,11 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 		return err
 	}
 	if d.Notify.Confirmed(lk) && l.Mode == driver.Exclusive {
-		// Waiters of this Locker were queued on the key within the
-		// notifier's linger: it is busy. Join first, in one round trip.
 		if err := listen(); err != nil {
 			return err
 		}
-		entry, n, at := s.write(l)
-		free, pttl, err := d.joinFirst(ctx, lk, l.Owner, s.inbox(), entry)
-		if err != nil {
-			return redisx.WithCtx(ctx, err)
-		}
-		s.wrote(n, at)
-		if !free {
-			s.hint(heldFor(pttl).(*driver.HeldError))
-			return s.held()
-		}
-		// Free: ours if no live waiter is ahead; Check's attempt decides.
-		s.hintAt = time.Now()
-		return d.Check(ctx, l)
 	}
-	entry, n, at := s.write(l)
+	entry, at := s.write(l)
 	joined, err := d.acquire(ctx, l, tryThenJoin, s.inbox(), entry)
 	if err == nil {
 		s.stop()
@@ -113,17 +106,20 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	}
 	var held *driver.HeldError
 	if !errors.As(err, &held) {
+		if errors.Is(err, driver.ErrInvalid) {
+			s.unknown = false // refused on what it read: it joined nothing
+		}
 		return err
 	}
 	s.hint(held)
 	if !joined {
 		// The attempt's transaction was aborted: join now.
-		entry, n, at = s.write(l)
+		entry, at = s.write(l)
 		if err := d.join(ctx, lk, l.Owner, s.inbox(), entry); err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
 	}
-	s.wrote(n, at)
+	s.wrote(at)
 	if s.w == nil {
 		if err := listen(); err != nil {
 			return err
@@ -132,22 +128,18 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	return s.held()
 }
 
-// Check implements driver.Queuer. A hand-over message naming l is the
-// grant, with no round trip (see handedOver). Otherwise: an attempt when a
-// release named the waiter (or no one), when the subscriptions were
-// confirmed, or when the holder's grant is due to expire; else, or when
-// the entry is due for renewal, a renewal that also reads the key and its
-// PTTL, and an attempt if the key is free, is the waiter's own (handed over
-// by a release whose message was missed) or the entry had died (the waiter
-// joins again, at the end). That finds a release whose message was lost, a
-// release by a client that names no one (redisnx, redsync, redislock), and
-// a dead waiter in first place (the key stays free), whose place the
-// attempt takes.
+// Check implements driver.Queuer: an attempt when a release named the
+// waiter (or no one), when the subscriptions were confirmed, or when the
+// holder's grant is due to expire; else, or when the entry is due for
+// renewal, a renewal that also reads the key and its PTTL, and an attempt
+// if the key is free, is the waiter's own (handed over by a release whose
+// message was missed) or the entry had died (the waiter joins again, at
+// the end). That finds a release whose message was lost, a release by a
+// client that names no one (redisnx, redsync, redislock), and a dead
+// waiter in first place (the key stays free), whose place the attempt
+// takes. A message never grants: the attempt reads the grant.
 func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 	s := l.Data.(*waiting)
-	if d.handedOver(l, s) {
-		return nil
-	}
 	lk := d.LockKey(l.Key)
 	try := s.w.News() || (!s.hintAt.IsZero() && !time.Now().Before(s.hintAt))
 	for {
@@ -166,12 +158,12 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 				return s.held()
 			}
 		}
-		entry, n, at := s.write(l)
+		entry, at := s.write(l)
 		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry, permitLimit(l), l.Mode == driver.Exclusive)
 		if err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
-		s.wrote(n, at)
+		s.wrote(at)
 		if try || !(r.rejoined || r.free || r.mine) {
 			s.hintAt = time.Time{}
 			if r.pttl >= 0 {
@@ -181,35 +173,6 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 		}
 		try = true
 	}
-}
-
-// handedOver takes the grant that a hand-over message names, without a
-// round trip. The message says which write of the queue entry the release
-// found: run N's. If that is the last run whose reply came, the release ran
-// after it and set the key to l's owner with l's TTL, so the grant lasts at
-// least the TTL from when that run was sent: its validity is counted from
-// then. (A message about an older run is from a hand-over that l never
-// learned of, and that its later run must have found gone: it is ignored.)
-// Only that release sends the message, and the owner is 128 random bits.
-// When less than half the TTL would be left (a tiny TTL, or a message that
-// came late), or the last run's reply was lost, the next attempt finds the
-// key l's own and extends it to the whole TTL (see acquire).
-func (d *watchDriver) handedOver(l *driver.Lease, s *waiting) bool {
-	if s.w == nil || l.Mode != driver.Exclusive { // no release hands a share or a permit over
-		return false
-	}
-	h := s.w.HandedOver()
-	if h == nil || s.unknown || s.askedN == 0 || h.N != s.askedN {
-		return false
-	}
-	validity := px(l.TTL)
-	left := validity - time.Since(s.asked)
-	if left < validity/2 {
-		return false
-	}
-	s.stop()
-	l.Token, l.Validity, l.Data = h.Token, left, fromQueue{next: h.Next}
-	return true
 }
 
 // inbox is the channel releases are to name the waiter on: its Locker's
@@ -243,9 +206,13 @@ func (s *waiting) stop() {
 }
 
 // joinCmds queues the commands that put owner at the end of lk's queue
-// with a fresh entry (value: "TTL N"), for a MULTI/EXEC: no one may see the
-// owner queued without its entry (it would count as dead). inbox is where
-// releases are to name owner ("": on the key's channel).
+// with a fresh entry (value: see write), for a MULTI/EXEC: no one may see
+// the owner queued without its entry (it would count as dead). It also
+// deletes owner's grant record: a record left by an earlier wait of the
+// same owner (a grant that expired before it was taken) is not this
+// wait's. inbox is where releases are to name owner ("": on the key's
+// channel). The transaction must watch the attempt's tombstone, from a
+// round trip answered before (see queue.go).
 func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox, value string) {
 	wq := waitQueue(lk)
 	p.Do(ctx, "lrem", wq, 0, owner)
@@ -253,6 +220,7 @@ func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox, value st
 		p.Do(ctx, "lrem", wq, 0, queueElem(owner, inbox))
 	}
 	p.Do(ctx, "set", waitEntry(lk, owner), value, "px", redisx.EntryLifeMS)
+	p.Do(ctx, "del", grantRecord(lk, owner)) // untyped, as all: readAndJoin reads "QUEUED"
 	p.Do(ctx, "rpush", wq, queueElem(owner, inbox))
 	p.Do(ctx, "pexpire", wq, 2*redisx.EntryLifeMS)
 }
@@ -267,52 +235,65 @@ func leaveCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox string) 
 	p.Del(ctx, waitEntry(lk, owner), grantRecord(lk, owner))
 }
 
-// unwatchAndJoin releases tx's watch, reads lk's PTTL and puts owner in
-// lk's queue, in one round trip:
+// readAndJoin reads lk's PTTL and puts owner in lk's queue, in one round
+// trip, under the watch of tx (an attempt's, which includes the attempt's
+// tombstone):
 //
-//	UNWATCH; PTTL lock; MULTI; LREM queue; SET entry PX; RPUSH queue; PEXPIRE queue; EXEC
-func unwatchAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string) (time.Duration, error) {
-	var pttl *redis.DurationCmd
+//	PTTL lock; MULTI; LREM queue; SET entry PX; DEL grant; RPUSH queue; PEXPIRE queue; EXEC
+//
+// It returns errAborted when a watched key changed since the watch: the
+// tombstone (the attempt was abandoned), or a key of the attempt's (a
+// grant came in between; the caller joins again with join).
+func (d *watchDriver) readAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string) (time.Duration, error) {
+	var (
+		pttl *redis.DurationCmd
+		done *redis.Cmd
+	)
+	d.hook("join", lk)
 	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Do(ctx, "unwatch")
 		pttl = p.PTTL(ctx, lk)
 		p.Do(ctx, "multi")
 		joinCmds(ctx, p, lk, owner, inbox, value)
-		p.Do(ctx, "exec")
+		done = p.Do(ctx, "exec")
 		return nil
 	})
+	if errors.Is(done.Err(), redis.Nil) {
+		return 0, errAborted
+	}
 	if err != nil {
 		return 0, err
 	}
 	return pttl.Val(), nil
 }
 
-// joinFirst puts owner at the end of lk's queue with a fresh entry and
-// reads whether the key is free, and its PTTL, in one round trip:
+// join puts owner at the end of lk's queue with a fresh entry, in two
+// round trips, unless the attempt was abandoned (errAbandoned):
 //
-//	MULTI; LREM queue; SET entry PX; RPUSH queue; PEXPIRE queue; GET lock; PTTL lock; EXEC
-func (d *watchDriver) joinFirst(ctx context.Context, lk, owner, inbox, value string) (free bool, pttl time.Duration, err error) {
-	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		var (
-			get *redis.StringCmd
-			ttl *redis.DurationCmd
-		)
-		err := exec(ctx, tx, func(p redis.Pipeliner) {
-			joinCmds(ctx, p, lk, owner, inbox, value)
-			get, ttl = p.Get(ctx, lk), p.PTTL(ctx, lk)
-		})
-		free, pttl = errors.Is(get.Err(), redis.Nil), ttl.Val()
-		return err
-	})
-	return free, pttl, err
-}
-
-// join puts owner at the end of lk's queue with a fresh entry, in one
-// round trip.
+//	WATCH tombstone; EXISTS tombstone
+//	MULTI; LREM queue; SET entry PX; DEL grant; RPUSH queue; PEXPIRE queue; EXEC
 func (d *watchDriver) join(ctx context.Context, lk, owner, inbox, value string) error {
 	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox, value) })
+		return d.joinTx(ctx, tx, lk, owner, inbox, value)
 	})
+}
+
+// joinTx is join on tx, a connection with no watch armed.
+func (d *watchDriver) joinTx(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string) error {
+	tomb := tombstone(lk, owner)
+	var void *redis.IntCmd
+	if err := watchAndRead(ctx, tx, []string{tomb}, func(p redis.Pipeliner) { void = p.Exists(ctx, tomb) }); err != nil {
+		return err
+	}
+	if void.Val() > 0 {
+		unwatch(ctx, tx)
+		return errAbandoned
+	}
+	d.hook("join", lk)
+	err := exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox, value) })
+	if errors.Is(err, errAborted) {
+		return errAbandoned // only the tombstone is watched
+	}
+	return err
 }
 
 // renewal is what a heartbeat's renewal found.
@@ -323,9 +304,9 @@ type renewal struct {
 	pttl     time.Duration // the lock key's PTTL (-1: no expiry)
 }
 
-// renew writes owner's entry in lk's queue again (value: "TTL N", only if
-// it exists) and reads the lock key and its PTTL, in one round trip, and
-// joins the queue again if the entry died (one more). A waiter tries for
+// renew writes owner's entry in lk's queue again (value: see write, only
+// if it exists) and reads the lock key and its PTTL, in one round trip, and
+// joins the queue again if the entry died (two more, see join). A waiter tries for
 // the key after a renewal only when it rejoined, or the key is free or its
 // own: a held key's release hands it over, and its expiry is due at its
 // PTTL. A permit waiter (limit > 0) also reads what permitRoom needs, and
@@ -373,7 +354,7 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string,
 			return nil // alive (or granted: the release deleted the entry)
 		}
 		r.rejoined = true
-		return exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox, value) })
+		return d.joinTx(ctx, tx, lk, owner, inbox, value)
 	})
 	return r, err
 }
@@ -381,7 +362,9 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string,
 // Leave implements driver.Queuer: it removes a grant whose reply was lost
 // (see Release) and takes l's owner out of the queue, waking the other
 // waiters if it was first in line, so that the next one takes a free key
-// at once. When a release had handed the key to l (its message missed, or
+// at once. After a join or renewal whose reply did not come, it also sets
+// the attempt's tombstone, which aborts that join if it is still on its way
+// (see queue.go). When a release had handed the key to l (its message missed, or
 // not yet taken), it releases the key, handing it to the next waiter. An
 // entry it cannot remove dies after redisx.EntryLife.
 func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
@@ -400,10 +383,17 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	if s.w != nil {
 		inbox = s.w.Inbox()
 	}
+	var voidPX time.Duration
+	if s.unknown {
+		voidPX = max(px(l.TTL), redisx.EntryLife)
+	}
 	var mine bool
 	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		var key, first *redis.StringCmd
 		err := exec(ctx, tx, func(p redis.Pipeliner) {
+			if voidPX > 0 {
+				p.Set(ctx, tombstone(lk, l.Owner), "", voidPX)
+			}
 			key = p.Get(ctx, lk)
 			first = p.LIndex(ctx, waitQueue(lk), 0)
 			leaveCmds(ctx, p, lk, l.Owner, inbox)

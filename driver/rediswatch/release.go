@@ -45,25 +45,23 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 // release deletes the grant of owner on lk and hands the key over to the
 // first waiter in line, if its entry is alive, in two round trips:
 //
-//	WATCH lock [counter entry]; GET lock; LRANGE queue 0 1 [; GET counter; TIME; GET entry]
+//	WATCH lock [counter entry]; GET lock; LRANGE queue 0 0 [; GET counter; TIME; GET entry]
 //	MULTI; DEL lock; SET lock FIRST PX ttl; SET counter token PX 7d;
 //	       LREM queue FIRST; DEL entry; SET grant token PX life;
-//	       PUBLISH inbox "FIRST token N NEXT"; EXEC
+//	       PUBLISH inbox "FIRST"; EXEC
 //
 // The first round trip watches and reads the entry of guess, the waiter
-// that was behind owner when owner was granted (fromQueue): on a busy key
-// it is first in line now. When it is not, a round trip more watches and
+// that was behind owner when owner's own attempt granted it through the
+// queue (fromQueue, read from the server by that attempt): on a busy key it
+// is first in line now. When it is not, a round trip more watches and
 // reads the first waiter's entry, the counter and the clock. The entry
-// ("TTL N", see queue.go) gives the new holder's TTL and the number of the
-// waiter's run that wrote it, which the message repeats: the waiter takes
-// the message as its grant only if N is its last run's (see handedOver),
-// and counts the grant's validity from the start of that run. NEXT, the
-// element behind FIRST, is the guess of FIRST's release. The grant record
-// P{K}:wg:FIRST keeps the token for a waiter whose message is lost or came
-// too late: its next attempt finds the key its own (see acquire); the
-// release of a grant that came through the queue deletes it. The token
-// follows acquire's rule; the counter is watched, so no grant can
-// come in between.
+// (see queue.go) gives the new holder's TTL. The message only wakes FIRST
+// (it grants nothing: anyone allowed to publish on the channel could send
+// it): FIRST's next attempt finds the key its own, extends it to its TTL
+// and takes the token from the grant record P{K}:wg:FIRST (see acquire),
+// which also serves a waiter whose message is lost; the release of a
+// grant that came through the queue deletes it. The token follows
+// acquire's rule; the counter is watched, so no grant can come in between.
 //
 // For a hold of a named owner (hold set; see holds.go) it also watches the
 // holds and checks that owner is one of them and the key holds the same
@@ -106,7 +104,7 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 				if hold {
 					held, holds = p.HExists(ctx, hk, owner), p.HLen(ctx, hk)
 				}
-				line = p.LRange(ctx, wq, 0, 1)
+				line = p.LRange(ctx, wq, 0, 0)
 				if guess != "" {
 					counter, now = p.Get(ctx, ck), p.Time(ctx)
 					entry = p.Get(ctx, waitEntry(lk, guessOwner))
@@ -128,12 +126,9 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 				unwatch(ctx, tx)
 				return driver.ErrNotHeld
 			}
-			var first, next string
+			var first string
 			if q := line.Val(); len(q) > 0 {
 				first = q[0]
-				if len(q) > 1 {
-					next = q[1]
-				}
 			}
 			firstOwner, inbox := splitElem(first)
 			if first != "" && firstOwner != guessOwner {
@@ -173,11 +168,7 @@ func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombL
 					p.LRem(ctx, wq, 1, first)
 					p.Del(ctx, waitEntry(lk, firstOwner))
 					p.Do(ctx, "set", grantRecord(lk, firstOwner), tok, "px", redisx.EntryLifeMS)
-					msg := firstOwner + " " + tok + " " + h.n
-					if next != "" {
-						msg += " " + next
-					}
-					publishTo(ctx, p, lk, inbox, msg)
+					publishTo(ctx, p, lk, inbox, firstOwner)
 				}
 			})
 			if err != nil {
@@ -217,31 +208,28 @@ func watchFirst(ctx context.Context, tx *redis.Tx, ck, entry string) (counter *r
 
 // handOver is what a release needs to hand the key over.
 type handOver struct {
-	ttl   int64  // the new holder's TTL in ms
-	n     string // the number of the waiter's run that wrote its entry
+	ttl   int64 // the new holder's TTL in ms
 	token int64
 }
 
-// planHandOver reads the first waiter's entry ("TTL N") and the fencing
-// counter. It returns nil when the entry is missing (the waiter is dead) or
-// has no TTL (written by an older version of this driver).
+// planHandOver reads the first waiter's entry ("TTL 0"; see queue.go) and
+// the fencing counter. It returns nil when the entry is missing (the
+// waiter is dead), or is a share's or a permit waiter's, or has no TTL
+// (written by an older version of this driver).
 func planHandOver(entry, counter *redis.StringCmd, now *redis.TimeCmd) (*handOver, error) {
 	if entry.Err() != nil {
 		return nil, nil
 	}
-	ttl, n, ok := strings.Cut(entry.Val(), " ")
+	ttl, _, ok := strings.Cut(entry.Val(), " ")
 	ms, err := strconv.ParseInt(ttl, 10, 64)
 	if !ok || err != nil || ms <= 0 {
-		return nil, nil
-	}
-	if _, err := strconv.ParseUint(n, 10, 64); err != nil {
 		return nil, nil
 	}
 	token, err := nextToken(counter, now)
 	if err != nil {
 		return nil, err
 	}
-	return &handOver{ttl: ms, n: n, token: token}, nil
+	return &handOver{ttl: ms, token: token}, nil
 }
 
 // nextToken is the fencing token of a grant, from the counter and the

@@ -3,7 +3,6 @@ package redisx
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,9 +18,9 @@ import (
 // unsubscribed for every waiter.
 //
 // Each hub also has an inbox, a channel of its own (P + "inbox:" + 32 hex
-// digits), on which a release names the queued waiter it hands the key to
-// (or wakes to take it), so that one message reaches one Locker instead of
-// every Locker waiting on the key.
+// digits), on which a release names the queued waiter it handed the key
+// to, or that may take it, to wake it, so that one message reaches one
+// Locker instead of every Locker waiting on the key.
 //
 // A subscription is confirmed when the server has answered it, so that a
 // retry made after the confirmation cannot miss a release. After the
@@ -108,24 +107,15 @@ func (n *Notifier) Confirmed(lk string) bool {
 // (wake receives) by a release on its key's channel that names no one or
 // names its owner, by a message on its inbox naming its owner, and when
 // its subscriptions are confirmed or confirmed again after a reconnection.
+// A message only wakes: anyone allowed to publish on the channels can send
+// one, so nothing in it is taken as a grant. The waiter's next request
+// reads the grant from the server.
 type Waiter struct {
-	h      *hub
-	ch     string
-	owner  string
-	wake   chan<- struct{}
-	news   atomic.Bool
-	handed atomic.Pointer[HandOver] // the last inbox message "OWNER TOKEN N [NEXT]"
-}
-
-// A HandOver is what a hand-over message says: the fencing token of the
-// grant, the number of the waiter's run (redisnx: wait.lua; rediswatch:
-// join or renewal) whose queue entry the release found, and, from
-// rediswatch, the queue element that was next in line (Next, "" if none),
-// which the new holder's release looks at first.
-type HandOver struct {
-	Token uint64
-	N     uint64
-	Next  string
+	h     *hub
+	ch    string
+	owner string
+	wake  chan<- struct{}
+	news  atomic.Bool
 }
 
 // Queue registers the queued waiter owner of the lock key lk.
@@ -149,12 +139,6 @@ func (w *Waiter) InboxReady() bool { return w.h.confirmed(w.h.inbox) }
 
 // Ready reports whether w's subscriptions are confirmed.
 func (w *Waiter) Ready() bool { return w.h.confirmed(w.ch) && w.h.confirmed(w.h.inbox) }
-
-// HandedOver returns the last hand-over message ("OWNER TOKEN N [NEXT]", on
-// the inbox or the key's channel) received for w, or nil. Only a release that handed the key to
-// the owner sends one (other messages name the owner alone, to wake it),
-// and the owner is 128 random bits.
-func (w *Waiter) HandedOver() *HandOver { return w.handed.Load() }
 
 // News reports whether w was woken since the last call.
 func (w *Waiter) News() bool { return w.news.Swap(false) }
@@ -461,10 +445,11 @@ func (h *hub) read(ps *redis.PubSub, gen uint64) (worked bool) {
 }
 
 // message passes a message of ch to its waiters. On the inbox it names the
-// owner woken ("OWNER"), or handed the key ("OWNER TOKEN N [NEXT]"); on a
-// key's channel it names the owner queued first (the same two forms, from
-// a release that found the owner queued without an inbox), or no one ("")
-// to wake every waiter.
+// owner to wake ("OWNER"); on a key's channel it names the owner queued
+// first (from a release that found the owner queued without an inbox), or
+// no one ("") to wake every waiter. Anything after the first space is
+// ignored (releases of older versions sent the grant's token there): a
+// message wakes, and grants nothing.
 func (h *hub) message(gen uint64, ch, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -472,22 +457,14 @@ func (h *hub) message(gen uint64, ch, payload string) {
 	if c == nil || gen != h.gen {
 		return
 	}
-	owner, rest, _ := strings.Cut(payload, " ")
-	w := c.queued[owner]
-	if w != nil && rest != "" {
-		token, rest, _ := strings.Cut(rest, " ")
-		n, next, _ := strings.Cut(rest, " ")
-		t, err1 := strconv.ParseUint(token, 10, 64)
-		k, err2 := strconv.ParseUint(n, 10, 64)
-		if err1 == nil && err2 == nil && t > 0 {
-			w.handed.Store(&HandOver{Token: t, N: k, Next: next})
-		}
-	}
+	owner, _, _ := strings.Cut(payload, " ")
 	switch {
 	case ch != h.inbox:
 		c.wakeLocked(owner)
-	case w != nil:
-		w.signal()
+	default:
+		if w := c.queued[owner]; w != nil {
+			w.signal()
+		}
 	}
 }
 
