@@ -25,6 +25,10 @@ const (
 	memcachedHandoffMax = 2e6 // ns
 )
 
+// targets judges the targets. A comparison whose reference (a
+// peer's figure or a baseline) is zero, because every attempt of that
+// library failed or nothing was timed, is not measured: a zero is never
+// read as a target met, nor divided by.
 func targets(t *table) []target {
 	var ts []target
 	add := func(name string, measured string, met, ok bool) {
@@ -38,35 +42,35 @@ func targets(t *table) []target {
 		v, ok1 := t.value(s, "redisnx", "median")
 		b, ok2 := t.baseline(s, "redis", "median")
 		add("uncontended: redisnx median <= 1.2 x two PINGs",
-			fmt.Sprintf("%s vs %s: %.2fx", dur(v), dur(b), v/b), v <= uncontendedVsPings*b, ok1 && ok2)
+			fmt.Sprintf("%s vs %s: %.2fx", dur(v), dur(b), v/b), v <= uncontendedVsPings*b, ok1 && ok2 && b > 0)
 		p, who, ok3 := t.bestPeer(s, "redis", "median", lowerBetter)
 		add("uncontended: redisnx median <= redsync's and redislock's",
-			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(v), dur(p), who, v/p), v <= p, ok1 && ok3)
+			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(v), dur(p), who, v/p), v <= p, ok1 && ok3 && p > 0)
 		w, okw := t.value(s, "rediswatch", "median")
 		add("uncontended: rediswatch median <= 1.5 x the faster peer's",
-			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(w), dur(p), who, w/p), w <= rediswatchVsPeer*p, okw && ok3)
+			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(w), dur(p), who, w/p), w <= rediswatchVsPeer*p, okw && ok3 && p > 0)
 		z, ok4 := t.value(s, "zookeeper", "median")
 		zl, ok5 := t.value(s, "zk.Lock", "median")
 		add("uncontended: zookeeper median <= zk.Lock's",
-			fmt.Sprintf("%s vs %s: %.2fx", dur(z), dur(zl), z/zl), z <= zl, ok4 && ok5)
+			fmt.Sprintf("%s vs %s: %.2fx", dur(z), dur(zl), z/zl), z <= zl, ok4 && ok5 && zl > 0)
 		m, ok6 := t.value(s, "memcached", "median")
 		mb, ok7 := t.baseline(s, "memcached", "median") // two version round trips
 		rt := mb / 2
 		add("uncontended: memcached median <= 1.1 x its 4 round trips",
 			fmt.Sprintf("%s vs 4 x %s: %.2fx", dur(m), dur(rt), m/(memcachedRoundTrips*rt)),
-			m <= memcachedVsTrips*memcachedRoundTrips*rt, ok6 && ok7)
+			m <= memcachedVsTrips*memcachedRoundTrips*rt, ok6 && ok7 && rt > 0)
 		sc, ok8 := t.value(s, "redisnx", "server command time/cycle")
 		rc, ok9 := t.value(s, "redislock", "server command time/cycle")
 		add("uncontended: redisnx server command time <= 1.25 x redislock's",
-			fmt.Sprintf("%s vs %s: %.2fx", dur(sc), dur(rc), sc/rc), sc <= serverTimeShare*rc, ok8 && ok9)
+			fmt.Sprintf("%s vs %s: %.2fx", dur(sc), dur(rc), sc/rc), sc <= serverTimeShare*rc, ok8 && ok9 && rc > 0)
 		scpu, ok12 := t.value(s, "redisnx", "server CPU/cycle")
 		rcpu, ok13 := t.value(s, "redislock", "server CPU/cycle")
 		add("uncontended: redisnx server CPU <= 1.25 x redislock's",
-			fmt.Sprintf("%s vs %s: %.2fx", dur(scpu), dur(rcpu), scpu/rcpu), scpu <= serverTimeShare*rcpu, ok12 && ok13)
+			fmt.Sprintf("%s vs %s: %.2fx", dur(scpu), dur(rcpu), scpu/rcpu), scpu <= serverTimeShare*rcpu, ok12 && ok13 && rcpu > 0)
 		a, ok10 := t.value(s, "redisnx", "allocs/cycle")
 		ra, ok11 := t.value(s, "redislock", "allocs/cycle")
 		add("uncontended: redisnx allocs/cycle <= redislock's",
-			fmt.Sprintf("%.0f vs %.0f: %.2fx", a, ra, a/ra), a <= ra, ok10 && ok11)
+			fmt.Sprintf("%.0f vs %.0f: %.2fx", a, ra, a/ra), a <= ra, ok10 && ok11 && ra > 0)
 	}
 	{
 		v, ok := t.value(scenHandoff, "memcached", "median")
@@ -78,7 +82,7 @@ func targets(t *table) []target {
 		v, ok1 := t.value(scenHandoff, d.lib, "median")
 		b, ok2 := t.baseline(scenHandoff, d.backend, "median")
 		add(fmt.Sprintf("hand-off: %s median <= 3 round trips", d.lib),
-			fmt.Sprintf("%s = %.2f x %s", dur(v), v/b, dur(b)), v <= handoffRoundTrips*b, ok1 && ok2)
+			fmt.Sprintf("%s = %.2f x %s", dur(v), v/b, dur(b)), v <= handoffRoundTrips*b, ok1 && ok2 && b > 0)
 	}
 
 	// Hot key, 32 contenders.
@@ -91,7 +95,7 @@ func targets(t *table) []target {
 		g, ok1 := t.value(s, lib, "grants/s")
 		pg, who, ok2 := t.bestPeer(s, "redis", "grants/s", higherBetter)
 		add(fmt.Sprintf("hot key 32: %s grants/s >= %.1f x best peer's", lib, d.share),
-			fmt.Sprintf("%.0f/s vs %.0f/s (%s): %.2fx", g, pg, who, g/pg), g >= d.share*pg, ok1 && ok2)
+			fmt.Sprintf("%.0f/s vs %.0f/s (%s): %.2fx", g, pg, who, g/pg), g >= d.share*pg, ok1 && ok2 && pg > 0)
 		sp, ok5 := spreadOf(t, s, lib)
 		add(fmt.Sprintf("hot key 32: %s FIFO kept (most/fewest <= 1.1)", lib), sp.text, sp.ratio <= hotSpread, ok5)
 		if lib != "redisnx" {
@@ -100,13 +104,13 @@ func targets(t *table) []target {
 		w, ok3 := t.value(s, lib, "p99 wait")
 		pw, who, ok4 := t.bestPeer(s, "redis", "p99 wait", lowerBetter)
 		add(fmt.Sprintf("hot key 32: %s p99 wait <= 1/4 of best peer's", lib),
-			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(w), dur(pw), who, w/pw), w <= hotP99Share*pw, ok3 && ok4)
+			fmt.Sprintf("%s vs %s (%s): %.2fx", dur(w), dur(pw), who, w/pw), w <= hotP99Share*pw, ok3 && ok4 && pw > 0)
 	}
 	{
 		g, ok1 := t.value(s, "zookeeper", "grants/s")
 		pg, ok2 := t.value(s, "zk.Lock", "grants/s")
 		add("hot key 32: zookeeper grants/s >= zk.Lock's",
-			fmt.Sprintf("%.0f/s vs %.0f/s: %.2fx", g, pg, g/pg), g >= pg, ok1 && ok2)
+			fmt.Sprintf("%.0f/s vs %.0f/s: %.2fx", g, pg, g/pg), g >= pg, ok1 && ok2 && pg > 0)
 		sp, ok3 := spreadOf(t, s, "zookeeper")
 		add("hot key 32: zookeeper FIFO kept (most/fewest <= 1.1)", sp.text, sp.ratio <= hotSpread, ok3)
 	}
@@ -118,7 +122,7 @@ func targets(t *table) []target {
 			g, ok1 := t.value(s, d.lib, "grants/s")
 			pg, ok2 := t.value(s, d.peer, "grants/s")
 			add(fmt.Sprintf("many keys 32: %s grants/s >= %s's", d.lib, d.peer),
-				fmt.Sprintf("%.0f/s vs %.0f/s: %.2fx", g, pg, g/pg), g >= pg, ok1 && ok2)
+				fmt.Sprintf("%.0f/s vs %.0f/s: %.2fx", g, pg, g/pg), g >= pg, ok1 && ok2 && pg > 0)
 		}
 	}
 
