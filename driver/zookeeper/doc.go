@@ -72,32 +72,28 @@
 // limits, and its node deleted; a permit that comes later with another N
 // is refused by its own check.
 //
-// Watches, so that a change wakes one waiter and none is missed:
+// A grant depends on the children alone: a permit waiter's turn never
+// waits for another client's process to act or to announce anything. A
+// waiter watches earlier nodes that keep it blocked for as long as they
+// all exist (getData watches, which fire when the node goes), so that
+// every departure that may be its turn wakes it, and no other:
 //
-//   - a permit behind another waiter watches that predecessor with a data
-//     watch (getData), which fires when it goes and when its data is
-//     written;
-//   - a permit first in line (everything before it granted) watches the
-//     nearest earlier node that is not a permit, if there is one (it needs
-//     them all gone); otherwise it is at index N, where the departure of
-//     any node before it is its turn, and it watches the key node's
-//     children: it alone wakes at every arrival and departure;
-//   - a permit granted while nodes are behind it (in the listing that
-//     granted it) writes its node's data once, "granted", in the
-//     background, so that a permit watching it wakes and lists the queue
-//     again. This includes a permit granted at its first look: a permit
-//     behind it may have listed the queue earlier, found it waiting, and
-//     watch it. A data watch set on a predecessor whose data is already
-//     written lists the queue again at once (the write came between the
-//     listing and the watch);
-//   - exclusive and shared waiters watch as for locks; a permit's data
-//     write wakes one of them once for nothing.
+//   - a permit watches the N permits just before it, or, when a node that
+//     is not a permit comes first, that node alone. One node could not do:
+//     any N departures among the nodes before it may be its turn, whoever
+//     is granted. A departure thus wakes at most the N permit waiters just
+//     behind it, never the whole queue, and an arrival wakes none;
+//   - exclusive and shared waiters watch as for locks (the predecessor,
+//     the nearest earlier node that is not shared).
+//
+// A waiter woken for nothing (a departure that left N nodes before it)
+// lists the queue, keeps the watches that have not fired and sets one on
+// the node that now blocks it in the departed one's place.
 //
 // Permits are leases like the locks: valid for the session timeout,
 // renewed by checking the node, returned at the holder's session expiry
 // when it crashes, never resumed (see Not offered). Round trips: as
-// TryLock and Lock, plus the data write of a permit granted with nodes
-// behind it, which the grant does not wait for.
+// TryLock and Lock; a permit waiter sets its N watches in one round trip.
 //
 // Curator's InterProcessSemaphoreV2 layout (leases under <path>/leases, a
 // mutex under <path>/locks) is not used, and does not mix with dlock's
