@@ -18,14 +18,20 @@ import (
 // (see join); when something earlier blocks the node, delete it and report
 // the key held. Round trips: 1 when granted, 2 when held.
 func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	n, v, err := d.first(ctx, l, d.keyPath(l.Key))
+	begin := time.Now()
+	kp := d.keyPath(l.Key)
+	n, v, err := d.first(ctx, l, kp)
 	if err != nil {
 		return err
 	}
 	if !v.granted {
 		return &driver.HeldError{}
 	}
-	d.grant(l, n, d.sessionTimeout())
+	if err := d.ensureProof(ctx, n.session); err != nil {
+		d.discard(kp, l.Owner, n.path)
+		return err
+	}
+	d.grant(l, n, d.mon.validitySince(begin, n.session, d.sessionTimeout()))
 	return nil
 }
 
@@ -164,9 +170,9 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			if err := d.ensureProof(ctx, w.n.session); err != nil {
 				return ride(err)
 			}
-			// The session was proven alive at most a third of its
+			// The leader heard from the session at most half its
 			// timeout ago, maybe before the step began: the grant lasts
-			// as long as the session may, counted from that proof.
+			// as long as the session may, counted from then.
 			d.grant(l, w.n, d.mon.validitySince(begin, w.n.session, d.sessionTimeout()))
 			d.end(w)
 			return nil
@@ -368,15 +374,30 @@ func (d *zkDriver) grant(l *driver.Lease, n node, validity time.Duration) {
 	d.mon.add(l, g)
 }
 
-// ensureProof makes sure session sid was proven alive recently (the
-// heartbeat does that while waiting); else it syncs.
+// ensureProof makes sure the leader heard from session sid in the last
+// half timeout (the heartbeat keeps it so while the Locker has work), so
+// that a grant has half the timeout at least. Else it syncs, which proves
+// the requests answered reportLag before it (see monitor.answered); when
+// none is that old yet, it waits until one is (at most reportLag, on a
+// Locker that was idle) and syncs again.
 func (d *zkDriver) ensureProof(ctx context.Context, sid int64) error {
-	since := time.Now().Add(-d.sessionTimeout() / 3)
-	if d.mon.provenSince(sid, since) {
-		return nil
-	}
-	if _, err := write(ctx, d, func() (string, error) { return d.conn.Sync("/") }); err != nil {
-		return err
+	since := time.Now().Add(-d.sessionTimeout() / 2)
+	for range 2 {
+		if d.mon.provenSince(sid, since) {
+			return nil
+		}
+		if at, ok := d.mon.provableAt(sid, since); ok {
+			t := time.NewTimer(time.Until(at))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		if _, err := write(ctx, d, func() (string, error) { return d.conn.Sync("/") }); err != nil {
+			return err
+		}
 	}
 	if !d.mon.provenSince(sid, since) {
 		return fmt.Errorf("zookeeper: session %#x ended while waiting: %w", sid, zk.ErrSessionExpired)

@@ -142,7 +142,8 @@
 //     are due together).
 //   - Session upkeep: while a Locker holds or waits for leases, it sends a
 //     sync when no write proved its session alive for a third of the
-//     session timeout (see Sessions and TTLs).
+//     session timeout, about every 0.3 of it when nothing else writes (see
+//     Sessions and TTLs).
 //
 // Compared with go-zookeeper's zk.Lock (create, then list, then delete:
 // three round trips in a row), Lock+Unlock needs two. bench_test.go
@@ -156,14 +157,22 @@
 // therefore the liveness bound: a crashed holder frees its keys within
 // it, whatever the lease's TTL.
 //
-// Every write or sync that succeeds proves that the session was alive when
-// it was sent, so the server cannot expire it before that moment plus the
-// session timeout; the driver uses only requests that the leader checks
-// the session for (a follower cut off from the leader may still answer
-// reads while the leader expires the session). While a Locker holds or
-// waits for leases, a background goroutine (one per Locker, not per lease)
-// keeps such proof fresh with a sync every third of the session timeout
-// when nothing else provided it, and:
+// The leader expires sessions, and hears from a session that talks to a
+// follower only through that follower: the follower notes every request
+// it answers (reads and pings too) and reports those sessions in its reply
+// to the leader's next ping, every half tick; a request it forwards does
+// not count on the leader. A write or sync answered through a follower
+// shows that the follower's link to the leader worked when it was
+// forwarded, so the requests answered a ping interval before it was sent
+// (reportLag: 0.3 of the session timeout, a tick being half the timeout at
+// most) were reported: the leader cannot expire the session before the
+// latest of those was sent plus the session timeout. The write or sync
+// itself proves nothing yet, as the follower may be cut off right after
+// answering it. A connection's handshake counts too: the leader touches a
+// session when it is created or resumed on any server. While a Locker
+// holds or waits for leases, a background goroutine (one per Locker, not
+// per lease) keeps such proof fresh with a sync when it is a third of the
+// session timeout old and a request is old enough to be proven, and:
 //
 //   - when the last proof is older than the session timeout minus a
 //     drift margin (1% plus 2 ms), which happens when the connection is
@@ -185,8 +194,11 @@
 // lock's options map onto this as follows:
 //
 //   - A grant's validity (Lease.Deadline) is the session timeout, whatever
-//     the TTL: the session is what the lease rests on, and it is only sure
-//     to last a session timeout after the last request was sent. lock
+//     the TTL, counted from the proof: the session is what the lease rests
+//     on. A grant waits until the proof is at most half the timeout old,
+//     which on a Locker idle for a while (or just made by New) takes up to
+//     0.3 of the timeout: a sync, and another once the first is old
+//     enough to be proven. lock
 //     renews a third of the way to the deadline, so a renewal comes every
 //     third of the session timeout (3.3s with a 10s session); a renewal
 //     checks that the lease's node still exists, so a node deleted behind
@@ -217,9 +229,9 @@
 // within the session timeout: a new leader restarts every session's timer.
 // Killing the leader while leases are held yields no double grant: each
 // lease either survives or ends (Done closed) before another client can be
-// granted its key (ensemble_test.go). One caveat is ZooKeeper's own: a
-// follower relays its clients' heartbeats to the leader periodically, so
-// the leader's view of a session can lag a little behind the client's.
+// granted its key (ensemble_test.go), and a follower frozen right after
+// answering a sync does not make a lease outlive its node
+// (TestEnsembleFollowerProof).
 //
 // # Fencing
 //
