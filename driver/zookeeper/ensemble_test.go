@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,9 +238,6 @@ func TestEnsembleFollowerProof(t *testing.T) {
 	}
 	t.Logf("session timeout %v; from the last answered sync: the lease ended after %v, the node went after %v (syncs %v apart)",
 		T, lostAt.Sub(last).Round(time.Millisecond), goneAt.Sub(last).Round(time.Millisecond), last.Sub(first).Round(time.Millisecond))
-	if os.Getenv("ZKDEBUG") != "" {
-		t.Log(z.Node(leader).LogTail(6000))
-	}
 	if !lostAt.Before(goneAt) {
 		t.Errorf("the lease ended %v after the leader expired its session and deleted its node", lostAt.Sub(goneAt).Round(time.Millisecond))
 	}
