@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -17,26 +18,29 @@ import (
 // (see join); when something earlier blocks the node, delete it and report
 // the key held. Round trips: 1 when granted, 2 when held.
 func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	n, v, err := d.first(ctx, l, d.keyPath(l.Key))
+	begin := time.Now()
+	kp := d.keyPath(l.Key)
+	n, v, err := d.first(ctx, l, kp)
 	if err != nil {
 		return err
 	}
 	if !v.granted {
 		return &driver.HeldError{}
 	}
-	d.grant(l, n, d.sessionTimeout())
-	if v.announce {
-		d.announce(n)
+	if err := d.ensureProof(ctx, n.session); err != nil {
+		d.discard(kp, l.Owner, n.path)
+		return err
 	}
+	d.grant(l, n, d.mon.validitySince(begin, n.session, d.sessionTimeout()))
 	return nil
 }
 
 // Lock, RLock and Acquire are the steps of driver.Queuer, which lock
 // drives: Join creates the node and lists the queue; if something earlier
-// blocks the node, it watches the nearest blocker (getData with a watch,
-// as zk.Lock and Curator do), or, for a permit first in line behind
-// granted permits, the key node's children (see judge). The watch's firing wakes lock, whose Check lists the
-// queue again; a Check before it fires costs nothing. A lost connection
+// blocks the node, it watches the blockers judge names (getData with a
+// watch, as zk.Lock and Curator do: the predecessor, the nearest writer,
+// or a permit's N predecessors). A watch's firing wakes lock, whose Check
+// lists the queue again; a Check before one fires costs nothing. A lost connection
 // is waited out, keeping the node (its session survives a reconnection
 // within the session timeout; if it does not, the node is gone and the
 // waiter queues again). Leave deletes the node. Round trips: 1 when the
@@ -49,16 +53,16 @@ type waiter struct {
 	kp   string
 	n    node // the node in the queue; no path when not queued
 	wake chan<- struct{}
-	// fired is closed when the watch set on the blocker fires; nil when no
-	// watch is set (none was needed, or a step failed), so that the next
-	// Check lists the queue.
+	// fired is closed when one of the watches set on the blockers fires;
+	// nil when none is set (none was needed, or a step failed), so that
+	// the next Check lists the queue.
 	fired chan struct{}
-	stop  chan struct{} // closed by end: the watch's goroutine stops
-	ended sync.Once
-	// onChildren: the watch set was on the key node's children (a permit
-	// first in line), so the next step lists them with a new watch at
-	// once.
-	onChildren bool
+	// watches are the watches set, by the path of the node watched; those
+	// that have not fired are kept for the next step (go-zookeeper cannot
+	// remove a watch, and setting it again costs a round trip).
+	watches map[string]<-chan zk.Event
+	stop    chan struct{} // closed by end: the watch's goroutine stops
+	ended   sync.Once
 }
 
 // Join implements driver.Queuer.
@@ -130,19 +134,11 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 		}
 		return err
 	}
-	var (
-		v     verdict
-		known bool // v judges a listing made since the last turn of the loop
-		// seen is a permit waiter before l found granted (its data
-		// written) while the listing said it waits: then l watches the
-		// children, which cannot miss its turn, rather than list again
-		// and again.
-		seen string
-	)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		var v verdict
 		if w.n.path == "" {
 			n, err := d.join(ctx, l, w.kp, true)
 			if err != nil {
@@ -151,26 +147,20 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			w.n = n
 			if n.alone && n.listing == nil {
 				// The only child: granted, as a listing would show.
-				v, known = verdict{present: true, granted: true}, true
+				v = verdict{present: true, granted: true}
 			}
 		}
-		if !known && w.onChildren && w.n.czxid != 0 && w.n.session != 0 {
-			// The children changed: list them with a new watch (the case
-			// below), which judges the node anew.
-			v, known = verdict{present: true, children: true}, true
-		}
-		if !known {
+		if !v.granted {
 			var err error
 			if v, err = d.inspect(bg, w.kp, &w.n); err != nil {
 				return ride(err)
 			}
 		}
-		known, w.onChildren = false, false
 		switch {
 		case !v.present:
 			// The node is gone: its session expired, or another client
 			// deleted it. Queue again, at the back.
-			w.n = node{}
+			w.n, w.watches = node{}, nil
 			continue
 		case v.conflict != 0:
 			d.discard(w.kp, l.Owner, w.n.path)
@@ -180,69 +170,103 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			if err := d.ensureProof(ctx, w.n.session); err != nil {
 				return ride(err)
 			}
-			// The session was proven alive at most a third of its
+			// The leader heard from the session at most half its
 			// timeout ago, maybe before the step began: the grant lasts
-			// as long as the session may, counted from that proof.
+			// as long as the session may, counted from then.
 			d.grant(l, w.n, d.mon.validitySince(begin, w.n.session, d.sessionTimeout()))
 			d.end(w)
-			if v.announce {
-				d.announce(w.n)
-			}
 			return nil
-		case v.children || v.watch != "" && v.watch == seen:
-			// The watch is set by the listing judged, so no change after
-			// it is missed.
-			children, ch, err := d.watchChildren(bg, w.kp)
-			if err != nil {
-				return ride(err)
-			}
-			v, known = judge(children, w.n.path[len(w.kp)+1:]), true
-			if v.present && !v.granted && v.conflict == 0 && (v.children || v.watch == seen) {
-				w.arm(ch, d.mon.stop)
-				w.onChildren = true
-				return &driver.HeldError{}
-			}
-			continue // judged anew: act on it
 		}
-		ch, st, err := d.watch(bg, w.kp+"/"+v.watch)
+		armed, err := d.watchAll(bg, w, v.watch)
 		if err != nil {
 			return ride(err)
 		}
-		if ch == nil {
-			continue // the blocker is gone already: list again
+		if armed {
+			return &driver.HeldError{}
 		}
-		if v.watchGrant && st.Version != 0 {
-			// The permit waiter before l was granted after the listing
-			// (see announce): l's turn may have come. List again.
-			seen = v.watch
-			continue
-		}
-		w.arm(ch, d.mon.stop)
-		return &driver.HeldError{}
+		// A blocker is gone already: list again.
 	}
 }
 
-// arm makes the next Check wait for the watch ch.
-func (w *waiter) arm(ch <-chan zk.Event, closed chan struct{}) {
+// watchAll sets a watch on each of the nodes names of w's key (keeping
+// those set by an earlier step that have not fired, and setting the others
+// in one round trip) and makes the next Check wait until one fires. It
+// reports false, arming nothing, when one of the nodes is gone already.
+func (d *zkDriver) watchAll(ctx context.Context, w *waiter, names []string) (bool, error) {
+	type pending struct {
+		path string
+		fu   *future[watched]
+	}
+	kept := make(map[string]<-chan zk.Event, len(names))
+	var todo []pending
+	for _, name := range names {
+		path := w.kp + "/" + name
+		if ch, ok := w.watches[path]; ok && !firedAlready(ch) {
+			kept[path] = ch
+			continue
+		}
+		todo = append(todo, pending{path, start(d, false, func() (watched, error) { return d.getW(path) })})
+	}
+	w.watches = kept // the fired ones are dropped; new ones join below
+	gone := false
+	var errs []error
+	for _, p := range todo {
+		r, err := p.fu.wait(ctx)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			gone = true
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			kept[p.path] = r.ch
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return false, err
+	}
+	if gone || len(kept) == 0 {
+		return false, nil
+	}
+	chs := make([]<-chan zk.Event, 0, len(kept))
+	for _, ch := range kept {
+		chs = append(chs, ch)
+	}
 	w.fired = make(chan struct{})
-	go w.await(ch, w.fired, closed)
+	go w.await(chs, w.fired, d.mon.stop)
+	return true, nil
 }
 
-// await waits for the watch's event (the blocker deleted or changed, or
-// the watch ended with the session or the connection: the next listing
-// tells) and wakes lock. go-zookeeper cannot remove a watch, but its
-// channel is buffered: when the wait ends first (or the driver closes),
-// the goroutine just stops.
-func (w *waiter) await(ch <-chan zk.Event, fired, closed chan struct{}) {
+// firedAlready reports whether the watch ch has fired (go-zookeeper
+// closes a watch's channel once it delivered its event).
+func firedAlready(ch <-chan zk.Event) bool {
 	select {
 	case <-ch:
-		close(fired)
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-	case <-w.stop:
-	case <-closed:
+		return true
+	default:
+		return false
+	}
+}
+
+// await waits for one of the watches chs (a blocker deleted or changed,
+// or the watches ended with the session or the connection: the next
+// listing tells) and wakes lock. go-zookeeper cannot remove a watch, but
+// its channels are buffered: when the wait ends first (or the driver
+// closes), the goroutine just stops.
+func (w *waiter) await(chs []<-chan zk.Event, fired, closed chan struct{}) {
+	cases := []reflect.SelectCase{
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.stop)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(closed)},
+	}
+	for _, ch := range chs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	if i, _, _ := reflect.Select(cases); i < 2 {
+		return
+	}
+	close(fired)
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -350,15 +374,30 @@ func (d *zkDriver) grant(l *driver.Lease, n node, validity time.Duration) {
 	d.mon.add(l, g)
 }
 
-// ensureProof makes sure session sid was proven alive recently (the
-// heartbeat does that while waiting); else it syncs.
+// ensureProof makes sure the leader heard from session sid in the last
+// half timeout (the heartbeat keeps it so while the Locker has work), so
+// that a grant has half the timeout at least. Else it syncs, which proves
+// the requests answered reportLag before it (see monitor.answered); when
+// none is that old yet, it waits until one is (at most reportLag, on a
+// Locker that was idle) and syncs again.
 func (d *zkDriver) ensureProof(ctx context.Context, sid int64) error {
-	since := time.Now().Add(-d.sessionTimeout() / 3)
-	if d.mon.provenSince(sid, since) {
-		return nil
-	}
-	if _, err := write(ctx, d, func() (string, error) { return d.conn.Sync("/") }); err != nil {
-		return err
+	since := time.Now().Add(-d.sessionTimeout() / 2)
+	for range 2 {
+		if d.mon.provenSince(sid, since) {
+			return nil
+		}
+		if at, ok := d.mon.provableAt(sid, since); ok {
+			t := time.NewTimer(time.Until(at))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+		if _, err := write(ctx, d, func() (string, error) { return d.conn.Sync("/") }); err != nil {
+			return err
+		}
 	}
 	if !d.mon.provenSince(sid, since) {
 		return fmt.Errorf("zookeeper: session %#x ended while waiting: %w", sid, zk.ErrSessionExpired)
@@ -413,62 +452,18 @@ func (d *zkDriver) inspect(ctx context.Context, kp string, n *node) (verdict, er
 	return judge(children, name), nil
 }
 
-// watch sets a watch on path and returns its channel and the node's Stat
-// as the watch found it, or nil if path does not exist (then no watch is
-// left behind).
-func (d *zkDriver) watch(ctx context.Context, path string) (<-chan zk.Event, *zk.Stat, error) {
-	type watched struct {
-		ch <-chan zk.Event
-		st *zk.Stat
-	}
-	r, err := read(ctx, d, func() (watched, error) {
-		_, st, ch, err := d.conn.GetW(path)
-		return watched{ch, st}, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil, nil
-	}
-	return r.ch, r.st, err
+// watched is a node's Stat and the watch set on it by getW.
+type watched struct {
+	ch <-chan zk.Event
+	st *zk.Stat
 }
 
-// watchChildren lists kp's children and sets a watch on them, in one
-// request; none when kp is gone (and the lock nodes with it).
-func (d *zkDriver) watchChildren(ctx context.Context, kp string) ([]string, <-chan zk.Event, error) {
-	type watched struct {
-		children []string
-		ch       <-chan zk.Event
-	}
-	r, err := read(ctx, d, func() (watched, error) {
-		children, _, ch, err := d.conn.ChildrenW(kp)
-		return watched{children, ch}, err
-	})
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil, nil
-	}
-	return r.children, r.ch, err
-}
-
-// grantedData is what announce writes into a granted permit's node.
-var grantedData = []byte("granted")
-
-// announce writes the data of n, a permit node just granted, once, in the
-// background, so that a permit waiting behind it with a data watch on it
-// wakes and lists the queue again: that waiter's turn may have come (see
-// judge). It retries through a lost connection while n's session lives;
-// a node already released needs no announcement (its deletion fired the
-// watch).
-func (d *zkDriver) announce(n node) {
-	d.calls.Add(1)
-	go func() {
-		defer d.calls.Done()
-		ctx := d.mon.ctx
-		for d.conn.SessionID() == n.session {
-			_, err := write(ctx, d, func() (*zk.Stat, error) { return d.conn.Set(n.path, grantedData, -1) })
-			if err == nil || !transient(err) && !ambiguous(err) || !d.pause(ctx) {
-				return
-			}
-		}
-	}()
+// getW reads the node at path with a data watch, which fires when the
+// node is deleted or written; zk.ErrNoNode when it does not exist (then no
+// watch is left behind).
+func (d *zkDriver) getW(path string) (watched, error) {
+	_, st, ch, err := d.conn.GetW(path)
+	return watched{ch, st}, err
 }
 
 // limitError is the refusal of l, a permit, whose limit differs from that

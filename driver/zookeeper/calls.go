@@ -14,10 +14,9 @@ import (
 // go-zookeeper's calls block until the reply comes or the connection fails
 // and take no context. The helpers below run a call in a goroutine and let
 // the caller stop waiting when its context ends; the call itself then
-// completes on its own (requests cannot be withdrawn once queued). Calls
-// that the leader checks the session for (writes, sync) record, when they
-// succeed, that the session was alive when they were sent: see
-// monitor.proved.
+// completes on its own (requests cannot be withdrawn once queued). Every
+// call that succeeds is recorded for the proof that the session lives
+// (see monitor.answered).
 
 // future is a call under way.
 type future[T any] struct {
@@ -39,16 +38,14 @@ func start[T any](d *zkDriver, proof bool, f func() (T, error)) *future[T] {
 	return fu
 }
 
-// run calls f and, with proof set, records a success as proof of the
-// session.
+// run calls f and records its answer for the session's proof (see
+// monitor.answered): any success touched the session; with proof set (a
+// write or sync), it also shows the leader reachable.
 func run[T any](d *zkDriver, proof bool, f func() (T, error)) (T, error) {
-	if !proof {
-		return f()
-	}
 	sid, t := d.conn.SessionID(), time.Now()
 	v, err := f()
 	if err == nil && d.conn.SessionID() == sid {
-		d.mon.proved(sid, t)
+		d.mon.answered(sid, t, proof)
 	}
 	return v, err
 }

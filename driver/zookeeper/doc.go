@@ -72,32 +72,28 @@
 // limits, and its node deleted; a permit that comes later with another N
 // is refused by its own check.
 //
-// Watches, so that a change wakes one waiter and none is missed:
+// A grant depends on the children alone: a permit waiter's turn never
+// waits for another client's process to act or to announce anything. A
+// waiter watches earlier nodes that keep it blocked for as long as they
+// all exist (getData watches, which fire when the node goes), so that
+// every departure that may be its turn wakes it, and no other:
 //
-//   - a permit behind another waiter watches that predecessor with a data
-//     watch (getData), which fires when it goes and when its data is
-//     written;
-//   - a permit first in line (everything before it granted) watches the
-//     nearest earlier node that is not a permit, if there is one (it needs
-//     them all gone); otherwise it is at index N, where the departure of
-//     any node before it is its turn, and it watches the key node's
-//     children: it alone wakes at every arrival and departure;
-//   - a permit granted while nodes are behind it (in the listing that
-//     granted it) writes its node's data once, "granted", in the
-//     background, so that a permit watching it wakes and lists the queue
-//     again. This includes a permit granted at its first look: a permit
-//     behind it may have listed the queue earlier, found it waiting, and
-//     watch it. A data watch set on a predecessor whose data is already
-//     written lists the queue again at once (the write came between the
-//     listing and the watch);
-//   - exclusive and shared waiters watch as for locks; a permit's data
-//     write wakes one of them once for nothing.
+//   - a permit watches the N permits just before it, or, when a node that
+//     is not a permit comes first, that node alone. One node could not do:
+//     any N departures among the nodes before it may be its turn, whoever
+//     is granted. A departure thus wakes at most the N permit waiters just
+//     behind it, never the whole queue, and an arrival wakes none;
+//   - exclusive and shared waiters watch as for locks (the predecessor,
+//     the nearest earlier node that is not shared).
+//
+// A waiter woken for nothing (a departure that left N nodes before it)
+// lists the queue, keeps the watches that have not fired and sets one on
+// the node that now blocks it in the departed one's place.
 //
 // Permits are leases like the locks: valid for the session timeout,
 // renewed by checking the node, returned at the holder's session expiry
 // when it crashes, never resumed (see Not offered). Round trips: as
-// TryLock and Lock, plus the data write of a permit granted with nodes
-// behind it, which the grant does not wait for.
+// TryLock and Lock; a permit waiter sets its N watches in one round trip.
 //
 // Curator's InterProcessSemaphoreV2 layout (leases under <path>/leases, a
 // mutex under <path>/locks) is not used, and does not mix with dlock's
@@ -146,7 +142,8 @@
 //     are due together).
 //   - Session upkeep: while a Locker holds or waits for leases, it sends a
 //     sync when no write proved its session alive for a third of the
-//     session timeout (see Sessions and TTLs).
+//     session timeout, about every 0.3 of it when nothing else writes (see
+//     Sessions and TTLs).
 //
 // Compared with go-zookeeper's zk.Lock (create, then list, then delete:
 // three round trips in a row), Lock+Unlock needs two. bench_test.go
@@ -160,14 +157,22 @@
 // therefore the liveness bound: a crashed holder frees its keys within
 // it, whatever the lease's TTL.
 //
-// Every write or sync that succeeds proves that the session was alive when
-// it was sent, so the server cannot expire it before that moment plus the
-// session timeout; the driver uses only requests that the leader checks
-// the session for (a follower cut off from the leader may still answer
-// reads while the leader expires the session). While a Locker holds or
-// waits for leases, a background goroutine (one per Locker, not per lease)
-// keeps such proof fresh with a sync every third of the session timeout
-// when nothing else provided it, and:
+// The leader expires sessions, and hears from a session that talks to a
+// follower only through that follower: the follower notes every request
+// it answers (reads and pings too) and reports those sessions in its reply
+// to the leader's next ping, every half tick; a request it forwards does
+// not count on the leader. A write or sync answered through a follower
+// shows that the follower's link to the leader worked when it was
+// forwarded, so the requests answered a ping interval before it was sent
+// (reportLag: 0.3 of the session timeout, a tick being half the timeout at
+// most) were reported: the leader cannot expire the session before the
+// latest of those was sent plus the session timeout. The write or sync
+// itself proves nothing yet, as the follower may be cut off right after
+// answering it. A connection's handshake counts too: the leader touches a
+// session when it is created or resumed on any server. While a Locker
+// holds or waits for leases, a background goroutine (one per Locker, not
+// per lease) keeps such proof fresh with a sync when it is a third of the
+// session timeout old and a request is old enough to be proven, and:
 //
 //   - when the last proof is older than the session timeout minus a
 //     drift margin (1% plus 2 ms), which happens when the connection is
@@ -189,8 +194,11 @@
 // lock's options map onto this as follows:
 //
 //   - A grant's validity (Lease.Deadline) is the session timeout, whatever
-//     the TTL: the session is what the lease rests on, and it is only sure
-//     to last a session timeout after the last request was sent. lock
+//     the TTL, counted from the proof: the session is what the lease rests
+//     on. A grant waits until the proof is at most half the timeout old,
+//     which on a Locker idle for a while (or just made by New) takes up to
+//     0.3 of the timeout: a sync, and another once the first is old
+//     enough to be proven. lock
 //     renews a third of the way to the deadline, so a renewal comes every
 //     third of the session timeout (3.3s with a 10s session); a renewal
 //     checks that the lease's node still exists, so a node deleted behind
@@ -221,9 +229,9 @@
 // within the session timeout: a new leader restarts every session's timer.
 // Killing the leader while leases are held yields no double grant: each
 // lease either survives or ends (Done closed) before another client can be
-// granted its key (ensemble_test.go). One caveat is ZooKeeper's own: a
-// follower relays its clients' heartbeats to the leader periodically, so
-// the leader's view of a session can lag a little behind the client's.
+// granted its key (ensemble_test.go), and a follower frozen right after
+// answering a sync does not make a lease outlive its node
+// (TestEnsembleFollowerProof).
 //
 // # Fencing
 //

@@ -179,20 +179,11 @@ func permitLimit(head string) int {
 
 // verdict is where a lock node stands in its key's queue.
 type verdict struct {
-	present bool   // the node is among the children
-	granted bool   // nothing before it blocks it
-	watch   string // when not granted: the earlier node to watch (getData)
-	// children: when not granted, watch the key node's children instead
-	// (a permit that is first in line behind granted permits).
-	children bool
-	// watchGrant: watch is a permit waiting before this permit; that it
-	// is granted (its node's data written: see announce) may be this
-	// one's turn, as its deletion may.
-	watchGrant bool
-	// announce: a granted permit with nodes after it, which may watch it
-	// as a waiter (their listing may predate its grant): it writes its
-	// node's data once, to wake them.
-	announce bool
+	present bool // the node is among the children
+	granted bool // nothing before it blocks it
+	// watch: when not granted, the earlier nodes to watch (see judge):
+	// the node stays blocked while they all exist.
+	watch []string
 	// conflict, for a permit: the limit of an earlier permit that differs
 	// from its own (conflictNode is that node); the attempt is refused.
 	conflict     int
@@ -200,64 +191,63 @@ type verdict struct {
 }
 
 // judge applies the recipe to the children of a key node, sorted by their
-// sequence numbers:
+// sequence numbers. Whether a node is granted depends on the children
+// alone, never on what another client did or announced:
 //
-//   - an exclusive node is granted when no node is before it, and waits
-//     for its predecessor;
-//   - a shared node is granted when no exclusive node or permit is before
-//     it, and waits for the nearest earlier one;
-//   - a permit of a semaphore of N at index i is granted when every node
-//     before it is a permit and i < N (as the memory driver's queue), and
-//     is refused when a permit before it was made with another N. It
-//     waits for its predecessor while that one waits too (a data watch,
-//     which fires when the predecessor is granted, see announce, or
-//     goes); when it is first in line, for the nearest earlier node that
-//     is not a permit if there is one (it needs all of them gone), and
-//     otherwise for any change of the key's children (i = N: the
-//     departure of any node before it is its turn).
+//   - an exclusive node is granted when no node is before it;
+//   - a shared node is granted when no node that is not shared is before
+//     it;
+//   - a permit of a semaphore of N is granted when every node before it
+//     is a permit and fewer than N are (as the memory driver's queue), and
+//     is refused when a permit before it was made with another N.
 //
-// Each release or grant thus wakes one waiter, not the herd (the first
-// permit waiter behind N permits wakes at every change of the queue). The
-// granted nodes are always a prefix of the queue, so grants follow the
-// sequence, and the tokens (czxids, which increase with it) of successive
-// grants increase.
+// A node that waits watches earlier nodes that keep it blocked for as
+// long as they all exist, so that only the departure of one of them can be
+// its turn, whoever's process is alive:
+//
+//   - an exclusive node watches its predecessor;
+//   - a shared node, the nearest earlier node that is not shared;
+//   - a permit, the N permits just before it, or, when a node that is not
+//     a permit comes first, that node alone (it needs every one of them
+//     gone).
+//
+// One node cannot keep a permit blocked: any N departures among the nodes
+// before it may be its turn, so it watches N of them (ZooKeeper's watches
+// are per node; a children watch would wake every waiter at every arrival
+// and departure). A departure thus wakes at most N permit waiters, the
+// ones just behind it, and one exclusive or every shared waiter behind a
+// writer: never the whole queue. The granted nodes are always a prefix of
+// the queue, so grants follow the sequence, and the tokens (czxids, which
+// increase with it) of successive grants increase.
 func judge(children []string, own string) verdict {
 	me, ok := parseChild(own)
 	if !ok || !slices.Contains(children, own) {
 		return verdict{}
 	}
-	var (
-		before []child // the lock nodes before own, in sequence order
-		later  bool    // a lock node after own
-	)
+	var before []child // the lock nodes before own, in sequence order
 	for _, name := range children {
-		c, ok := parseChild(name)
-		switch {
-		case !ok || name == own:
-		case c.seq < me.seq:
+		if c, ok := parseChild(name); ok && name != own && c.seq < me.seq {
 			before = append(before, c)
-		default:
-			later = true
 		}
 	}
 	slices.SortFunc(before, func(a, b child) int { return cmp.Compare(a.seq, b.seq) })
 	v := verdict{present: true}
 	if me.limit > 0 {
-		return judgePermit(v, before, me, later)
+		return judgePermit(v, before, me)
 	}
 	v.granted = true
 	for _, c := range slices.Backward(before) {
 		if me.shared && c.shared {
 			continue
 		}
-		v.granted, v.watch = false, c.name
+		v.granted, v.watch = false, []string{c.name}
 		break
 	}
 	return v
 }
 
 // judgePermit is judge for a permit me, behind the nodes before.
-func judgePermit(v verdict, before []child, me child, later bool) verdict {
+func judgePermit(v verdict, before []child, me child) verdict {
 	// The limit is checked against every permit before it, granted or
 	// waiting: those were there when me was created. A permit after it
 	// with another limit is refused by its own check.
@@ -268,23 +258,22 @@ func judgePermit(v verdict, before []child, me child, later bool) verdict {
 		}
 	}
 	if grantable(before, me) {
-		v.granted, v.announce = true, later
+		v.granted = true
 		return v
 	}
-	// Not granted, so something is before it.
-	pred := before[len(before)-1]
-	if !grantable(before[:len(before)-1], pred) {
-		v.watch, v.watchGrant = pred.name, pred.limit > 0
-		return v
-	}
-	// First in line: everything before it is granted.
+	// Blocked: by a node that is not a permit, or by N permits or more.
+	var permits []string
 	for _, c := range slices.Backward(before) {
 		if c.limit == 0 {
-			v.watch = c.name
+			v.watch = []string{c.name}
 			return v
 		}
+		if permits = append(permits, c.name); len(permits) == me.limit {
+			break
+		}
 	}
-	v.children = true
+	slices.Reverse(permits)
+	v.watch = permits
 	return v
 }
 

@@ -1,6 +1,8 @@
 package zookeeper
 
 import (
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,15 +161,15 @@ func TestJudge(t *testing.T) {
 	}{
 		{"alone", []string{w(1)}, w(1), verdict{present: true, granted: true}},
 		{"missing", []string{w(1)}, w(2), verdict{}},
-		{"writer behind writer watches predecessor", []string{w(3), w(1), w(2)}, w(3), verdict{present: true, watch: w(2)}},
-		{"writer behind reader", []string{r(1), w(2)}, w(2), verdict{present: true, watch: r(1)}},
+		{"writer behind writer watches predecessor", []string{w(3), w(1), w(2)}, w(3), verdict{present: true, watch: []string{w(2)}}},
+		{"writer behind reader", []string{r(1), w(2)}, w(2), verdict{present: true, watch: []string{r(1)}}},
 		{"readers share", []string{r(1), r(2)}, r(2), verdict{present: true, granted: true}},
-		{"reader behind writer", []string{w(1), r(2)}, r(2), verdict{present: true, watch: w(1)}},
-		{"reader watches nearest earlier writer", []string{w(1), r(2), w(3), r(4), r(5)}, r(5), verdict{present: true, watch: w(3)}},
+		{"reader behind writer", []string{w(1), r(2)}, r(2), verdict{present: true, watch: []string{w(1)}}},
+		{"reader watches nearest earlier writer", []string{w(1), r(2), w(3), r(4), r(5)}, r(5), verdict{present: true, watch: []string{w(3)}}},
 		{"later nodes do not matter", []string{r(1), w(2), w(3)}, r(1), verdict{present: true, granted: true}},
 		{"foreign junk ignored", []string{"config", w(2)}, w(2), verdict{present: true, granted: true}},
 	} {
-		if got := judge(tc.children, tc.own); got != tc.want {
+		if got := judge(tc.children, tc.own); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: judge = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
@@ -192,25 +194,28 @@ func TestJudgePermits(t *testing.T) {
 	}{
 		{"alone", []string{p2(1)}, p2(1), verdict{present: true, granted: true}},
 		{"second of two", []string{p2(1), p2(2)}, p2(2), verdict{present: true, granted: true}},
-		{"first announces to later nodes", []string{p2(1), p2(2)}, p2(1), verdict{present: true, granted: true, announce: true}},
-		{"third of two: first in line watches the children", []string{p2(3), p2(1), p2(2)}, p2(3), verdict{present: true, children: true}},
-		{"behind a permit waiter: its data", []string{p2(1), p2(2), p2(3), p2(4)}, p2(4), verdict{present: true, watch: p2(3), watchGrant: true}},
+		{"first of two", []string{p2(1), p2(2)}, p2(1), verdict{present: true, granted: true}},
+		{"third of two watches both", []string{p2(3), p2(1), p2(2)}, p2(3), verdict{present: true, watch: []string{p2(1), p2(2)}}},
+		{"behind a permit waiter: the two before it", []string{p2(1), p2(2), p2(3), p2(4)}, p2(4), verdict{present: true, watch: []string{p2(2), p2(3)}}},
+		{"granted with a waiter before it that has not looked", []string{p2(2), p2(3)}, p2(3), verdict{present: true, granted: true}},
+		{"limit three, fifth in line", []string{p(3, 1), p(3, 2), p(3, 3), p(3, 4), p(3, 5)}, p(3, 5), verdict{present: true, watch: []string{p(3, 2), p(3, 3), p(3, 4)}}},
 		{"gaps do not count", []string{p2(5), p2(9)}, p2(9), verdict{present: true, granted: true}},
-		{"limit one", []string{p(1, 1), p(1, 2)}, p(1, 2), verdict{present: true, children: true}},
-		{"behind a writer", []string{w(1), p2(2)}, p2(2), verdict{present: true, watch: w(1)}},
-		{"behind a reader", []string{r(1), p2(2)}, p2(2), verdict{present: true, watch: r(1)}},
-		{"behind readers: the nearest", []string{r(1), r(2), p2(3)}, p2(3), verdict{present: true, watch: r(2)}},
-		{"first in line behind a writer and a permit", []string{w(1), p2(2), p2(3)}, p2(3), verdict{present: true, watch: p2(2), watchGrant: true}},
-		{"behind a writer waiter", []string{p2(1), w(2), p2(3)}, p2(3), verdict{present: true, watch: w(2)}},
-		{"behind a reader waiter behind a permit", []string{p2(1), r(2), p2(3)}, p2(3), verdict{present: true, watch: r(2)}},
-		{"writer behind permits", []string{p2(1), p2(2), w(3)}, w(3), verdict{present: true, watch: p2(2)}},
-		{"reader behind permits", []string{p2(1), r(2)}, r(2), verdict{present: true, watch: p2(1)}},
-		{"foreign nodes are exclusive", []string{"_c_x-__lock__0000000001", p2(2)}, p2(2), verdict{present: true, watch: "_c_x-__lock__0000000001"}},
+		{"limit one", []string{p(1, 1), p(1, 2)}, p(1, 2), verdict{present: true, watch: []string{p(1, 1)}}},
+		{"behind a writer", []string{w(1), p2(2)}, p2(2), verdict{present: true, watch: []string{w(1)}}},
+		{"behind a reader", []string{r(1), p2(2)}, p2(2), verdict{present: true, watch: []string{r(1)}}},
+		{"behind readers: the nearest", []string{r(1), r(2), p2(3)}, p2(3), verdict{present: true, watch: []string{r(2)}}},
+		{"first in line behind a writer and a permit: the writer", []string{w(1), p2(2), p2(3)}, p2(3), verdict{present: true, watch: []string{w(1)}}},
+		{"two permits behind a writer, then one: the two", []string{w(1), p2(2), p2(3), p2(4)}, p2(4), verdict{present: true, watch: []string{p2(2), p2(3)}}},
+		{"behind a writer waiter", []string{p2(1), w(2), p2(3)}, p2(3), verdict{present: true, watch: []string{w(2)}}},
+		{"behind a reader waiter behind a permit", []string{p2(1), r(2), p2(3)}, p2(3), verdict{present: true, watch: []string{r(2)}}},
+		{"writer behind permits", []string{p2(1), p2(2), w(3)}, w(3), verdict{present: true, watch: []string{p2(2)}}},
+		{"reader behind permits", []string{p2(1), r(2)}, r(2), verdict{present: true, watch: []string{p2(1)}}},
+		{"foreign nodes are exclusive", []string{"_c_x-__lock__0000000001", p2(2)}, p2(2), verdict{present: true, watch: []string{"_c_x-__lock__0000000001"}}},
 		{"limit mismatch", []string{p(3, 1), p2(2)}, p2(2), verdict{present: true, conflict: 3, conflictNode: p(3, 1)}},
 		{"limit mismatch with a waiter", []string{p2(1), p2(2), p(3, 3), p2(4)}, p(3, 3), verdict{present: true, conflict: 2, conflictNode: p2(1)}},
-		{"a later mismatch is not ours to refuse", []string{p2(1), p(3, 2)}, p2(1), verdict{present: true, granted: true, announce: true}},
+		{"a later mismatch is not ours to refuse", []string{p2(1), p(3, 2)}, p2(1), verdict{present: true, granted: true}},
 	} {
-		if got := judge(tc.children, tc.own); got != tc.want {
+		if got := judge(tc.children, tc.own); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: judge = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
@@ -232,11 +237,40 @@ func TestJudgePermits(t *testing.T) {
 			if v.granted && strings.Contains(c, "-permit-") {
 				permits++
 			}
+			if !v.granted && !blockedByWatched(children, c, v.watch) {
+				t.Errorf("%q: %s watches %q, but is granted once every other node before it is gone", children, c, v.watch)
+			}
 		}
 		if permits > 2 {
 			t.Errorf("%q: %d permits granted of 2", children, permits)
 		}
 	}
+}
+
+// blockedByWatched reports whether own, waiting among children, stays
+// blocked when every node before it but those it watches is gone (the most
+// that can go without one of its watches firing): then no departure it
+// does not hear of can be its turn.
+func blockedByWatched(children []string, own string, watch []string) bool {
+	if len(watch) == 0 {
+		return false
+	}
+	me, _ := parseChild(own)
+	left := []string{own}
+	for _, name := range children {
+		c, _ := parseChild(name)
+		if c.seq > me.seq {
+			left = append(left, name)
+		}
+	}
+	for _, name := range watch {
+		c, _ := parseChild(name)
+		if c.seq >= me.seq || !slices.Contains(children, name) {
+			return false
+		}
+		left = append(left, name)
+	}
+	return !judge(left, own).granted
 }
 
 func TestCheckRoot(t *testing.T) {

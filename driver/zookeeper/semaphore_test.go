@@ -117,10 +117,10 @@ func TestPermitNode(t *testing.T) {
 
 // TestPermitWaitersNoMissedWakeup: limit 2, two permits held, three permit
 // waiters queued behind them. Whichever holder goes first, the first
-// waiter is granted (it watches the children), the second when the other
-// holder goes (it watched the first waiter, which announced its grant),
-// and the third when the first waiter's permit returns: each within a
-// second or two, in order, and never more than two at once.
+// waiter is granted (it watches both holders), the second when the other
+// holder goes (it watches that holder and the first waiter), and the third
+// when the first waiter's permit returns: each within a second or two, in
+// order, and never more than two at once.
 func TestPermitWaitersNoMissedWakeup(t *testing.T) {
 	h := newHarness(t, testserver.SharedZooKeeper(t).Addrs(), testSessionTimeout)
 	for _, order := range []string{"first holder first", "second holder first"} {
@@ -168,14 +168,49 @@ func TestPermitWaitersNoMissedWakeup(t *testing.T) {
 	}
 }
 
-// TestPermitGrantedAtOnceWakesWatcher: a permit whose first listing finds
-// it granted still announces its grant when a permit waits behind it,
-// since that one may have listed the queue before (and found it waiting).
-// Q's create reply is lost and its connection held down, so that P queues
-// behind Q and watches it, the holders leave, and only then Q comes back,
-// lists the queue and is granted at its first look: P must be granted
-// while Q still holds.
-func TestPermitGrantedAtOnceWakesWatcher(t *testing.T) {
+// TestPermitNotStalledByStalledWaiter: limit 2, two permits held, and a
+// permit waiter P1 whose process does nothing (a raw client made its node
+// and never looks again; its session lives on). P2 queues behind P1. When
+// both holders leave, P1 and P2 are both granted by the rule, and P2 must
+// learn it at once: its grant cannot wait for P1's process to act, nor
+// for P1's session to expire (it never does here).
+func TestPermitNotStalledByStalledWaiter(t *testing.T) {
+	h := newHarness(t, testserver.SharedZooKeeper(t).Addrs(), testSessionTimeout)
+	k := uniqueKey(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const limit = 2
+	h1 := mustPermit(t, h.semLocker(t), k, limit)
+	h2 := mustPermit(t, h.semLocker(t), k, limit)
+	p1, err := h.raw.Create(h.kp(k)+"/"+nodePrefix(strings.Repeat("7", 32), driver.Permit, limit), nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatalf("creating the stalled waiter's node: %v", err)
+	}
+	defer h.raw.Delete(p1, -1)
+	p2c := goAcquire(ctx, h.semLocker(t), k, limit)
+	h.awaitChildren(t, k, 4)
+	time.Sleep(200 * time.Millisecond) // P2 has set its watches
+	waiting(t, p2c, 100*time.Millisecond, "P2 behind two holders and P1")
+	h1.Unlock(ctx)
+	h2.Unlock(ctx)
+	p2 := granted(t, p2c, time.Second, "P2 with two permits free behind a stalled P1")
+	defer p2.Unlock(ctx)
+	if ok, _, err := h.raw.Exists(p1); err != nil || !ok {
+		t.Fatalf("P1's node %s is gone (%v): the test missed its point", p1, err)
+	}
+	// The stalled P1 and P2 hold the two permits: a third waits.
+	p3c := goAcquire(ctx, h.semLocker(t), k, limit)
+	waiting(t, p3c, 300*time.Millisecond, "P3 with P1 and P2 granted")
+	h.raw.Delete(p1, -1)
+	granted(t, p3c, time.Second, "P3 once P1's node went").Unlock(ctx)
+}
+
+// TestPermitNotStalledByDisconnectedWaiter: a permit waiter Q whose
+// create reply was lost and whose connection is then held down (its
+// session lives on) does not hold up P, queued behind it: once the holders
+// leave, P is granted while Q is still away. When Q comes back it finds
+// its node and is granted on it.
+func TestPermitNotStalledByDisconnectedWaiter(t *testing.T) {
 	// A session that outlives the time Q's connection is down.
 	h := newHarness(t, testserver.SharedZooKeeper(t).Addrs(), 6*time.Second)
 	k := uniqueKey(t)
@@ -207,10 +242,11 @@ func TestPermitGrantedAtOnceWakesWatcher(t *testing.T) {
 	p := h.semLocker(t)
 	pc := goAcquire(ctx, p, k, limit)
 	h.awaitChildren(t, k, 4)
-	time.Sleep(200 * time.Millisecond) // P has set its watch on Q
+	time.Sleep(200 * time.Millisecond) // P has set its watches
 	h1.Unlock(ctx)
 	h2.Unlock(ctx)
-	waiting(t, pc, 300*time.Millisecond, "P while Q, before it, is not granted yet")
+	pl := granted(t, pc, time.Second, "P while Q, before it, is away")
+	defer pl.Unlock(ctx)
 
 	cut.setDown(false)
 	ql1 := granted(t, qc, 10*time.Second, "Q after its connection came back")
@@ -219,8 +255,6 @@ func TestPermitGrantedAtOnceWakesWatcher(t *testing.T) {
 	if err != nil || uint64(st.Czxid) != ql1.Token() {
 		t.Fatalf("Q was granted another node than the one it made before the cut (czxid %v, token %d, err %v): the test missed its point", st, ql1.Token(), err)
 	}
-	pl := granted(t, pc, 2*time.Second, "P behind Q once Q was granted at its first look")
-	pl.Unlock(ctx)
 }
 
 func slicesMax(names []string) string {

@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,10 +20,9 @@ type grant struct {
 // monitor is the one background goroutine of a driver. While the driver
 // holds or waits for leases it
 //
-//   - keeps proof that the session is alive: every write or sync that
-//     succeeds proves it was alive when sent, so the server cannot expire it
-//     before that moment plus the session timeout; when no proof came for
-//     a third of the timeout it sends a sync (the heartbeat);
+//   - keeps proof that the session is alive in the leader's eyes (see
+//     answered): when the proof is older than half the timeout it sends a
+//     sync (the heartbeat);
 //   - ends every lease of the session (Lease.Lost) when the last proof is
 //     older than the session timeout minus a drift margin, which happens
 //     while disconnected: the server may be about to expire the session,
@@ -46,12 +46,18 @@ type monitor struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu        sync.Mutex
-	leases    map[*driver.Lease]*grant
-	waiters   int
-	orphans   []*orphan
-	proofSid  int64     // session of proofAt
-	proofAt   time.Time // when the last request proving proofSid alive was sent
+	mu       sync.Mutex
+	leases   map[*driver.Lease]*grant
+	waiters  int
+	orphans  []*orphan
+	proofSid int64     // session of proofAt
+	proofAt  time.Time // the leader heard from proofSid at or after this moment
+	// touches are requests of session touchSid answered after proofAt
+	// was set, which a later write or sync may prove the leader heard of
+	// (see answered), in the order they were answered.
+	touches   []touch
+	touchSid  int64
+	downAt    time.Time // when the connection was last seen down (0: not since the last look)
 	beatAfter time.Time // no heartbeat before (after a failed one)
 	connected bool      // state at the last look
 	beating   bool      // a heartbeat is under way
@@ -131,6 +137,18 @@ func (m *monitor) tick(now time.Time) time.Duration {
 	}
 	reconnected := connected && !m.connected
 	m.connected = connected
+	switch {
+	case st == zk.StateDisconnected || st == zk.StateConnecting:
+		m.downAt = now
+	case reconnected && !m.downAt.IsZero():
+		// The connect request went out after downAt, and the leader
+		// touched the session when the server took it: it creates a new
+		// session (PrepRequestProcessor, createSession) and revalidates a
+		// resumed one (LearnerZooKeeperServer.revalidateSession sends
+		// REVALIDATE; Leader.revalidateSession touches it).
+		m.provedLocked(sid, m.downAt)
+		m.downAt = time.Time{}
+	}
 
 	// Leases of a session that is over: go-zookeeper learned it expired.
 	for l, g := range m.leases {
@@ -172,10 +190,7 @@ func (m *monitor) tick(now time.Time) time.Duration {
 	if active {
 		m.busyAt = now
 	}
-	beatAt := m.proofAt.Add(timeout / 3)
-	if m.proofSid != sid {
-		beatAt = now
-	}
+	beatAt := m.beatAtLocked(now, sid, timeout)
 	if beatAt.Before(m.beatAfter) {
 		beatAt = m.beatAfter
 	}
@@ -280,16 +295,135 @@ func (m *monitor) clean(timeout time.Duration) {
 	m.mu.Unlock()
 }
 
-// proved records that session sid was alive when a request was sent at at.
-func (m *monitor) proved(sid int64, at time.Time) {
+// reportLag is how long after a request was answered a later write or
+// sync may count it as heard of by the leader. A follower does not pass
+// its clients' requests on as proof of their sessions: it touches the
+// session in its own table (LearnerSessionTracker.touchSession), and the
+// leader hears of the touches only in the follower's reply to its next
+// ping (Learner.ping, LearnerHandler's PING case), sent every half tick
+// (Leader.lead); a request it forwards is only checked there
+// (Leader.submitLearnerRequest, PrepRequestProcessor). So a write or sync
+// answered through a follower, which shows the follower's link to the
+// leader working when it was forwarded, proves the touches of the requests
+// answered a ping interval before it was sent, not its own. The ping
+// interval is a quarter of the session timeout at most, as the server
+// grants sessions of 2 ticks at least (minSessionTimeout's default); the
+// rest is room for the ping's delivery.
+func reportLag(timeout time.Duration) time.Duration { return timeout * 3 / 10 }
+
+// touch is a request answered: sent at sent, answered at answered.
+type touch struct{ sent, answered time.Time }
+
+// maxTouches bounds the touches kept; the oldest are dropped, which only
+// makes the proof older.
+const maxTouches = 64
+
+// answered records that a request of session sid sent at sent was just
+// answered. Any request answered touches the session on the server that
+// answered it. With confirms set (a write or sync, which the leader
+// handles), the leader was reachable when it was forwarded, after sent:
+// every touch answered reportLag before sent was reported to the leader
+// by then, so the leader heard from the session at or after the latest
+// such touch's send time, and cannot expire it before that moment plus
+// the timeout. The request itself may be the last touch the leader never
+// hears of (its follower cut off right after it answered): it is proof
+// only for a later one.
+func (m *monitor) answered(sid int64, sent time.Time, confirms bool) {
 	if sid == 0 {
 		return
 	}
+	now := time.Now()
+	lag := reportLag(m.d.sessionTimeout())
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.touchSid != sid {
+		m.touchSid, m.touches = sid, m.touches[:0]
+	}
+	if confirms {
+		best := time.Time{}
+		for _, t := range m.touches {
+			if !t.answered.After(sent.Add(-lag)) && t.sent.After(best) {
+				best = t.sent
+			}
+		}
+		if !best.IsZero() {
+			m.provedLocked(sid, best)
+		}
+	}
+	// Two touches answered close together count as one, sent at the
+	// later time and answered at the later time: a claim that still holds.
+	if n := len(m.touches); n > 0 && now.Sub(m.touches[n-1].answered) < lag/16 {
+		last := &m.touches[n-1]
+		last.sent, last.answered = later(last.sent, sent), later(last.answered, now)
+		return
+	}
+	if len(m.touches) == maxTouches {
+		m.touches = append(m.touches[:0], m.touches[1:]...)
+	}
+	m.touches = append(m.touches, touch{sent, now})
+}
+
+// provedLocked records that the leader heard from session sid at or after
+// at, and drops the touches that cannot prove more.
+func (m *monitor) provedLocked(sid int64, at time.Time) {
 	if sid != m.proofSid || at.After(m.proofAt) {
 		m.proofSid, m.proofAt = sid, at
 	}
-	m.mu.Unlock()
+	if m.touchSid == sid {
+		m.touches = slices.DeleteFunc(m.touches, func(t touch) bool { return !t.sent.After(m.proofAt) })
+	}
+}
+
+// connectedSince records that session sid was established by a connect
+// request sent after at: the leader created it then.
+func (m *monitor) connectedSince(sid int64, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.provedLocked(sid, at)
+}
+
+// beatAtLocked is when the heartbeat is due: once the proof of session sid
+// is a third of the timeout old, as soon as a sync can prove a touch newer
+// than it (one answered reportLag before), or, when there is none, early
+// enough to make one that a sync can prove by then.
+func (m *monitor) beatAtLocked(now time.Time, sid int64, timeout time.Duration) time.Time {
+	due, since, lag := now, time.Time{}, reportLag(timeout)
+	if m.proofSid == sid {
+		due, since = m.proofAt.Add(timeout/3), m.proofAt
+	}
+	if t, ok := m.oldestTouchLocked(sid, since); ok {
+		return later(due, t.answered.Add(lag))
+	}
+	return due.Add(-lag)
+}
+
+// oldestTouchLocked is the first touch of session sid sent after since.
+func (m *monitor) oldestTouchLocked(sid int64, since time.Time) (touch, bool) {
+	if m.touchSid != sid {
+		return touch{}, false
+	}
+	for _, t := range m.touches {
+		if t.sent.After(since) {
+			return t, true
+		}
+	}
+	return touch{}, false
+}
+
+// provableAt is the earliest moment a sync can prove that the leader
+// heard from session sid after since, if a touch can show it.
+func (m *monitor) provableAt(sid int64, since time.Time) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.oldestTouchLocked(sid, since)
+	return t.answered.Add(reportLag(m.d.sessionTimeout())), ok
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // provenSince reports whether session sid was proven alive at or after t.

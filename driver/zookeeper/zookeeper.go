@@ -179,6 +179,7 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	var d *zkDriver
 	var dmu sync.Mutex // d is set after Connect, which may already call back
 	wake := make(chan struct{}, 1)
+	connecting := time.Now() // the session is created after this (see monitor.connectedSince)
 	conn, _, err := zk.Connect(servers, want,
 		zk.WithHostProvider(hosts),
 		zk.WithDialer(nt.wrapDialer(errs.wrap(dialer))),
@@ -227,6 +228,7 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 		return fail(errors.New("zookeeper: the server's connect response carried no session timeout"))
 	}
 	dd, lo := newDriver(conn, o, nt) // its option checks passed above, before any I/O
+	dd.mon.connectedSince(conn.SessionID(), connecting)
 	if o.Username != "" {
 		auth := []byte(o.Username + ":" + o.Password)
 		if _, err := read(ctx, dd, func() (struct{}, error) { return struct{}{}, conn.AddAuth("digest", auth) }); err != nil {
@@ -380,8 +382,9 @@ func (d *zkDriver) Validate(l *driver.Lease) error {
 	}
 	// Every valid key maps to a node name (EscapeKey); the TTL is any lock
 	// accepts. Whatever the TTL, a grant is sure to last the session
-	// timeout after its request was sent, and no more: that is the
-	// validity (see the package doc, "Sessions and TTLs").
+	// timeout after the last moment the leader surely heard from the
+	// session, and no more: that is the validity, at most this (see the
+	// package doc, "Sessions and TTLs").
 	l.Validity = d.sessionTimeout()
 	return nil
 }
