@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +65,41 @@ func TestHandoffTargetsWithoutSamples(t *testing.T) {
 		if !strings.HasSuffix(line, "MISSED") {
 			t.Errorf("slow hand-offs: %q reads %q; want MISSED", name, line)
 		}
+	}
+}
+
+// When every library, peers included, got no grant in a contention
+// scenario, the grants/s targets compare zero with zero: they are not
+// measured, never met. With the peer's grants counted, the same target is
+// judged.
+func TestThroughputTargetsWithZeroPeer(t *testing.T) {
+	verdict := func(dlock, peer float64) string {
+		t.Helper()
+		var tb table
+		s := fmt.Sprintf(scenManyKeys, 32)
+		tb.add(&row{scenario: s, backend: "redis", lib: "redisnx", kind: dlockRow,
+			figs: []figure{{name: "grants/s", value: dlock, unit: rate, dir: higherBetter}}})
+		tb.add(&row{scenario: s, backend: "redis", lib: "redislock", kind: peerRow,
+			figs: []figure{{name: "grants/s", value: peer, unit: rate, dir: higherBetter}}})
+		for _, tg := range targets(&tb) {
+			if tg.name != "many keys 32: redisnx grants/s >= redislock's" {
+				continue
+			}
+			var b strings.Builder
+			writeTargets(&b, []target{tg})
+			lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+			return lines[len(lines)-1]
+		}
+		t.Fatal("no many-keys target for redisnx")
+		return ""
+	}
+	if v := verdict(0, 0); !strings.HasSuffix(v, "not measured") {
+		t.Errorf("no grants on either side: %q; want not measured", v)
+	}
+	if v := verdict(0, 100); !strings.HasSuffix(v, "MISSED") {
+		t.Errorf("no grants for redisnx, 100/s for the peer: %q; want MISSED", v)
+	}
+	if v := verdict(200, 100); !strings.HasSuffix(v, " met") {
+		t.Errorf("200/s against 100/s: %q; want met", v)
 	}
 }
