@@ -48,7 +48,7 @@ unit:
 	$(GO) test -short -count=1 $(PKGS)
 
 ## conformance: every driver's conformance suite on the local provider, then on the
-## docker provider (skipped, saying so, when no Docker engine answers, unless forced), and a table
+## docker provider (a failure when no Docker engine answers, unless DLOCK_SKIP_DOCKER=1 skips it, saying so), and a table
 ## of driver x provider x subtest counts. DLOCK_TEST_BACKEND=docker (or local) runs
 ## that provider only; CONFORMANCE_PROVIDERS="local docker" sets the list.
 ## Raw go test -json output: conformance-<provider>.out.
@@ -60,7 +60,10 @@ conformance:
 	  case $$p in \
 	  local) $(MAKE) --no-print-directory servers || exit 1 ;; \
 	  docker) if [ -z "$(DLOCK_TEST_BACKEND)" ] && ! docker info >/dev/null 2>&1; then \
-	      echo "conformance: docker provider skipped: no Docker engine answers (docker info failed)"; continue; fi; \
+	      if [ "$$DLOCK_SKIP_DOCKER" = 1 ]; then \
+	        echo "conformance: docker provider SKIPPED (DLOCK_SKIP_DOCKER=1): no Docker engine answers"; continue; fi; \
+	      echo "conformance: FAIL: no Docker engine answers (docker info failed); set DLOCK_SKIP_DOCKER=1 to skip the docker provider and say so"; \
+	      status=1; continue; fi; \
 	    if [ -z "$$DLOCK_CONTAINERS_HELPER" ]; then $(MAKE) --no-print-directory bin/dlock-containers || exit 1; \
 	      export DLOCK_CONTAINERS_HELPER="$(CURDIR)/bin/dlock-containers"; fi ;; \
 	  esac; \
