@@ -279,6 +279,7 @@ func (d *getsetTimestamp) Acquire(ctx context.Context, l *driver.Lease) error {
 		if cur > now {
 			return &driver.HeldError{RetryAfter: time.Duration(cur-now) * time.Millisecond}
 		}
+		//lint:ignore SA1019 the control copies the GETSET recipe it is named after
 		old, err := d.rdb.GetSet(ctx, k, val).Int64()
 		if err != nil && err != redis.Nil {
 			return err

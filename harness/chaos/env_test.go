@@ -58,7 +58,6 @@ type env struct {
 	children    []*childHolder
 	proxies     []*Proxy
 	recoverWith holder // the holder that must be granted the key again at the end
-	lastHolder  int
 
 	// exclusion: the backend keeps its guarantees in this scenario, so
 	// unsafe overlaps and late Done are failures. Cleared (with a note)

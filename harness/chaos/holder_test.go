@@ -48,7 +48,7 @@ func (h inproc) Close() error                       { return h.w.close() }
 // sentinels scenarios check.
 type remoteError struct {
 	msg                       string
-	notAcquired, notHeld, ctx bool
+	notAcquired, notHeld bool
 }
 
 func (e *remoteError) Error() string { return e.msg }

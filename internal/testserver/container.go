@@ -169,13 +169,6 @@ func (n *containerNode) wrap(op string, err error) error {
 	return fmt.Errorf("testserver: %s (container %.12s): %s: %w", n.name, n.id(), op, err)
 }
 
-// state returns the container's state; Found is false once it is removed.
-func (n *containerNode) state() (containerrpc.State, error) {
-	var st containerrpc.State
-	err := n.call("State", &st)
-	return st, err
-}
-
 // Pause freezes every process of the container (docker pause, the cgroup
 // freezer); it returns once they are frozen. The kernel still accepts
 // connections on the host's loopback, nothing answers.

@@ -185,12 +185,8 @@ func newMemcachedProcess(dir string, port int, opts *MemcachedOptions, t *TLS) *
 	}
 }
 
-// memcachedVersion is the readiness probe: "version" answers "VERSION x".
-func memcachedVersion(ctx context.Context, addr string) error {
-	return memcachedVersioner(nil)(ctx, addr)
-}
-
-// memcachedVersioner is memcachedVersion over TLS with tc (plain when nil).
+// memcachedVersioner is the readiness probe, over TLS with tc (plain when
+// nil): "version" answers "VERSION x".
 func memcachedVersioner(tc *tls.Config) func(ctx context.Context, addr string) error {
 	return func(ctx context.Context, addr string) error {
 		reply, err := textDoTLS(ctx, addr, tc, "version\r\n", func(r string) bool { return strings.HasSuffix(r, "\n") })

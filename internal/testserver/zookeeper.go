@@ -170,9 +170,8 @@ func zkModeTLS(ctx context.Context, addr string, tc *tls.Config) (string, error)
 	return "", err
 }
 
-func zkServing(ctx context.Context, addr string) error { return zkServer(nil)(ctx, addr) }
-
-// zkServer is zkServing over TLS with tc (plain when nil).
+// zkServer is the readiness probe, over TLS with tc (plain when nil): the
+// server answers srvr with a mode (standalone, leader or follower).
 func zkServer(tc *tls.Config) func(ctx context.Context, addr string) error {
 	return func(ctx context.Context, addr string) error {
 		_, err := zkModeTLS(ctx, addr, tc)
