@@ -36,6 +36,9 @@ type slotAPI interface {
 	// takeStall returns a stall to take before the next write (a holder
 	// paused between its check and its write), or 0.
 	takeStall() time.Duration
+	// openSide opens a Locker over the slot's backend (its proxies)
+	// outside the slot, for the worker alone (see resume_ops.go).
+	openSide(name string) (*lockerInst, error)
 }
 
 // procEnv is what the workers of one process share.
@@ -125,6 +128,12 @@ type worker struct {
 	// worker is the owner): a later one with its token re-entered its grant
 	// (one the worker abandoned, say), which is no new grant.
 	named map[string]*liveLease
+	// side is the worker's Locker for live resumes (nil until one), sides
+	// counts the side Lockers it opened, resumeLat is how long its last
+	// Resume took (see resume_ops.go).
+	side      *lockerInst
+	sides     int
+	resumeLat time.Duration
 }
 
 func newWorker(env *procEnv, slot slotAPI, name string, seed uint64, stream uint64) *worker {
@@ -135,6 +144,7 @@ func (w *worker) run() {
 	for !w.env.stopping() {
 		w.step()
 	}
+	w.closeSide()
 }
 
 func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
@@ -497,7 +507,7 @@ func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mo
 	doa := !open || t >= d
 	rec := LeaseRec{
 		ID: l.id, Key: key, Shared: mode.shared, Limit: mode.limit, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
-		Owner: owner, Reenters: reenters,
+		Owner: owner, Reenters: reenters, Grant: grantOwner(lease),
 		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
 	}
 	if doa {
@@ -530,6 +540,10 @@ func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 	abandon := !renew && w.chance(0.15)
 	start := time.Now()
 	keepAlive := !renew && w.chance(0.7)
+	if !w.grantOps(in, l, keepAlive) {
+		w.unlock(l) // its grant went with another Locker's lease
+		return
+	}
 	if l.owner != "" && w.chance(0.7) {
 		// A re-entry while l is held, after a while: its hold either ends
 		// first (held to its end now), or outlives l (held after l ends),
