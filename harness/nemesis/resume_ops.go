@@ -36,8 +36,8 @@ import (
 // The chances, per hold of a lease that is not a named owner's, of each
 // operation.
 const (
-	pLiveResume = 0.04
-	pRace       = 0.03
+	pLiveResume = 0.06
+	pRace       = 0.05
 )
 
 // grantOps may run one of the operations on l's grant, and reports false

@@ -58,6 +58,9 @@ type Summary struct {
 	// DuringUnlock counts grants made while another lease of the key was
 	// being unlocked (see Recorder.GrantedDuringUnlock).
 	DuringUnlock int
+	// Adversary counts what the pub/sub adversary heard and sent, by kind
+	// (see adversary.go); nil without one.
+	Adversary map[string]int
 }
 
 // Line is the summary line of a run.
@@ -79,6 +82,9 @@ func (s Summary) Details() string {
 	}
 	if len(st.Counts) > 0 {
 		fmt.Fprintf(&b, "\n  operations on a live lease's grant, held replies: %s", tally(st.Counts, " "))
+	}
+	if len(s.Adversary) > 0 {
+		fmt.Fprintf(&b, "\n  adversary (pub/sub rights only): %s", tally(s.Adversary, " "))
 	}
 	if len(s.Excused) > 0 {
 		fmt.Fprintf(&b, "\n  excused: %s", tally(s.Excused, ": "))
@@ -255,6 +261,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		}
 	}
 	n := &nemesis{r: r, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), stop: make(chan struct{})}
+	adv := r.startAdversary()
 	if !cfg.NoFaults {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.loop(begin.Add(cfg.Duration)) }()
@@ -264,6 +271,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	// Heal, then stop.
 	close(n.stop)
 	n.wg.Wait()
+	adv.close()
 	r.heal()
 	r.logf("%s seed %d: faults healed; stopping the load", tg.Name, cfg.Seed)
 	close(r.env.stop)
@@ -305,7 +313,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	return Summary{
 		Driver: tg.Name, Seed: cfg.Seed, Duration: elapsed, Stats: st,
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
-		DuringUnlock: r.rec.GrantedDuringUnlock(),
+		DuringUnlock: r.rec.GrantedDuringUnlock(), Adversary: adv.Counts(),
 	}
 }
 
