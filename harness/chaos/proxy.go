@@ -106,6 +106,7 @@ type DropRule struct {
 	match   func(Request) bool
 	left    int           // < 0: unlimited
 	hold    time.Duration // 0: lose the reply; else deliver it this late
+	reply   func(Request, []byte) bool
 	dropped chan Request
 }
 
@@ -340,11 +341,14 @@ func (c *pconn) replies(f framer) {
 			pd = c.pending[0]
 			c.pending = c.pending[1:]
 		}
+		held := pd != nil && pd.drop != nil && pd.drop.hold > 0 && pd.holdsLocked(frame)
 		c.p.mu.Unlock()
 		if pd != nil && pd.drop != nil && pd.drop.hold > 0 {
-			d = max(d, pd.drop.hold)
-			pd.report()
-			pd.drop = nil // held, then delivered
+			if held {
+				d = max(d, pd.drop.hold)
+				pd.report()
+			}
+			pd.drop = nil // held, then delivered, or passed
 		}
 		hold(read, d)
 		c.p.mu.Lock()

@@ -37,9 +37,11 @@ func (p *Proxy) DelayPubSub(rep time.Duration) {
 // server sent it, then deliver it: the request was applied on time, its
 // outcome reaches the client late (a grant, after its validity). Later
 // replies on the same connection wait behind it, as on a real stream.
-// Each held reply's request is sent on Dropped.
-func (p *Proxy) HoldReplies(match func(Request) bool, n int, d time.Duration) *DropRule {
-	r := &DropRule{p: p, match: match, left: n, hold: max(d, time.Nanosecond), dropped: make(chan Request, 128)}
+// With reply set, only a reply (its frame) that reply accepts is held:
+// another passes on time and does not count among the n. Each held
+// reply's request is sent on Dropped.
+func (p *Proxy) HoldReplies(match func(Request) bool, n int, d time.Duration, reply func(req Request, frame []byte) bool) *DropRule {
+	r := &DropRule{p: p, match: match, left: n, hold: max(d, time.Nanosecond), reply: reply, dropped: make(chan Request, 128)}
 	p.mu.Lock()
 	p.rules = append(p.rules, r)
 	p.mu.Unlock()
@@ -52,6 +54,18 @@ func (c *pconn) delaysLocked() delays {
 		return c.p.delays[pubsubConn]
 	}
 	return c.p.delays[cmdConn]
+}
+
+// holds reports whether the rule that claimed pd holds frame, the reply:
+// if not, the rule gets the claim back. p.mu held.
+func (pd *pending) holdsLocked(frame []byte) bool {
+	if pd.drop.reply == nil || pd.drop.reply(pd.req, frame) {
+		return true
+	}
+	if pd.drop.left >= 0 {
+		pd.drop.left++
+	}
+	return false
 }
 
 // report sends the request of a reply its rule claimed on the rule's

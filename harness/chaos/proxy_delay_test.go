@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func TestProxyDelayByKind(t *testing.T) {
 
 	// One reply held: the SET applied at once, its reply late; the next
 	// command's reply on time.
-	rule := p.HoldReplies(func(r Request) bool { return r.Cmd == "SET" }, 1, hold)
+	rule := p.HoldReplies(func(r Request) bool { return r.Cmd == "SET" }, 1, hold, nil)
 	start = time.Now()
 	done := make(chan error, 1)
 	go func() { done <- c.Set(ctx, "k", "v", 0).Err() }()
@@ -94,6 +95,22 @@ func TestProxyDelayByKind(t *testing.T) {
 	start = time.Now()
 	if err := c.Set(ctx, "k", "w", 0).Err(); err != nil || time.Since(start) > hold/2 {
 		t.Errorf("the next SET: %v after %v", err, time.Since(start))
+	}
+
+	// A reply filter: GET's replies held only when they say "y"; one
+	// that does not passes and leaves the rule its count.
+	rule = p.HoldReplies(func(r Request) bool { return r.Cmd == "GET" }, 1, hold, func(_ Request, frame []byte) bool {
+		return strings.Contains(string(frame), "y")
+	})
+	defer rule.Stop()
+	start = time.Now()
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "w" || time.Since(start) > hold/2 {
+		t.Errorf("GET of %q, not held: %q %v after %v", "w", v, err, time.Since(start))
+	}
+	direct.Set(ctx, "k", "y", 0)
+	start = time.Now()
+	if v, err := c.Get(ctx, "k").Result(); err != nil || v != "y" || time.Since(start) < hold {
+		t.Errorf("GET of %q, held %v: %q %v after %v", "y", hold, v, err, time.Since(start))
 	}
 	if errs := p.ParseErrors(); len(errs) > 0 {
 		t.Errorf("parse errors: %v", errs)

@@ -1,8 +1,10 @@
 package nemesis
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/harness/chaos"
@@ -30,8 +32,9 @@ func (n *nemesis) delayKinds(add func(name string, w int, inject func() bool)) {
 	}
 }
 
-// matcher is the requests of class: "any" (every mutating request), a
-// kind of classify's, "grant" taking a queued waiter's step ("wait") too.
+// matcher is the requests of class: "any" (every mutating request), or a
+// kind of classify's, "grant" taking a queued waiter's step ("wait",
+// "wait-grant") too, "wait" a step that grants ("wait-grant").
 func (r *run) matcher(class string) func(chaos.Request) bool {
 	return func(q chaos.Request) bool {
 		if class == "any" {
@@ -41,17 +44,32 @@ func (r *run) matcher(class string) func(chaos.Request) bool {
 			return false
 		}
 		c := r.tg.classify(q)
-		return c == class || class == "grant" && c == "wait"
+		return c == class || class == "grant" && strings.HasPrefix(c, "wait") || class == "wait" && c == "wait-grant"
 	}
 }
 
+// grantsStep reports whether reply is a queued waiter's grant: the reply
+// of a rediswatch transaction that takes the key from the queue, or of a
+// redisnx wait.lua that granted ({1, token}: an array of two integers,
+// the first 1).
+func (r *run) grantsStep(q chaos.Request, reply []byte) bool {
+	switch r.tg.classify(q) {
+	case "wait-grant":
+		return true
+	case "wait":
+		return bytes.HasPrefix(reply, []byte("*2\r\n:1\r\n"))
+	}
+	return false
+}
+
 // armHold makes the proxies hold the replies of the next n requests of
-// class for d, then deliver them; stop disarms. They are recorded as
-// held-reply faults (with the requests), as lost replies are.
-func (r *run) armHold(ps []*chaos.Proxy, slot, class string, n int, d time.Duration) func() {
+// class (those reply accepts, if not nil) for d, then deliver them; stop
+// disarms. They are recorded as held-reply faults (with the requests), as
+// lost replies are.
+func (r *run) armHold(ps []*chaos.Proxy, slot, class string, n int, d time.Duration, reply func(chaos.Request, []byte) bool) func() {
 	a := &dropArm{kind: "held-reply", slot: slot, class: fmt.Sprintf("%s, %v", class, d.Round(time.Millisecond))}
 	for _, p := range ps {
-		a.rules = append(a.rules, p.HoldReplies(r.matcher(class), n, d))
+		a.rules = append(a.rules, p.HoldReplies(r.matcher(class), n, d, reply))
 	}
 	r.dropMu.Lock()
 	r.drops = append(r.drops, a)
@@ -143,7 +161,7 @@ func (n *nemesis) grantHeld() bool {
 	count := 1 + n.rng.IntN(3)
 	d := n.between(500*time.Millisecond, 3*time.Second)
 	n.spawn(func() {
-		stop := n.r.armHold(s.proxies, s.name, class, count, hold)
+		stop := n.r.armHold(s.proxies, s.name, class, count, hold, nil)
 		n.sleep(d)
 		stop()
 	})
@@ -167,7 +185,7 @@ func (n *nemesis) handoverLate() bool {
 	n.spawn(func() {
 		defer s.psDelays.Store(false)
 		end := n.r.rec.FaultStart(Fault{Kind: "handover-late", Target: fmt.Sprintf("%s steps %v, messages %v", s.name, hold.Round(time.Millisecond), late.Round(time.Millisecond))})
-		stop := n.r.armHold(s.proxies, s.name, "wait", count, hold)
+		stop := n.r.armHold(s.proxies, s.name, "wait", count, hold, n.r.grantsStep)
 		n.pubsubDelay(s, late, d)
 		stop()
 		end()

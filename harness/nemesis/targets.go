@@ -329,7 +329,8 @@ func (o *ownRWSemClient) TryAcquire(ctx context.Context, key string, limit int, 
 // classifyRESP names the requests of redisnx (scripts), rediswatch
 // (transactions) and the Redis controls (plain commands). A queued
 // waiter's step is a "wait": redisnx's wait.lua (it names the waiter's
-// inbox), rediswatch's transactions on the queue that release no lock.
+// inbox), rediswatch's transactions on the queue that release no lock
+// ("wait-grant" those that take the lock key).
 func classifyRESP(r chaos.Request) string {
 	switch r.Cmd {
 	case "EVALSHA", "EVAL":
@@ -356,15 +357,17 @@ func classifyRESP(r chaos.Request) string {
 			return "refresh"
 		}
 	case "EXEC":
-		var del, delLock, queue, set, pexpire bool
+		// A lock key is P{K}: it ends with the hash tag's brace.
+		lockKey := func(k string) bool { return strings.HasSuffix(k, "}") }
+		var del, delLock, queue, set, setLock, pexpire bool
 		for _, q := range r.Queued {
 			switch q.Cmd {
 			case "DEL":
 				del = true
-				// A lock key is P{K}: it ends with the hash tag's brace.
-				delLock = delLock || slices.ContainsFunc(q.Args, func(k string) bool { return strings.HasSuffix(k, "}") })
+				delLock = delLock || slices.ContainsFunc(q.Args, lockKey)
 			case "SET":
 				set = true
+				setLock = setLock || len(q.Args) > 0 && lockKey(q.Args[0])
 			case "PEXPIRE":
 				pexpire = true
 			}
@@ -373,6 +376,8 @@ func classifyRESP(r chaos.Request) string {
 		switch {
 		case delLock:
 			return "release"
+		case queue && setLock:
+			return "wait-grant"
 		case queue:
 			return "wait"
 		case del:
