@@ -28,7 +28,7 @@ func (n *nemesis) delayKinds(add func(name string, w int, inject func() bool)) {
 	add("grant-held", 2, n.grantHeld)
 	if n.r.tg.Notify {
 		add("delay-pubsub", 3, n.delayPubSub)
-		add("handover-late", 3, n.handoverLate)
+		add("handover-late", 5, n.handoverLate)
 	}
 }
 
@@ -175,10 +175,10 @@ func (n *nemesis) grantHeld() bool {
 func (n *nemesis) handoverLate() bool {
 	s := pick(n.rng, n.clientSlots())
 	lo, _ := n.ttlRange()
-	hold := n.between(lo, 2*time.Second)
-	late := hold + n.between(200*time.Millisecond, 1500*time.Millisecond)
-	count := 1 + n.rng.IntN(3)
-	d := n.between(2*time.Second, 5*time.Second)
+	hold := n.between(max(lo, time.Second), 2500*time.Millisecond)
+	late := hold + n.between(100*time.Millisecond, 1200*time.Millisecond)
+	count := 1 + n.rng.IntN(4)
+	d := n.between(3*time.Second, 7*time.Second)
 	if !s.psDelays.CompareAndSwap(false, true) {
 		return false
 	}

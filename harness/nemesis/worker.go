@@ -241,6 +241,18 @@ func (w *worker) newCallCtx(timeouts []time.Duration, pCancel float64) *callCtx 
 			c.cancel()
 		})
 	}
+	if timeout >= longWait {
+		// A long wait is cut short when the load stops, so that the run
+		// does not wait for it.
+		go func() {
+			select {
+			case <-w.env.stop:
+				c.canceled.Store(int64(w.env.clk.Now()))
+				c.cancel()
+			case <-c.ctx.Done():
+			}
+		}()
+	}
 	return c
 }
 
@@ -275,8 +287,14 @@ func (w *worker) lockOpts() (time.Duration, bool, []lock.Option) {
 	return ttl, renew, opts
 }
 
+// longWait is the timeout of the Lock calls that wait long enough for a
+// late grant to be refreshed, found gone, and waited for again (lock's
+// revive), with a late hand-over message coming meanwhile: see
+// handover-late.
+const longWait = 6 * time.Second
+
 var (
-	lockTimeouts    = ms(20*time.Millisecond, 50*time.Millisecond, 150*time.Millisecond, 500*time.Millisecond, 1500*time.Millisecond)
+	lockTimeouts    = ms(20*time.Millisecond, 50*time.Millisecond, 150*time.Millisecond, 500*time.Millisecond, 1500*time.Millisecond, longWait)
 	tryTimeouts     = ms(50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
 	refreshTimeouts = ms(20*time.Millisecond, 300*time.Millisecond, 2*time.Second, 4*time.Second)
 	unlockTimeouts  = ms(time.Millisecond, 20*time.Millisecond, 500*time.Millisecond, 3*time.Second, 3*time.Second)
