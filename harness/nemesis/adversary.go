@@ -20,8 +20,9 @@ import (
 // and nothing else (no key), as anyone who may listen to the locks'
 // notifications is. It subscribes to every dlock channel ("dlock:*": the
 // keys' release channels and the Lockers' inboxes) and, at random moments,
-// publishes what it heard again: duplicated at once, replayed later, in
-// reverse order, or mutated (the token and the run number up and down, a
+// publishes what it heard again: duplicated at once, replayed later (a
+// hand-over, as a series of stale copies over 2.6s), in reverse order, or
+// mutated (the token and the run number up and down, a
 // message for one waiter sent to another whose owner and inbox it heard
 // of, a hand-over forged for the waiter a hand-over names next, or for a
 // waiter a wake-up named). The messages' format is the drivers' (see
@@ -215,6 +216,25 @@ func (a *adversary) heard(h heard) {
 		}
 	case x < 0.6:
 		a.mutateLocked(h)
+	}
+	if f := strings.Fields(h.payload); len(f) >= 3 && a.rng.IntN(4) == 0 {
+		a.staleLocked(h, f)
+	}
+}
+
+// staleLocked replays a hand-over as a stale one, for a waiter of the
+// same Lock call that waits again after giving a late grant up: a copy
+// every 200ms or so from 0.4s to 2.6s after it, with its own run number
+// and with 1, by turns.
+func (a *adversary) staleLocked(h heard, f []string) {
+	n := f[2]
+	for i := range 12 {
+		d := 400*time.Millisecond + time.Duration(i)*200*time.Millisecond + time.Duration(a.rng.Int64N(int64(50*time.Millisecond)))
+		f[2] = n
+		if i%2 == 1 {
+			f[2] = "1"
+		}
+		a.sendLocked(d, heard{h.ch, strings.Join(f, " ")}, "stale")
 	}
 }
 
