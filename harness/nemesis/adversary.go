@@ -217,19 +217,19 @@ func (a *adversary) heard(h heard) {
 	case x < 0.6:
 		a.mutateLocked(h)
 	}
-	if f := strings.Fields(h.payload); len(f) >= 3 && a.rng.IntN(4) == 0 {
+	if f := strings.Fields(h.payload); len(f) >= 3 && a.rng.IntN(8) == 0 {
 		a.staleLocked(h, f)
 	}
 }
 
 // staleLocked replays a hand-over as a stale one, for a waiter of the
 // same Lock call that waits again after giving a late grant up: a copy
-// every 200ms or so from 0.4s to 2.6s after it, with its own run number
+// every 300ms or so from 0.4s to 2.5s after it, with its own run number
 // and with 1, by turns.
 func (a *adversary) staleLocked(h heard, f []string) {
 	n := f[2]
-	for i := range 12 {
-		d := 400*time.Millisecond + time.Duration(i)*200*time.Millisecond + time.Duration(a.rng.Int64N(int64(50*time.Millisecond)))
+	for i := range 8 {
+		d := 400*time.Millisecond + time.Duration(i)*300*time.Millisecond + time.Duration(a.rng.Int64N(int64(50*time.Millisecond)))
 		f[2] = n
 		if i%2 == 1 {
 			f[2] = "1"
@@ -355,6 +355,11 @@ func (a *adversary) sendLocked(d time.Duration, h heard, kind string) {
 		cancel()
 		if err != nil {
 			kind = "publish-failed"
+		} else {
+			// In the history (under no key of the run's, so that the
+			// excerpts printed with violations leave it out): what was
+			// sent, to tell a forgery from a late message.
+			a.r.rec.Event(Event{At: a.r.clk.Now(), Kind: "adversary", Key: "~pubsub", Text: kind + " " + h.ch + " " + h.payload})
 		}
 		a.count(kind)
 	}()
