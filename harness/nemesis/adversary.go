@@ -201,6 +201,11 @@ func (a *adversary) heard(h heard) {
 		a.recent = a.recent[1:]
 	}
 	a.learnLocked(h)
+	if strings.Count(h.payload, " ") >= 2 {
+		// A hand-over, in the history: a lease with its token came from
+		// it, on time or late, or from a copy.
+		a.r.rec.Event(Event{At: a.r.clk.Now(), Kind: "heard", Key: "~pubsub", Text: h.ch + " " + h.payload})
+	}
 	switch x := a.rng.Float64(); {
 	case x < 0.1:
 		a.sendLocked(0, h, "duplicate")
