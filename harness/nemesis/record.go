@@ -34,6 +34,9 @@ type LeaseRec struct {
 	// Resumes is the ID of the lease whose grant this one resumed (Op
 	// "resume"); "" for a grant.
 	Resumes string
+	// Asked is when the call that returned the lease began (0: unknown):
+	// the grant was made between it and Granted.
+	Asked Stamp
 	// Grant is the owner token of the lease's grant (from its Handle):
 	// with the key and the token, it names the grant, which a lease
 	// resumed from a live one's handle shares with it (one holder).
@@ -200,6 +203,16 @@ type Stats struct {
 	FaultKinds map[string]int
 	// Counts are the other statistics reported (Stat), by name.
 	Counts map[string]int
+}
+
+// askedAt is the first moment the lease's grant may have been made: its
+// call's start (a reply may come late), or its grant when that is
+// unknown.
+func (l *LeaseRec) askedAt() Stamp {
+	if l.Asked > 0 && l.Asked < l.Granted {
+		return l.Asked
+	}
+	return l.Granted
 }
 
 // sameGrant reports whether a and b are Leases of one grant: same key,
@@ -664,7 +677,7 @@ func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 			continue
 		}
 		r.pairs[pk] = true
-		if r.stateLostLocked(first.Granted, second.Granted) {
+		if r.stateLostLocked(first.askedAt(), second.Granted) {
 			r.excused["overlap across a state loss"]++
 			r.eventLocked(Event{At: second.Granted, Kind: "excused", Key: a.Key, Lease: second.ID,
 				Text: fmt.Sprintf("overlap with %s across a restart without persistence", first.ID)})

@@ -67,3 +67,22 @@ func TestSameGrant(t *testing.T) {
 		})
 	}
 }
+
+// A lease whose reply came late was granted before it was seen: an
+// overlap with a lease granted after a state loss that came between its
+// call and its first observation is excused, as across any state loss.
+func TestGrantAskedBeforeStateLoss(t *testing.T) {
+	for _, asked := range []int{0, 50} {
+		r := newTestRecorder(t)
+		r.faults = append(r.faults, &Fault{Kind: "server-restart-volatile", Start: ms2s(100), End: ms2s(150), StateLoss: true})
+		r.Grant(LeaseRec{ID: "a", Key: "k", Holder: "L", Proc: parentProc, Op: "lock", Token: 5, Asked: ms2s(asked),
+			Granted: ms2s(200), LastHeld: ms2s(200), Deadline: ms2s(2000), UnlockAt: Never, DoneAt: Never})
+		r.Held("a", ms2s(500), ms2s(2000))
+		lease(r, "b", "k", false, 1, 300, 400)
+		r.Final()
+		got := slices.DeleteFunc(kinds(r), func(k string) bool { return k == "token-order" })
+		if want := asked == 0; (len(got) > 0) != want {
+			t.Errorf("call begun at %dms, granted at 200ms, state lost at 100ms: violations %v", asked, got)
+		}
+	}
+}

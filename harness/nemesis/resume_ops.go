@@ -182,7 +182,7 @@ func (w *worker) resumeOf(side *lockerInst, l *liveLease, op string, ttl time.Du
 		s.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: l.key, Proc: w.env.proc,
 			Text: fmt.Sprintf("Resume of live lease %s on key %q (token %d, limit %d) by %s gave key %q token %d limit %d", l.id, l.key, l.token, l.limit, w.name, lease.Key(), lease.Token(), lease.Limit())})
 	}
-	r := w.grantedAs(side, lease, "resume", l.key, grantMode{shared: l.shared, limit: l.limit}, ttl, renew, l.id, "", "")
+	r := w.grantedAs(side, lease, "resume", l.key, grantMode{shared: l.shared, limit: l.limit}, ttl, renew, l.id, "", "", start)
 	if r != nil {
 		r.mu.Lock()
 		r.within = l
@@ -250,7 +250,7 @@ func (w *worker) raceLock(side *lockerInst, p raceLockPlan) {
 		w.failed("race-"+p.op, p.key, err)
 		return
 	}
-	w.grantedAs(side, lease, "race-"+p.op, p.key, exclusive, p.ttl, p.renew, "", "", "")
+	w.grantedAs(side, lease, "race-"+p.op, p.key, exclusive, p.ttl, p.renew, "", "", "", start)
 }
 
 // sideLocker is the worker's side Locker for live resumes, opened on

@@ -356,7 +356,7 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		w.env.sink.Violate(Violation{Kind: "limit-mismatch", At: t, From: start, Key: key, Proc: w.env.proc,
 			Text: fmt.Sprintf("%s of key %q by %s asked for a semaphore of %d permits, and its lease's Limit is %d", op, key, w.name, mode.limit, lease.Limit())})
 	}
-	l := w.grantedAs(in, lease, op, key, mode, ttl, renew, "", owner, reenters)
+	l := w.grantedAs(in, lease, op, key, mode, ttl, renew, "", owner, reenters, start)
 	if l != nil && owner != "" {
 		if reenters != "" {
 			l.granted = w.named[key].granted
@@ -405,7 +405,7 @@ func (w *worker) reenter(in *lockerInst, outer *liveLease) (*liveLease, time.Dur
 		reenters = outer.id
 		w.env.sink.Stat("reentry", 1)
 	}
-	l := w.grantedAs(in, lease, op, outer.key, exclusive, ttl, renew, "", outer.owner, reenters)
+	l := w.grantedAs(in, lease, op, outer.key, exclusive, ttl, renew, "", outer.owner, reenters, start)
 	if l != nil && reenters != "" {
 		// Holds of one grant write as that grant, which they are.
 		l.granted = outer.granted
@@ -444,7 +444,7 @@ func (w *worker) resume(in *lockerInst, d detached) bool {
 		w.env.sink.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: d.key, Proc: w.env.proc,
 			Text: fmt.Sprintf("Resume of lease %s on key %q (token %d, limit %d) by %s gave key %q token %d limit %d", d.origin, d.key, d.token, d.limit, w.name, lease.Key(), lease.Token(), lease.Limit())})
 	}
-	l := w.grantedAs(in, lease, "resume", d.key, grantMode{limit: d.limit}, ttl, renew, d.origin, d.owner, "")
+	l := w.grantedAs(in, lease, "resume", d.key, grantMode{limit: d.limit}, ttl, renew, d.origin, d.owner, "", start)
 	if l != nil {
 		// It writes as the grant it resumed, which it is (beside other
 		// holds of a named owner's grant).
@@ -508,14 +508,15 @@ func (w *worker) failed(op, key string, err error) {
 
 // granted records a lease Lock returned: its first observation is its
 // grant (or finds it dead on arrival), and it is watched from then on.
-func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool) *liveLease {
-	return w.grantedAs(in, lease, op, key, mode, ttl, renew, "", "", "")
+// asked is when the call began.
+func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, asked Stamp) *liveLease {
+	return w.grantedAs(in, lease, op, key, mode, ttl, renew, "", "", "", asked)
 }
 
 // grantedAs is granted, for a lease that resumes the grant of lease
 // resumes when that is not "", of the named owner owner when that is not
 // "", re-entering the grant of lease reenters when that is not "".
-func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, resumes, owner, reenters string) *liveLease {
+func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, resumes, owner, reenters string, asked Stamp) *liveLease {
 	clk := w.env.clk
 	now := time.Now()
 	dl := lease.Deadline()
@@ -525,7 +526,7 @@ func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mo
 	doa := !open || t >= d
 	rec := LeaseRec{
 		ID: l.id, Key: key, Shared: mode.shared, Limit: mode.limit, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
-		Owner: owner, Reenters: reenters, Grant: grantOwner(lease),
+		Owner: owner, Reenters: reenters, Grant: grantOwner(lease), Asked: asked,
 		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
 	}
 	if doa {
@@ -765,9 +766,10 @@ type doLocker struct {
 }
 
 func (d *doLocker) Lock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	asked := d.w.env.clk.Now()
 	lease, err := d.Locker.Lock(ctx, key, opts...)
 	if err == nil {
-		d.leased = d.w.granted(d.in, lease, "do", key, exclusive, d.ttl, d.renew)
+		d.leased = d.w.granted(d.in, lease, "do", key, exclusive, d.ttl, d.renew, asked)
 	}
 	return lease, err
 }
