@@ -88,12 +88,13 @@
 //     are shared, or both are permits, or both are holds of one named
 //     owner's grant (same owner, same token), or both are Leases of one
 //     grant (same owner token and token: a lease and one resumed from its
-//     live handle), or the backend lost its state
-//     between their grants (counted as excused): so no exclusive or shared
-//     lease is held with a permit of its key;
+//     live handle), or the backend lost its state between the first's
+//     call (its reply may have come late) and the second's grant (counted
+//     as excused): so no exclusive or shared lease is held with a permit
+//     of its key;
 //   - over-limit: more permits of a key proven held at one moment than its
-//     semaphore's limit (two Leases of one grant count once; judged at each permit's grant, where the count
-//     peaks; permits granted before a state loss that came before it are
+//     semaphore's limit (two Leases of one grant count once; judged at
+//     each permit's grant, where the count peaks; permits granted before a state loss that came before it are
 //     not counted, and an excess only they make is excused);
 //   - token-order: a grant whose fencing token is not above those granted
 //     before it that it excludes (for a shared grant: above the exclusive
