@@ -67,7 +67,7 @@ func (f *respFramer) readRequest(r *bufio.Reader) ([]byte, Request, bool, error)
 		}
 		f.inMulti, f.queued = false, nil
 	case "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE":
-		f.pubsub = true
+		f.pubsub, req.Subscribes = true, true
 	}
 	req.Mutating = respMutating[req.Cmd] && (!f.inMulti || req.Cmd == "EXEC")
 	if f.inMulti && req.Cmd != "MULTI" {

@@ -23,6 +23,10 @@ type Request struct {
 	// MULTI), memcached storage commands, ZooKeeper writes and
 	// closeSession.
 	Mutating bool
+	// Subscribes is set on RESP's SUBSCRIBE, PSUBSCRIBE and SSUBSCRIBE:
+	// from then on the connection carries pub/sub messages (see
+	// Proxy.DelayPubSub).
+	Subscribes bool
 }
 
 // Protocol is a wire protocol the Proxy can frame.

@@ -19,6 +19,11 @@ import (
 //
 // A connection whose bytes the proxy could not parse is passed through
 // unparsed (see ParseErrors); drop rules do not apply to it.
+//
+// A connection is a command connection until a request subscribes it
+// (Request.Subscribes: Redis's SUBSCRIBE and its kin), then a pub/sub
+// connection: the two kinds are delayed separately (Delay, DelayCommands,
+// DelayPubSub).
 type Proxy struct {
 	target string
 	proto  Protocol
@@ -28,8 +33,7 @@ type Proxy struct {
 	mu          sync.Mutex
 	conns       map[*pconn]struct{}
 	partitioned bool
-	delayReq    time.Duration
-	delayRep    time.Duration
+	delays      [2]delays // by connection kind: command, pub/sub
 	rules       []*DropRule
 	parseErrs   []error
 	closed      bool
@@ -79,11 +83,12 @@ func (p *Proxy) Heal() {
 
 // Delay holds every request for req and every reply for rep before
 // passing it on, as a slow network does, in order (a frame waits for the
-// ones before it); zero ends the delay. Connections passed through
-// unparsed are not delayed.
+// ones before it), on every connection; zero ends the delay. Connections
+// passed through unparsed are not delayed.
 func (p *Proxy) Delay(req, rep time.Duration) {
 	p.mu.Lock()
-	p.delayReq, p.delayRep = req, rep
+	p.delays[cmdConn] = delays{req, rep}
+	p.delays[pubsubConn] = delays{req, rep}
 	p.mu.Unlock()
 }
 
@@ -94,11 +99,14 @@ func hold(t time.Time, d time.Duration) {
 	}
 }
 
-// DropRule loses the replies of matching requests. See Proxy.DropReplies.
+// DropRule loses (or holds) the replies of matching requests. See
+// Proxy.DropReplies and Proxy.HoldReplies.
 type DropRule struct {
 	p       *Proxy
 	match   func(Request) bool
-	left    int // < 0: unlimited
+	left    int           // < 0: unlimited
+	hold    time.Duration // 0: lose the reply; else deliver it this late
+	reply   func(Request, []byte) bool
 	dropped chan Request
 }
 
@@ -116,7 +124,7 @@ func (p *Proxy) DropReplies(match func(Request) bool, n int) *DropRule {
 	return d
 }
 
-// Dropped receives the request of each reply the rule lost.
+// Dropped receives the request of each reply the rule lost (or held).
 func (d *DropRule) Dropped() <-chan Request { return d.dropped }
 
 // Stop ends the rule; requests already marked still lose their replies.
@@ -195,6 +203,7 @@ type pconn struct {
 	pending []*pending
 	damaged bool // lost bytes to a partition
 	raw     bool // unparsable: passed through as bytes
+	pubsub  bool // a request subscribed it: a pub/sub connection
 
 	once sync.Once
 }
@@ -261,7 +270,8 @@ func (c *pconn) requests(f framer) {
 			continue
 		}
 		c.p.mu.Lock()
-		d := c.p.delayReq
+		d := c.delaysLocked().req
+		c.pubsub = c.pubsub || req.Subscribes
 		c.p.mu.Unlock()
 		hold(read, d)
 		c.p.mu.Lock()
@@ -325,25 +335,30 @@ func (c *pconn) replies(f framer) {
 			continue
 		}
 		c.p.mu.Lock()
-		d := c.p.delayRep
-		c.p.mu.Unlock()
-		hold(read, d)
-		c.p.mu.Lock()
+		d := c.delaysLocked().rep
 		var pd *pending
 		if answers && len(c.pending) > 0 {
 			pd = c.pending[0]
 			c.pending = c.pending[1:]
 		}
+		held := pd != nil && pd.drop != nil && pd.drop.hold > 0 && pd.holdsLocked(frame)
+		c.p.mu.Unlock()
+		if pd != nil && pd.drop != nil && pd.drop.hold > 0 {
+			if held {
+				d = max(d, pd.drop.hold)
+				pd.report()
+			}
+			pd.drop = nil // held, then delivered, or passed
+		}
+		hold(read, d)
+		c.p.mu.Lock()
 		pass := c.passLocked()
 		c.p.mu.Unlock()
 		if !pass {
 			continue
 		}
 		if pd != nil && pd.drop != nil {
-			select {
-			case pd.drop.dropped <- pd.req:
-			default:
-			}
+			pd.report()
 			return // the deferred close breaks the connection
 		}
 		if _, err := c.client.Write(frame); err != nil {

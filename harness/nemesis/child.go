@@ -42,12 +42,13 @@ func IsChild() bool { return os.Getenv(envChild) != "" }
 // childSlot is a client position held by a child process, respawned when
 // killed.
 type childSlot struct {
-	r       *run
-	name    string
-	proxies []*chaos.Proxy
-	stream  uint64
-	busy    atomic.Bool // a freeze, kill or churn holds it
-	delays  atomic.Bool // a delay holds its proxies
+	r        *run
+	name     string
+	proxies  []*chaos.Proxy
+	stream   uint64
+	busy     atomic.Bool // a freeze, kill or churn holds it
+	delays   atomic.Bool // a delay holds its proxies' command connections
+	psDelays atomic.Bool // a delay holds their pub/sub connections
 
 	mu     sync.Mutex
 	gen    int

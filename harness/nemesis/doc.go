@@ -20,8 +20,21 @@
 // (Resume must then refuse), named owners (lock.WithOwner, the worker's
 // name) where the driver keeps holds, with re-entries while a hold is
 // held, ended before it or after, contexts that time out or are cancelled
-// at random moments, and Lockers closed under load (some while
+// at random moments (some Lock calls wait 6s, long enough to give a late
+// grant up and wait again), and Lockers closed under load (some while
 // partitioned) and replaced.
+//
+// Where the driver resumes leases (Target.Resume), a held lease's grant
+// is also worked on through another Locker of the process (resume_ops.go):
+// its live handle resumed with a TTL shorter or longer than the lease's,
+// renewal on or off, while the first Lease is held on past the second's
+// TTL (the second then detached: Resume only ever extends the grant); and
+// a Resume of its handle (its lease detached at once, half of the time),
+// a Lock and Close racing on a Locker opened for it, Close begun within
+// about one Resume's time, after which a failed Resume must have changed
+// nothing for the first Lease. The Leases of one grant are one holder for
+// the checker, and a resumed one counts as held only while the first
+// does.
 //
 // Permits are taken on the same hot keys as the locks, so that their
 // exclusion of exclusive and shared leases is checked too: each key is a
@@ -34,7 +47,15 @@
 // At random moments, overlapping, in phases of a few seconds separated by
 // quiet spells: replies lost after the server applied the request (of
 // grants, releases, refreshes, or any write), a client partitioned, its
-// traffic delayed, the server paused (SIGSTOP) shorter or longer than the
+// command connections delayed (delay-commands: replies up to 2.5s late
+// on Redis, past the shorter leases' TTLs) and, apart, its pub/sub
+// connections (delay-pubsub: the messages that wake or hand a key to its
+// waiters held up to 2.5s, then delivered in order), replies of grants or
+// of queued waiters' steps held past the grant's validity (grant-held:
+// lock refreshes the late grant, finds it gone, and waits again), both to
+// one client at once (handover-late: a waiter's hand-over message comes
+// after its own step's late reply made it wait again), the server paused
+// (SIGSTOP) shorter or longer than the
 // leases, killed and restarted with its data or without (Redis with its
 // append-only file removed, memcached), the child process frozen (SIGSTOP)
 // or killed and replaced, a holder stalled between its check of the lease
@@ -43,6 +64,15 @@
 // stalls, and its store's keys or counters forgotten. Every choice and
 // timing comes from the seed (NEMESIS_SEED), so a seed replays the same
 // schedule as far as timing allows.
+//
+// On the Redis targets (Target.Notify) an adversary (adversary.go), an
+// ACL user with pub/sub rights only on the dlock channels, listens to
+// all of them and publishes what it hears again, at random moments:
+// duplicated, replayed up to 3s later, reordered, or mutated (tokens and
+// run numbers up and down, hand-overs forged for the waiters other
+// messages name, owner and inbox). No message may be taken as a grant
+// while another holds the key. The summary counts what it heard and sent,
+// the new faults by kind, and the operations on live leases' grants.
 //
 // # What is checked, as the run goes
 //
@@ -56,12 +86,15 @@
 //
 //   - overlap: two leases of a key proven held at one moment, unless both
 //     are shared, or both are permits, or both are holds of one named
-//     owner's grant (same owner, same token), or the backend lost its state
-//     between their grants (counted as excused): so no exclusive or shared
-//     lease is held with a permit of its key;
+//     owner's grant (same owner, same token), or both are Leases of one
+//     grant (same owner token and token: a lease and one resumed from its
+//     live handle), or the backend lost its state between the first's
+//     call (its reply may have come late) and the second's grant (counted
+//     as excused): so no exclusive or shared lease is held with a permit
+//     of its key;
 //   - over-limit: more permits of a key proven held at one moment than its
-//     semaphore's limit (judged at each permit's grant, where the count
-//     peaks; permits granted before a state loss that came before it are
+//     semaphore's limit (two Leases of one grant count once; judged at
+//     each permit's grant, where the count peaks; permits granted before a state loss that came before it are
 //     not counted, and an excess only they make is excused);
 //   - token-order: a grant whose fencing token is not above those granted
 //     before it that it excludes (for a shared grant: above the exclusive

@@ -101,7 +101,7 @@ func (n *nemesis) kinds() []fault {
 	}
 	add("lost-reply", 4, n.dropReplies)
 	add("partition", 3, n.partition)
-	add("delay", 3, n.delay)
+	n.delayKinds(add)
 	add("server-pause", 3, n.serverPause)
 	switch {
 	case r.srv.ZK != nil && len(r.srv.Nodes) > 1: // an ensemble
@@ -133,19 +133,20 @@ func (n *nemesis) kinds() []fault {
 // clientSlot is a slot with proxies: one of the test process's, or a
 // child's.
 type clientSlot struct {
-	name    string
-	proxies []*chaos.Proxy
-	busy    *atomic.Bool
-	delays  *atomic.Bool
+	name     string
+	proxies  []*chaos.Proxy
+	busy     *atomic.Bool
+	delays   *atomic.Bool // its command connections are delayed
+	psDelays *atomic.Bool // its pub/sub connections are delayed
 }
 
 func (n *nemesis) clientSlots() []clientSlot {
 	var out []clientSlot
 	for _, s := range n.r.slots {
-		out = append(out, clientSlot{s.name, s.proxies, &s.busy, &s.delays})
+		out = append(out, clientSlot{s.name, s.proxies, &s.busy, &s.delays, &s.psDelays})
 	}
 	for _, c := range n.r.children {
-		out = append(out, clientSlot{c.name, c.proxies, &c.busy, &c.delays})
+		out = append(out, clientSlot{c.name, c.proxies, &c.busy, &c.delays, &c.psDelays})
 	}
 	return out
 }
@@ -198,31 +199,6 @@ func (n *nemesis) partition() bool {
 		}
 		n.sleep(d)
 		healProxies(s.proxies)
-		end()
-	})
-	return true
-}
-
-// delay slows one client's traffic: replies by up to 0.8s, past some
-// leases' deadlines (a refresh then answers after its lease ended).
-func (n *nemesis) delay() bool {
-	ss := n.clientSlots()
-	s := ss[n.rng.IntN(len(ss))]
-	req, rep := n.between(0, 100*time.Millisecond), n.between(20*time.Millisecond, 800*time.Millisecond)
-	d := n.between(500*time.Millisecond, 3*time.Second)
-	if !s.delays.CompareAndSwap(false, true) {
-		return false
-	}
-	n.spawn(func() {
-		defer s.delays.Store(false)
-		end := n.r.rec.FaultStart(Fault{Kind: "delay", Target: fmt.Sprintf("%s %v/%v", s.name, req.Round(time.Millisecond), rep.Round(time.Millisecond))})
-		for _, p := range s.proxies {
-			p.Delay(req, rep)
-		}
-		n.sleep(d)
-		for _, p := range s.proxies {
-			p.Delay(0, 0)
-		}
 		end()
 	})
 	return true

@@ -74,6 +74,14 @@ type liveLease struct {
 	unlocking bool // the holder called Unlock: it no longer acts
 	doneSeen  bool
 	late      bool // a late Done was reported
+	// paused: its holder races another Locker over its grant, whose
+	// outcome says whether the grant is still its own (see race): it is
+	// not reported held meanwhile.
+	paused bool
+	// within, for a lease resumed from the live lease within (a second
+	// Lease of its grant), bounds it: it counts as held only while within
+	// does (its holder ends the grant through within; see liveResume).
+	within *liveLease
 }
 
 // writes reports whether the lease's holder writes to the fenced
@@ -116,7 +124,7 @@ func (l *liveLease) observe(clk *Clock, s sink) bool {
 		return false
 	}
 	held := t < d
-	if held && !l.unlocking {
+	if held && !l.unlocking && !l.paused && (l.within == nil || l.within.counts(now)) {
 		s.Held(l.id, t, d)
 	}
 	if !held && t > d+Stamp(DoneSlack) && !l.late {
@@ -126,6 +134,22 @@ func (l *liveLease) observe(clk *Clock, s sink) bool {
 				l.key, l.id, l.token, l.inst.name, time.Duration(t-d).Round(time.Millisecond), d)})
 	}
 	return held && !l.unlocking
+}
+
+// counts reports whether l counts as held at now: Done open, now before
+// its deadline, its holder acting and not paused.
+func (l *liveLease) counts(now time.Time) bool {
+	l.mu.Lock()
+	acting := !l.unlocking && !l.paused
+	l.mu.Unlock()
+	return acting && !closed(l.lease.Done()) && now.Before(l.lease.Deadline())
+}
+
+// pause stops (or, with false, starts again) the reports that l is held.
+func (l *liveLease) pause(p bool) {
+	l.mu.Lock()
+	l.paused = p
+	l.mu.Unlock()
 }
 
 // markUnlocking records that the holder stops acting as the holder.

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -33,6 +34,13 @@ type LeaseRec struct {
 	// Resumes is the ID of the lease whose grant this one resumed (Op
 	// "resume"); "" for a grant.
 	Resumes string
+	// Asked is when the call that returned the lease began (0: unknown):
+	// the grant was made between it and Granted.
+	Asked Stamp
+	// Grant is the owner token of the lease's grant (from its Handle):
+	// with the key and the token, it names the grant, which a lease
+	// resumed from a live one's handle shares with it (one holder).
+	Grant string
 	// Owner is the owner id of a named lease (lock.WithOwner), "" for an
 	// anonymous one; Reenters the ID of the hold of the same owner whose
 	// grant this one re-entered (same token), "" for a grant.
@@ -193,6 +201,24 @@ type Stats struct {
 	Permits, PermitsFull int
 	// FaultKinds counts the faults by kind.
 	FaultKinds map[string]int
+	// Counts are the other statistics reported (Stat), by name.
+	Counts map[string]int
+}
+
+// askedAt is the first moment the lease's grant may have been made: its
+// call's start (a reply may come late), or its grant when that is
+// unknown.
+func (l *LeaseRec) askedAt() Stamp {
+	if l.Asked > 0 && l.Asked < l.Granted {
+		return l.Asked
+	}
+	return l.Granted
+}
+
+// sameGrant reports whether a and b are Leases of one grant: same key,
+// grant owner and token (a lease and one resumed from its handle).
+func sameGrant(a, b *LeaseRec) bool {
+	return a.Grant != "" && a.Key == b.Key && a.Grant == b.Grant && a.Token == b.Token
 }
 
 // pendingViolation is a timing violation waiting for the reports that may
@@ -639,6 +665,9 @@ func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 		if a.Owner != "" && a.Owner == b.Owner && a.Token == b.Token {
 			continue // two holds of one named owner's grant
 		}
+		if sameGrant(a, b) {
+			continue // two Leases of one grant, one resumed from the other
+		}
 		first, second := b, a
 		if a.Granted < b.Granted || (a.Granted == b.Granted && a.ID < b.ID) {
 			first, second = a, b
@@ -648,7 +677,7 @@ func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 			continue
 		}
 		r.pairs[pk] = true
-		if r.stateLostLocked(first.Granted, second.Granted) {
+		if r.stateLostLocked(first.askedAt(), second.Granted) {
 			r.excused["overlap across a state loss"]++
 			r.eventLocked(Event{At: second.Granted, Kind: "excused", Key: a.Key, Lease: second.ID,
 				Text: fmt.Sprintf("overlap with %s across a restart without persistence", first.ID)})
@@ -738,7 +767,7 @@ func (r *Recorder) permitsLocked(a *LeaseRec) []string {
 		var crowd []*LeaseRec
 		live, limit := 0, x.Limit
 		for _, c := range near {
-			if c.Granted <= at && at <= c.LastHeld {
+			if c.Granted <= at && at <= c.LastHeld && !slices.ContainsFunc(crowd, func(o *LeaseRec) bool { return sameGrant(c, o) }) {
 				crowd = append(crowd, c)
 				limit = min(limit, c.Limit)
 				if !r.stateLostLocked(c.Granted, at) {
@@ -805,6 +834,7 @@ func (r *Recorder) Stats() Stats {
 	for k, v := range r.stats.FaultKinds {
 		s.FaultKinds[k] = v
 	}
+	s.Counts = maps.Clone(r.stats.Counts)
 	return s
 }
 
@@ -838,6 +868,11 @@ func (r *Recorder) Stat(name string, n int) {
 		r.stats.ResumedPermits += n
 	case "reentry":
 		r.stats.Reentries += n
+	default:
+		if r.stats.Counts == nil {
+			r.stats.Counts = map[string]int{}
+		}
+		r.stats.Counts[name] += n
 	}
 }
 

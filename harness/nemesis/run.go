@@ -63,6 +63,9 @@ type Summary struct {
 	// RWLocker and SemLocker: the run's Lockers were lock.RWLockers,
 	// lock.SemLockers (see Unexercised).
 	RWLocker, SemLocker bool
+	// Adversary counts what the pub/sub adversary heard and sent, by kind
+	// (see adversary.go); nil without one.
+	Adversary map[string]int
 }
 
 // Line is the summary line of a run.
@@ -81,6 +84,12 @@ func (s Summary) Details() string {
 	}
 	if len(st.FaultKinds) > 0 {
 		fmt.Fprintf(&b, "\n  faults: %s", tally(st.FaultKinds, " "))
+	}
+	if len(st.Counts) > 0 {
+		fmt.Fprintf(&b, "\n  operations on a live lease's grant, held replies: %s", tally(st.Counts, " "))
+	}
+	if len(s.Adversary) > 0 {
+		fmt.Fprintf(&b, "\n  adversary (pub/sub rights only): %s", tally(s.Adversary, " "))
 	}
 	if len(s.Excused) > 0 {
 		fmt.Fprintf(&b, "\n  excused: %s", tally(s.Excused, ": "))
@@ -258,6 +267,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		}
 	}
 	n := &nemesis{r: r, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), stop: make(chan struct{})}
+	adv := r.startAdversary()
 	if !cfg.NoFaults {
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); n.loop(begin.Add(cfg.Duration)) }()
@@ -267,6 +277,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	// Heal, then stop.
 	close(n.stop)
 	n.wg.Wait()
+	adv.close()
 	r.heal()
 	r.awaitProbe(tg.Recovery + LivenessBound + 2*time.Second)
 	r.logf("%s seed %d: faults healed; stopping the load", tg.Name, cfg.Seed)
@@ -311,7 +322,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	return Summary{
 		Driver: tg.Name, Seed: cfg.Seed, Duration: elapsed, Stats: st,
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
-		DuringUnlock: r.rec.GrantedDuringUnlock(), RWLocker: rw, SemLocker: sem,
+		DuringUnlock: r.rec.GrantedDuringUnlock(), RWLocker: rw, SemLocker: sem, Adversary: adv.Counts(),
 	}
 }
 
@@ -496,12 +507,13 @@ func (r *run) residue() {
 // pslot is a client position in the test process: a Locker over its own
 // proxy, replaced by a new one when closed under load.
 type pslot struct {
-	r       *run
-	name    string
-	proxies []*chaos.Proxy
-	busy    atomic.Bool // a partition or a churn holds it
-	delays  atomic.Bool // a delay holds its proxies
-	stall   atomic.Int64
+	r        *run
+	name     string
+	proxies  []*chaos.Proxy
+	busy     atomic.Bool // a partition or a churn holds it
+	delays   atomic.Bool // a delay holds its proxies' command connections
+	psDelays atomic.Bool // a delay holds their pub/sub connections
+	stall    atomic.Int64
 	lockerSlot
 }
 
@@ -571,8 +583,9 @@ func (s *pslot) churn(partition bool) {
 }
 
 // dropArm is a set of drop rules (one per proxy of a slot) and the lost
-// replies they caused, recorded as faults.
+// (or held) replies they caused, recorded as faults of kind.
 type dropArm struct {
+	kind        string // lost-reply, or held-reply (see armHold)
 	slot, class string
 	rules       []*chaos.DropRule
 	stopped     time.Time
@@ -590,21 +603,21 @@ func (d *dropArm) stop() {
 	})
 }
 
-// armDelay delays the replies of the proxies by d, unless busy (a delay
-// under way) or there are none; stop ends it. It is recorded as a fault.
+// armDelay delays the replies of the proxies' command connections by d,
+// unless busy (a delay under way) or there are none; stop ends it. It is recorded as a fault.
 func (r *run) armDelay(ps []*chaos.Proxy, busy *atomic.Bool, slot string, d time.Duration) func() {
 	if len(ps) == 0 || !busy.CompareAndSwap(false, true) {
 		return nil
 	}
 	end := r.rec.FaultStart(Fault{Kind: "slow-refresh", Target: fmt.Sprintf("%s %v", slot, d.Round(time.Millisecond))})
 	for _, p := range ps {
-		p.Delay(0, d)
+		p.DelayCommands(0, d)
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			for _, p := range ps {
-				p.Delay(0, 0)
+				p.DelayCommands(0, 0)
 			}
 			end()
 			busy.Store(false)
@@ -613,15 +626,11 @@ func (r *run) armDelay(ps []*chaos.Proxy, busy *atomic.Bool, slot string, d time
 }
 
 // armDrop makes the proxies lose the replies of the next n requests of
-// class ("any": any mutating request); stop disarms.
+// class ("any": any mutating request; "grant": a waiter's step too);
+// stop disarms.
 func (r *run) armDrop(ps []*chaos.Proxy, slot, class string, n int) func() {
-	match := func(q chaos.Request) bool {
-		if class == "any" {
-			return q.Mutating
-		}
-		return r.tg.classify != nil && r.tg.classify(q) == class
-	}
-	d := &dropArm{slot: slot, class: class}
+	match := r.matcher(class)
+	d := &dropArm{kind: "lost-reply", slot: slot, class: class}
 	for _, p := range ps {
 		d.rules = append(d.rules, p.DropReplies(match, n))
 	}
@@ -648,16 +657,16 @@ func (r *run) drainDrops() {
 			for len(rl.Dropped()) > 0 {
 				q := <-rl.Dropped()
 				d.lost = append(d.lost, q.Cmd)
-				r.rec.Stat("lost-reply", 1)
+				r.rec.Stat(d.kind, 1)
 			}
 		}
 		if len(d.lost) > n {
 			text := fmt.Sprintf("%s %s (%s)", d.slot, strings.Join(d.lost[n:], " "), d.class)
 			if !d.recorded {
 				d.recorded = true
-				r.rec.Fault(Fault{Kind: "lost-reply", Target: text})
+				r.rec.Fault(Fault{Kind: d.kind, Target: text})
 			} else {
-				r.rec.Event(Event{At: r.clk.Now(), Kind: "fault", Text: "lost-reply " + text})
+				r.rec.Event(Event{At: r.clk.Now(), Kind: "fault", Text: d.kind + " " + text})
 			}
 		}
 		if d.stopped.IsZero() || time.Since(d.stopped) < 5*time.Second {

@@ -19,6 +19,7 @@ type leaseView interface {
 	Refresh(ctx context.Context, ttl time.Duration) error
 	Unlock(ctx context.Context) error
 	Detach() (string, error)
+	Handle() string
 }
 
 var _ leaseView = (*lock.Lease)(nil)

@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
 	"github.com/dlock-go/dlock/harness/chaos"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 
@@ -33,6 +34,15 @@ type Target struct {
 	Permits bool
 	// Reentry: the driver keeps holds for named owners (lock.WithOwner).
 	Reentry bool
+	// Resume: the driver resumes leases (Locker.Resume): live leases'
+	// handles are resumed through other Lockers, and Resume races Close
+	// (see resume_ops.go).
+	Resume bool
+	// Notify: the driver's waiters hear of releases on Redis pub/sub
+	// connections, which are delayed apart from the commands, and which an
+	// adversary with pub/sub rights only listens to and forges messages on
+	// (see faults_delay.go, adversary.go).
+	Notify bool
 	// TTL is the Lockers' default; LockTTLs and RefreshTTLs are those the
 	// workers pick from, longer and shorter.
 	TTL                   time.Duration
@@ -61,8 +71,9 @@ type Target struct {
 	cluster  bool
 	newRedis func(client redis.UniversalClient, o lock.Options) lock.Locker
 	url      string // with %s for the addresses
-	// classify names the kind of a request, for lost replies: "grant",
-	// "release", "refresh", or "".
+	// classify names the kind of a request, for lost and held replies:
+	// "grant", "wait" (a queued waiter's step, which may grant), "release",
+	// "refresh", or "".
 	classify func(chaos.Request) string
 }
 
@@ -73,18 +84,18 @@ func ms(d ...time.Duration) []time.Duration { return d }
 
 var targets = []*Target{
 	{
-		Name: "memory", Reentry: true, Shared: true, Permits: true, TTL: time.Second,
+		Name: "memory", Reentry: true, Resume: true, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(300*time.Millisecond, time.Second, 2*time.Second), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, time.Second, 3*time.Second),
 		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
 	},
 	{
-		Name: "redisnx", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second,
+		Name: "redisnx", Reentry: true, Resume: true, Notify: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "redisnx://%s/0", classify: classifyRESP,
 	},
 	{
-		Name: "rediswatch", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second,
+		Name: "rediswatch", Reentry: true, Resume: true, Notify: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true}, url: "rediswatch://%s/0", classify: classifyRESP,
@@ -92,7 +103,7 @@ var targets = []*Target{
 	{
 		// memcached counts whole seconds from 3s, and grants N seconds a
 		// validity of N-2.
-		Name: "memcached", Reentry: true, Backend: chaos.MemcachedBackend, TTL: 4 * time.Second,
+		Name: "memcached", Reentry: true, Resume: true, Backend: chaos.MemcachedBackend, TTL: 4 * time.Second,
 		LockTTLs: ms(3*time.Second, 4*time.Second, 5*time.Second), RefreshTTLs: ms(3*time.Second, 4*time.Second, 6*time.Second),
 		Bound: 7 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		url: "memcached://%s", classify: classifyMemcached,
@@ -107,7 +118,7 @@ var targets = []*Target{
 	{
 		// Three masters, no replicas: a node paused or killed makes the
 		// cluster refuse every command until it is back.
-		Name: "redisnx-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second, Long: true, cluster: true,
+		Name: "redisnx-cluster", Reentry: true, Resume: true, Notify: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
@@ -116,7 +127,7 @@ var targets = []*Target{
 		},
 	},
 	{
-		Name: "rediswatch-cluster", Reentry: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second, Long: true, cluster: true,
+		Name: "rediswatch-cluster", Reentry: true, Resume: true, Notify: true, Backend: chaos.RedisBackend, Shared: true, Permits: true, TTL: time.Second, Long: true, cluster: true,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
@@ -322,7 +333,10 @@ func (o *ownRWSemClient) TryAcquire(ctx context.Context, key string, limit int, 
 }
 
 // classifyRESP names the requests of redisnx (scripts), rediswatch
-// (transactions) and the Redis controls (plain commands).
+// (transactions) and the Redis controls (plain commands). A queued
+// waiter's step is a "wait": redisnx's wait.lua (it names the waiter's
+// inbox), rediswatch's transactions on the queue that release no lock
+// ("wait-grant" those that take the lock key).
 func classifyRESP(r chaos.Request) string {
 	switch r.Cmd {
 	case "EVALSHA", "EVAL":
@@ -339,6 +353,8 @@ func classifyRESP(r chaos.Request) string {
 		}
 		keys := r.Args[2 : 2+n]
 		switch {
+		case slices.ContainsFunc(r.Args[2+n:], func(a string) bool { return strings.Contains(a, redisx.InboxInfix) }):
+			return "wait"
 		case n >= 3 && strings.HasSuffix(keys[1], ":fence") && strings.Contains(keys[2], ":void:"):
 			return "grant"
 		case n >= 3 && strings.HasSuffix(keys[1], ":fence") && strings.HasSuffix(keys[2], ":q"):
@@ -347,18 +363,29 @@ func classifyRESP(r chaos.Request) string {
 			return "refresh"
 		}
 	case "EXEC":
-		var del, set, pexpire bool
+		// A lock key is P{K}: it ends with the hash tag's brace.
+		lockKey := func(k string) bool { return strings.HasSuffix(k, "}") }
+		var del, delLock, queue, set, setLock, pexpire bool
 		for _, q := range r.Queued {
 			switch q.Cmd {
 			case "DEL":
 				del = true
+				delLock = delLock || slices.ContainsFunc(q.Args, lockKey)
 			case "SET":
 				set = true
+				setLock = setLock || len(q.Args) > 0 && lockKey(q.Args[0])
 			case "PEXPIRE":
 				pexpire = true
 			}
+			queue = queue || len(q.Args) > 0 && strings.HasSuffix(q.Args[0], ":wq")
 		}
 		switch {
+		case delLock:
+			return "release"
+		case queue && setLock:
+			return "wait-grant"
+		case queue:
+			return "wait"
 		case del:
 			return "release"
 		case set:

@@ -36,6 +36,9 @@ type slotAPI interface {
 	// takeStall returns a stall to take before the next write (a holder
 	// paused between its check and its write), or 0.
 	takeStall() time.Duration
+	// openSide opens a Locker over the slot's backend (its proxies)
+	// outside the slot, for the worker alone (see resume_ops.go).
+	openSide(name string) (*lockerInst, error)
 }
 
 // procEnv is what the workers of one process share.
@@ -125,6 +128,12 @@ type worker struct {
 	// worker is the owner): a later one with its token re-entered its grant
 	// (one the worker abandoned, say), which is no new grant.
 	named map[string]*liveLease
+	// side is the worker's Locker for live resumes (nil until one), sides
+	// counts the side Lockers it opened, resumeLat is how long its last
+	// Resume took (see resume_ops.go).
+	side      *lockerInst
+	sides     int
+	resumeLat time.Duration
 }
 
 func newWorker(env *procEnv, slot slotAPI, name string, seed uint64, stream uint64) *worker {
@@ -135,6 +144,7 @@ func (w *worker) run() {
 	for !w.env.stopping() {
 		w.step()
 	}
+	w.closeSide()
 }
 
 func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
@@ -231,6 +241,18 @@ func (w *worker) newCallCtx(timeouts []time.Duration, pCancel float64) *callCtx 
 			c.cancel()
 		})
 	}
+	if timeout >= longWait {
+		// A long wait is cut short when the load stops, so that the run
+		// does not wait for it.
+		go func() {
+			select {
+			case <-w.env.stop:
+				c.canceled.Store(int64(w.env.clk.Now()))
+				c.cancel()
+			case <-c.ctx.Done():
+			}
+		}()
+	}
 	return c
 }
 
@@ -265,8 +287,14 @@ func (w *worker) lockOpts() (time.Duration, bool, []lock.Option) {
 	return ttl, renew, opts
 }
 
+// longWait is the timeout of the Lock calls that wait long enough for a
+// late grant to be refreshed, found gone, and waited for again (lock's
+// revive), with a late hand-over message coming meanwhile: see
+// handover-late.
+const longWait = 6 * time.Second
+
 var (
-	lockTimeouts    = ms(20*time.Millisecond, 50*time.Millisecond, 150*time.Millisecond, 500*time.Millisecond, 1500*time.Millisecond)
+	lockTimeouts    = ms(20*time.Millisecond, 50*time.Millisecond, 150*time.Millisecond, 500*time.Millisecond, 1500*time.Millisecond, longWait)
 	tryTimeouts     = ms(50*time.Millisecond, 500*time.Millisecond, 2*time.Second)
 	refreshTimeouts = ms(20*time.Millisecond, 300*time.Millisecond, 2*time.Second, 4*time.Second)
 	unlockTimeouts  = ms(time.Millisecond, 20*time.Millisecond, 500*time.Millisecond, 3*time.Second, 3*time.Second)
@@ -328,7 +356,7 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		w.env.sink.Violate(Violation{Kind: "limit-mismatch", At: t, From: start, Key: key, Proc: w.env.proc,
 			Text: fmt.Sprintf("%s of key %q by %s asked for a semaphore of %d permits, and its lease's Limit is %d", op, key, w.name, mode.limit, lease.Limit())})
 	}
-	l := w.grantedAs(in, lease, op, key, mode, ttl, renew, "", owner, reenters)
+	l := w.grantedAs(in, lease, op, key, mode, ttl, renew, "", owner, reenters, start)
 	if l != nil && owner != "" {
 		if reenters != "" {
 			l.granted = w.named[key].granted
@@ -377,7 +405,7 @@ func (w *worker) reenter(in *lockerInst, outer *liveLease) (*liveLease, time.Dur
 		reenters = outer.id
 		w.env.sink.Stat("reentry", 1)
 	}
-	l := w.grantedAs(in, lease, op, outer.key, exclusive, ttl, renew, "", outer.owner, reenters)
+	l := w.grantedAs(in, lease, op, outer.key, exclusive, ttl, renew, "", outer.owner, reenters, start)
 	if l != nil && reenters != "" {
 		// Holds of one grant write as that grant, which they are.
 		l.granted = outer.granted
@@ -416,7 +444,7 @@ func (w *worker) resume(in *lockerInst, d detached) bool {
 		w.env.sink.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: d.key, Proc: w.env.proc,
 			Text: fmt.Sprintf("Resume of lease %s on key %q (token %d, limit %d) by %s gave key %q token %d limit %d", d.origin, d.key, d.token, d.limit, w.name, lease.Key(), lease.Token(), lease.Limit())})
 	}
-	l := w.grantedAs(in, lease, "resume", d.key, grantMode{limit: d.limit}, ttl, renew, d.origin, d.owner, "")
+	l := w.grantedAs(in, lease, "resume", d.key, grantMode{limit: d.limit}, ttl, renew, d.origin, d.owner, "", start)
 	if l != nil {
 		// It writes as the grant it resumed, which it is (beside other
 		// holds of a named owner's grant).
@@ -480,14 +508,15 @@ func (w *worker) failed(op, key string, err error) {
 
 // granted records a lease Lock returned: its first observation is its
 // grant (or finds it dead on arrival), and it is watched from then on.
-func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool) *liveLease {
-	return w.grantedAs(in, lease, op, key, mode, ttl, renew, "", "", "")
+// asked is when the call began.
+func (w *worker) granted(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, asked Stamp) *liveLease {
+	return w.grantedAs(in, lease, op, key, mode, ttl, renew, "", "", "", asked)
 }
 
 // grantedAs is granted, for a lease that resumes the grant of lease
 // resumes when that is not "", of the named owner owner when that is not
 // "", re-entering the grant of lease reenters when that is not "".
-func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, resumes, owner, reenters string) *liveLease {
+func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mode grantMode, ttl time.Duration, renew bool, resumes, owner, reenters string, asked Stamp) *liveLease {
 	clk := w.env.clk
 	view := w.env.tg.viewOf(op, lease)
 	now := time.Now()
@@ -498,7 +527,7 @@ func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mo
 	doa := !open || t >= d
 	rec := LeaseRec{
 		ID: l.id, Key: key, Shared: mode.shared, Limit: mode.limit, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
-		Owner: owner, Reenters: reenters,
+		Owner: owner, Reenters: reenters, Grant: grantOwner(lease), Asked: asked,
 		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
 	}
 	if doa {
@@ -531,6 +560,10 @@ func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 	abandon := !renew && w.chance(0.15)
 	start := time.Now()
 	keepAlive := !renew && w.chance(0.7)
+	if !w.grantOps(in, l, keepAlive) {
+		w.unlock(l) // its grant went with another Locker's lease
+		return
+	}
 	if l.owner != "" && w.chance(0.7) {
 		// A re-entry while l is held, after a while: its hold either ends
 		// first (held to its end now), or outlives l (held after l ends),
@@ -734,9 +767,10 @@ type doLocker struct {
 }
 
 func (d *doLocker) Lock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	asked := d.w.env.clk.Now()
 	lease, err := d.Locker.Lock(ctx, key, opts...)
 	if err == nil {
-		d.leased = d.w.granted(d.in, lease, "do", key, exclusive, d.ttl, d.renew)
+		d.leased = d.w.granted(d.in, lease, "do", key, exclusive, d.ttl, d.renew, asked)
 	}
 	return lease, err
 }

@@ -1,0 +1,78 @@
+package chaos
+
+import "time"
+
+// delays are how long a kind of connection's requests and replies are
+// held before the proxy passes them on.
+type delays struct{ req, rep time.Duration }
+
+// The kinds of connection, as indexes of Proxy.delays.
+const (
+	cmdConn    = 0 // requests and their replies
+	pubsubConn = 1 // subscribed: pushes of pub/sub messages
+)
+
+// DelayCommands is Delay for command connections only: a connection that
+// subscribed (a Redis client's pub/sub connection) is left as it is.
+func (p *Proxy) DelayCommands(req, rep time.Duration) {
+	p.mu.Lock()
+	p.delays[cmdConn] = delays{req, rep}
+	p.mu.Unlock()
+}
+
+// DelayPubSub holds every frame the server sends on a pub/sub connection
+// (one a request subscribed: its messages, and the replies to its
+// SUBSCRIBE, UNSUBSCRIBE and PING) for rep before passing it on, in order;
+// zero ends the delay. Command connections are left as they are, so a
+// Redis client's waiters hear of a release late while its commands are
+// answered at once.
+func (p *Proxy) DelayPubSub(rep time.Duration) {
+	p.mu.Lock()
+	p.delays[pubsubConn].rep = rep
+	p.mu.Unlock()
+}
+
+// HoldReplies makes the proxy hold the reply of each of the next n
+// requests that match (n < 0: every one until Stop) for d after the
+// server sent it, then deliver it: the request was applied on time, its
+// outcome reaches the client late (a grant, after its validity). Later
+// replies on the same connection wait behind it, as on a real stream.
+// With reply set, only a reply (its frame) that reply accepts is held:
+// another passes on time and does not count among the n. Each held
+// reply's request is sent on Dropped.
+func (p *Proxy) HoldReplies(match func(Request) bool, n int, d time.Duration, reply func(req Request, frame []byte) bool) *DropRule {
+	r := &DropRule{p: p, match: match, left: n, hold: max(d, time.Nanosecond), reply: reply, dropped: make(chan Request, 128)}
+	p.mu.Lock()
+	p.rules = append(p.rules, r)
+	p.mu.Unlock()
+	return r
+}
+
+// delaysLocked are the delays of c's kind. p.mu held.
+func (c *pconn) delaysLocked() delays {
+	if c.pubsub {
+		return c.p.delays[pubsubConn]
+	}
+	return c.p.delays[cmdConn]
+}
+
+// holds reports whether the rule that claimed pd holds frame, the reply:
+// if not, the rule gets the claim back. p.mu held.
+func (pd *pending) holdsLocked(frame []byte) bool {
+	if pd.drop.reply == nil || pd.drop.reply(pd.req, frame) {
+		return true
+	}
+	if pd.drop.left >= 0 {
+		pd.drop.left++
+	}
+	return false
+}
+
+// report sends the request of a reply its rule claimed on the rule's
+// Dropped channel, unless that is full.
+func (pd *pending) report() {
+	select {
+	case pd.drop.dropped <- pd.req:
+	default:
+	}
+}
