@@ -41,6 +41,9 @@ func (r *run) awaitProbe(d time.Duration) {
 //     something. A Locker that is one without the target declaring it is
 //     reported too, so that the declarations stay true.
 //   - Reentry: some named owner's grant must have been re-entered.
+//   - Resume: a live lease's handle must have been resumed through another
+//     Locker, and a Resume must have raced a Close; Notify: the pub/sub
+//     adversary must have heard messages and sent some of its own.
 //   - Every target: fenced writes accepted, and at least one liveness
 //     probe judged.
 func (s Summary) Unexercised(tg *Target) []string {
@@ -58,6 +61,10 @@ func (s Summary) Unexercised(tg *Target) []string {
 	add(!tg.Permits && s.SemLocker, "%s's Locker is a lock.SemLocker, but the target does not declare Permits", tg.Name)
 	add(tg.Permits && s.SemLocker && st.PermitsFull == 0, "%s: no semaphore filled (%d permits granted): the count check judged nothing", tg.Name, st.Permits)
 	add(tg.Reentry && st.Reentries == 0, "%s: no re-entry of a named owner's grant", tg.Name)
+	add(tg.Resume && st.Counts["live-resumed"] == 0, "%s: no live lease's handle resumed through another Locker (%d tried)", tg.Name, st.Counts["live-resume"])
+	add(tg.Resume && st.Counts["race"] == 0, "%s: no Resume raced a Close of its Locker", tg.Name)
+	add(tg.Notify && s.Adversary["heard"] == 0, "%s: the pub/sub adversary heard no message", tg.Name)
+	add(tg.Notify && s.adversarySent() == 0, "%s: the pub/sub adversary sent nothing", tg.Name)
 	add(st.Accepted == 0, "%s: no fenced write accepted (%d writes)", tg.Name, st.Writes)
 	add(st.Probes == 0, "%s: no liveness probe judged", tg.Name)
 	return out
@@ -70,4 +77,17 @@ func (n *nemesis) only(ks []fault) []fault {
 		return ks
 	}
 	return slices.DeleteFunc(ks, func(f fault) bool { return !slices.Contains(n.r.cfg.Faults, f.name) })
+}
+
+// adversarySent counts the messages the pub/sub adversary published.
+func (s Summary) adversarySent() int {
+	n := 0
+	for kind, c := range s.Adversary {
+		switch kind {
+		case "heard", "skipped", "reconnect", "publish-failed":
+		default:
+			n += c
+		}
+	}
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver/memory"
@@ -48,10 +49,17 @@ func (w *worker) grantOps(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	if !w.env.tg.Resume || l.owner != "" || w.env.stopping() {
 		return true
 	}
+	pLive, pR := pLiveResume, pRace
+	if w.env.owes(func(o *owed) *atomic.Bool { return &o.liveResume }) {
+		pLive = pOwed
+	}
+	if w.env.owes(func(o *owed) *atomic.Bool { return &o.race }) {
+		pR = pOwed
+	}
 	switch x := w.rng.Float64(); {
-	case x < pLiveResume:
+	case x < pLive:
 		w.liveResume(in, l, keepAlive)
-	case x < pLiveResume+pRace:
+	case x < pLive+pR:
 		return w.race(in, l, keepAlive)
 	}
 	return true

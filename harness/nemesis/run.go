@@ -86,7 +86,7 @@ func (s Summary) Details() string {
 		fmt.Fprintf(&b, "\n  faults: %s", tally(st.FaultKinds, " "))
 	}
 	if len(st.Counts) > 0 {
-		fmt.Fprintf(&b, "\n  operations on a live lease's grant, held replies: %s", tally(st.Counts, " "))
+		fmt.Fprintf(&b, "\n  live resumes, Close races, held replies: %s", tally(st.Counts, " "))
 	}
 	if len(s.Adversary) > 0 {
 		fmt.Fprintf(&b, "\n  adversary (pub/sub rights only): %s", tally(s.Adversary, " "))
@@ -193,7 +193,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	r.rec = NewRecorder(clk, func(format string, args ...any) {
 		r.logf("%s seed %d: "+format, append([]any{tg.Name, cfg.Seed}, args...)...)
 	}, cfg.Replay)
-	r.env = &procEnv{proc: parentProc, clk: clk, sink: r.rec, tg: tg, live: newLiveSet(), stop: make(chan struct{})}
+	r.env = &procEnv{proc: parentProc, clk: clk, sink: r.rec, tg: tg, live: newLiveSet(), stop: make(chan struct{}), owed: &owed{}}
 	for i := range cfg.Keys {
 		r.env.keys = append(r.env.keys, fmt.Sprintf("hot/%d", i))
 	}
@@ -251,7 +251,8 @@ func Run(t testing.TB, cfg Config) Summary {
 	begin := time.Now()
 	bg := make(chan struct{}) // stops the sampler, checker, drop watcher and prober
 	var bgWG sync.WaitGroup
-	bgWG.Add(5)
+	bgWG.Add(6)
+	go func() { defer bgWG.Done(); r.oweLoop(bg) }()
 	go func() { defer bgWG.Done(); r.env.live.run(clk, r.rec, 5*time.Millisecond, bg) }()
 	go func() { defer bgWG.Done(); canary(parentProc, clk, r.rec, bg) }()
 	go func() { defer bgWG.Done(); r.checkLoop(bg) }()
@@ -280,6 +281,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	adv.close()
 	r.heal()
 	r.awaitProbe(tg.Recovery + LivenessBound + 2*time.Second)
+	r.awaitOwed(owedWait)
 	r.logf("%s seed %d: faults healed; stopping the load", tg.Name, cfg.Seed)
 	close(r.env.stop)
 	wg.Wait()

@@ -52,6 +52,7 @@ type procEnv struct {
 	handles handlePool
 	seq     atomic.Int64
 	stop    chan struct{}
+	owed    *owed // the test process's debts (see owed.go); nil in a child
 }
 
 // detached is a lease a worker detached, for another worker (of another
@@ -186,6 +187,14 @@ func (w *worker) step() {
 	key := pick(w.rng, w.env.keys)
 	_, rw := in.lk.(lock.RWLocker)
 	_, sem := in.lk.(lock.SemLocker)
+	if sem && w.env.owes(func(o *owed) *atomic.Bool { return &o.fill }) && w.chance(pOwed) {
+		// No semaphore filled yet: the owing workers all wait for a
+		// permit of the first hot key, which fills it.
+		if !w.acquire(in, "acquire", w.env.keys[0]) {
+			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
+		}
+		return
+	}
 	n := w.rng.IntN(100)
 	var got bool
 	switch {
