@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -51,15 +50,12 @@ func cmdDemo(args []string) int {
 	fs.BoolVar(&d.startServers, "start-servers", false, "start local redis-server, memcached and ZooKeeper on free ports for the demo (needs a build with -tags demoservers, as make demo does)")
 	fs.IntVar(&d.workers, "workers", 4, "worker processes per backend")
 	fs.IntVar(&d.keys, "keys", 3, "keys the workers contend for, per backend")
-	fs.DurationVar(&d.duration, "duration", 2500*time.Millisecond, "contention time per backend")
-	fs.DurationVar(&d.hold, "hold", 2*time.Millisecond, "mean time a worker holds a lock")
-	fs.DurationVar(&d.ttl, "ttl", 5*time.Second, "lease TTL")
+	durationVar(fs, &d.duration, "duration", 2500*time.Millisecond, "contention time per backend, a `duration` or seconds")
+	durationVar(fs, &d.hold, "hold", 2*time.Millisecond, "mean time a worker holds a lock, a `duration` or seconds")
+	durationVar(fs, &d.ttl, "ttl", 5*time.Second, "lease TTL, a `duration` or seconds (0: the URL's ttl= or 30s)")
 	d.log.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if err := parseFlags(fs, args); err != nil {
+		return parseFailed("demo", err, os.Stdout, os.Stderr)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -71,8 +67,8 @@ func cmdDemo(args []string) int {
 	case d.keys < 1 || d.keys > 100:
 		fmt.Fprintln(os.Stderr, "dlock demo: -keys must be from 1 to 100")
 		return exitUsage
-	case d.duration <= 0 || d.hold < 0:
-		fmt.Fprintln(os.Stderr, "dlock demo: -duration must be positive and -hold not negative")
+	case d.duration <= 0 || d.hold < 0 || d.ttl < 0:
+		fmt.Fprintln(os.Stderr, "dlock demo: -duration must be positive, -hold and -ttl not negative")
 		return exitUsage
 	}
 	log, err := d.log.logger(os.Stderr)

@@ -50,6 +50,16 @@ func compiledIn() []netBackend {
 	return out
 }
 
+// compiledURLs lists the compiled-in network schemes as URL prefixes
+// (redisnx://, ...), for messages.
+func compiledURLs() []string {
+	var s []string
+	for _, b := range compiledIn() {
+		s = append(s, b.scheme+"://")
+	}
+	return s
+}
+
 // target is one backend the demo runs against.
 type target struct{ name, url string }
 

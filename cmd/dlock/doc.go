@@ -5,7 +5,7 @@
 //
 //	dlock run [flags] KEY [--] COMMAND [ARGS...]
 //	dlock demo [flags]
-//	dlock help [run|demo]
+//	dlock help [run|demo|inspect]
 //	dlock version
 //
 // # dlock run
@@ -42,22 +42,30 @@
 //
 // Flags:
 //
+// Every DURATION is a Go duration (30s, 1m30s) or a plain number of
+// seconds (30, 1.5), as flock -w takes it: -ttl 30 is -ttl 30s. A flag
+// error gets one line saying what is wrong and a pointer to dlock run -h,
+// on stderr (exit status 2); the help, asked for with dlock run -h or
+// dlock help run, goes to stdout (exit status 0).
+//
 //	-url URL
 //	    The backend (default $DLOCK_URL): redisnx://host:6379,
 //	    rediswatch://host:6379, memcached://h1:11211,h2:11211,
 //	    zookeeper://h1:2181,h2:2181/app/locks, each with the query
 //	    parameters its driver documents (go doc the driver package), and
-//	    ttl= and autorenew= of lock.Open. memory:// works but locks only
-//	    within the one dlock process, so it excludes nothing. A URL
+//	    ttl= and autorenew= of lock.Open. memory:// is refused (exit
+//	    status 2): its locks live inside one process, and each dlock run
+//	    is a process of its own, so it would exclude nothing. A URL
 //	    without a scheme (127.0.0.1:6379) is a usage error that suggests
 //	    one. dlock never prints the URL's secrets (the password of its
 //	    user info, and of a password= or other secret parameter): help,
 //	    messages, logs and inspect's output show them as xxxxx.
 //	-ttl DURATION
-//	    Lease time (default: the URL's ttl=, else 30s). The lease is renewed
-//	    every TTL/3 while the command runs, so the TTL is how long the key
-//	    stays locked after dlock dies without releasing it. With
-//	    autorenew=false in the URL it is a hard time limit for the command.
+//	    Lease time (0, the default: the URL's ttl=, else 30s, as with
+//	    lock.WithTTL(0)). The lease is renewed every TTL/3 while the
+//	    command runs, so the TTL is how long the key stays locked after
+//	    dlock dies without releasing it. With autorenew=false in the URL it
+//	    is a hard time limit for the command.
 //	-owner ID
 //	    Name the lock's owner (default $DLOCK_OWNER; lock.WithOwner): while
 //	    it holds KEY, a dlock run of KEY with the same owner is granted at
@@ -154,8 +162,7 @@
 // may be passed by later waiters.
 //
 // Permits need a backend whose driver grants them; with another, -n exits
-// 2 and says why. memory:// grants them, but only within one dlock
-// process, so it limits nothing across processes.
+// 2 and says why.
 //
 // # Waiting
 //
@@ -185,7 +192,7 @@
 //	2       usage: bad flags or arguments (a flag after KEY, a command
 //	        starting with - without --, -nonblock with a -wait, -n N and
 //	        -limit disagreeing), an invalid key, TTL or URL (one without a
-//	        scheme); a limit on a backend without permits, or one other
+//	        scheme, or memory://); a limit on a backend without permits, or one other
 //	        than the one KEY's running permits were taken with
 //	124     the lease was lost while the command ran, and the command was
 //	        terminated (or the loss was seen as it exited)
@@ -252,7 +259,9 @@
 // tell (memcached: the time left, an anonymous grant's token, the waiters,
 // who poll; ZooKeeper: the time left; Redis: when a holder was granted).
 // -json prints one object instead, leaving out what is unknown and naming
-// it under "unknown". Exit status: 0 when KEY is held, 1 when it is free,
+// it under "unknown". -timeout (default 10s) bounds the whole of it, a
+// duration or seconds as for dlock run. Exit status: 0 when KEY is held,
+// 1 when it is free,
 // 2 on usage errors (flags, KEY, URL), 125 when the backend could not be
 // reached or failed.
 //
