@@ -22,8 +22,11 @@ const demoUsage = `Usage: dlock demo [flags]
 
 Runs worker processes that contend for a few keys on every reachable network
 backend, one backend after the other, and checks what the locks promise: no
-two workers ever hold a key at once, and fencing tokens only grow. Prints
-live progress, then a table per backend.
+two workers ever hold a key at once, and fencing tokens only grow. Then, on
+each backend, holder A loses a lease (the server paused where the demo
+started it, else A's grant deleted): A's Done fires, B is granted the key,
+and a resource that checks fencing tokens refuses A's late write. Prints
+live progress, two lines of the lost lease, then a table per backend.
 
 Backends: -url (repeatable), else $DLOCK_URL, else each compiled-in network
 driver on its server's standard port on localhost. With -start-servers the
@@ -96,25 +99,15 @@ func (d *demoConfig) run(ctx context.Context) int {
 		fmt.Fprintf(os.Stderr, "dlock demo: cannot find my own binary to start workers: %v\n", err)
 		return exitBackend
 	}
-	d.printf("dlock demo: %d worker processes contend for %d keys on each backend for %v.\n", d.workers, d.keys, d.duration)
-	d.printf("Each worker enters a shared resource right after each grant and leaves it right before the release:\n")
-	d.printf("a second holder inside is an overlap, a token not above the last one is stale. Both must stay 0.\n\n")
+	d.printf("dlock demo: %d worker processes contend for %d keys on each backend for %v. Each enters a shared\n", d.workers, d.keys, d.duration)
+	d.printf("resource right after a grant and leaves it before the release: a second holder inside is an overlap,\n")
+	d.printf("a token not above the last one is stale; both must stay 0. Then holder A loses a lease (its server\n")
+	d.printf("paused, or its grant deleted): Done fires, B is granted the key, and a resource that checks fencing\n")
+	d.printf("tokens refuses A's late write.\n\n")
 
-	urls := []string(d.urls)
-	if d.startServers {
-		started, stopServers := d.provision()
-		defer stopServers()
-		urls = append(urls, started...)
-	} else if len(urls) == 0 {
-		if env := os.Getenv("DLOCK_URL"); env != "" {
-			urls = []string{env}
-		} else {
-			for _, b := range compiledIn() {
-				urls = append(urls, b.defaultURL)
-			}
-		}
-	}
-	targets := d.reachable(ctx, urls)
+	candidates, stop := d.candidates()
+	defer stop()
+	targets := d.reachable(ctx, candidates)
 	if len(targets) == 0 {
 		d.printf("\nNo backend is reachable, so there is nothing to demonstrate.\n")
 		d.printf("Start local servers on free ports for the demo:  %s demo -start-servers   (or: make demo)\n", os.Args[0])
@@ -136,12 +129,58 @@ func (d *demoConfig) run(ctx context.Context) int {
 		if ctx.Err() != nil {
 			break
 		}
-		all = append(all, d.runBackend(ctx, self, dir, runID, t))
+		st := d.runBackend(ctx, self, dir, runID, t)
+		d.showFencing(ctx, st, t, fmt.Sprintf("dlock-demo/%s/%s/fencing", runID, t.name))
+		all = append(all, st)
 	}
 	if ctx.Err() != nil {
 		d.printf("\ninterrupted\n")
 		return exitSignal + int(syscall.SIGINT)
 	}
+	return d.verdict(all)
+}
+
+// candidates returns the backends to try: the servers -start-servers
+// started, after those of -url; else $DLOCK_URL; else each compiled-in
+// network driver on its standard port on localhost. stop stops the
+// servers started.
+func (d *demoConfig) candidates() (targets []target, stop func()) {
+	for _, u := range d.urls {
+		targets = append(targets, target{url: u})
+	}
+	if d.startServers {
+		started, stop := d.provision()
+		return append(targets, started...), stop
+	}
+	if len(targets) == 0 {
+		if env := os.Getenv("DLOCK_URL"); env != "" {
+			return []target{{url: env}}, func() {}
+		}
+		for _, b := range compiledIn() {
+			targets = append(targets, target{url: b.defaultURL})
+		}
+	}
+	return targets, func() {}
+}
+
+// showFencing runs the fencing scene on t's backend and prints its two
+// lines, or why it failed, which fails the backend.
+func (d *demoConfig) showFencing(ctx context.Context, st *backendStats, t target, key string) {
+	s, err := d.fencingScene(ctx, t, key)
+	if err == nil {
+		lines := s.lines()
+		d.printf("%-11s %s\n%-11s %s\n", t.name, lines[0], t.name, lines[1])
+		err = s.check()
+	}
+	if err != nil && ctx.Err() == nil {
+		d.printf("%-11s fencing scene FAILED: %v\n", t.name, err)
+		st.fail("fencing scene: %v", err)
+	}
+}
+
+// verdict prints the table and what it means, and returns the exit
+// status: 0 when every backend passed.
+func (d *demoConfig) verdict(all []*backendStats) int {
 	d.printf("\n")
 	writeTable(d.out, all)
 	d.printf("\n")
@@ -155,8 +194,9 @@ func (d *demoConfig) run(ctx context.Context) int {
 	if failed > 0 {
 		return 1
 	}
-	d.printf("%s: no overlapping grants, fencing tokens strictly increasing.\n", plural(len(all), "backend"))
-	d.printf("Wait p50/p99: how long Lock took, from call to grant, while %d workers wanted %d keys.\n", d.workers, d.keys)
+	d.printf("%s: no overlapping grants, fencing tokens strictly increasing, each lost lease's Done fired,\n", plural(len(all), "backend"))
+	d.printf("and the resource refused the stale holder's write. Wait p50/p99: how long Lock took, from call\n")
+	d.printf("to grant, while %d workers wanted %d keys.\n", d.workers, d.keys)
 	return exitOK
 }
 
@@ -166,7 +206,7 @@ var errNotInstalled = errors.New("not installed")
 
 // provision starts the servers of the compiled-in network backends and
 // returns their URLs.
-func (d *demoConfig) provision() (urls []string, stop func()) {
+func (d *demoConfig) provision() (targets []target, stop func()) {
 	var kinds []serverKind
 	for _, b := range compiledIn() {
 		if !slices.Contains(kinds, b.server) {
@@ -183,7 +223,7 @@ func (d *demoConfig) provision() (urls []string, stop func()) {
 	d.printf("Starting local servers on free ports: %s ...\n", strings.Join(names, ", "))
 	verbose := d.log.levelName() == "info" || d.log.levelName() == "debug"
 	var mu sync.Mutex
-	addrs, errs, stop := startServers(kinds, func(format string, args ...any) {
+	started, errs, stop := startServers(kinds, func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		if !verbose && !strings.HasPrefix(msg, "started ") {
 			return
@@ -201,21 +241,21 @@ func (d *demoConfig) provision() (urls []string, stop func()) {
 		}
 	}
 	for _, b := range compiledIn() {
-		if a := addrs[b.server]; len(a) > 0 {
-			urls = append(urls, b.urlFor(a))
+		if s, ok := started[b.server]; ok {
+			targets = append(targets, target{url: b.urlFor(s.addrs), pause: s.pause})
 		}
 	}
-	return urls, stop
+	return targets, stop
 }
 
 // reachable probes urls concurrently and returns the backends that answer,
 // in order, saying what it left out and why.
-func (d *demoConfig) reachable(ctx context.Context, urls []string) []target {
+func (d *demoConfig) reachable(ctx context.Context, candidates []target) []target {
 	d.printf("Backends:\n")
-	errs := make([]error, len(urls))
+	errs := make([]error, len(candidates))
 	var wg sync.WaitGroup
-	for i, u := range urls {
-		switch s := schemeOf(u); {
+	for i, c := range candidates {
+		switch s := schemeOf(c.url); {
 		case s == "memory":
 			errs[i] = errors.New("left out: a memory:// store lives in one process, and the workers are separate processes")
 		case s == "" || !slices.Contains(compiledSchemes(), s):
@@ -224,23 +264,24 @@ func (d *demoConfig) reachable(ctx context.Context, urls []string) []target {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = probe(ctx, u)
+				errs[i] = probe(ctx, c.url)
 			}()
 		}
 	}
 	wg.Wait()
 	var out []target
-	for i, u := range urls {
-		name := schemeOf(u)
+	for i, c := range candidates {
+		name := schemeOf(c.url)
 		if errs[i] != nil {
-			d.printf("  %-11s %-40s %s\n", name, backendName(u), firstLine(errs[i].Error()))
+			d.printf("  %-11s %-40s %s\n", name, backendName(c.url), firstLine(errs[i].Error()))
 			continue
 		}
 		if slices.ContainsFunc(out, func(t target) bool { return t.name == name }) {
 			name = fmt.Sprintf("%s#%d", name, i+1)
 		}
-		d.printf("  %-11s %-40s ok\n", name, backendName(u))
-		out = append(out, target{name: name, url: u})
+		d.printf("  %-11s %-40s ok\n", name, backendName(c.url))
+		c.name = name
+		out = append(out, c)
 	}
 	return out
 }
@@ -314,11 +355,9 @@ func (d *demoConfig) runBackend(ctx context.Context, self, dir, runID string, t 
 		io.WriteString(p.stdin, "go\n")
 	}
 
-	tick := time.Second
-	if d.term {
-		tick = 100 * time.Millisecond
-	}
-	ticker := time.NewTicker(tick)
+	// On a terminal, a live line redrawn in place; elsewhere (a pipe, a
+	// log) only the final line below.
+	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
 	for _, p := range procs {
 	wait:
@@ -329,8 +368,6 @@ func (d *demoConfig) runBackend(ctx context.Context, self, dir, runID string, t 
 			case <-ticker.C:
 				if d.term {
 					d.printf("%s%s", clearLine, st.progress(time.Since(begin), d.duration))
-				} else if time.Since(begin) < d.duration {
-					d.printf("%s\n", st.progress(time.Since(begin), d.duration))
 				}
 			}
 		}

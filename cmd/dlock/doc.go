@@ -268,10 +268,11 @@
 // # dlock demo
 //
 // demo runs worker processes that contend for a few keys on every reachable
-// network backend, one backend after the other, with live progress, and
-// ends with a table per backend: grants, overlaps observed (two workers
-// holding a key at once: must be 0), whether fencing tokens were strictly
-// increasing, and the wait for the lock at the 50th and 99th percentile.
+// network backend, one backend after the other, with live progress, then
+// shows a lease lost on that backend, and ends with a table per backend:
+// grants, overlaps observed (two workers holding a key at once: must be
+// 0), whether fencing tokens were strictly increasing, and the wait for
+// the lock at the 50th and 99th percentile.
 //
 //	make demo                        # go build -tags demoservers, then dlock demo -start-servers
 //	dlock demo -url redisnx://localhost:6379 -url zookeeper://localhost:2181/demo
@@ -283,6 +284,28 @@
 // worker that finds another one inside reports an overlap, and one whose
 // token is not above the highest seen reports a stale token. No clocks are
 // compared between processes.
+//
+// After the workers, two holders in the demo's process, A and B, each
+// with a Locker and connections of its own, show on the same backend what
+// the lock does when a lease is lost, in two lines:
+//
+//	redisnx     A holds token 1795771131787784, server paused (SIGSTOP) 1.2s: A's Done at 0.99s, B granted at 1.20s
+//	redisnx     B writes with token 1795771132991921: accepted; A, late, with 1795771131787784: refused
+//
+// A takes a key (a 1s TTL; memcached's shortest, 3s; a 2s session on
+// ZooKeeper) and writes to a resource that checks fencing tokens. Where
+// the demo started the server, it pauses it with SIGSTOP a little longer
+// than the grant lives there: A's renewals go unanswered, and A's Done
+// must fire before B, asking once the server resumes, is granted the key.
+// On a server it did not start, it deletes A's grant behind A's back with
+// the backend's own client instead (Redis DEL, memcached delete, the
+// ZooKeeper lock node's delete): B is granted at once, before A learns of
+// the loss at its next renewal, which is what no lock can prevent and what
+// fencing tokens are for. Either way B writes with its token, which the
+// resource accepts, and A, late, with its old one, which the resource
+// refuses. Times count from the pause or the deletion. A scene that goes
+// otherwise (Done not firing, or firing after B's grant on a paused server,
+// B's token not above A's, a write taken wrongly) fails the backend.
 //
 // The backends are those of -url (repeatable), else $DLOCK_URL, else every
 // compiled-in network driver on its server's standard port on localhost
@@ -296,11 +319,13 @@
 // workers are separate processes.
 //
 // Flags: -workers (4), -keys (3), -duration per backend (2.5s), -hold, the
-// mean time a worker holds a lock (2ms), -ttl (5s), -v and -log-level.
+// mean time a worker holds a lock (2ms), -ttl of the workers' leases
+// (5s), -v and -log-level; durations take plain seconds too.
 //
 // demo exits 0 when every backend passed, 1 when one did not (an overlap,
-// a stale token, a lost lease, an error), 2 on a usage error, 125 when no
-// backend is reachable, and 130 when interrupted.
+// a stale token, a worker's lost lease, an error, a failed lease-loss
+// scene), 2 on a usage error, 125 when no backend is reachable, and 130
+// when interrupted.
 //
 // # dlock version
 //
