@@ -99,11 +99,10 @@ func (d *demoConfig) run(ctx context.Context) int {
 		fmt.Fprintf(os.Stderr, "dlock demo: cannot find my own binary to start workers: %v\n", err)
 		return exitBackend
 	}
-	d.printf("dlock demo: %d worker processes contend for %d keys on each backend for %v. Each enters a shared\n", d.workers, d.keys, d.duration)
-	d.printf("resource right after a grant and leaves it before the release: a second holder inside is an overlap,\n")
-	d.printf("a token not above the last one is stale; both must stay 0. Then holder A loses a lease (its server\n")
-	d.printf("paused, or its grant deleted): Done fires, B is granted the key, and a resource that checks fencing\n")
-	d.printf("tokens refuses A's late write.\n\n")
+	d.printf("dlock demo: %d worker processes contend for %d keys on each backend for %v, entering a shared\n", d.workers, d.keys, d.duration)
+	d.printf("resource right after each grant and leaving it before the release: a second holder inside is an\n")
+	d.printf("overlap, a token not above the last is stale; both must stay 0. Then holder A loses a lease (server\n")
+	d.printf("paused, or grant deleted): its Done fires, B is granted, and the resource refuses A's late write.\n\n")
 
 	candidates, stop := d.candidates()
 	defer stop()
@@ -194,9 +193,8 @@ func (d *demoConfig) verdict(all []*backendStats) int {
 	if failed > 0 {
 		return 1
 	}
-	d.printf("%s: no overlapping grants, fencing tokens strictly increasing, each lost lease's Done fired,\n", plural(len(all), "backend"))
-	d.printf("and the resource refused the stale holder's write. Wait p50/p99: how long Lock took, from call\n")
-	d.printf("to grant, while %d workers wanted %d keys.\n", d.workers, d.keys)
+	d.printf("%s: no overlapping grants, tokens strictly increasing, each lost lease's Done fired, each stale write refused.\n", plural(len(all), "backend"))
+	d.printf("Wait p50/p99: how long Lock took, from call to grant, while %d workers wanted %d keys.\n", d.workers, d.keys)
 	return exitOK
 }
 
