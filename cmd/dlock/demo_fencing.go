@@ -79,7 +79,10 @@ func (d *demoConfig) fencingScene(ctx context.Context, t target, key string) (*s
 	ctx, cancel := context.WithTimeout(ctx, sceneTimeout)
 	defer cancel()
 	u := sceneURL(t.url)
-	var lockers [3]lock.Locker // A, B, and the one deleteFault goes through
+	lockers := make([]lock.Locker, 2, 3) // A, B, and the one a deleteFault goes through
+	if t.pause == nil {
+		lockers = lockers[:3]
+	}
 	for i := range lockers {
 		l, err := lock.Open(ctx, u)
 		if err != nil {
@@ -93,10 +96,12 @@ func (d *demoConfig) fencingScene(ctx context.Context, t target, key string) (*s
 	if err != nil {
 		return nil, fmt.Errorf("A: %w", err)
 	}
-	defer lease.Unlock(context.Background())
-	var f fault = &deleteFault{op: lockers[2], url: u, key: key}
+	defer lease.Unlock(ctx)
+	var f fault
 	if t.pause != nil {
 		f = &pauseFault{srv: t.pause, hold: serverLife(t.url)}
+	} else {
+		f = &deleteFault{op: lockers[2], url: u, key: key}
 	}
 	s := &scene{tokenA: lease.Token(), paused: t.pause != nil}
 	var res fencedResource
@@ -122,7 +127,7 @@ func (d *demoConfig) fencingScene(ctx context.Context, t target, key string) (*s
 		return nil, fmt.Errorf("B: %w", err)
 	}
 	s.grantAt = time.Since(began)
-	defer bl.Unlock(context.Background())
+	defer bl.Unlock(ctx)
 	select {
 	case s.doneAt = <-done:
 	case <-ctx.Done():
