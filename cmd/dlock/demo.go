@@ -332,29 +332,61 @@ func (d *demoConfig) runBackend(ctx context.Context, self, dir, runID string, t 
 		procs = append(procs, p)
 	}
 	// Start them together, once every worker is connected.
+	if err := awaitReady(ctx, procs); err != nil {
+		st.fail("%v", err)
+		return st
+	}
+	if ctx.Err() != nil {
+		return st
+	}
+	for _, p := range procs {
+		io.WriteString(p.stdin, "go\n")
+	}
+	d.showProgress(st, procs)
+	for _, p := range procs {
+		if err := p.wait(); err != nil {
+			st.fail("worker %v", err)
+		}
+	}
+	procs = nil
+	for i := range keys {
+		r, err := openResource(filepath.Join(resDir, fmt.Sprint(i)))
+		if err != nil {
+			continue // never entered
+		}
+		if inside, _, err := r.state(); err != nil || inside {
+			st.fail("resource of %s still marked busy after all workers left", keys[i])
+		}
+		r.Close()
+	}
+	return st
+}
+
+// awaitReady waits until every worker said it is connected, for a minute
+// at most, or until ctx ends (then nil: the caller checks ctx).
+func awaitReady(ctx context.Context, procs []*workerProc) error {
 	ready := time.NewTimer(time.Minute)
 	defer ready.Stop()
 	for _, p := range procs {
 		select {
 		case err := <-p.ready:
 			if err != nil {
-				st.fail("worker: %v", err)
-				return st
+				return fmt.Errorf("worker: %v", err)
 			}
 		case <-ready.C:
-			st.fail("workers not connected after a minute")
-			return st
+			return errors.New("workers not connected after a minute")
 		case <-ctx.Done():
-			return st
+			return nil
 		}
 	}
-	begin := time.Now()
-	for _, p := range procs {
-		io.WriteString(p.stdin, "go\n")
-	}
+	return nil
+}
 
-	// On a terminal, a live line redrawn in place; elsewhere (a pipe, a
-	// log) only the final line below.
+// showProgress shows st's progress until the workers' output ends: on a
+// terminal, a live line redrawn in place; elsewhere (a pipe, a log) only
+// the final line.
+func (d *demoConfig) showProgress(st *backendStats, procs []*workerProc) {
+	begin := time.Now()
 	ticker := time.NewTicker(100 * time.Millisecond)
 	defer ticker.Stop()
 	for _, p := range procs {
@@ -375,23 +407,6 @@ func (d *demoConfig) runBackend(ctx context.Context, self, dir, runID string, t 
 	}
 	st.elapsed = d.duration
 	d.printf("%s\n", st.progress(d.duration, d.duration))
-	for _, p := range procs {
-		if err := p.wait(); err != nil {
-			st.fail("worker %v", err)
-		}
-	}
-	procs = nil
-	for i := range keys {
-		r, err := openResource(filepath.Join(resDir, fmt.Sprint(i)))
-		if err != nil {
-			continue // never entered
-		}
-		if inside, _, err := r.state(); err != nil || inside {
-			st.fail("resource of %s still marked busy after all workers left", keys[i])
-		}
-		r.Close()
-	}
-	return st
 }
 
 // workerProc is one running worker process.
