@@ -227,9 +227,12 @@
 //	case errors.Is(err, lock.ErrInvalid):          // bad key, TTL or option: a bug to fix
 //	}
 //
-// Invalid input (an empty key, one over MaxKeyLen bytes or not UTF-8, a TTL
-// outside [MinTTL, MaxTTL] or outside what the driver can carry, a malformed
-// URL or an unknown URL parameter) is refused before any I/O, and so are
+// A TTL of 0 means the default: DefaultTTL in Options.TTL and a URL's
+// ttl=, the Locker's default TTL in WithTTL (Lease.Refresh, which takes
+// the TTL to apply, refuses it). Invalid input (an empty key, one over
+// MaxKeyLen bytes or not UTF-8, a negative TTL or another outside [MinTTL,
+// MaxTTL] or outside what the driver can carry, a malformed URL or an
+// unknown URL parameter) is refused before any I/O, and so are
 // nil and zero values where a value is needed: a nil context, Locker, fn
 // (Do), Option or RetryStrategy (LimitRetry(nil, n) included), a nil or
 // zero *Lease (its methods return ErrInvalid; its accessors zero values,

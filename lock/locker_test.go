@@ -487,3 +487,41 @@ func TestExplicitRetryIsNotQueued(t *testing.T) {
 	}
 	_ = held.Unlock(ctx)
 }
+
+// TestZeroTTLIsTheDefault: a TTL of 0 means the default everywhere it is
+// given: WithTTL(0) the Locker's (Options.TTL, else DefaultTTL), a URL's
+// ttl=0 DefaultTTL. A negative TTL stays invalid.
+func TestZeroTTLIsTheDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts *lock.Options
+		want time.Duration
+	}{
+		{"Options.TTL 7s", &lock.Options{TTL: 7 * time.Second}, 7 * time.Second},
+		{"nil Options", nil, lock.DefaultTTL},
+	} {
+		l := lock.New(newFake(), tc.opts)
+		lease, err := l.TryLock(bg(t), "k", lock.WithTTL(0))
+		if err != nil {
+			t.Errorf("%s: TryLock(WithTTL(0)): %v; want the Locker's default TTL", tc.name, err)
+		} else if lease.TTL() != tc.want {
+			t.Errorf("%s: TryLock(WithTTL(0)) gave TTL %v; want %v", tc.name, lease.TTL(), tc.want)
+		}
+		if _, err := l.TryLock(bg(t), "k2", lock.WithTTL(-time.Second)); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("%s: TryLock(WithTTL(-1s)): %v; want ErrInvalid", tc.name, err)
+		}
+		l.Close()
+	}
+	l, err := lock.Open(bg(t), "faketest://?ttl=0")
+	if err != nil {
+		t.Fatalf("Open with ttl=0: %v; want DefaultTTL", err)
+	}
+	defer l.Close()
+	lease, err := l.TryLock(bg(t), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.TTL() != lock.DefaultTTL {
+		t.Errorf("ttl=0 gave TTL %v; want DefaultTTL %v", lease.TTL(), lock.DefaultTTL)
+	}
+}

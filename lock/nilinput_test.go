@@ -47,7 +47,7 @@ func TestNilInputsInvalid(t *testing.T) {
 		{`Resume("")`, func() error { return lease(l.Resume(ctx, "")) }},
 		{`Lock("")`, func() error { return lease(l.Lock(ctx, "")) }},
 		{"Lock(nil Option)", func() error { return lease(l.Lock(ctx, "k", nil)) }},
-		{"Lock(WithTTL(0))", func() error { return lease(l.Lock(ctx, "k", lock.WithTTL(0))) }},
+		{"Lock(WithTTL(-1s))", func() error { return lease(l.Lock(ctx, "k", lock.WithTTL(-time.Second))) }},
 		{"Lock(WithRetry(nil))", func() error { return lease(l.Lock(ctx, "k", lock.WithRetry(nil))) }},
 		{"Lock(WithRetry(LimitRetry(nil)))", func() error {
 			return lease(l.Lock(ctx, "held", lock.WithRetry(lock.LimitRetry(nil, 3))))

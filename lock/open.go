@@ -67,7 +67,7 @@ func Schemes() []string {
 // The scheme picks the driver, which must be imported (for its init) by the
 // program. Every scheme accepts the query parameters
 //
-//	ttl=DURATION      default lease time, e.g. 15s (Options.TTL)
+//	ttl=DURATION      default lease time, e.g. 15s (Options.TTL; 0: DefaultTTL)
 //	autorenew=BOOL    automatic renewal, default true (Options.DisableAutoRenew)
 //
 // and the parameters its driver documents. Every network driver (redisnx,
@@ -210,7 +210,7 @@ func URLOptions(u *url.URL, driverParams ...string) (*Options, url.Values, error
 			if err != nil {
 				return nil, nil, fmt.Errorf("%w: URL parameter ttl=%q: %v", ErrInvalid, v, err)
 			}
-			if err := checkTTL(d); err != nil {
+			if err := checkTTL(d); d != 0 && err != nil { // 0: the default, as in Options
 				return nil, nil, fmt.Errorf("%w: URL parameter ttl: %v", ErrInvalid, err)
 			}
 			o.TTL = d

@@ -29,7 +29,7 @@ const (
 // each zero field.
 type Options struct {
 	// TTL is the default lease time (DefaultTTL when zero). Per call,
-	// WithTTL overrides it.
+	// WithTTL overrides it (WithTTL(0) keeps it).
 	TTL time.Duration
 	// DisableAutoRenew turns off automatic renewal for leases of this
 	// Locker. By default a lease is refreshed every TTL/3 until it is
@@ -104,7 +104,10 @@ type callOptions struct {
 
 // WithTTL sets the lease time for this call. Useful when one Locker serves
 // jobs of very different lengths and you turn auto-renewal off: give each
-// lease a TTL that covers its job.
+// lease a TTL that covers its job. A TTL of 0 means the Locker's default
+// (Options.TTL, else DefaultTTL), as a zero Options.TTL means DefaultTTL;
+// a negative one, or one outside [MinTTL, MaxTTL], makes the call fail
+// with ErrInvalid.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *callOptions) { c.ttl = ttl }
 }
@@ -160,6 +163,9 @@ func (lk *locker) callOptions(opts []Option) (callOptions, error) {
 			o(p)
 		}
 		c = *p
+		if c.ttl == 0 { // WithTTL(0): the Locker's default
+			c.ttl = lk.opts.TTL
+		}
 	}
 	if err := checkTTL(c.ttl); err != nil {
 		return c, err

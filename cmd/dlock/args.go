@@ -13,9 +13,10 @@ import (
 // then reads a decimal integer after it as N when the rule says so (see
 // splitN). -n=N is always the limit.
 type nFlag struct {
-	bare  bool // -n alone (or -n=true): flock's nonblock, unless splitN finds N after it
-	limit int  // -n=N
-	given bool // -n=N was given
+	bare  bool   // -n alone (or -n=true): flock's nonblock, unless splitN finds N after it
+	limit int    // -n=N
+	text  string // N as given, for messages
+	given bool   // -n=N was given
 }
 
 func (n *nFlag) IsBoolFlag() bool { return true }
@@ -35,11 +36,8 @@ func (n *nFlag) Set(s string) error {
 	if !isDecimal(s) {
 		return fmt.Errorf("want -n N (N permits) or -n alone (fail at once, like flock -n)")
 	}
-	v, err := strconv.Atoi(s)
-	if err != nil {
-		v = -1 // too large: refused with the range by parseRun
-	}
-	n.limit, n.given, n.bare = v, true, false
+	v, _ := strconv.Atoi(s) // beyond an int: the largest int, refused by parseRun
+	n.limit, n.text, n.given, n.bare = v, s, true, false
 	return nil
 }
 

@@ -17,16 +17,24 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-// These tests run the built binary against memory://, which needs no
-// server (and excludes nothing across processes), so they run with -short.
+// serverURL is the URL of a Redis server for this test alone, started
+// for it (the test is skipped with -short): dlock run refuses memory://,
+// whose locks live in one process.
+func serverURL(t *testing.T) string {
+	t.Helper()
+	return "redisnx://" + testserver.StartRedis(t, nil).Addr()
+}
 
 func TestRunEnvironment(t *testing.T) {
+	url := serverURL(t)
 	dir := t.TempDir()
 	os.Setenv("DLOCK_TOKEN", "stale-from-outside") // replaced, not duplicated
 	defer os.Unsetenv("DLOCK_TOKEN")
-	r := runDlock(t, "env", dir, "run", "-url", "memory://", "jobs/nightly", "--", self(t))
+	r := runDlock(t, "env", dir, "run", "-url", url, "jobs/nightly", "--", self(t))
 	if r.code != 0 {
 		t.Fatal(r)
 	}
@@ -47,6 +55,7 @@ func TestRunEnvironment(t *testing.T) {
 }
 
 func TestRunExitStatus(t *testing.T) {
+	url := serverURL(t) // the subtests run one by one: one key k at a time
 	for _, tc := range []struct {
 		name      string
 		args      []string
@@ -73,7 +82,7 @@ func TestRunExitStatus(t *testing.T) {
 		{"no scheme", []string{"-url", "127.0.0.1:6379", "k", "--", "true"}, "", "", exitUsage, "missing scheme: did you mean redisnx://127.0.0.1:6379? schemes: "},
 		{"-n passthrough 7", []string{"-n", "2", "k", "--", "SELF"}, "exit", "7", 7, ""},
 		{"-n 0", []string{"-n", "0", "k", "--", "true"}, "", "", exitUsage, "-n 0"},
-		{"-n too large", []string{"-n", "100000", "k", "--", "true"}, "", "", exitUsage, "from 1 to"},
+		{"-n too large", []string{"-n", "100000", "k", "--", "true"}, "", "", exitUsage, "-n 100000: too many permits; want 1 to 65536 permits"},
 		{"-limit not a number", []string{"-limit", "two", "k", "--", "true"}, "", "", exitUsage, "invalid value"},
 		{"-n KEY: fail at once", []string{"-n", "two", "SELF"}, "exit", "5", 5, ""},
 		{"-n without permits", []string{"-url", "memcached://127.0.0.1:1", "-n", "2", "k", "--", "true"}, "", "", exitUsage, "needs semaphore permits"},
@@ -83,7 +92,7 @@ func TestRunExitStatus(t *testing.T) {
 			dir := t.TempDir()
 			noexec := filepath.Join(dir, "noexec")
 			os.WriteFile(noexec, []byte("#!/bin/sh\n"), 0o644)
-			args := []string{"run", "-url", "memory://"}
+			args := []string{"run", "-url", url}
 			for _, a := range tc.args {
 				a = strings.ReplaceAll(a, "SELF", self(t))
 				args = append(args, strings.ReplaceAll(a, "NOEXEC", noexec))
@@ -107,7 +116,7 @@ func TestRunDlockKilled(t *testing.T) {
 		t.Skip("parent-death signals are Linux only")
 	}
 	dir := t.TempDir()
-	cmd := dlockCmd(t, "trap", dir, "run", "-url", "memory://", "k", "--", self(t))
+	cmd := dlockCmd(t, "trap", dir, "run", "-url", serverURL(t), "k", "--", self(t))
 	s := start(t, cmd)
 	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, filepath.Join(dir, "ready"), 15*time.Second)))
 	if err != nil {
@@ -131,7 +140,7 @@ func TestRunNohup(t *testing.T) {
 		t.Skip("no nohup here")
 	}
 	dir := t.TempDir()
-	cmd := dlockCmd(t, "trap", dir, "run", "-url", "memory://", "k", "--", self(t))
+	cmd := dlockCmd(t, "trap", dir, "run", "-url", serverURL(t), "k", "--", self(t))
 	cmd.Path, cmd.Args = nohup, append([]string{"nohup"}, cmd.Args...) // nohup execs dlock: same pid
 	s := start(t, cmd)
 	waitFile(t, filepath.Join(dir, "ready"), 15*time.Second)
@@ -156,18 +165,87 @@ func alive(pid int) bool {
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
 
-func TestHelpAndUnknownCommand(t *testing.T) {
-	if r := runDlock(t, "", "", "help"); r.code != 0 {
-		t.Errorf("dlock help: %v", r)
+// TestHelpOnStdout: help asked for (dlock -h, dlock help, dlock help
+// CMD, dlock CMD -h) goes to stdout, so that | less shows it, and exits
+// 0; nothing goes to stderr.
+func TestHelpOnStdout(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // on stdout
+	}{
+		{[]string{"-h"}, "Usage:\n  dlock run"},
+		{[]string{"help"}, "Usage:\n  dlock run"},
+		{[]string{"help", "run"}, "-conflict-exit-code"},
+		{[]string{"run", "-h"}, "-conflict-exit-code"},
+		{[]string{"run", "-help"}, "-conflict-exit-code"},
+		{[]string{"help", "demo"}, "-start-servers"},
+		{[]string{"demo", "-h"}, "-start-servers"},
+		{[]string{"help", "inspect"}, "-timeout"},
+		{[]string{"inspect", "-h"}, "-timeout"},
+	} {
+		cmd := dlockCmd(t, "", "", tc.args...)
+		stdout := &lockedWriter{}
+		cmd.Stdout = stdout
+		r := finish(t, cmd, start(t, cmd))
+		if r.code != 0 || r.stderr != "" || !strings.Contains(stdout.String(), tc.want) {
+			t.Errorf("dlock %q: %v\nstdout:\n%s\nwant exit 0, %q on stdout and nothing on stderr", tc.args, r, stdout, tc.want)
+		}
 	}
-	if r := runDlock(t, "", "", "run", "-h"); r.code != 0 || !strings.Contains(r.stderr, "-conflict-exit-code") {
-		t.Errorf("dlock run -h: %v", r)
+}
+
+// TestUsageErrorsOneLine: a bad flag, value or command gets one line
+// saying what is wrong and a line pointing at the help, on stderr, as
+// every other usage error does: not the whole usage.
+func TestUsageErrorsOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // the first line
+	}{
+		{[]string{"run", "-bogus", "k", "true"}, "dlock run: flag provided but not defined: -bogus"},
+		{[]string{"run", "-ttl", "soon", "k", "true"}, `dlock run: invalid value "soon" for flag -ttl: want a duration such as 30s or 1m30s, or seconds`},
+		{[]string{"run", "-limit", "-3", "-url", "redisnx://127.0.0.1:1", "k", "true"}, "dlock run: -limit -3: a number of permits cannot be negative; want 1 to 65536 permits"},
+		{[]string{"run", "-limit", "two", "k", "true"}, `dlock run: invalid value "two" for flag -limit: parse error`},
+		{[]string{"inspect", "-timeout", "x", "k"}, `dlock inspect: invalid value "x" for flag -timeout: want a duration`},
+		{[]string{"demo", "-bogus"}, "dlock demo: flag provided but not defined: -bogus"},
+		{[]string{"demo", "-duration", "soon"}, `dlock demo: invalid value "soon" for flag -duration`},
+		{[]string{"frobnicate"}, `dlock: unknown command "frobnicate"`},
+		{[]string{"help", "frobnicate"}, `dlock help: no command "frobnicate"`},
+	} {
+		cmd := dlockCmd(t, "", "", tc.args...)
+		stdout := &lockedWriter{}
+		cmd.Stdout = stdout
+		r := finish(t, cmd, start(t, cmd))
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if r.code != exitUsage || len(lines) != 2 || !strings.HasPrefix(lines[0], tc.want) ||
+			!regexp.MustCompile(`^\(dlock( \w+ -h| help) for (help|the commands)\)$`).MatchString(lines[1]) || stdout.String() != "" {
+			t.Errorf("dlock %q: %v\nstdout:\n%s\nwant exit 2 and two lines on stderr, the first starting %q, the second the hint", tc.args, r, stdout, tc.want)
+		}
 	}
-	if r := runDlock(t, "", "", "frobnicate"); r.code != exitUsage {
-		t.Errorf("dlock frobnicate: %v", r)
-	}
-	if r := runDlock(t, "", ""); r.code != exitUsage {
+	// With no arguments at all, the usage is the answer (on stderr, exit 2).
+	if r := runDlock(t, "", ""); r.code != exitUsage || !strings.Contains(r.stderr, "dlock run") {
 		t.Errorf("dlock: %v", r)
+	}
+}
+
+// TestRunRefusesMemory: dlock run on memory://, from -url or $DLOCK_URL,
+// is refused before the command runs: each dlock run is a process of its
+// own, and memory:// locks only within one.
+func TestRunRefusesMemory(t *testing.T) {
+	for _, tc := range []struct{ env, url string }{{"", "memory://"}, {"memory://", ""}} {
+		dir := t.TempDir()
+		args := []string{"run", "k", "--", self(t)}
+		if tc.url != "" {
+			args = append([]string{"run", "-url", tc.url}, args[1:]...)
+		}
+		cmd := dlockCmd(t, "ran", dir, args...)
+		cmd.Env = append(cmd.Env, "DLOCK_URL="+tc.env)
+		r := finish(t, cmd, start(t, cmd))
+		if r.code != exitUsage || !strings.Contains(r.stderr, "dlock run: memory:// keeps its locks inside one process, and every dlock run is a process of its own: a lock there would exclude nothing. Use a network backend: redisnx://") {
+			t.Errorf("dlock %q with DLOCK_URL=%q: %v\nwant exit 2 and why memory:// is refused", args, tc.env, r)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+			t.Errorf("dlock %q with DLOCK_URL=%q ran the command", args, tc.env)
+		}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,8 +22,11 @@ const demoUsage = `Usage: dlock demo [flags]
 
 Runs worker processes that contend for a few keys on every reachable network
 backend, one backend after the other, and checks what the locks promise: no
-two workers ever hold a key at once, and fencing tokens only grow. Prints
-live progress, then a table per backend.
+two workers ever hold a key at once, and fencing tokens only grow. Then, on
+each backend, holder A loses a lease (the server paused where the demo
+started it, else A's grant deleted): A's Done fires, B is granted the key,
+and a resource that checks fencing tokens refuses A's late write. Prints
+live progress, two lines of the lost lease, then a table per backend.
 
 Backends: -url (repeatable), else $DLOCK_URL, else each compiled-in network
 driver on its server's standard port on localhost. With -start-servers the
@@ -51,15 +53,12 @@ func cmdDemo(args []string) int {
 	fs.BoolVar(&d.startServers, "start-servers", false, "start local redis-server, memcached and ZooKeeper on free ports for the demo (needs a build with -tags demoservers, as make demo does)")
 	fs.IntVar(&d.workers, "workers", 4, "worker processes per backend")
 	fs.IntVar(&d.keys, "keys", 3, "keys the workers contend for, per backend")
-	fs.DurationVar(&d.duration, "duration", 2500*time.Millisecond, "contention time per backend")
-	fs.DurationVar(&d.hold, "hold", 2*time.Millisecond, "mean time a worker holds a lock")
-	fs.DurationVar(&d.ttl, "ttl", 5*time.Second, "lease TTL")
+	durationVar(fs, &d.duration, "duration", 2500*time.Millisecond, "contention time per backend, a `duration` or seconds")
+	durationVar(fs, &d.hold, "hold", 2*time.Millisecond, "mean time a worker holds a lock, a `duration` or seconds")
+	durationVar(fs, &d.ttl, "ttl", 5*time.Second, "lease TTL, a `duration` or seconds (0: the URL's ttl= or 30s)")
 	d.log.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if err := parseFlags(fs, args); err != nil {
+		return parseFailed("demo", err, os.Stdout, os.Stderr)
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -71,8 +70,8 @@ func cmdDemo(args []string) int {
 	case d.keys < 1 || d.keys > 100:
 		fmt.Fprintln(os.Stderr, "dlock demo: -keys must be from 1 to 100")
 		return exitUsage
-	case d.duration <= 0 || d.hold < 0:
-		fmt.Fprintln(os.Stderr, "dlock demo: -duration must be positive and -hold not negative")
+	case d.duration <= 0 || d.hold < 0 || d.ttl < 0:
+		fmt.Fprintln(os.Stderr, "dlock demo: -duration must be positive, -hold and -ttl not negative")
 		return exitUsage
 	}
 	log, err := d.log.logger(os.Stderr)
@@ -100,25 +99,14 @@ func (d *demoConfig) run(ctx context.Context) int {
 		fmt.Fprintf(os.Stderr, "dlock demo: cannot find my own binary to start workers: %v\n", err)
 		return exitBackend
 	}
-	d.printf("dlock demo: %d worker processes contend for %d keys on each backend for %v.\n", d.workers, d.keys, d.duration)
-	d.printf("Each worker enters a shared resource right after each grant and leaves it right before the release:\n")
-	d.printf("a second holder inside is an overlap, a token not above the last one is stale. Both must stay 0.\n\n")
+	d.printf("dlock demo: %d worker processes contend for %d keys on each backend for %v, entering a shared\n", d.workers, d.keys, d.duration)
+	d.printf("resource right after each grant and leaving it before the release: a second holder inside is an\n")
+	d.printf("overlap, a token not above the last is stale; both must stay 0. Then holder A loses a lease (server\n")
+	d.printf("paused, or grant deleted): its Done fires, B is granted, and the resource refuses A's late write.\n\n")
 
-	urls := []string(d.urls)
-	if d.startServers {
-		started, stopServers := d.provision()
-		defer stopServers()
-		urls = append(urls, started...)
-	} else if len(urls) == 0 {
-		if env := os.Getenv("DLOCK_URL"); env != "" {
-			urls = []string{env}
-		} else {
-			for _, b := range compiledIn() {
-				urls = append(urls, b.defaultURL)
-			}
-		}
-	}
-	targets := d.reachable(ctx, urls)
+	candidates, stop := d.candidates()
+	defer stop()
+	targets := d.reachable(ctx, candidates)
 	if len(targets) == 0 {
 		d.printf("\nNo backend is reachable, so there is nothing to demonstrate.\n")
 		d.printf("Start local servers on free ports for the demo:  %s demo -start-servers   (or: make demo)\n", os.Args[0])
@@ -140,12 +128,58 @@ func (d *demoConfig) run(ctx context.Context) int {
 		if ctx.Err() != nil {
 			break
 		}
-		all = append(all, d.runBackend(ctx, self, dir, runID, t))
+		st := d.runBackend(ctx, self, dir, runID, t)
+		d.showFencing(ctx, st, t, fmt.Sprintf("dlock-demo/%s/%s/fencing", runID, t.name))
+		all = append(all, st)
 	}
 	if ctx.Err() != nil {
 		d.printf("\ninterrupted\n")
 		return exitSignal + int(syscall.SIGINT)
 	}
+	return d.verdict(all)
+}
+
+// candidates returns the backends to try: the servers -start-servers
+// started, after those of -url; else $DLOCK_URL; else each compiled-in
+// network driver on its standard port on localhost. stop stops the
+// servers started.
+func (d *demoConfig) candidates() (targets []target, stop func()) {
+	for _, u := range d.urls {
+		targets = append(targets, target{url: u})
+	}
+	if d.startServers {
+		started, stop := d.provision()
+		return append(targets, started...), stop
+	}
+	if len(targets) == 0 {
+		if env := os.Getenv("DLOCK_URL"); env != "" {
+			return []target{{url: env}}, func() {}
+		}
+		for _, b := range compiledIn() {
+			targets = append(targets, target{url: b.defaultURL})
+		}
+	}
+	return targets, func() {}
+}
+
+// showFencing runs the fencing scene on t's backend and prints its two
+// lines, or why it failed, which fails the backend.
+func (d *demoConfig) showFencing(ctx context.Context, st *backendStats, t target, key string) {
+	s, err := d.fencingScene(ctx, t, key)
+	if err == nil {
+		lines := s.lines()
+		d.printf("%-11s %s\n%-11s %s\n", t.name, lines[0], t.name, lines[1])
+		err = s.check()
+	}
+	if err != nil && ctx.Err() == nil {
+		d.printf("%-11s fencing scene FAILED: %v\n", t.name, err)
+		st.fail("fencing scene: %v", err)
+	}
+}
+
+// verdict prints the table and what it means, and returns the exit
+// status: 0 when every backend passed.
+func (d *demoConfig) verdict(all []*backendStats) int {
 	d.printf("\n")
 	writeTable(d.out, all)
 	d.printf("\n")
@@ -159,7 +193,7 @@ func (d *demoConfig) run(ctx context.Context) int {
 	if failed > 0 {
 		return 1
 	}
-	d.printf("%s: no overlapping grants, fencing tokens strictly increasing.\n", plural(len(all), "backend"))
+	d.printf("%s: no overlapping grants, tokens strictly increasing, each lost lease's Done fired, each stale write refused.\n", plural(len(all), "backend"))
 	d.printf("Wait p50/p99: how long Lock took, from call to grant, while %d workers wanted %d keys.\n", d.workers, d.keys)
 	return exitOK
 }
@@ -170,7 +204,7 @@ var errNotInstalled = errors.New("not installed")
 
 // provision starts the servers of the compiled-in network backends and
 // returns their URLs.
-func (d *demoConfig) provision() (urls []string, stop func()) {
+func (d *demoConfig) provision() (targets []target, stop func()) {
 	var kinds []serverKind
 	for _, b := range compiledIn() {
 		if !slices.Contains(kinds, b.server) {
@@ -187,7 +221,7 @@ func (d *demoConfig) provision() (urls []string, stop func()) {
 	d.printf("Starting local servers on free ports: %s ...\n", strings.Join(names, ", "))
 	verbose := d.log.levelName() == "info" || d.log.levelName() == "debug"
 	var mu sync.Mutex
-	addrs, errs, stop := startServers(kinds, func(format string, args ...any) {
+	started, errs, stop := startServers(kinds, func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
 		if !verbose && !strings.HasPrefix(msg, "started ") {
 			return
@@ -205,21 +239,21 @@ func (d *demoConfig) provision() (urls []string, stop func()) {
 		}
 	}
 	for _, b := range compiledIn() {
-		if a := addrs[b.server]; len(a) > 0 {
-			urls = append(urls, b.urlFor(a))
+		if s, ok := started[b.server]; ok {
+			targets = append(targets, target{url: b.urlFor(s.addrs), pause: s.pause})
 		}
 	}
-	return urls, stop
+	return targets, stop
 }
 
 // reachable probes urls concurrently and returns the backends that answer,
 // in order, saying what it left out and why.
-func (d *demoConfig) reachable(ctx context.Context, urls []string) []target {
+func (d *demoConfig) reachable(ctx context.Context, candidates []target) []target {
 	d.printf("Backends:\n")
-	errs := make([]error, len(urls))
+	errs := make([]error, len(candidates))
 	var wg sync.WaitGroup
-	for i, u := range urls {
-		switch s := schemeOf(u); {
+	for i, c := range candidates {
+		switch s := schemeOf(c.url); {
 		case s == "memory":
 			errs[i] = errors.New("left out: a memory:// store lives in one process, and the workers are separate processes")
 		case s == "" || !slices.Contains(compiledSchemes(), s):
@@ -228,23 +262,24 @@ func (d *demoConfig) reachable(ctx context.Context, urls []string) []target {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = probe(ctx, u)
+				errs[i] = probe(ctx, c.url)
 			}()
 		}
 	}
 	wg.Wait()
 	var out []target
-	for i, u := range urls {
-		name := schemeOf(u)
+	for i, c := range candidates {
+		name := schemeOf(c.url)
 		if errs[i] != nil {
-			d.printf("  %-11s %-40s %s\n", name, backendName(u), firstLine(errs[i].Error()))
+			d.printf("  %-11s %-40s %s\n", name, backendName(c.url), firstLine(errs[i].Error()))
 			continue
 		}
 		if slices.ContainsFunc(out, func(t target) bool { return t.name == name }) {
 			name = fmt.Sprintf("%s#%d", name, i+1)
 		}
-		d.printf("  %-11s %-40s ok\n", name, backendName(u))
-		out = append(out, target{name: name, url: u})
+		d.printf("  %-11s %-40s ok\n", name, backendName(c.url))
+		c.name = name
+		out = append(out, c)
 	}
 	return out
 }
@@ -297,53 +332,17 @@ func (d *demoConfig) runBackend(ctx context.Context, self, dir, runID string, t 
 		procs = append(procs, p)
 	}
 	// Start them together, once every worker is connected.
-	ready := time.NewTimer(time.Minute)
-	defer ready.Stop()
-	for _, p := range procs {
-		select {
-		case err := <-p.ready:
-			if err != nil {
-				st.fail("worker: %v", err)
-				return st
-			}
-		case <-ready.C:
-			st.fail("workers not connected after a minute")
-			return st
-		case <-ctx.Done():
-			return st
-		}
+	if err := awaitReady(ctx, procs); err != nil {
+		st.fail("%v", err)
+		return st
 	}
-	begin := time.Now()
+	if ctx.Err() != nil {
+		return st
+	}
 	for _, p := range procs {
 		io.WriteString(p.stdin, "go\n")
 	}
-
-	tick := time.Second
-	if d.term {
-		tick = 100 * time.Millisecond
-	}
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
-	for _, p := range procs {
-	wait:
-		for {
-			select {
-			case <-p.done:
-				break wait
-			case <-ticker.C:
-				if d.term {
-					d.printf("%s%s", clearLine, st.progress(time.Since(begin), d.duration))
-				} else if time.Since(begin) < d.duration {
-					d.printf("%s\n", st.progress(time.Since(begin), d.duration))
-				}
-			}
-		}
-	}
-	if d.term {
-		d.printf("%s", clearLine)
-	}
-	st.elapsed = d.duration
-	d.printf("%s\n", st.progress(d.duration, d.duration))
+	d.showProgress(st, procs)
 	for _, p := range procs {
 		if err := p.wait(); err != nil {
 			st.fail("worker %v", err)
@@ -361,6 +360,53 @@ func (d *demoConfig) runBackend(ctx context.Context, self, dir, runID string, t 
 		r.Close()
 	}
 	return st
+}
+
+// awaitReady waits until every worker said it is connected, for a minute
+// at most, or until ctx ends (then nil: the caller checks ctx).
+func awaitReady(ctx context.Context, procs []*workerProc) error {
+	ready := time.NewTimer(time.Minute)
+	defer ready.Stop()
+	for _, p := range procs {
+		select {
+		case err := <-p.ready:
+			if err != nil {
+				return fmt.Errorf("worker: %v", err)
+			}
+		case <-ready.C:
+			return errors.New("workers not connected after a minute")
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// showProgress shows st's progress until the workers' output ends: on a
+// terminal, a live line redrawn in place; elsewhere (a pipe, a log) only
+// the final line.
+func (d *demoConfig) showProgress(st *backendStats, procs []*workerProc) {
+	begin := time.Now()
+	ticker := time.NewTicker(100 * time.Millisecond)
+	defer ticker.Stop()
+	for _, p := range procs {
+	wait:
+		for {
+			select {
+			case <-p.done:
+				break wait
+			case <-ticker.C:
+				if d.term {
+					d.printf("%s%s", clearLine, st.progress(time.Since(begin), d.duration))
+				}
+			}
+		}
+	}
+	if d.term {
+		d.printf("%s", clearLine)
+	}
+	st.elapsed = d.duration
+	d.printf("%s\n", st.progress(d.duration, d.duration))
 }
 
 // workerProc is one running worker process.

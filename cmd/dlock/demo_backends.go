@@ -39,6 +39,13 @@ var netBackends = []netBackend{
 	{"zookeeper", serverZooKeeper, "zookeeper://localhost:2181/dlock-demo", func(a []string) string { return "zookeeper://" + strings.Join(a, ",") + "/dlock-demo" }},
 }
 
+// startedServer is a server the demo started: its addresses, and how to
+// pause it (nil if it cannot be).
+type startedServer struct {
+	addrs []string
+	pause pauser
+}
+
 // compiledIn returns the network backends whose driver is in this binary.
 func compiledIn() []netBackend {
 	var out []netBackend
@@ -50,8 +57,21 @@ func compiledIn() []netBackend {
 	return out
 }
 
+// compiledURLs lists the compiled-in network schemes as URL prefixes
+// (redisnx://, ...), for messages.
+func compiledURLs() []string {
+	var s []string
+	for _, b := range compiledIn() {
+		s = append(s, b.scheme+"://")
+	}
+	return s
+}
+
 // target is one backend the demo runs against.
-type target struct{ name, url string }
+type target struct {
+	name, url string
+	pause     pauser // the server, where the demo started it; else nil
+}
 
 func schemeOf(raw string) string {
 	if u, err := url.Parse(raw); err == nil {

@@ -97,3 +97,18 @@ func flock(fd, how int) error {
 		}
 	}
 }
+
+// fencedResource is what the fencing scene writes to: a resource that
+// checks fencing tokens, as package lock asks of the resources a lock
+// protects. It refuses a write whose token is below the highest it has
+// taken: the writer's lease has ended, and a newer holder has written.
+type fencedResource struct{ highest uint64 }
+
+// write reports whether the resource took a write with token.
+func (r *fencedResource) write(token uint64) bool {
+	if token < r.highest {
+		return false
+	}
+	r.highest = token
+	return true
+}

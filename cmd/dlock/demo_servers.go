@@ -22,9 +22,9 @@ const canStartServers = true
 // DLOCK_*_ADDR variables of testserver name external servers instead. A
 // kind that cannot be had here has an error wrapping errNotInstalled; one
 // whose server was there and did not start, any other error.
-func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serverKind][]string, errs map[serverKind]error, stop func()) {
+func startServers(kinds []serverKind, logf func(string, ...any)) (started map[serverKind]startedServer, errs map[serverKind]error, stop func()) {
 	scope := testserver.NewScope("dlock-demo", logf)
-	addrs, errs = map[serverKind][]string{}, map[serverKind]error{}
+	started, errs = map[serverKind]startedServer{}, map[serverKind]error{}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -38,14 +38,21 @@ func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serv
 		go func() {
 			defer wg.Done()
 			start := time.Now()
+			var srv startedServer
 			a, err := scope.Start(func(tb testing.TB) []string {
 				switch k {
 				case serverRedis:
-					return testserver.StartRedis(tb, nil).Addrs()
+					r := testserver.StartRedis(tb, nil)
+					srv.pause = pausable(r.Server)
+					return r.Addrs()
 				case serverMemcached:
-					return testserver.StartMemcached(tb, nil).Addrs()
+					m := testserver.StartMemcached(tb, nil)
+					srv.pause = pausable(m.Nodes...)
+					return m.Addrs()
 				case serverZooKeeper:
-					return testserver.StartZooKeeper(tb, nil).Addrs()
+					z := testserver.StartZooKeeper(tb, nil)
+					srv.pause = pausable(z.Nodes...)
+					return z.Addrs()
 				}
 				tb.Fatalf("unknown server kind %q", k)
 				return nil
@@ -56,10 +63,23 @@ func startServers(kinds []serverKind, logf func(string, ...any)) (addrs map[serv
 				errs[k] = err
 				return
 			}
-			addrs[k] = a
+			srv.addrs = a
+			started[k] = srv
 			logf("started %-9s on %s in %v", k, a[0], time.Since(start).Round(time.Millisecond))
 		}()
 	}
 	wg.Wait()
-	return addrs, errs, scope.Stop
+	return started, errs, scope.Stop
+}
+
+// pausable returns a pauser of a single server whose fault hooks work
+// (not one that DLOCK_REDIS_ADDR or a sibling names), else nil.
+func pausable(nodes ...*testserver.Server) pauser {
+	if len(nodes) != 1 {
+		return nil
+	}
+	if ok, _ := nodes[0].Faults(); !ok {
+		return nil
+	}
+	return nodes[0]
 }

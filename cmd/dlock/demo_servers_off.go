@@ -10,7 +10,7 @@ import "errors"
 // start; make demo builds with -tags demoservers.
 const canStartServers = false
 
-func startServers(kinds []serverKind, logf func(string, ...any)) (map[serverKind][]string, map[serverKind]error, func()) {
+func startServers(kinds []serverKind, logf func(string, ...any)) (map[serverKind]startedServer, map[serverKind]error, func()) {
 	errs := map[serverKind]error{}
 	for _, k := range kinds {
 		errs[k] = errors.New("this dlock was built without -start-servers")

@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,8 @@ func TestDemoStartServersNeedsTag(t *testing.T) {
 
 // TestDemoStartServers runs what make demo runs, shorter: every compiled-in
 // network backend must get a table row with grants, no overlaps and
-// monotonic tokens, and the servers the demo started must be gone after it.
+// monotonic tokens, and the fencing scene's two lines, the server paused
+// (checkFencingLines); the servers the demo started must be gone after it.
 // Only a server that is not installed here (testserver cannot have one,
 // and the demo says "not installed") may go without a row; one that is
 // installed and fails to start fails the test.
@@ -64,6 +66,7 @@ func TestDemoStartServers(t *testing.T) {
 			t.Errorf("%s: %v", b.scheme, row)
 		}
 	}
+	checkFencingLines(t, text, true)
 	if strings.Contains(text, "failed to start") {
 		t.Errorf("a server failed to start:\n%s", text)
 	}
@@ -74,6 +77,85 @@ func TestDemoStartServers(t *testing.T) {
 		if c, err := net.DialTimeout("tcp", m[1], time.Second); err == nil {
 			c.Close()
 			t.Errorf("a server the demo started still answers on %s", m[1])
+		}
+	}
+}
+
+// TestDemoDeletedGrant runs the demo on servers it did not start (-url):
+// it cannot pause them, so it deletes A's grant with the backend's own
+// client instead, in each driver's layout; A must still see the loss
+// (Done) and the resource refuse its late write.
+func TestDemoDeletedGrant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the demo needs real servers")
+	}
+	args := []string{"demo", "-duration", "500ms", "-workers", "2", "-keys", "1"}
+	for _, b := range compiledIn() {
+		var addrs []string
+		switch b.server {
+		case serverRedis:
+			addrs = testserver.StartRedis(t, nil).Addrs()
+		case serverMemcached:
+			addrs = testserver.StartMemcached(t, nil).Addrs()
+		case serverZooKeeper:
+			addrs = testserver.StartZooKeeper(t, nil).Addrs()
+		}
+		args = append(args, "-url", b.urlFor(addrs))
+	}
+	cmd := dlockCmd(t, "", "", args...)
+	out := &lockedWriter{}
+	cmd.Stdout = out
+	r := finish(t, cmd, start(t, cmd))
+	if r.code != 0 {
+		t.Fatalf("%v\nstdout:\n%s", r, out)
+	}
+	checkFencingLines(t, out.String(), false)
+}
+
+// The fencing scene's two lines of one backend (see scene.lines).
+var (
+	lostLine  = regexp.MustCompile(`(?m)^(\S+) +A holds token (\d+), (server paused \(SIGSTOP\) [\d.]+m?s|its grant deleted \([\w ]+\)): (A's Done at|B granted at) ([\d.]+)s, (B granted at|A's Done at) ([\d.]+)s$`)
+	fenceLine = regexp.MustCompile(`(?m)^(\S+) +B writes with token (\d+): accepted; A, late, with (\d+): refused$`)
+)
+
+// checkFencingLines checks that every compiled-in backend with a table
+// row in the demo's output has its fencing scene's lines, and that they
+// say what must be: A's lease lost to the fault (a pause if paused, else
+// a deletion) and its Done fired, before B's grant when the server was
+// paused; B's token above A's; B's write accepted and A's, with A's
+// token, refused.
+func checkFencingLines(t *testing.T, text string, paused bool) {
+	t.Helper()
+	lost, fenced := map[string][]string{}, map[string][]string{}
+	for _, m := range lostLine.FindAllStringSubmatch(text, -1) {
+		lost[m[1]] = m
+	}
+	for _, m := range fenceLine.FindAllStringSubmatch(text, -1) {
+		fenced[m[1]] = m
+	}
+	for _, b := range compiledIn() {
+		if !regexp.MustCompile(`(?m)^` + b.scheme + ` +\d+ +\d+ +0 +monotonic`).MatchString(text) {
+			continue // no row: its server is not installed (TestDemoStartServers says)
+		}
+		l, f := lost[b.scheme], fenced[b.scheme]
+		if l == nil || f == nil {
+			t.Errorf("%s: no fencing scene lines (lease lost, fencing) in:\n%s", b.scheme, text)
+			continue
+		}
+		times := map[string]float64{}
+		for _, i := range []int{4, 6} {
+			times[l[i]], _ = strconv.ParseFloat(l[i+1], 64)
+		}
+		done, granted := times["A's Done at"], times["B granted at"]
+		tokenA, _ := strconv.ParseUint(l[2], 10, 64)
+		tokenB, _ := strconv.ParseUint(f[2], 10, 64)
+		switch {
+		case strings.HasPrefix(l[3], "server paused") != paused:
+			t.Errorf("%s: %q; want the server paused: %v", b.scheme, l[0], paused)
+		case paused && done >= granted:
+			t.Errorf("%s: %q: A's Done did not fire before B was granted", b.scheme, l[0])
+		case tokenB <= tokenA || f[3] != l[2]:
+			t.Errorf("%s: %q then %q: want B's token above A's, and A's late write with A's token", b.scheme, l[0], f[0])
 		}
 	}
 }

@@ -5,7 +5,7 @@
 //
 //	dlock run [flags] KEY [--] COMMAND [ARGS...]
 //	dlock demo [flags]
-//	dlock help [run|demo]
+//	dlock help [run|demo|inspect]
 //	dlock version
 //
 // # dlock run
@@ -42,22 +42,30 @@
 //
 // Flags:
 //
+// Every DURATION is a Go duration (30s, 1m30s) or a plain number of
+// seconds (30, 1.5), as flock -w takes it: -ttl 30 is -ttl 30s. A flag
+// error gets one line saying what is wrong and a pointer to dlock run -h,
+// on stderr (exit status 2); the help, asked for with dlock run -h or
+// dlock help run, goes to stdout (exit status 0).
+//
 //	-url URL
 //	    The backend (default $DLOCK_URL): redisnx://host:6379,
 //	    rediswatch://host:6379, memcached://h1:11211,h2:11211,
 //	    zookeeper://h1:2181,h2:2181/app/locks, each with the query
 //	    parameters its driver documents (go doc the driver package), and
-//	    ttl= and autorenew= of lock.Open. memory:// works but locks only
-//	    within the one dlock process, so it excludes nothing. A URL
+//	    ttl= and autorenew= of lock.Open. memory:// is refused (exit
+//	    status 2): its locks live inside one process, and each dlock run
+//	    is a process of its own, so it would exclude nothing. A URL
 //	    without a scheme (127.0.0.1:6379) is a usage error that suggests
 //	    one. dlock never prints the URL's secrets (the password of its
 //	    user info, and of a password= or other secret parameter): help,
 //	    messages, logs and inspect's output show them as xxxxx.
 //	-ttl DURATION
-//	    Lease time (default: the URL's ttl=, else 30s). The lease is renewed
-//	    every TTL/3 while the command runs, so the TTL is how long the key
-//	    stays locked after dlock dies without releasing it. With
-//	    autorenew=false in the URL it is a hard time limit for the command.
+//	    Lease time (0, the default: the URL's ttl=, else 30s, as with
+//	    lock.WithTTL(0)). The lease is renewed every TTL/3 while the
+//	    command runs, so the TTL is how long the key stays locked after
+//	    dlock dies without releasing it. With autorenew=false in the URL it
+//	    is a hard time limit for the command.
 //	-owner ID
 //	    Name the lock's owner (default $DLOCK_OWNER; lock.WithOwner): while
 //	    it holds KEY, a dlock run of KEY with the same owner is granted at
@@ -154,8 +162,7 @@
 // may be passed by later waiters.
 //
 // Permits need a backend whose driver grants them; with another, -n exits
-// 2 and says why. memory:// grants them, but only within one dlock
-// process, so it limits nothing across processes.
+// 2 and says why.
 //
 // # Waiting
 //
@@ -185,7 +192,7 @@
 //	2       usage: bad flags or arguments (a flag after KEY, a command
 //	        starting with - without --, -nonblock with a -wait, -n N and
 //	        -limit disagreeing), an invalid key, TTL or URL (one without a
-//	        scheme); a limit on a backend without permits, or one other
+//	        scheme, or memory://); a limit on a backend without permits, or one other
 //	        than the one KEY's running permits were taken with
 //	124     the lease was lost while the command ran, and the command was
 //	        terminated (or the loss was seen as it exited)
@@ -252,17 +259,20 @@
 // tell (memcached: the time left, an anonymous grant's token, the waiters,
 // who poll; ZooKeeper: the time left; Redis: when a holder was granted).
 // -json prints one object instead, leaving out what is unknown and naming
-// it under "unknown". Exit status: 0 when KEY is held, 1 when it is free,
+// it under "unknown". -timeout (default 10s) bounds the whole of it, a
+// duration or seconds as for dlock run. Exit status: 0 when KEY is held,
+// 1 when it is free,
 // 2 on usage errors (flags, KEY, URL), 125 when the backend could not be
 // reached or failed.
 //
 // # dlock demo
 //
 // demo runs worker processes that contend for a few keys on every reachable
-// network backend, one backend after the other, with live progress, and
-// ends with a table per backend: grants, overlaps observed (two workers
-// holding a key at once: must be 0), whether fencing tokens were strictly
-// increasing, and the wait for the lock at the 50th and 99th percentile.
+// network backend, one backend after the other, with live progress, then
+// shows a lease lost on that backend, and ends with a table per backend:
+// grants, overlaps observed (two workers holding a key at once: must be
+// 0), whether fencing tokens were strictly increasing, and the wait for
+// the lock at the 50th and 99th percentile.
 //
 //	make demo                        # go build -tags demoservers, then dlock demo -start-servers
 //	dlock demo -url redisnx://localhost:6379 -url zookeeper://localhost:2181/demo
@@ -274,6 +284,28 @@
 // worker that finds another one inside reports an overlap, and one whose
 // token is not above the highest seen reports a stale token. No clocks are
 // compared between processes.
+//
+// After the workers, two holders in the demo's process, A and B, each
+// with a Locker and connections of its own, show on the same backend what
+// the lock does when a lease is lost, in two lines:
+//
+//	redisnx     A holds token 1795771131787784, server paused (SIGSTOP) 1.2s: A's Done at 0.99s, B granted at 1.20s
+//	redisnx     B writes with token 1795771132991921: accepted; A, late, with 1795771131787784: refused
+//
+// A takes a key (a 1s TTL; memcached's shortest, 3s; a 2s session on
+// ZooKeeper) and writes to a resource that checks fencing tokens. Where
+// the demo started the server, it pauses it with SIGSTOP a little longer
+// than the grant lives there: A's renewals go unanswered, and A's Done
+// must fire before B, asking once the server resumes, is granted the key.
+// On a server it did not start, it deletes A's grant behind A's back with
+// the backend's own client instead (Redis DEL, memcached delete, the
+// ZooKeeper lock node's delete): B is granted at once, before A learns of
+// the loss at its next renewal, which is what no lock can prevent and what
+// fencing tokens are for. Either way B writes with its token, which the
+// resource accepts, and A, late, with its old one, which the resource
+// refuses. Times count from the pause or the deletion. A scene that goes
+// otherwise (Done not firing, or firing after B's grant on a paused server,
+// B's token not above A's, a write taken wrongly) fails the backend.
 //
 // The backends are those of -url (repeatable), else $DLOCK_URL, else every
 // compiled-in network driver on its server's standard port on localhost
@@ -287,11 +319,13 @@
 // workers are separate processes.
 //
 // Flags: -workers (4), -keys (3), -duration per backend (2.5s), -hold, the
-// mean time a worker holds a lock (2ms), -ttl (5s), -v and -log-level.
+// mean time a worker holds a lock (2ms), -ttl of the workers' leases
+// (5s), -v and -log-level; durations take plain seconds too.
 //
 // demo exits 0 when every backend passed, 1 when one did not (an overlap,
-// a stale token, a lost lease, an error), 2 on a usage error, 125 when no
-// backend is reachable, and 130 when interrupted.
+// a stale token, a worker's lost lease, an error, a failed lease-loss
+// scene), 2 on a usage error, 125 when no backend is reachable, and 130
+// when interrupted.
 //
 // # dlock version
 //

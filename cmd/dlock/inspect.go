@@ -40,7 +40,6 @@ const inspectTimeout = 10 * time.Second
 func parseInspect(args []string, stderr io.Writer) (*inspectConfig, error) {
 	cfg := &inspectConfig{}
 	fs := newFlagSet("inspect", inspectUsage)
-	fs.SetOutput(stderr)
 	// Not os.Getenv("DLOCK_URL") as the flag's default: -h prints
 	// defaults, and the URL may carry a password (as for dlock run).
 	urlHelp := "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379"
@@ -49,10 +48,10 @@ func parseInspect(args []string, stderr io.Writer) (*inspectConfig, error) {
 	}
 	fs.StringVar(&cfg.url, "url", "", urlHelp)
 	fs.BoolVar(&cfg.json, "json", false, "print a JSON object instead of lines")
-	fs.DurationVar(&cfg.timeout, "timeout", inspectTimeout, "give up on the backend after this long")
+	durationVar(fs, &cfg.timeout, "timeout", inspectTimeout, "give up on the backend after this long, a `duration` or seconds")
 	var lf logFlags
 	lf.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	set := map[string]bool{}
@@ -84,17 +83,11 @@ func parseInspect(args []string, stderr io.Writer) (*inspectConfig, error) {
 
 // cmdInspect is dlock inspect. It returns the exit status.
 func cmdInspect(args []string) int {
-	stderr := scrubbing(os.Stderr, append(argURLs(args), os.Getenv("DLOCK_URL"))...)
+	urls := append(argURLs(args), os.Getenv("DLOCK_URL"))
+	stderr := scrubbing(os.Stderr, urls...)
 	cfg, err := parseInspect(args, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		var ue *usageErr
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "dlock inspect: %v\n(dlock inspect -h for help)\n", err)
-		}
-		return exitUsage
+		return parseFailed("inspect", err, scrubbing(os.Stdout, urls...), stderr)
 	}
 	return cfg.run(os.Stdout, stderr)
 }

@@ -14,7 +14,7 @@ Usage:
   dlock run [flags] KEY [--] COMMAND [ARGS...]  run COMMAND while holding KEY
   dlock demo [flags]                            workers contend for locks on every reachable backend
   dlock inspect [flags] KEY                     who holds KEY and who waits for it (dlock inspect -h)
-  dlock help [run|demo]                         this text, or a command's flags
+  dlock help [run|demo|inspect]                 this text, or a command's flags
   dlock version                                 dlock's version and Go's (also -version, --version)
 
 Backends compiled in: %s.
@@ -41,14 +41,17 @@ func dispatch(args []string) int {
 		fmt.Println(versionLine())
 		return exitOK
 	case "help", "-h", "-help", "--help":
-		if len(args) > 1 && (args[1] == "run" || args[1] == "demo") {
+		switch {
+		case len(args) == 1:
+			usage(os.Stdout)
+			return exitOK
+		case args[1] == "run" || args[1] == "demo" || args[1] == "inspect":
 			return dispatch([]string{args[1], "-h"})
 		}
-		usage(os.Stdout)
-		return exitOK
+		fmt.Fprintf(os.Stderr, "dlock help: no command %q: run, demo or inspect\n(dlock help for the commands)\n", args[1])
+		return exitUsage
 	}
-	fmt.Fprintf(os.Stderr, "dlock: unknown command %q\n\n", args[0])
-	usage(os.Stderr)
+	fmt.Fprintf(os.Stderr, "dlock: unknown command %q\n(dlock help for the commands)\n", args[0])
 	return exitUsage
 }
 

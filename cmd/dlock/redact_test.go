@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -93,9 +95,12 @@ func TestSecretsNeverPrinted(t *testing.T) {
 func TestRunHelpHidesPassword(t *testing.T) {
 	t.Setenv("DLOCK_URL", "redisnx://u:secret@127.0.0.1:1")
 	var b strings.Builder
-	if _, err := parseRun([]string{"-h"}, &b); err == nil {
-		t.Fatal("parseRun(-h) gave no error")
+	_, err := parseRun([]string{"-h"}, io.Discard)
+	var h *helpErr
+	if !errors.As(err, &h) {
+		t.Fatalf("parseRun(-h): %v; want a *helpErr", err)
 	}
+	h.print(&b)
 	if help := b.String(); strings.Contains(help, "secret") || !strings.Contains(help, "redisnx://u:xxxxx@127.0.0.1:1") {
 		t.Errorf("dlock run -h printed:\n%s\nwant the URL redacted", help)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,7 +55,6 @@ type runConfig struct {
 func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	cfg := &runConfig{wait: waitFlag{forever: true}, conflict: exitConflict, stderr: stderr}
 	fs := newFlagSet("run", runUsage)
-	fs.SetOutput(stderr)
 	// Not os.Getenv("DLOCK_URL") as the flag's default: -h prints
 	// defaults, and the URL may carry a password.
 	urlHelp := "backend URL (default $DLOCK_URL), e.g. redisnx://localhost:6379"
@@ -62,7 +62,7 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 		urlHelp = fmt.Sprintf("backend URL (default $DLOCK_URL, now %s)", backendName(env))
 	}
 	fs.StringVar(&cfg.url, "url", "", urlHelp)
-	fs.DurationVar(&cfg.ttl, "ttl", 0, "lease time, renewed every TTL/3 while COMMAND runs (default: the URL's ttl= or 30s)")
+	durationVar(fs, &cfg.ttl, "ttl", 0, "lease time, a `duration` or seconds, renewed every TTL/3 while COMMAND runs (0, the default: the URL's ttl= or 30s)")
 	fs.StringVar(&cfg.owner, "owner", os.Getenv("DLOCK_OWNER"), "name the lock's owner (default $DLOCK_OWNER): a dlock run of KEY inside COMMAND, which inherits DLOCK_OWNER, re-enters the lock instead of waiting for it")
 	var n nFlag
 	fs.Var(&n, "n", "-n N KEY: same as -limit N (N followed by KEY, then the command); -n KEY, or -n followed by anything else: same as -nonblock (flock -n)")
@@ -76,12 +76,12 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	conflict := exitCodeFlag(exitConflict)
 	fs.Var(&conflict, "E", "exit `status` when the lock is held elsewhere (like flock -E)")
 	fs.Var(&conflict, "conflict-exit-code", "same as -E `status`")
-	fs.DurationVar(&cfg.grace, "grace", 5*time.Second, "after a lost lease, time between SIGTERM and SIGKILL to COMMAND (0: SIGKILL at once)")
+	durationVar(fs, &cfg.grace, "grace", 5*time.Second, "after a lost lease, time between SIGTERM and SIGKILL to COMMAND, a `duration` or seconds (0: SIGKILL at once)")
 	var lf logFlags
 	lf.register(fs)
 
 	flags, rest := splitFlags(fs, args)
-	if err := fs.Parse(flags); err != nil {
+	if err := parseFlags(fs, flags); err != nil {
 		return nil, err
 	}
 	if n.bare && len(flags) > 0 && isBareN(flags[len(flags)-1]) && len(rest) > 0 && isDecimal(rest[0]) {
@@ -89,10 +89,10 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 		more, pos, isLimit := splitN(fs, rest)
 		switch {
 		case isLimit:
-			if err := fs.Parse(more); err != nil {
+			if err := parseFlags(fs, more); err != nil {
 				return nil, err
 			}
-			if err := n.Set(rest[0]); err != nil {
+			if err := n.Set(rest[0]); err != nil { // a decimal: cannot fail
 				return nil, usageError("-n %s: %v", rest[0], err)
 			}
 			rest = pos
@@ -111,23 +111,19 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	cfg.stderr = scrubbing(stderr, cfg.url)
 	stderr = cfg.stderr
 
-	limitFlag := ""
+	limitFlag, limitText := "", ""
 	switch {
 	case n.given && set["limit"] && n.limit != limit:
-		return nil, usageError("-n %d and -limit %d disagree", n.limit, limit)
+		return nil, usageError("-n %s and -limit %d disagree", n.text, limit)
 	case n.given:
-		cfg.limit, limitFlag = n.limit, "-n"
+		cfg.limit, limitFlag, limitText = n.limit, "-n", n.text
 	case set["limit"]:
-		cfg.limit, limitFlag = limit, "-limit"
+		cfg.limit, limitFlag, limitText = limit, "-limit", strconv.Itoa(limit)
 	}
 	if limitFlag != "" {
 		switch {
 		case cfg.limit < 1 || cfg.limit > lock.MaxPermits:
-			shown := strconv.Itoa(cfg.limit)
-			if cfg.limit < 0 {
-				shown = "(too large)"
-			}
-			return nil, usageError("%s %s: want a number of permits from 1 to %d", limitFlag, shown, lock.MaxPermits)
+			return nil, usageError("%s %s: %s; want 1 to %d permits", limitFlag, limitText, whatIsWrong(cfg.limit), lock.MaxPermits)
 		case set["owner"] && cfg.owner != "":
 			return nil, usageError("%s and -owner exclude each other: a permit is not reentrant", limitFlag)
 		}
@@ -167,6 +163,17 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	return cfg, nil
 }
 
+// whatIsWrong says why a number of permits is refused.
+func whatIsWrong(limit int) string {
+	switch {
+	case limit > lock.MaxPermits:
+		return "too many permits"
+	case limit < 0:
+		return "a number of permits cannot be negative"
+	}
+	return "zero permits would admit no command"
+}
+
 type usageErr struct{ msg string }
 
 func (e *usageErr) Error() string { return e.msg }
@@ -177,20 +184,29 @@ func usageError(format string, args ...any) error {
 
 // cmdRun is dlock run. It returns the exit status.
 func cmdRun(args []string) int {
-	stderr := scrubbing(os.Stderr, append(argURLs(args), os.Getenv("DLOCK_URL"))...)
+	urls := append(argURLs(args), os.Getenv("DLOCK_URL"))
+	stderr := scrubbing(os.Stderr, urls...)
 	cfg, err := parseRun(args, stderr)
+	if err == nil {
+		err = acrossProcesses(cfg.url)
+	}
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		var ue *usageErr
-		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "dlock run: %v\n(dlock run -h for help)\n", err)
-		}
-		return exitUsage // the flag package has printed its own message
+		return parseFailed("run", err, scrubbing(os.Stdout, urls...), stderr)
 	}
 	cfg.term = isTerminal(os.Stderr)
 	return cfg.run()
+}
+
+// acrossProcesses refuses a backend whose locks live in one process
+// (memory://): every dlock run is a process of its own, so such a lock
+// would exclude nothing. It is checked here, not in parseRun, which the
+// tests also use to run dlock run's path inside one process.
+func acrossProcesses(url string) error {
+	if schemeOf(url) == "memory" {
+		return usageError("memory:// keeps its locks inside one process, and every dlock run is a process of its own: a lock there would exclude nothing. Use a network backend: %s",
+			strings.Join(compiledURLs(), ", "))
+	}
+	return nil
 }
 
 // what names what the run takes, for messages: the lock KEY, or a permit

@@ -404,6 +404,7 @@ func TestRunFlockForms(t *testing.T) {
 		t.Errorf("a command ran although the key was held")
 	}
 
+	permitURL := serverURL(t)
 	for _, tc := range []struct {
 		args      []string
 		key, want string // DLOCK_KEY, and DLOCK_LIMIT's line
@@ -420,12 +421,49 @@ func TestRunFlockForms(t *testing.T) {
 			}
 		}
 		dir := t.TempDir()
-		// memory:// grants permits (within one process, which is enough
-		// to read the command's environment); not every backend does.
-		r := runDlock(t, "env", dir, append([]string{"run", "-url", "memory://"}, tc.args...)...)
+		// Redis grants permits; not every backend does.
+		r := runDlock(t, "env", dir, append([]string{"run", "-url", permitURL}, tc.args...)...)
 		env := readOptional(filepath.Join(dir, "env"))
 		if r.code != 0 || !strings.Contains(env, "DLOCK_KEY="+tc.key+"\n") || !strings.Contains(env, tc.want+"\n") {
 			t.Errorf("dlock run %q: %v\nthe command's environment:\n%s\nwant DLOCK_KEY=%s and %s", tc.args, r, env, tc.key, tc.want)
+		}
+	}
+}
+
+// TestRunTTLSeconds: -ttl takes plain seconds as -w does (-ttl 30 is a
+// 30 s lease) and Go durations; -ttl 0 is the default, the URL's ttl= or
+// 30s. The lease's TTL is read from the Redis key itself.
+func TestRunTTLSeconds(t *testing.T) {
+	srv := testserver.StartRedis(t, nil)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	url := "redisnx://" + srv.Addr()
+	for i, tc := range []struct {
+		url  string
+		args []string
+		want time.Duration
+	}{
+		{url, []string{"-ttl", "30"}, 30 * time.Second},
+		{url, []string{"-ttl", "1.5"}, 1500 * time.Millisecond},
+		{url, []string{"-ttl", "1m30s"}, 90 * time.Second},
+		{url, []string{"-ttl", "0"}, lock.DefaultTTL},
+		{url, nil, lock.DefaultTTL},
+		{url + "?ttl=10s", []string{"-ttl", "0"}, 10 * time.Second},
+	} {
+		dir := t.TempDir()
+		key := fmt.Sprintf("ttl/%d", i)
+		cmd := dlockCmd(t, "hold", dir, append(append([]string{"run", "-url", tc.url}, tc.args...), key, "--", self(t))...)
+		s := start(t, cmd)
+		waitFile(t, filepath.Join(dir, "ready"), 15*time.Second)
+		ttl, err := rdb.PTTL(context.Background(), "dlock:{"+key+"}").Result()
+		os.WriteFile(filepath.Join(dir, "release"), []byte("x"), 0o644)
+		if r := finish(t, cmd, s); r.code != 0 {
+			t.Errorf("%s %q: %v", tc.url, tc.args, r)
+		}
+		// The lease was granted, and perhaps renewed, at most a few
+		// hundred milliseconds ago.
+		if err != nil || ttl > tc.want || ttl < tc.want-time.Second {
+			t.Errorf("%s %q: the key's PTTL is %v (%v); want a lease of %v", tc.url, tc.args, ttl, err, tc.want)
 		}
 	}
 }

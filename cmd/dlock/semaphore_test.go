@@ -216,17 +216,19 @@ func TestRunSemaphoreInProcess(t *testing.T) {
 }
 
 // TestRunSemaphoreCheckCatches shows that the checks of TestRunSemaphore
-// can fail: dlock run -n 2 processes on memory:// (a Store each, so
-// nothing excludes them) run all at once, and the commands must see it.
+// can fail: dlock run -n 2 processes on one Redis server, each with a
+// key prefix of its own (so nothing excludes them), run all at once, and
+// the commands must see it.
 func TestRunSemaphoreCheckCatches(t *testing.T) {
+	url := serverURL(t)
 	dir := t.TempDir()
 	const runs = 5
 	var wg sync.WaitGroup
-	for range runs {
+	for i := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if r := runDlock(t, "permit", dir, "run", "-url", "memory://", "-n", "2", "sem", "--", self(t)); r.code != 0 {
+			if r := runDlock(t, "permit", dir, "run", "-url", fmt.Sprintf("%s?prefix=p%d", url, i), "-n", "2", "sem", "--", self(t)); r.code != 0 {
 				t.Errorf("dlock: %v", r)
 			}
 		}()
@@ -359,6 +361,7 @@ func TestRunPermitQueue(t *testing.T) {
 // TestRunPermitEnvironment: a command under -n gets DLOCK_LIMIT and a
 // permit's handle; under a plain lock, DLOCK_LIMIT is removed.
 func TestRunPermitEnvironment(t *testing.T) {
+	url := serverURL(t)
 	t.Setenv("DLOCK_LIMIT", "stale-from-outside")
 	for _, tc := range []struct {
 		args        []string
@@ -369,7 +372,7 @@ func TestRunPermitEnvironment(t *testing.T) {
 		{nil, "DLOCK_LIMIT unset", "x"},
 	} {
 		dir := t.TempDir()
-		args := append(append([]string{"run", "-url", "memory://"}, tc.args...), "jobs/k", "--", self(t))
+		args := append(append([]string{"run", "-url", url}, tc.args...), "jobs/k", "--", self(t))
 		if r := runDlock(t, "env", dir, args...); r.code != 0 {
 			t.Fatalf("%v: %v", tc.args, r)
 		}

@@ -49,6 +49,11 @@ func TestParseRun(t *testing.T) {
 	if cfg.key != "k" || !slices.Equal(cfg.argv, []string{"cmd", "-x", "--", "y"}) || cfg.conflict != 75 || cfg.ttl != 3*time.Second || cfg.grace != 0 || !cfg.wait.once() {
 		t.Errorf("parsed %+v", cfg)
 	}
+	// Every duration flag takes plain seconds, as -w does.
+	cfg, err = parseRun([]string{"-url", "memory://", "-ttl", "30", "-grace", "1.5", "-wait", "2", "k", "--", "cmd"}, nil)
+	if err != nil || cfg.ttl != 30*time.Second || cfg.grace != 1500*time.Millisecond || cfg.wait.d != 2*time.Second {
+		t.Errorf("-ttl 30 -grace 1.5 -wait 2: %+v, %v; want 30s, 1.5s, 2s", cfg, err)
+	}
 	cfg, err = parseRun([]string{"-url", "memory://", "k", "--", "cmd"}, nil)
 	if err != nil || !cfg.wait.forever || cfg.conflict != exitConflict || cfg.grace != 5*time.Second {
 		t.Errorf("defaults: %+v, %v", cfg, err)
@@ -149,9 +154,12 @@ func TestParseRunForms(t *testing.T) {
 		{[]string{"-n", "3", "-limit", "4", "k", "c"}, "disagree"},
 		{[]string{"-nonblock", "-wait", "10s", "k", "c"}, "exclude each other"},
 		{[]string{"-n", "-w", "3", "k", "c"}, "exclude each other"},
-		{[]string{"-n", "0", "k", "c"}, "-n 0: want a number of permits"},
-		{[]string{"-limit", "0", "k", "c"}, "-limit 0: want a number of permits"},
-		{[]string{"-n", "99999999999999999999", "k", "c"}, "want a number of permits"},
+		{[]string{"-n", "0", "k", "c"}, "-n 0: zero permits would admit no command; want 1 to 65536 permits"},
+		{[]string{"-limit", "0", "k", "c"}, "-limit 0: zero permits would admit no command; want 1 to 65536 permits"},
+		{[]string{"-limit", "-3", "k", "c"}, "-limit -3: a number of permits cannot be negative; want 1 to 65536 permits"},
+		{[]string{"-limit", "70000", "k", "c"}, "-limit 70000: too many permits; want 1 to 65536 permits"},
+		{[]string{"-n", "99999999999999999999", "k", "c"}, "-n 99999999999999999999: too many permits; want 1 to 65536 permits"},
+		{[]string{"-ttl", "soon", "k", "c"}, `invalid value "soon" for flag -ttl: want a duration such as 30s or 1m30s, or seconds`},
 		{[]string{"-n=x", "k", "c"}, "invalid"},
 		{[]string{"-limit", "two", "k", "c"}, "invalid value"},
 		{[]string{"-n", "2", "-owner", "x", "k", "c"}, "-n and -owner exclude each other"},

@@ -25,7 +25,6 @@ func testInvalidInput(t *testing.T, h Harness) {
 		{"empty key", "", nil},
 		{"oversized key", strings.Repeat("k", lock.MaxKeyLen+1), nil},
 		{"key not UTF-8", "bad\xffkey", nil},
-		{"zero TTL", ok, []lock.Option{lock.WithTTL(0)}},
 		{"negative TTL", ok, []lock.Option{lock.WithTTL(-time.Second)}},
 		{"TTL below lock.MinTTL", ok, []lock.Option{lock.WithTTL(lock.MinTTL - 1)}},
 		{"TTL above lock.MaxTTL", ok, []lock.Option{lock.WithTTL(lock.MaxTTL + 1)}},
