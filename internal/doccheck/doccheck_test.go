@@ -109,9 +109,12 @@ func TestREADMELength(t *testing.T) {
 func TestREADMEQuickStart(t *testing.T) {
 	readme := readFile(t, "README.md")
 	const file = "driver/redisnx/example_test.go"
-	bodies := exampleBodies(t, file)
+	src := readFile(t, file)
+	bodies := exampleBodies(t, file, src)
+	imports := regexp.MustCompile(`(?s)\nimport \(\n.*?\n\)\n`).FindString(src)
 	for _, c := range []struct{ name, want string }{
-		{"Example", "func main() {\n" + bodies["Example"] + "}\n"},
+		// The program's imports are the example file's, which uses each.
+		{"Example", "package main\n" + imports + "\nfunc main() {\n" + bodies["Example"] + "}\n"},
 		{"Example_open", dedent(bodies["Example_open"])},
 	} {
 		if bodies[c.name] == "" {
@@ -124,11 +127,11 @@ func TestREADMEQuickStart(t *testing.T) {
 	}
 }
 
-// exampleBodies returns the source text of each function of file between
-// its braces, from the line after "{" to the line of "}".
-func exampleBodies(t *testing.T, file string) map[string]string {
+// exampleBodies returns the source text of each function of file (whose
+// text is src) between its braces, from the line after "{" to the line of
+// "}".
+func exampleBodies(t *testing.T, file, src string) map[string]string {
 	t.Helper()
-	src := readFile(t, file)
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, file, src, parser.ParseComments)
 	if err != nil {
