@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +65,9 @@ type heard struct{ ch, payload string }
 func (r *run) startAdversary() *adversary {
 	if !r.tg.Notify || r.cfg.NoFaults || r.srv == nil {
 		return nil
+	}
+	if len(r.cfg.Faults) > 0 && !slices.Contains(r.cfg.Faults, "adversary") {
+		return nil // a run limited to some faults, the adversary not among them
 	}
 	a := &adversary{r: r, nodes: r.srv.Addrs, pass: fmt.Sprintf("p%d", r.cfg.Seed), stop: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(r.cfg.Seed, 11)), counts: map[string]int{}}

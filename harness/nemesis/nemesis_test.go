@@ -39,7 +39,16 @@ const (
 	envDrivers  = "NEMESIS_DRIVERS"  // comma-separated drivers or controls (ctl-NAME)
 	envControls = "NEMESIS_CONTROLS" // TestTeeth's controls
 	envHistory  = "NEMESIS_HISTORY"  // a directory: each run's whole history goes to DRIVER-SEED.txt there
+	envFaults   = "NEMESIS_FAULTS"   // comma-separated fault kinds (and "adversary") to inject, instead of all
 )
+
+// faultsOf is NEMESIS_FAULTS as a list (nil: every fault).
+func faultsOf() []string {
+	if v := os.Getenv(envFaults); v != "" {
+		return strings.Split(v, ",")
+	}
+	return nil
+}
 
 func fullMode() bool { return os.Getenv(envMode) == "full" }
 
@@ -129,7 +138,7 @@ func TestNemesis(t *testing.T) {
 	var bad []string
 	for _, name := range selected(t, envDrivers, Drivers(fullMode())) {
 		t.Run(name, func(t *testing.T) {
-			cfg := Config{Target: TargetByName(name), Seed: s, Duration: d, Replay: replay(name, s, d)}
+			cfg := Config{Target: TargetByName(name), Seed: s, Duration: d, Replay: replay(name, s, d), Faults: faultsOf()}
 			if dir := os.Getenv(envHistory); dir != "" {
 				cfg.History = filepath.Join(dir, fmt.Sprintf("%s-%d.txt", name, s))
 			}

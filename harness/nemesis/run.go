@@ -66,6 +66,9 @@ type Summary struct {
 	// Adversary counts what the pub/sub adversary heard and sent, by kind
 	// (see adversary.go); nil without one.
 	Adversary map[string]int
+	// FaultsLimited: the run injected only some kinds of fault
+	// (Config.Faults) or none, so the adversary may not have run.
+	FaultsLimited bool
 }
 
 // Line is the summary line of a run.
@@ -325,6 +328,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		Driver: tg.Name, Seed: cfg.Seed, Duration: elapsed, Stats: st,
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
 		DuringUnlock: r.rec.GrantedDuringUnlock(), RWLocker: rw, SemLocker: sem, Adversary: adv.Counts(),
+		FaultsLimited: cfg.NoFaults || len(cfg.Faults) > 0,
 	}
 }
 
