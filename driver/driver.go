@@ -50,6 +50,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errtext"
 )
 
 // Sentinel errors for drivers; package lock maps them to its own.
@@ -73,7 +75,7 @@ type HeldError struct {
 
 func (e *HeldError) Error() string {
 	if e.RetryAfter > 0 {
-		return fmt.Sprintf("%v (free in at most %v)", ErrHeld, e.RetryAfter)
+		return fmt.Sprintf("%v (free in at most %v)", ErrHeld, errtext.Ceil(e.RetryAfter))
 	}
 	return ErrHeld.Error()
 }

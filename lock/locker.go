@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 )
 
 // A Locker grants leases on keys of one backend. It is safe for concurrent
@@ -580,7 +581,7 @@ func validityFor(dl *driver.Lease) (time.Duration, error) {
 		v = dl.TTL
 	}
 	if room := v - driftMargin(v); room < minRenewRoom {
-		return 0, fmt.Errorf("TTL %v gives a validity of %v on this backend, which leaves no room for a renewal", dl.TTL, v)
+		return 0, fmt.Errorf("TTL %v gives a validity of %v on this backend, which leaves no room for a renewal", dl.TTL, errtext.Duration(v))
 	}
 	dl.Validity = 0
 	return v, nil
