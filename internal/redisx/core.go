@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -68,7 +69,7 @@ func NewCore(name string, client redis.UniversalClient, o *Options, owns bool) (
 		c.Client = nil
 		c.bad = fmt.Errorf("%s: nil Redis client", name)
 	case strings.ContainsAny(prefix, "{}"):
-		c.bad = fmt.Errorf("%s: key prefix %q contains \"{\" or \"}\"", name, prefix)
+		c.bad = fmt.Errorf("%s: key prefix %s contains \"{\" or \"}\"", name, errtext.Quote(prefix))
 	}
 	c.Notify = NewNotifier(c.Client, prefix)
 	return c, lo
