@@ -88,8 +88,11 @@ func (e *Error) Error() string {
 }
 
 // driverWords puts the driver package's sentinels in this package's words:
-// "driver:" names an interface users never see.
+// "driver:" names an interface users never see. A wrapped ErrNotHeld
+// ("zookeeper: session 0x1 ended: driver: lease not held") is dropped: the
+// text before it says so.
 var driverWords = strings.NewReplacer(
+	": "+driver.ErrNotHeld.Error(), "",
 	driver.ErrInvalid.Error(), "invalid input",
 	driver.ErrNotHeld.Error(), "not held",
 	driver.ErrHeld.Error(), "held by another owner",
