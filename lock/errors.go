@@ -48,7 +48,8 @@ func (e heldError) Unwrap() []error { return []error{ErrHeld, e.err} }
 // operation, the key, and the causes. errors.Is sees through it to the
 // sentinel and to the backend's or the context's error.
 type Error struct {
-	Op  string // "lock", "trylock", "unlock", "refresh", "renew", ...
+	Op string // "lock", "trylock", "unlock", "refresh", "renew", ...
+	// Key is the key whole; Error's message quotes at most 128 bytes of it.
 	Key string
 	// Kind is the sentinel: ErrNotAcquired, ErrNotHeld, ErrLost, ErrClosed
 	// or ErrInvalid; nil when only the cause is known (a backend failure in

@@ -115,6 +115,10 @@ func TestMessages(t *testing.T) {
 					}
 				})
 			}
+			_, err = l.Lock(ctx, huge)
+			if le := (*lock.Error)(nil); !errors.As(err, &le) || le.Key != huge {
+				t.Errorf("huge key: the *lock.Error does not hold the key whole: %T", err)
+			}
 			l.Close()
 			_, err = l.Lock(ctx, key)
 			checkMessage(t, err, "locker closed")
