@@ -17,6 +17,8 @@
 //     owners' holds, semaphore permits; each says why where it cannot.
 //   - Inspector: the backend can be asked who holds a key and who waits
 //     for it, without changing anything (lock's Inspect).
+//   - LogSetter: the driver's own clients log through their library;
+//     lock.New hands it the Locker's Options.Logger for those lines.
 //
 // Everything that is the same for every backend lives in lock, not here:
 // validation common to all backends, retries and backoff, the renewal
@@ -49,6 +51,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errtext"
@@ -82,6 +85,14 @@ func (e *HeldError) Error() string {
 
 // Is makes errors.Is(err, ErrHeld) hold.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// LogSetter is implemented by a driver whose own clients (those it built,
+// from a URL) log through their library: lock.New hands it the Locker's
+// Options.Logger, nil when none, before the Locker's first call, so that
+// those lines go there or nowhere, never to the program's stderr.
+type LogSetter interface {
+	SetLogger(l *slog.Logger)
+}
 
 // Mode is the kind of grant asked for.
 type Mode uint8

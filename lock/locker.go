@@ -107,7 +107,8 @@ const MaxPermits = 1 << 16
 // The driver's name, for the dlock.driver attribute of metrics and the
 // driver attribute of logs, is what its method Name() string returns, if
 // it has one (every dlock driver has), or else its type's package name.
-// New makes the Locker's instruments (see "Metrics and logs").
+// New makes the Locker's instruments (see "Metrics and logs"), and hands
+// Options.Logger to a driver that implements driver.LogSetter.
 func New(d driver.Driver, o *Options) Locker {
 	opts, err := o.resolved()
 	if d == nil {
@@ -118,6 +119,9 @@ func New(d driver.Driver, o *Options) Locker {
 	var merr error
 	if lk.m, merr = newMetrics(opts.MeterProvider, lk.name, opts.MetricKeys); merr != nil && opts.Logger != nil {
 		opts.Logger.Warn("dlock: some instruments could not be made and are not recorded", "driver", lk.name, "err", merr)
+	}
+	if ls, ok := d.(driver.LogSetter); ok {
+		ls.SetLogger(opts.Logger)
 	}
 	lk.bgCtx, lk.bgCancel = context.WithCancel(context.Background())
 	lk.notifier, _ = d.(driver.Notifier)

@@ -17,7 +17,8 @@
 // which takes the user info's when neither is given). An
 // unknown or repeated parameter is an error wrapping lock.ErrInvalid that
 // lists the known ones. Clients made here have ContextTimeoutEnabled set,
-// so that a call's deadline bounds a request in flight.
+// so that a call's deadline bounds a request in flight, and log through
+// the Locker's Options.Logger or not at all (log.go).
 package redisx
 
 import (
