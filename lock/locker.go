@@ -825,10 +825,10 @@ func (lk *locker) Close() error {
 	select {
 	case err := <-closed:
 		if err != nil {
-			errs = append(errs, fmt.Errorf("lock: closing driver: %w", err))
+			errs = append(errs, fmt.Errorf("lock: close: %w", err))
 		}
 	case <-timer.C:
-		errs = append(errs, fmt.Errorf("lock: closing driver: still under way after %v (ReleaseTimeout); it goes on in the background", lk.opts.ReleaseTimeout))
+		errs = append(errs, fmt.Errorf("lock: close: still under way after %v (ReleaseTimeout); it goes on in the background", lk.opts.ReleaseTimeout))
 	}
 	return errors.Join(errs...)
 }
