@@ -17,6 +17,8 @@
 //     owners' holds, semaphore permits; each says why where it cannot.
 //   - Inspector: the backend can be asked who holds a key and who waits
 //     for it, without changing anything (lock's Inspect).
+//   - LogSetter: the driver's own clients log through their library;
+//     lock.New hands it the Locker's Options.Logger for those lines.
 //
 // Everything that is the same for every backend lives in lock, not here:
 // validation common to all backends, retries and backoff, the renewal
@@ -49,7 +51,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errtext"
 )
 
 // Sentinel errors for drivers; package lock maps them to its own.
@@ -73,13 +78,21 @@ type HeldError struct {
 
 func (e *HeldError) Error() string {
 	if e.RetryAfter > 0 {
-		return fmt.Sprintf("%v (free in at most %v)", ErrHeld, e.RetryAfter)
+		return fmt.Sprintf("%v (free in at most %v)", ErrHeld, errtext.Ceil(e.RetryAfter))
 	}
 	return ErrHeld.Error()
 }
 
 // Is makes errors.Is(err, ErrHeld) hold.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// LogSetter is implemented by a driver whose own clients (those it built,
+// from a URL) log through their library: lock.New hands it the Locker's
+// Options.Logger, nil when none, before the Locker's first call, so that
+// those lines go there or nowhere, never to the program's stderr.
+type LogSetter interface {
+	SetLogger(l *slog.Logger)
+}
 
 // Mode is the kind of grant asked for.
 type Mode uint8

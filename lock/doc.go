@@ -245,6 +245,14 @@
 // cannot carry (Memcached's 250 bytes, ZooKeeper's path syntax) without
 // truncation or collisions.
 //
+// Messages are for people, errors.Is and errors.As for programs: a key or
+// any other value a message quotes is cut to 128 bytes, followed by its
+// length ("kkkk..."... (1048576 bytes)), while Error.Key holds it whole;
+// the drivers' sentinels are said in this package's words; and a duration
+// the code computed is rounded (free in at most 30s). Open names
+// redisnx:// and rediswatch:// for go-redis's redis:// (and their TLS
+// schemes for rediss://).
+//
 // # Metrics and logs
 //
 // With Options.MeterProvider (OpenTelemetry's metric API; nil means no

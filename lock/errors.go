@@ -3,9 +3,10 @@ package lock
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strings"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 )
 
 // Sentinel errors. Every error returned by this package and its drivers wraps
@@ -47,7 +48,8 @@ func (e heldError) Unwrap() []error { return []error{ErrHeld, e.err} }
 // operation, the key, and the causes. errors.Is sees through it to the
 // sentinel and to the backend's or the context's error.
 type Error struct {
-	Op  string // "lock", "trylock", "unlock", "refresh", "renew", ...
+	Op string // "lock", "trylock", "unlock", "refresh", "renew", ...
+	// Key is the key whole; Error's message quotes at most 128 bytes of it.
 	Key string
 	// Kind is the sentinel: ErrNotAcquired, ErrNotHeld, ErrLost, ErrClosed
 	// or ErrInvalid; nil when only the cause is known (a backend failure in
@@ -64,23 +66,60 @@ func (e *Error) Error() string {
 	}
 	msg := kind + ": " + e.Op
 	if e.Key != "" {
-		msg += fmt.Sprintf(" %q", e.Key)
+		msg += " " + errtext.Quote(e.Key)
 	}
+	cause, causeKind := e.Err, e.Kind
 	if inner, ok := e.Err.(*Error); ok && inner.Key == e.Key {
 		// An error of the same key (how the lease ended, say): its kind
 		// if it differs, and its cause, without saying the key again.
 		if inner.Kind != nil && inner.Kind != e.Kind {
 			msg += ": " + inner.Kind.Error() + " (" + inner.Op + ")"
 		}
-		if inner.Err != nil {
-			msg += ": " + inner.Err.Error()
+		if inner.Kind != nil {
+			causeKind = inner.Kind
 		}
-		return msg
+		cause = inner.Err
 	}
-	if e.Err != nil {
-		msg += ": " + e.Err.Error()
+	if cause != nil {
+		if text := causeText(causeKind, cause); text != "" {
+			msg += ": " + text
+		}
 	}
 	return msg
+}
+
+// driverWords puts the driver package's sentinels in this package's words:
+// "driver:" names an interface users never see. A wrapped ErrNotHeld
+// ("zookeeper: session 0x1 ended: driver: lease not held") is dropped: the
+// text before it says so.
+var driverWords = strings.NewReplacer(
+	": "+driver.ErrNotHeld.Error(), "",
+	driver.ErrInvalid.Error(), "invalid input",
+	driver.ErrNotHeld.Error(), "not held",
+	driver.ErrHeld.Error(), "held by another owner",
+)
+
+// causeText is err's message as an *Error of kind shows it: the driver's
+// sentinels in this package's words, and without what kind already says
+// (no "lock: invalid input: lock "k": driver: invalid input: TTL ...").
+// The error itself is unchanged, so errors.Is and errors.As still see
+// every sentinel and type it wraps.
+func causeText(kind, err error) string {
+	s := driverWords.Replace(err.Error())
+	if kind == nil {
+		return s
+	}
+	word := strings.TrimPrefix(kind.Error(), "lock: ")
+	s = strings.ReplaceAll(s, kind.Error()+": ", "")
+	switch {
+	case s == word || s == kind.Error():
+		return ""
+	case strings.HasPrefix(s, word+": "):
+		return s[len(word)+2:]
+	case strings.HasSuffix(s, ": "+word):
+		return s[:len(s)-len(word)-2]
+	}
+	return s
 }
 
 // Unwrap returns the sentinel and the cause, for errors.Is and errors.As.

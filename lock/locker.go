@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 )
 
 // A Locker grants leases on keys of one backend. It is safe for concurrent
@@ -106,7 +107,8 @@ const MaxPermits = 1 << 16
 // The driver's name, for the dlock.driver attribute of metrics and the
 // driver attribute of logs, is what its method Name() string returns, if
 // it has one (every dlock driver has), or else its type's package name.
-// New makes the Locker's instruments (see "Metrics and logs").
+// New makes the Locker's instruments (see "Metrics and logs"), and hands
+// Options.Logger to a driver that implements driver.LogSetter.
 func New(d driver.Driver, o *Options) Locker {
 	opts, err := o.resolved()
 	if d == nil {
@@ -117,6 +119,9 @@ func New(d driver.Driver, o *Options) Locker {
 	var merr error
 	if lk.m, merr = newMetrics(opts.MeterProvider, lk.name, opts.MetricKeys); merr != nil && opts.Logger != nil {
 		opts.Logger.Warn("dlock: some instruments could not be made and are not recorded", "driver", lk.name, "err", merr)
+	}
+	if ls, ok := d.(driver.LogSetter); ok {
+		ls.SetLogger(opts.Logger)
 	}
 	lk.bgCtx, lk.bgCancel = context.WithCancel(context.Background())
 	lk.notifier, _ = d.(driver.Notifier)
@@ -580,7 +585,7 @@ func validityFor(dl *driver.Lease) (time.Duration, error) {
 		v = dl.TTL
 	}
 	if room := v - driftMargin(v); room < minRenewRoom {
-		return 0, fmt.Errorf("TTL %v gives a validity of %v on this backend, which leaves no room for a renewal", dl.TTL, v)
+		return 0, fmt.Errorf("TTL %v gives a validity of %v on this backend, which leaves no room for a renewal", dl.TTL, errtext.Duration(v))
 	}
 	dl.Validity = 0
 	return v, nil
@@ -820,10 +825,10 @@ func (lk *locker) Close() error {
 	select {
 	case err := <-closed:
 		if err != nil {
-			errs = append(errs, fmt.Errorf("lock: closing driver: %w", err))
+			errs = append(errs, fmt.Errorf("lock: close: %w", err))
 		}
 	case <-timer.C:
-		errs = append(errs, fmt.Errorf("lock: closing driver: still under way after %v (ReleaseTimeout); it goes on in the background", lk.opts.ReleaseTimeout))
+		errs = append(errs, fmt.Errorf("lock: close: still under way after %v (ReleaseTimeout); it goes on in the background", lk.opts.ReleaseTimeout))
 	}
 	return errors.Join(errs...)
 }

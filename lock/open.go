@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redact"
 )
 
@@ -123,17 +124,16 @@ func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
 func open(ctx context.Context, rawURL string) (driver.Driver, *Options, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: malformed URL %q: %v", ErrInvalid, redact.Raw(rawURL), parseFailure(rawURL, err))
+		return nil, nil, fmt.Errorf("%w: malformed URL %s: %s", ErrInvalid, errtext.Quote(redact.Raw(rawURL)), errtext.Bound(parseFailure(rawURL, err).Error()))
 	}
 	if u.Scheme == "" {
-		return nil, nil, fmt.Errorf("%w: URL %q has no scheme (want one of %s)", ErrInvalid, redact.URL(u), strings.Join(Schemes(), ", "))
+		return nil, nil, fmt.Errorf("%w: URL %s has no scheme (want one of %s)", ErrInvalid, errtext.Quote(redact.URL(u)), strings.Join(Schemes(), ", "))
 	}
 	registry.RLock()
 	open := registry.m[u.Scheme]
 	registry.RUnlock()
 	if open == nil {
-		return nil, nil, fmt.Errorf("%w: unknown URL scheme %q (registered: %s); is the driver package imported? %s",
-			ErrInvalid, u.Scheme, strings.Join(Schemes(), ", "), importHint(u.Scheme))
+		return nil, nil, unknownScheme(u.Scheme)
 	}
 	d, o, err := open(ctx, u)
 	if err != nil {
@@ -148,6 +148,19 @@ func open(ctx context.Context, rawURL string) (driver.Driver, *Options, error) {
 // driverPackages are dlock's driver packages, for the hint of an unknown
 // scheme (names only: lock imports no driver).
 var driverPackages = []string{"memory", "redisnx", "rediswatch", "memcached", "zookeeper"}
+
+// unknownScheme is the error for a scheme no driver registered, with what
+// to do: import the driver that registers it, or, for go-redis's redis://
+// and rediss://, pick one of the two Redis drivers.
+func unknownScheme(scheme string) error {
+	if scheme == "redis" || scheme == "rediss" {
+		tls := strings.TrimPrefix(scheme, "redis") // "s" over TLS
+		return fmt.Errorf("%w: unknown URL scheme %q: dlock's Redis drivers are redisnx%s:// (Lua scripts) and rediswatch%s:// (no scripts, for an ACL user denied @scripting), with the rest of the URL as go-redis reads it; import _ %q or %q",
+			ErrInvalid, scheme, tls, tls, "github.com/dlock-go/dlock/driver/redisnx", "github.com/dlock-go/dlock/driver/rediswatch")
+	}
+	return fmt.Errorf("%w: unknown URL scheme %s (registered: %s); is the driver package imported? %s",
+		ErrInvalid, errtext.Quote(scheme), strings.Join(Schemes(), ", "), importHint(scheme))
+}
 
 // importHint names the import that registers scheme, or lists them all.
 func importHint(scheme string) string {
@@ -195,20 +208,20 @@ func URLOptions(u *url.URL, driverParams ...string) (*Options, url.Values, error
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: URL query: %v", ErrInvalid, err)
+		return nil, nil, fmt.Errorf("%w: URL query: %s", ErrInvalid, errtext.Bound(err.Error()))
 	}
 	o := &Options{}
 	rest := url.Values{}
 	for name, vals := range q {
 		if len(vals) != 1 {
-			return nil, nil, fmt.Errorf("%w: URL parameter %q given %d times", ErrInvalid, name, len(vals))
+			return nil, nil, fmt.Errorf("%w: URL parameter %s given %d times", ErrInvalid, errtext.Quote(name), len(vals))
 		}
 		v := vals[0]
 		switch {
 		case name == "ttl":
 			d, err := time.ParseDuration(v)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: URL parameter ttl=%q: %v", ErrInvalid, v, err)
+				return nil, nil, fmt.Errorf("%w: URL parameter ttl=%s: want a duration such as 15s", ErrInvalid, errtext.Quote(v))
 			}
 			if err := checkTTL(d); d != 0 && err != nil { // 0: the default, as in Options
 				return nil, nil, fmt.Errorf("%w: URL parameter ttl: %v", ErrInvalid, err)
@@ -217,14 +230,14 @@ func URLOptions(u *url.URL, driverParams ...string) (*Options, url.Values, error
 		case name == "autorenew":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%w: URL parameter autorenew=%q: want true or false", ErrInvalid, v)
+				return nil, nil, fmt.Errorf("%w: URL parameter autorenew=%s: want true or false", ErrInvalid, errtext.Quote(v))
 			}
 			o.DisableAutoRenew = !b
 		case slices.Contains(driverParams, name):
 			rest.Set(name, v)
 		default:
 			known := append([]string{"ttl", "autorenew"}, driverParams...)
-			return nil, nil, fmt.Errorf("%w: unknown URL parameter %q for scheme %s (known: %s)", ErrInvalid, name, u.Scheme, strings.Join(known, ", "))
+			return nil, nil, fmt.Errorf("%w: unknown URL parameter %s for scheme %s (known: %s)", ErrInvalid, errtext.Quote(name), u.Scheme, strings.Join(known, ", "))
 		}
 	}
 	return o, rest, nil

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/dlock-go/dlock/internal/errtext"
 )
 
 // Key mapping. A user key K becomes two memcached keys:
@@ -68,7 +70,7 @@ func checkPrefix(p string) error {
 	case len(p) > maxPrefixLen:
 		return fmt.Errorf("key prefix of %d bytes is longer than %d", len(p), maxPrefixLen)
 	case !legal(p):
-		return fmt.Errorf("key prefix %q contains a space or control byte, which memcached keys cannot carry", p)
+		return fmt.Errorf("key prefix %s contains a space or control byte, which memcached keys cannot carry", errtext.Quote(p))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
@@ -33,7 +34,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 		return nil, nil, err
 	}
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: memcached URL %q: %s", lock.ErrInvalid, redact.URL(u), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: memcached URL %s: %s", lock.ErrInvalid, errtext.Quote(redact.URL(u)), fmt.Sprintf(format, args...))
 	}
 	switch {
 	case u.Opaque != "":
@@ -41,7 +42,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	case u.User != nil:
 		return nil, nil, bad("memcached's text protocol has no authentication; remove the user info")
 	case u.Path != "" && u.Path != "/":
-		return nil, nil, bad("unexpected path %q", u.Path)
+		return nil, nil, bad("unexpected path %s", errtext.Quote(u.Path))
 	case u.Fragment != "":
 		return nil, nil, bad("unexpected fragment")
 	}
@@ -62,10 +63,10 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	if v := params.Get("timeout"); params.Has("timeout") {
 		timeout, err = time.ParseDuration(v)
 		if err != nil || timeout <= 0 {
-			return nil, nil, bad("timeout=%q: want a positive duration such as 500ms", v)
+			return nil, nil, bad("timeout=%s: want a positive duration such as 500ms", errtext.Quote(v))
 		}
 	}
-	tc, err := tlsconf.Parse(params, fmt.Sprintf("memcached URL %q", redact.URL(u)))
+	tc, err := tlsconf.Parse(params, fmt.Sprintf("memcached URL %s", errtext.Quote(redact.URL(u))))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -103,21 +104,21 @@ func serverAddrs(hosts string) ([]string, error) {
 	var addrs []string
 	for _, h := range strings.Split(hosts, ",") {
 		if h == "" {
-			return nil, fmt.Errorf("empty server in the list %q", hosts)
+			return nil, fmt.Errorf("empty server in the list %s", errtext.Quote(hosts))
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil {
 			host, port = h, defaultPort
 			if strings.Contains(strings.Trim(h, "[]"), ":") && !strings.HasPrefix(h, "[") {
-				return nil, fmt.Errorf("server %q: %v", h, err)
+				return nil, fmt.Errorf("server %s: %s", errtext.Quote(h), errtext.Bound(err.Error()))
 			}
 			host = strings.Trim(host, "[]")
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, fmt.Errorf("server %q: bad port %q", h, port)
+			return nil, fmt.Errorf("server %s: bad port %s", errtext.Quote(h), errtext.Quote(port))
 		}
 		if host == "" {
-			return nil, fmt.Errorf("server %q: no host", h)
+			return nil, fmt.Errorf("server %s: no host", errtext.Quote(h))
 		}
 		addrs = append(addrs, net.JoinHostPort(host, port))
 	}

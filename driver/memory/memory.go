@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -58,7 +59,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 		return nil, nil, err
 	}
 	if u.Opaque != "" || u.Path != "" || u.User != nil || u.Port() != "" {
-		return nil, nil, fmt.Errorf("%w: memory URL %q: want memory:// or memory://NAME", lock.ErrInvalid, redact.URL(u))
+		return nil, nil, fmt.Errorf("%w: memory URL %s: want memory:// or memory://NAME", lock.ErrInvalid, errtext.Quote(redact.URL(u)))
 	}
 	stores.Lock()
 	s := stores.m[u.Host]

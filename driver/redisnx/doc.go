@@ -172,6 +172,21 @@
 // call as lock.ErrInvalid. Unlock can report lock.ErrNotHeld for a release
 // that happened, when go-redis resent it after a read timeout.
 //
+// # Logs
+//
+// go-redis logs through one logger per process (redis.SetLogger), to
+// stderr by default. The lines of a client this package built from a URL
+// (lock.Open) go to the Locker's Options.Logger at Warn, as "dlock: redis
+// client" with the go-redis line, or nowhere without a Logger; those of a
+// client you pass to New, and of your other clients, are printed as
+// go-redis prints them, or go to the logger you set. To do that, importing
+// this package installs a logger with redis.SetLogger at init (go-redis
+// has no per-client one, and reads its logger without synchronisation); a
+// redis.SetLogger of yours made later replaces it and then receives every
+// line, dlock's clients' included. A line go-redis logs outside any call
+// of a client (a connection that failed to close; a Sentinel's own dial)
+// cannot be told apart and is printed.
+//
 // # Permissions
 //
 // Scripts run with EVALSHA (EVAL when the server lacks them), and the ACL

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -206,7 +207,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		if fresh {
 			if token, err = nextToken(counter, now); err != nil {
 				unwatch(ctx, tx)
-				return fmt.Errorf("%w (%q)", err, ck)
+				return fmt.Errorf("%w (%s)", err, errtext.Quote(ck))
 			}
 		}
 		markSent(l, true)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -69,7 +70,7 @@ func (d *watchDriver) acquireHold(ctx context.Context, l *driver.Lease) error {
 			}
 			if token, err = strconv.ParseInt(tok.Val(), 10, 64); err != nil || token <= 0 {
 				unwatch(ctx, tx)
-				return fmt.Errorf("rediswatch: holds %q: token %q is not a positive integer", hk, tok.Val())
+				return fmt.Errorf("rediswatch: holds %s: token %s is not a positive integer", errtext.Quote(hk), errtext.Quote(tok.Val()))
 			}
 			markSent(l, true)
 			d.hook("grant", lk)
@@ -88,7 +89,7 @@ func (d *watchDriver) acquireHold(ctx context.Context, l *driver.Lease) error {
 		}
 		if token, err = nextToken(counter, now); err != nil {
 			unwatch(ctx, tx)
-			return fmt.Errorf("%w (%q)", err, ck)
+			return fmt.Errorf("%w (%s)", err, errtext.Quote(ck))
 		}
 		markSent(l, true)
 		d.hook("grant", lk)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -234,7 +235,7 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 		next = behind(line.Val(), l.Owner, dead)
 		if token, err = nextToken(counter, st.now); err != nil {
 			unwatch(ctx, tx)
-			return fmt.Errorf("%w (%q)", err, ck)
+			return fmt.Errorf("%w (%s)", err, errtext.Quote(ck))
 		}
 		g.now, g.ttl, g.pttl = st.nowMS(), ttl, st.pttl.Val().Milliseconds()
 		g.keep = ttl

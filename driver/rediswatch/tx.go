@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -230,7 +231,7 @@ func (d *watchDriver) retryAborted(ctx context.Context, op, lk string, aborts *a
 		aborts.Add(1)
 		if n >= d.maxAttempts {
 			d.stats.gaveUp.Add(1)
-			return fmt.Errorf("%w: %s of %q gave up after %d aborted transactions", ErrConflict, op, lk, n)
+			return fmt.Errorf("%w: %s of %s gave up after %d aborted transactions", ErrConflict, op, errtext.Quote(lk), n)
 		}
 		if ctx.Err() != nil {
 			return redisx.WithCtx(ctx, ctx.Err())

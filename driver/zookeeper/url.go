@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
@@ -26,7 +27,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 // parseURL reads zookeeper://[user:pass@]host[:port][,host[:port]...][/root][?params].
 func parseURL(u *url.URL) ([]string, *Options, error) {
 	bad := func(format string, args ...any) ([]string, *Options, error) {
-		return nil, nil, fmt.Errorf("%w: zookeeper URL %q: %s", lock.ErrInvalid, redact.URL(u), fmt.Sprintf(format, args...))
+		return nil, nil, fmt.Errorf("%w: zookeeper URL %s: %s", lock.ErrInvalid, errtext.Quote(redact.URL(u)), fmt.Sprintf(format, args...))
 	}
 	if u.Opaque != "" || u.Fragment != "" {
 		return bad("want zookeeper://[user:pass@]host:port[,host:port...][/root]")
@@ -36,13 +37,13 @@ func parseURL(u *url.URL) ([]string, *Options, error) {
 		return nil, nil, err
 	}
 	o := &Options{Options: *lo}
-	if o.TLS, err = tlsconf.Parse(params, fmt.Sprintf("zookeeper URL %q", redact.URL(u))); err != nil {
+	if o.TLS, err = tlsconf.Parse(params, fmt.Sprintf("zookeeper URL %s", errtext.Quote(redact.URL(u)))); err != nil {
 		return nil, nil, err
 	}
 	if v := params.Get("session_timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return bad("session_timeout=%q: want a positive duration such as 10s", v)
+			return bad("session_timeout=%s: want a positive duration such as 10s", errtext.Quote(v))
 		}
 		if d < time.Millisecond || d > 24*time.Hour {
 			return bad("session_timeout=%v is out of range [1ms, 24h]", d)
@@ -55,11 +56,11 @@ func parseURL(u *url.URL) ([]string, *Options, error) {
 	var servers []string
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return bad("empty server in %q", u.Host)
+			return bad("empty server in %s", errtext.Quote(u.Host))
 		}
 		if _, _, err := net.SplitHostPort(h); err != nil {
 			if strings.Contains(h, ":") {
-				return bad("server %q: %v", h, err)
+				return bad("server %s: %s", errtext.Quote(h), errtext.Bound(err.Error()))
 			}
 			h = net.JoinHostPort(h, "2181")
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/go-zookeeper/zk"
 )
@@ -343,15 +344,15 @@ func checkRoot(root string) error {
 		return nil
 	}
 	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") {
-		return fmt.Errorf("root %q: want an absolute path without a trailing slash, like /app/locks", root)
+		return fmt.Errorf("root %s: want an absolute path without a trailing slash, like /app/locks", errtext.Quote(root))
 	}
 	for _, part := range strings.Split(root[1:], "/") {
 		if part == "" || part == "." || part == ".." || EscapeKey(part) != part {
-			return fmt.Errorf("root %q: segment %q is not a valid ZooKeeper node name", root, part)
+			return fmt.Errorf("root %s: segment %s is not a valid ZooKeeper node name", errtext.Quote(root), errtext.Quote(part))
 		}
 	}
 	if strings.HasPrefix(root+"/", "/zookeeper/") {
-		return fmt.Errorf("root %q is inside ZooKeeper's reserved /zookeeper", root)
+		return fmt.Errorf("root %s is inside ZooKeeper's reserved /zookeeper", errtext.Quote(root))
 	}
 	return nil
 }

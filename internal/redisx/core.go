@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -46,8 +48,9 @@ type Core struct {
 	// grants them).
 	Permits bool
 	name    string
-	owns    bool  // opened from a URL: Close closes Client
-	bad     error // an unusable configuration; Validate reports it
+	owns    bool       // opened from a URL: Close closes Client
+	log     *clientLog // where the client's go-redis lines go, when owned
+	bad     error      // an unusable configuration; Validate reports it
 }
 
 // NewCore returns the core of driver name over client, and the lock.Options
@@ -68,10 +71,24 @@ func NewCore(name string, client redis.UniversalClient, o *Options, owns bool) (
 		c.Client = nil
 		c.bad = fmt.Errorf("%s: nil Redis client", name)
 	case strings.ContainsAny(prefix, "{}"):
-		c.bad = fmt.Errorf("%s: key prefix %q contains \"{\" or \"}\"", name, prefix)
+		c.bad = fmt.Errorf("%s: key prefix %s contains \"{\" or \"}\"", name, errtext.Quote(prefix))
 	}
 	c.Notify = NewNotifier(c.Client, prefix)
+	if owns && c.Client != nil {
+		c.log = &clientLog{name: name}
+		logHook{c.log}.hook(c.Client)
+		c.Notify.ctx = c.log.mark(c.Notify.ctx)
+	}
 	return c, lo
+}
+
+// SetLogger implements driver.LogSetter: the go-redis lines of a client
+// built from a URL go to l, nowhere when l is nil (see log.go). The lines
+// of a client the user gave are left to the user's go-redis logger.
+func (c *Core) SetLogger(l *slog.Logger) {
+	if c.log != nil {
+		c.log.l.Store(l)
+	}
 }
 
 // LockKey returns the Redis key of the lock on key.

@@ -31,6 +31,7 @@ import (
 type Notifier struct {
 	client redis.UniversalClient
 	prefix string
+	ctx    context.Context // of its pub/sub calls: marked for an owned client (log.go)
 	// PingEvery and Linger may be changed (by tests) before the first use.
 	PingEvery, Linger time.Duration
 	reconnects        atomic.Uint64
@@ -57,7 +58,7 @@ var ErrNotifierClosed = errors.New("redis: notifier closed")
 // NewNotifier returns the notifier of a Locker over client, whose names
 // start with prefix. It connects on first use.
 func NewNotifier(client redis.UniversalClient, prefix string) *Notifier {
-	return &Notifier{client: client, prefix: prefix, PingEvery: pingEvery, Linger: linger, hubs: map[*redis.Client]*hub{}}
+	return &Notifier{client: client, prefix: prefix, ctx: context.Background(), PingEvery: pingEvery, Linger: linger, hubs: map[*redis.Client]*hub{}}
 }
 
 // Reconnects counts the pub/sub connections replaced after a failure.
@@ -178,9 +179,9 @@ func (n *Notifier) hub(lk string, create bool) (*hub, error) {
 	}
 	h := n.hubs[shard]
 	if h == nil && create {
-		sub := func() *redis.PubSub { return n.client.Subscribe(context.Background()) }
+		sub := func() *redis.PubSub { return n.client.Subscribe(n.ctx) }
 		if shard != nil {
-			sub = func() *redis.PubSub { return shard.Subscribe(context.Background()) }
+			sub = func() *redis.PubSub { return shard.Subscribe(n.ctx) }
 		}
 		h = newHub(n, sub, n.prefix+InboxInfix+NewInboxID())
 		n.hubs[shard] = h
@@ -343,10 +344,10 @@ func (h *hub) writeLoop() {
 		ps, gen, sub, unsub, next := h.plan(time.Now())
 		var err error
 		if len(sub) > 0 {
-			err = ps.Subscribe(context.Background(), sub...)
+			err = ps.Subscribe(h.n.ctx, sub...)
 		}
 		if err == nil && len(unsub) > 0 {
-			err = ps.Unsubscribe(context.Background(), unsub...)
+			err = ps.Unsubscribe(h.n.ctx, unsub...)
 		}
 		if err != nil {
 			h.fail(gen)
@@ -419,13 +420,13 @@ func (h *hub) readLoop() {
 func (h *hub) read(ps *redis.PubSub, gen uint64) (worked bool) {
 	pinged := false
 	for {
-		msg, err := ps.ReceiveTimeout(context.Background(), h.pingEvery)
+		msg, err := ps.ReceiveTimeout(h.n.ctx, h.pingEvery)
 		if err != nil {
 			var t interface{ Timeout() bool }
 			if !errors.As(err, &t) || !t.Timeout() || pinged {
 				return worked
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), h.pingEvery)
+			ctx, cancel := context.WithTimeout(h.n.ctx, h.pingEvery)
 			err = ps.Ping(ctx)
 			cancel()
 			if err != nil {

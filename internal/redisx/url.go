@@ -17,7 +17,8 @@
 // which takes the user info's when neither is given). An
 // unknown or repeated parameter is an error wrapping lock.ErrInvalid that
 // lists the known ones. Clients made here have ContextTimeoutEnabled set,
-// so that a call's deadline bounds a request in flight.
+// so that a call's deadline bounds a request in flight, and log through
+// the Locker's Options.Logger or not at all (log.go).
 package redisx
 
 import (
@@ -31,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
@@ -77,7 +79,7 @@ func (c *Config) NewClient() redis.UniversalClient {
 // Failures wrap lock.ErrInvalid.
 func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s URL %q: %s", lock.ErrInvalid, u.Scheme, redact.URL(u), fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s URL %s: %s", lock.ErrInvalid, u.Scheme, errtext.Quote(redact.URL(u)), fmt.Sprintf(format, args...))
 	}
 	if u.Opaque != "" || u.Fragment != "" || u.RawFragment != "" {
 		return nil, bad("want %s://[user:password@][host][:port][,host:port...][/db][?params]", u.Scheme)
@@ -89,7 +91,7 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	own, theirs := url.Values{}, url.Values{}
 	for name, vals := range q {
 		if len(vals) > 1 && name != "addr" {
-			return nil, bad("parameter %q given %d times", name, len(vals))
+			return nil, bad("parameter %s given %d times", errtext.Quote(name), len(vals))
 		}
 		if name == "ttl" || name == "autorenew" || slices.Contains(Params, name) {
 			own[name] = vals
@@ -110,14 +112,14 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		case c.Prefix == "":
 			return nil, bad("empty prefix (leave the parameter out for the default)")
 		case strings.ContainsAny(c.Prefix, "{}"):
-			return nil, bad("prefix %q contains '{' or '}'", c.Prefix)
+			return nil, bad("prefix %s contains '{' or '}'", errtext.Quote(c.Prefix))
 		}
 	}
 	useTLS := u.Scheme == tlsScheme
 	if v := ownq.Get("tls"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, bad("tls=%q: want true or false", v)
+			return nil, bad("tls=%s: want true or false", errtext.Quote(v))
 		}
 		if !b && useTLS {
 			return nil, bad("tls=false contradicts the %s scheme", tlsScheme)
@@ -127,7 +129,7 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		}
 		useTLS = b
 	}
-	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %q", u.Scheme, redact.URL(u)))
+	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %s", u.Scheme, errtext.Quote(redact.URL(u))))
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +145,7 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 
 	hosts := strings.Split(u.Host, ",")
 	if len(hosts) > 1 && slices.Contains(hosts, "") {
-		return nil, bad("empty host in %q", u.Host)
+		return nil, bad("empty host in %s", errtext.Quote(u.Host))
 	}
 	for i, h := range hosts {
 		if h == "" {
@@ -155,12 +157,12 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	}
 	for _, a := range theirs["addr"] {
 		if _, err := hostPort(a); err != nil || !strings.Contains(a, ":") {
-			return nil, bad("addr=%q: want host:port", a)
+			return nil, bad("addr=%s: want host:port", errtext.Quote(a))
 		}
 	}
 	if db := strings.Trim(u.Path, "/"); db != "" {
 		if n, err := strconv.Atoi(db); err != nil || n < 0 {
-			return nil, bad("path %q: want /DB, a database number", u.Path)
+			return nil, bad("path %s: want /DB, a database number", errtext.Quote(u.Path))
 		}
 	}
 	extra := len(hosts) - 1 + len(theirs["addr"])
@@ -169,7 +171,7 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	if v := ownq.Get("cluster"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, bad("cluster=%q: want true or false", v)
+			return nil, bad("cluster=%s: want true or false", errtext.Quote(v))
 		}
 		switch {
 		case b && failover:
@@ -282,12 +284,12 @@ func hostPort(h string) (string, error) {
 	host, port, err := net.SplitHostPort(h)
 	if err != nil {
 		if !strings.Contains(err.Error(), "missing port") {
-			return "", fmt.Errorf("host %q: %v", h, err)
+			return "", fmt.Errorf("host %s: %s", errtext.Quote(h), errtext.Bound(err.Error()))
 		}
 		host, port = strings.Trim(h, "[]"), "6379"
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("host %q: bad port", h)
+		return "", fmt.Errorf("host %s: bad port", errtext.Quote(h))
 	}
 	if host == "" {
 		return net.JoinHostPort("localhost", port), nil
@@ -302,7 +304,7 @@ var unexpected = regexp.MustCompile(`^redis: unexpected option: (.*)$`)
 func explain(err error) string {
 	if m := unexpected.FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Sprintf("unknown URL parameter %s (known: ttl, autorenew, %s, and go-redis's: %s)",
-			m[1], strings.Join(Params, ", "), strings.Join(redisParams, ", "))
+			errtext.Bound(m[1]), strings.Join(Params, ", "), strings.Join(redisParams, ", "))
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
@@ -311,9 +313,9 @@ func explain(err error) string {
 	}
 	var ne *strconv.NumError
 	if errors.As(err, &ne) {
-		return fmt.Sprintf("bad number %q", ne.Num)
+		return fmt.Sprintf("bad number %s", errtext.Quote(ne.Num))
 	}
-	return strings.TrimPrefix(err.Error(), "redis: ")
+	return errtext.Bound(strings.TrimPrefix(err.Error(), "redis: "))
 }
 
 // redisParams are the parameters go-redis's URL parsers read (v9), for

@@ -28,6 +28,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -83,7 +84,7 @@ func Parse(q url.Values, where string) (*tls.Config, error) {
 	if v := q.Get(InsecureSkipVerify); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, bad("%s=%q: want true or false", InsecureSkipVerify, v)
+			return nil, bad("%s=%s: want true or false", InsecureSkipVerify, errtext.Quote(v))
 		}
 		c.InsecureSkipVerify = b
 	}
@@ -97,7 +98,7 @@ func Parse(q url.Values, where string) (*tls.Config, error) {
 		}
 		c.RootCAs = x509.NewCertPool()
 		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, bad("%s=%q: no PEM certificate in the file", CA, f)
+			return nil, bad("%s=%s: no PEM certificate in the file", CA, errtext.Quote(f))
 		}
 	}
 	cert, key := q.Get(Cert), q.Get(Key)
