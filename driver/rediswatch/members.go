@@ -232,7 +232,7 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 			return err
 		}
 		next = behind(line.Val(), l.Owner, dead)
-		if token, err = nextToken(counter, st.now); err != nil {
+		if token, err = nextToken(valueOf(counter), st.now.Val()); err != nil {
 			unwatch(ctx, tx)
 			return fmt.Errorf("%w (%q)", err, ck)
 		}
@@ -255,8 +255,7 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 				leaveCmds(ctx, p, lk, l.Owner, inbox)
 				if next != "" {
 					// A waiter behind may come in too: wake it.
-					o, in := splitElem(next)
-					publishTo(ctx, p, lk, in, o)
+					wake(ctx, p, lk, next)
 				}
 			}
 		})
@@ -388,13 +387,9 @@ func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owne
 // for execUnwatched.
 func wakeCmd(lk string, line []string) []any {
 	if len(line) == 0 {
-		return []any{"publish", channel(lk), ""}
+		return wakeArgs(lk, "")
 	}
-	o, in := splitElem(line[0])
-	if in == "" {
-		in = channel(lk)
-	}
-	return []any{"publish", in, o}
+	return wakeArgs(lk, line[0])
 }
 
 // dropMembers deletes the lock key lk and the set of kind k when lk holds
