@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,11 @@ type cmdLog []string
 func (c *cmdLog) Do(ctx context.Context, args ...any) *redis.Cmd {
 	s := make([]string, len(args))
 	for i, a := range args {
-		s[i] = fmt.Sprint(a)
+		if f, ok := a.(float64); ok { // as go-redis writes it
+			s[i] = strconv.FormatFloat(f, 'f', -1, 64)
+		} else {
+			s[i] = fmt.Sprint(a)
+		}
 	}
 	*c = append(*c, strings.Join(s, " "))
 	return redis.NewCmd(ctx, args...)
@@ -294,5 +299,193 @@ func TestPlanReleaseBadCounter(t *testing.T) {
 	r := releaseRead{holder: got(planMe), first: planOther, entryOf: planOther, entry: got("20000 0"), counter: got("x"), now: planNow}
 	if _, err := planRelease(&q, &r); err == nil {
 		t.Error("counter \"x\": no error")
+	}
+}
+
+// members is what a member attempt reads of the lock key (holder, "" for
+// missing, with its PTTL) and the set: the two latest members (top) and
+// the limit-th latest (nth).
+func members(holder string, pttl time.Duration, top, nth []redis.Z) *memberState {
+	get := redis.NewStringResult(holder, nil)
+	if holder == "" {
+		get = redis.NewStringResult("", redis.Nil)
+	}
+	return &memberState{
+		get:  get,
+		pttl: redis.NewDurationResult(pttl, nil),
+		now:  redis.NewTimeCmdResult(planNow, nil),
+		top:  redis.NewZSliceCmdResult(top, nil),
+		nth:  redis.NewZSliceCmdResult(nth, nil),
+	}
+}
+
+func TestMemberStep(t *testing.T) {
+	ms := float64(planNow.UnixMilli())
+	live := []redis.Z{{Score: ms + 5000, Member: planOther}}
+	for _, c := range []struct {
+		name  string
+		k     *memberKind
+		how   attempt
+		r     memberRead
+		want  memberStep
+		retry time.Duration // a refusal with this hint (-1: without one)
+		err   error         // a refusal wrapping this
+	}{
+		{name: "tombstone present", k: shares, r: memberRead{st: members("", -2, nil, nil), void: true}, retry: -1},
+		{name: "share, free key", k: shares, r: memberRead{st: members("", -2, nil, nil)}, want: memberNow},
+		{name: "share, readers live", k: shares, r: memberRead{st: members("R", 5*time.Second, live, nil)}, want: memberNow},
+		{name: "share, a writer holds", k: shares, r: memberRead{st: members(planOther, 5*time.Second, nil, nil)}, want: memberHeld},
+		{name: "share, a writer holds, join", k: shares, how: tryThenJoin, r: memberRead{st: members(planOther, 5*time.Second, nil, nil)}, want: memberJoin},
+		{name: "share, free, a waiter queued, join", k: shares, how: tryThenJoin, r: memberRead{st: members("", -2, nil, nil), line: []string{planOther}}, want: memberJoin},
+		{name: "permit, room", k: permitsOf(2), r: memberRead{st: members("S2", 5*time.Second, live, nil)}, want: memberNow},
+		{name: "permit, full", k: permitsOf(1), r: memberRead{st: members("S1", 5*time.Second, live, live)}, retry: 5001 * time.Millisecond},
+		{name: "permit, another limit", k: permitsOf(4), r: memberRead{st: members("S3", 5*time.Second, live, nil)}, err: driver.ErrInvalid},
+		{name: "permit, stale marker of another limit", k: permitsOf(4), r: memberRead{st: members("S3", 5*time.Second, []redis.Z{{Score: ms - 1}}, nil)}, want: memberNow},
+		{name: "permit, readers hold", k: permitsOf(4), r: memberRead{st: members("R", 5*time.Second, nil, nil)}, want: memberHeld},
+	} {
+		q := memberReq{k: c.k, how: c.how, lk: planLK, set: c.k.set(planLK), owner: planMe, ttl: planTTL.Milliseconds()}
+		step, _, err := c.r.step(&q)
+		var held *driver.HeldError
+		switch {
+		case c.err != nil:
+			if !errors.Is(err, c.err) {
+				t.Errorf("%s: %v, want %v", c.name, err, c.err)
+			}
+		case c.retry != 0:
+			if !errors.As(err, &held) || held.RetryAfter != max(c.retry, 0) {
+				t.Errorf("%s: %v, want a HeldError with RetryAfter %v", c.name, err, max(c.retry, 0))
+			}
+		case err != nil || step != c.want:
+			t.Errorf("%s: (%d, %v), want step %d", c.name, step, err, c.want)
+		}
+	}
+}
+
+func TestPlanMember(t *testing.T) {
+	const fence = "set dlock:{k}:fence 1700000000000000 px 604800000"
+	ms := float64(planNow.UnixMilli())
+	live := []redis.Z{{Score: ms + 40000, Member: planOther}}
+	for _, c := range []struct {
+		name string
+		k    *memberKind
+		how  attempt
+		r    memberRead
+		dead string
+		next string
+		cmds string
+	}{
+		{
+			name: "share, free key", k: shares, r: memberRead{st: members("", -2, nil, nil)},
+			cmds: "set dlock:{k} R px 30000|zremrangebyscore dlock:{k}:r -inf (1700000000000|zadd dlock:{k}:r 1700000030000 me|pexpire dlock:{k}:r 30000|" + fence,
+		},
+		{
+			name: "share, joins readers who outlast it", k: shares, r: memberRead{st: members("R", 40*time.Second, live, nil)},
+			cmds: "zremrangebyscore dlock:{k}:r -inf (1700000000000|zadd dlock:{k}:r 1700000030000 me|pexpire dlock:{k}:r 40000|" + fence,
+		},
+		{
+			name: "share from the queue, a waiter behind", k: shares, how: queued,
+			r:    memberRead{st: members("", -2, nil, nil), line: []string{planMe, planOther + " " + planInbox}},
+			next: planOther + " " + planInbox,
+			cmds: "set dlock:{k} R px 30000|zremrangebyscore dlock:{k}:r -inf (1700000000000|zadd dlock:{k}:r 1700000030000 me|pexpire dlock:{k}:r 30000|" + fence +
+				"|lrem dlock:{k}:wq 0 me|lrem dlock:{k}:wq 0 me " + planInbox + "|del dlock:{k}:we:me dlock:{k}:wg:me|publish " + planInbox + " other",
+		},
+		{
+			name: "permit, free key, a dead waiter first", k: permitsOf(4),
+			r:    memberRead{st: members("", -2, nil, nil), line: []string{planOther, "third"}},
+			dead: planOther, next: "third",
+			cmds: "del dlock:{k}:s|set dlock:{k} S4 px 30000|zadd dlock:{k}:s 1700000030000 me|pexpire dlock:{k}:s 30000|" + fence + "|lrem dlock:{k}:wq 1 other",
+		},
+		{
+			name: "permit, joins live permits", k: permitsOf(4), r: memberRead{st: members("S4", 20*time.Second, live, nil)},
+			cmds: "pexpire dlock:{k} 30000|zremrangebyscore dlock:{k}:s -inf (1700000000000|zadd dlock:{k}:s 1700000030000 me|pexpire dlock:{k}:s 30000|" + fence,
+		},
+	} {
+		q := memberReq{k: c.k, how: c.how, lk: planLK, set: c.k.set(planLK), owner: planMe, ttl: planTTL.Milliseconds(), inbox: planInbox}
+		step, g, err := c.r.step(&q)
+		if err != nil || step != memberNow {
+			t.Errorf("%s: step (%d, %v)", c.name, step, err)
+			continue
+		}
+		m, err := planMember(&q, &c.r, g, c.dead)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if m.token != planNow.UnixMicro() || m.next != c.next {
+			t.Errorf("%s: token %d, next %q; want %d, %q", c.name, m.token, m.next, planNow.UnixMicro(), c.next)
+		}
+		var log cmdLog
+		m.queue(context.Background(), &log, &q)
+		if want := strings.Split(c.cmds, "|"); !slices.Equal(log, want) {
+			t.Errorf("%s: queued\n  %q\nwant\n  %q", c.name, log, want)
+		}
+	}
+}
+
+func TestPlanMemberRelease(t *testing.T) {
+	ms := float64(planNow.UnixMilli())
+	mine := []redis.Z{{Score: ms + 1000, Member: planMe}}
+	both := []redis.Z{{Score: ms + 1000, Member: planMe}, {Score: ms + 2000, Member: planOther}}
+	read := func(holder string, top []redis.Z, score float64, line ...string) memberReleaseRead {
+		r := memberReleaseRead{st: *members(holder, 0, top, nil), score: score, scored: score != 0, line: line}
+		return r
+	}
+	for _, c := range []struct {
+		name   string
+		k      *memberKind
+		r      memberReleaseRead
+		action memberReleaseAction
+		held   bool
+		cmds   string // memberDeleteLast: queued; memberRemove: the cmds
+	}{
+		{"no member", shares, read("R", nil, 0), memberNotHeld, false, ""},
+		{"the last share", shares, read("R", mine, ms+1000, planOther+" "+planInbox), memberDeleteLast, true,
+			"zrem dlock:{k}:r me|del dlock:{k} dlock:{k}:r|publish " + planInbox + " other"},
+		{"the last share, no one queued", shares, read("R", mine, ms+1000), memberDeleteLast, true,
+			"zrem dlock:{k}:r me|del dlock:{k} dlock:{k}:r|publish dlock:{k}:rel "},
+		{"a share, others live", shares, read("R", both, ms+1000, planOther), memberRemove, true,
+			"zremrangebyscore dlock:{k}:r -inf (1700000000000|zrem dlock:{k}:r me|zrange dlock:{k}:r 0 0"},
+		{"a permit, others live", permitsOf(2), read("S2", both, ms+1000, planOther), memberRemove, true,
+			"zremrangebyscore dlock:{k}:s -inf (1700000000000|zrem dlock:{k}:s me|zrange dlock:{k}:s 0 0|publish dlock:{k}:rel other"},
+		{"an expired share", shares, read("R", both, ms-1), memberRemove, false,
+			"zremrangebyscore dlock:{k}:r -inf (1700000000000|zrem dlock:{k}:r me|zrange dlock:{k}:r 0 0"},
+		{"a share, key gone", shares, read("", mine, ms+1000), memberRemove, true, "zrem dlock:{k}:r me"},
+		{"a permit, key gone", permitsOf(2), read("", mine, ms+1000), memberRemove, false, "zrem dlock:{k}:s me"},
+	} {
+		q := memberReleaseReq{k: c.k, lk: planLK, set: c.k.set(planLK), owner: planMe}
+		pl := planMemberRelease(&q, &c.r)
+		if pl.action != c.action || pl.held != c.held {
+			t.Errorf("%s: action %d, held %v; want %d, %v", c.name, pl.action, pl.held, c.action, c.held)
+			continue
+		}
+		var log cmdLog
+		switch pl.action {
+		case memberDeleteLast:
+			pl.queueLast(context.Background(), &log, &q, &c.r)
+		case memberRemove:
+			for _, cmd := range pl.cmds {
+				log.Do(context.Background(), cmd...)
+			}
+		}
+		if want := strings.Split(c.cmds, "|"); c.cmds != "" && !slices.Equal(log, want) {
+			t.Errorf("%s: queued\n  %q\nwant\n  %q", c.name, log, want)
+		}
+	}
+}
+
+// A member's release reads its outcome from the replies of its unwatched
+// transaction: held only if the ZREM removed the member, and the set left
+// empty when ZRANGE finds no one.
+func TestMemberReleaseOutcome(t *testing.T) {
+	marked := memberReleasePlan{action: memberRemove, held: true, marked: true}
+	if o := marked.outcome([]any{int64(0), int64(1), []any{}}); o != (memberReleased{held: true, emptied: true}) {
+		t.Errorf("removed, set empty: %+v", o)
+	}
+	if o := marked.outcome([]any{int64(0), int64(0), []any{"x"}}); o != (memberReleased{}) {
+		t.Errorf("already gone, others left: %+v", o)
+	}
+	bare := memberReleasePlan{action: memberRemove, held: true}
+	if o := bare.outcome([]any{int64(1)}); o != (memberReleased{held: true}) {
+		t.Errorf("unmarked, removed: %+v", o)
 	}
 }
