@@ -22,6 +22,11 @@
 --
 -- Both expire two entry lifetimes after the last waiter touched them.
 --
+-- Every PUBLISH below is a wake-up message, whose format is described
+-- once, at Wake in internal/redisx/notify.go (the Go side of both drivers
+-- writes and parses it there): handover's names the new owner on its
+-- inbox; "" on the key's channel P{K}:rel names no one.
+--
 -- Shared (read) grants: the lock key holds "R" (never an owner: owners are
 -- lowercase hex), so that every exclusive attempt, ours or a plain SET NX
 -- lock's, finds it held, with a PX at least the longest reader's; and
@@ -275,10 +280,11 @@ end
 -- in a row from the head while lk is free or "SN" of the waiter's limit
 -- with fewer than N permits live. It drops dead entries on the way (at
 -- most 64 in one call), records each grant in w as "gTOKEN", and wakes
--- each new owner with "OWNER" on its inbox, unless the new owner is self
--- (the caller, told by the script's reply). The message grants nothing
--- (anyone who may publish on the channel can send it): the waiter's next
--- wait.lua finds the key its own and takes the token from w.
+-- each new owner with a message naming it on its inbox (see Wake in
+-- internal/redisx/notify.go), unless the new owner is self (the caller,
+-- told by the script's reply). The message grants nothing (anyone who may
+-- publish on the channel can send it): the waiter's next wait.lua finds
+-- the key its own and takes the token from w.
 -- Returns whether it granted anyone, and self's token if self was granted.
 local function handover(lk, ctr, q, w, r, self)
   if redis.call('EXISTS', q) == 0 then
@@ -337,7 +343,7 @@ local function handover(lk, ctr, q, w, r, self)
       if head == self then
         mine = token
       else
-        redis.call('PUBLISH', inbox, head)
+        redis.call('PUBLISH', inbox, head) -- the wake-up: see the top
       end
       any = true
       if mode == '' then

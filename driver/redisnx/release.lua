@@ -2,7 +2,8 @@
 -- shared grant (ARGV[4] "s") or its permit (ARGV[4] "pN"), and hand the
 -- key to the first live waiters of its queue when it is free (or the
 -- freed permit to the permit waiters first in line), or announce the
--- release on channel ARGV[2] when none is queued.
+-- release on channel ARGV[2] when none is queued (a wake-up naming no one,
+-- "": see Wake in internal/redisx/notify.go).
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue
 -- entries, KEYS[5] readers; KEYS[6] (clean-up only) tombstone of the

@@ -108,7 +108,7 @@ const (
 // acquire makes an attempt of kind how; joined reports that a tryThenJoin
 // attempt joined the queue, where inbox is the channel to name the caller
 // on (see queueElem) and entry the value of its queue entry (see
-// entryValue).
+// waiting.write).
 //
 // A queued attempt that finds the key its own was handed the key by a
 // release (whose message, if it came, only woke it): it extends the key to
@@ -117,131 +117,20 @@ const (
 // expired, it takes a new token.) The record is this wait's: every join
 // deletes the owner's record (see joinCmds), and only a hand-over writes
 // it, with the key.
+//
+// An exclusive attempt is read (readGrant), then planned (grantRead.step,
+// and planGrant once the reads its step asks for are made), then executed
+// (execGrant): see grantTx.
 func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
 	if l.Mode != driver.Exclusive { // a share or a permit
 		return d.acquireMember(ctx, l, how, inbox, entry)
 	}
 	markSent(l, false)
-	lk := d.LockKey(l.Key)
-	ck := counterKey(lk)
-	wq := waitQueue(lk)
-	ttl := px(l.TTL)
-	var (
-		granted bool
-		token   int64
-		next    string // the element behind the caller, for its release
-	)
-	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		joined, next = false, ""
-		var (
-			get     *redis.StringCmd
-			counter *redis.StringCmd
-			now     *redis.TimeCmd
-			line    *redis.StringSliceCmd
-			record  *redis.StringCmd
-		)
-		watch := []string{ck, tombstone(lk, l.Owner)}
-		if how == queued {
-			// The queue changes only with the grant: watch the key too.
-			watch = append(watch, lk)
-		}
-		err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
-			get = p.Get(ctx, lk)
-			counter = p.Get(ctx, ck)
-			now = p.Time(ctx)
-			line = p.LRange(ctx, wq, 0, 1)
-			if how == queued {
-				record = p.Get(ctx, grantRecord(lk, l.Owner))
-			}
-		})
-		if err != nil {
-			return err
-		}
-		var head string // "" when no one is queued
-		if q := line.Val(); len(q) > 0 {
-			head = q[0]
-		}
-		first, _ := splitElem(head)
-		if how == tryThenJoin && (get.Err() == nil || first != "") {
-			pttl, err := d.readAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
-			if err != nil {
-				return err
-			}
-			joined = true
-			if get.Err() != nil {
-				return &driver.HeldError{} // free, but others queued first
-			}
-			return heldFor(pttl)
-		}
-		mine := how == queued && get.Err() == nil && get.Val() == l.Owner
-		stale := "" // the members' set of a stale marker the grant replaces
-		if get.Err() == nil && !mine {
-			if set := markerSet(lk, get.Val()); set != "" {
-				gone, err := membersGone(ctx, tx, lk, set, get.Val(), now)
-				if err != nil {
-					return err
-				}
-				if gone {
-					stale = set
-				}
-			}
-			if stale == "" {
-				// The UNWATCH costs a round trip anyway: read the PTTL with
-				// it, rather than on every grant.
-				return heldFor(unwatchPTTL(ctx, tx, lk))
-			}
-		}
-		var dead string // a dead waiter queued first
-		if !mine {
-			if dead, err = firstInLine(ctx, tx, lk, l.Owner, head); err != nil {
-				return err
-			}
-		}
-		next = behind(line.Val(), l.Owner, dead)
-		fresh := true // a new token, not the grant record's
-		if mine && record.Err() == nil {
-			if token, err = strconv.ParseInt(record.Val(), 10, 64); err == nil && token > 0 {
-				fresh = false
-			}
-		}
-		if fresh {
-			if token, err = nextToken(counter, now); err != nil {
-				unwatch(ctx, tx)
-				return fmt.Errorf("%w (%s)", err, errtext.Quote(ck))
-			}
-		}
-		markSent(l, true)
-		d.hook("grant", lk)
-		var set *redis.Cmd
-		err = exec(ctx, tx, func(p redis.Pipeliner) {
-			switch {
-			case mine:
-				set = p.Do(ctx, "pexpire", lk, ttl.Milliseconds())
-			case stale != "":
-				// The marker of members that all expired (watched since
-				// membersGone read it): the key is free.
-				p.Del(ctx, stale)
-				set = p.Do(ctx, "set", lk, l.Owner, "px", ttl.Milliseconds())
-			default:
-				set = p.Do(ctx, "set", lk, l.Owner, "nx", "px", ttl.Milliseconds())
-			}
-			if fresh {
-				p.Do(ctx, "set", ck, strconv.FormatInt(token, 10), "px", fenceLife.Milliseconds())
-			}
-			if dead != "" {
-				p.LRem(ctx, wq, 1, dead)
-			}
-			if how == queued {
-				leaveCmds(ctx, p, lk, l.Owner, inbox)
-			}
-		})
-		if err != nil {
-			return err
-		}
-		// A refused SET NX replies nil; a PEXPIRE of a key that expired
-		// after GET (on servers that do not abort the EXEC for it), 0.
-		granted = set.Err() == nil && (!mine || set.Val() == int64(1))
-		return nil
+	q := grantReq{how: how, lk: d.LockKey(l.Key), owner: l.Owner, ttl: px(l.TTL), inbox: inbox, entry: entry}
+	var out grantOutcome
+	err = d.onConn(ctx, q.lk, func(tx *redis.Tx) error {
+		out = grantOutcome{}
+		return d.grantTx(ctx, tx, l, &q, &out)
 	})
 	if how != tryOnce && (err == nil || errors.Is(err, errAborted)) {
 		markSent(l, false) // the reply came: Leave has no grant to remove
@@ -251,16 +140,263 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		d.stats.grantAborts.Add(1)
 		return false, &driver.HeldError{}
 	case err != nil:
-		return joined, redisx.WithCtx(ctx, err)
-	case !granted:
+		return out.joined, redisx.WithCtx(ctx, err)
+	case !out.granted:
 		return false, &driver.HeldError{}
 	}
-	l.Token = uint64(token)
-	l.Validity = ttl
+	l.Token = uint64(out.token)
+	l.Validity = q.ttl
 	if how == queued {
-		l.Data = fromQueue{next: next}
+		l.Data = fromQueue{next: out.next}
 	}
 	return false, nil
+}
+
+// grantReq is an exclusive attempt's request.
+type grantReq struct {
+	how   attempt
+	lk    string        // the lock key
+	owner string        // the caller's owner token
+	ttl   time.Duration // the grant's TTL, in whole milliseconds
+	inbox string        // where releases are to name the caller (see queueElem)
+	entry string        // a tryThenJoin attempt's queue entry (see waiting.write)
+}
+
+// grantOutcome is what an exclusive attempt's transaction tells acquire.
+type grantOutcome struct {
+	joined  bool   // it joined the queue (tryThenJoin)
+	granted bool   // the EXEC granted the key
+	token   int64  // the grant's fencing token
+	next    string // the element behind the caller (see fromQueue)
+}
+
+// grantTx is one exclusive attempt on tx: its first round trip
+// (readGrant), the reads the step planned on it asks for (a marker's
+// members, membersGone; the waiter first in line, firstInLine), and the
+// grant planned on all of them (planGrant, execGrant), or the join or the
+// refusal that takes its place.
+func (d *watchDriver) grantTx(ctx context.Context, tx *redis.Tx, l *driver.Lease, q *grantReq, out *grantOutcome) error {
+	r, err := readGrant(ctx, tx, q)
+	if err != nil {
+		return err
+	}
+	var stale, dead string
+	switch r.step(q) {
+	case grantJoin:
+		return d.joinInstead(ctx, tx, q, &r, out)
+	case grantHeld:
+		// The UNWATCH costs a round trip anyway: read the PTTL with it,
+		// rather than on every grant.
+		return heldFor(unwatchPTTL(ctx, tx, q.lk))
+	case grantIfStale:
+		set := markerSet(q.lk, r.holder.s)
+		gone, err := membersGone(ctx, tx, q.lk, set, r.holder.s, r.now)
+		if err != nil {
+			return err
+		}
+		if !gone {
+			return heldFor(unwatchPTTL(ctx, tx, q.lk))
+		}
+		stale = set
+	}
+	if !r.mine(q) {
+		if dead, err = firstInLine(ctx, tx, q.lk, q.owner, r.head()); err != nil {
+			return err
+		}
+	}
+	g, err := planGrant(q, &r, stale, dead)
+	if err != nil {
+		unwatch(ctx, tx)
+		return fmt.Errorf("%w (%s)", err, errtext.Quote(counterKey(q.lk)))
+	}
+	return d.execGrant(ctx, tx, l, q, &g, out)
+}
+
+// grantRead is what an exclusive attempt reads in its first round trip.
+type grantRead struct {
+	holder  value     // the lock key
+	counter value     // the fencing counter
+	now     time.Time // the server's clock
+	line    []string  // the first two elements of the queue
+	record  value     // the caller's grant record (a queued attempt only)
+}
+
+// readGrant watches the counter and the attempt's tombstone (a queued
+// attempt's also the lock key: the queue changes only with the grant) and
+// reads what grantRead holds, in one round trip.
+func readGrant(ctx context.Context, tx *redis.Tx, q *grantReq) (grantRead, error) {
+	ck := counterKey(q.lk)
+	watch := make([]string, 2, 3)
+	watch[0], watch[1] = ck, tombstone(q.lk, q.owner)
+	if q.how == queued {
+		watch = append(watch, q.lk)
+	}
+	var c struct {
+		get, counter, record *redis.StringCmd
+		now                  *redis.TimeCmd
+		line                 *redis.StringSliceCmd
+	}
+	err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
+		c.get = p.Get(ctx, q.lk)
+		c.counter = p.Get(ctx, ck)
+		c.now = p.Time(ctx)
+		c.line = p.LRange(ctx, waitQueue(q.lk), 0, 1)
+		if q.how == queued {
+			c.record = p.Get(ctx, grantRecord(q.lk, q.owner))
+		}
+	})
+	if err != nil {
+		return grantRead{}, err
+	}
+	return grantRead{
+		holder:  valueOf(c.get),
+		counter: valueOf(c.counter),
+		now:     c.now.Val(),
+		line:    c.line.Val(),
+		record:  valueOf(c.record),
+	}, nil
+}
+
+// head is the element first in line, "" when no one is queued.
+func (r *grantRead) head() string {
+	if len(r.line) > 0 {
+		return r.line[0]
+	}
+	return ""
+}
+
+// mine reports whether a queued attempt found the key its own: a release
+// handed it over.
+func (r *grantRead) mine(q *grantReq) bool {
+	return q.how == queued && r.holder.ok && r.holder.s == q.owner
+}
+
+// grantStep is what an exclusive attempt does after its first read.
+type grantStep int
+
+const (
+	// grantNow: the key is free, or the caller's own; the grant follows
+	// (after firstInLine, unless it is the caller's).
+	grantNow grantStep = iota
+	// grantJoin: a tryThenJoin attempt found the key held or others
+	// queued: it joins the queue instead (joinInstead).
+	grantJoin
+	// grantHeld: the key is another's: the attempt is refused with its
+	// PTTL.
+	grantHeld
+	// grantIfStale: the key holds a marker of shares or permits; the
+	// grant follows if they all expired (membersGone), else as grantHeld.
+	grantIfStale
+)
+
+// step decides an attempt's next move from its first read.
+func (r *grantRead) step(q *grantReq) grantStep {
+	first, _ := splitElem(r.head())
+	switch {
+	case q.how == tryThenJoin && (r.holder.ok || first != ""):
+		return grantJoin
+	case !r.holder.ok || r.mine(q):
+		return grantNow
+	case markerSet(q.lk, r.holder.s) != "":
+		return grantIfStale
+	}
+	return grantHeld
+}
+
+// joinInstead puts a tryThenJoin attempt in the queue, in the round trip
+// that would have released the watch, under that watch (see readAndJoin),
+// and returns its refusal: the key's PTTL, or no hint when the key is free
+// but others are queued first.
+func (d *watchDriver) joinInstead(ctx context.Context, tx *redis.Tx, q *grantReq, r *grantRead, out *grantOutcome) error {
+	pttl, err := d.readAndJoin(ctx, tx, q.lk, q.owner, q.inbox, q.entry)
+	if err != nil {
+		return err
+	}
+	out.joined = true
+	if !r.holder.ok {
+		return &driver.HeldError{} // free, but others queued first
+	}
+	return heldFor(pttl)
+}
+
+// exclusiveGrant is the plan of an exclusive grant: what its transaction
+// writes (see queue), and the token and queue element it gives the lease.
+type exclusiveGrant struct {
+	mine  bool   // the key is the caller's own: extend it (PEXPIRE)
+	stale string // the members' set of an expired marker: delete it, and SET without NX
+	dead  string // the element of a dead waiter first in line, whose place the grant takes
+	token int64
+	fresh bool   // token is a new one: set the counter to it (else the grant record's)
+	next  string // the element behind the caller (see fromQueue)
+}
+
+// planGrant plans the grant of the attempt q that read r, once the marker
+// and the waiter first in line are judged: stale is the set of an expired
+// marker (see membersGone), dead a dead first waiter's element (see
+// firstInLine), each "" if none. The token is the grant record's when the
+// key is the caller's own and the record holds one, else a new one (see
+// nextToken), which fails when the counter is not an integer.
+func planGrant(q *grantReq, r *grantRead, stale, dead string) (exclusiveGrant, error) {
+	g := exclusiveGrant{mine: r.mine(q), stale: stale, dead: dead, fresh: true, next: behind(r.line, q.owner, dead)}
+	if g.mine && r.record.ok {
+		if t, err := strconv.ParseInt(r.record.s, 10, 64); err == nil && t > 0 {
+			g.token, g.fresh = t, false
+		}
+	}
+	if g.fresh {
+		t, err := nextToken(r.counter, r.now)
+		if err != nil {
+			return exclusiveGrant{}, err
+		}
+		g.token = t
+	}
+	return g, nil
+}
+
+// queue queues g's writes for the MULTI/EXEC of q, and returns the command
+// whose reply tells whether the key was granted (see granted).
+func (g *exclusiveGrant) queue(ctx context.Context, p doer, q *grantReq) (set *redis.Cmd) {
+	ms := q.ttl.Milliseconds()
+	switch {
+	case g.mine:
+		set = p.Do(ctx, "pexpire", q.lk, ms)
+	case g.stale != "":
+		// The marker of members that all expired (watched since
+		// membersGone read it): the key is free.
+		p.Do(ctx, "del", g.stale)
+		set = p.Do(ctx, "set", q.lk, q.owner, "px", ms)
+	default:
+		set = p.Do(ctx, "set", q.lk, q.owner, "nx", "px", ms)
+	}
+	if g.fresh {
+		p.Do(ctx, "set", counterKey(q.lk), strconv.FormatInt(g.token, 10), "px", fenceLife.Milliseconds())
+	}
+	if g.dead != "" {
+		p.Do(ctx, "lrem", waitQueue(q.lk), 1, g.dead)
+	}
+	if q.how == queued {
+		leaveCmds(ctx, p, q.lk, q.owner, q.inbox)
+	}
+	return set
+}
+
+// granted reports whether the EXEC granted the key, from the reply to the
+// command queue returned: a refused SET NX replies nil; a PEXPIRE of a key
+// that expired after GET (on servers that do not abort the EXEC for it), 0.
+func (g *exclusiveGrant) granted(set *redis.Cmd) bool {
+	return set.Err() == nil && (!g.mine || set.Val() == int64(1))
+}
+
+// execGrant runs the grant g in MULTI/EXEC on tx, and records its outcome.
+func (d *watchDriver) execGrant(ctx context.Context, tx *redis.Tx, l *driver.Lease, q *grantReq, g *exclusiveGrant, out *grantOutcome) error {
+	markSent(l, true)
+	d.hook("grant", q.lk)
+	var set *redis.Cmd
+	if err := exec(ctx, tx, func(p redis.Pipeliner) { set = g.queue(ctx, p, q) }); err != nil {
+		return err
+	}
+	out.granted, out.token, out.next = g.granted(set), g.token, g.next
+	return nil
 }
 
 // markerSet returns the set of members that the lock key's value v
@@ -288,28 +424,34 @@ func markerSet(lk, v string) string {
 // grant's EXEC aborts if a member came, or the marker changed, since; when
 // the marker is live it releases the watch. It costs a round trip only
 // when the key holds a marker.
-func membersGone(ctx context.Context, tx *redis.Tx, lk, set, v string, now *redis.TimeCmd) (bool, error) {
-	var (
+func membersGone(ctx context.Context, tx *redis.Tx, lk, set, v string, now time.Time) (bool, error) {
+	var c struct {
 		cur    *redis.StringCmd
 		latest *redis.ZSliceCmd
-	)
+	}
 	if err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
-		cur = p.Get(ctx, lk)
-		latest = p.ZRangeWithScores(ctx, set, -1, -1)
+		c.cur = p.Get(ctx, lk)
+		c.latest = p.ZRangeWithScores(ctx, set, -1, -1)
 	}); err != nil {
 		return false, err
 	}
-	t, err := now.Result()
-	if err != nil || cur.Err() != nil || cur.Val() != v {
-		return false, nil
+	return markerExpired(valueOf(c.cur), v, c.latest.Val(), now), nil
+}
+
+// markerExpired reports whether the lock key, read as cur, still holds the
+// marker v and the member that expires last (latest: none or one) expired
+// before now.
+func markerExpired(cur value, v string, latest []redis.Z, now time.Time) bool {
+	if !cur.ok || cur.s != v {
+		return false
 	}
-	nowMs := float64(t.UnixMilli())
-	for _, z := range latest.Val() {
+	nowMs := float64(now.UnixMilli())
+	for _, z := range latest {
 		if z.Score >= nowMs {
-			return false, nil
+			return false
 		}
 	}
-	return true, nil
+	return true
 }
 
 // firstInLine checks the waiter queued first (head, "" if none) for an
@@ -330,18 +472,30 @@ func firstInLineFor(ctx context.Context, tx *redis.Tx, lk, owner, head string, l
 	if first == "" || first == owner {
 		return "", nil
 	}
-	alive, value, err := watchAlive(ctx, tx, lk, waitEntry(lk, first), limit > 0)
+	alive, entry, err := watchAlive(ctx, tx, lk, waitEntry(lk, first), limit > 0)
 	if err != nil {
 		return "", err
 	}
-	if alive {
+	if dead, err = judgeFirst(head, alive, entry, limit); err != nil {
 		unwatch(ctx, tx)
-		if n, ok := entryLimit(value); ok && limit > 0 && n != limit {
-			return "", limitMismatch(n, limit)
-		}
-		return "", &driver.HeldError{}
 	}
-	return head, nil
+	return dead, err
+}
+
+// judgeFirst decides an attempt (at a permit of limit permits, or 0) on
+// the waiter first in line, head, another owner's, whose entry was read
+// (alive: it exists; entry: its value, for a permit attempt): a dead
+// waiter's place is taken (dead is head); a live one refuses the attempt
+// with a *driver.HeldError, or with limitMismatch when it waits for a
+// permit of another limit.
+func judgeFirst(head string, alive bool, entry string, limit int) (dead string, err error) {
+	if !alive {
+		return head, nil
+	}
+	if n, ok := entryLimit(entry); ok && limit > 0 && n != limit {
+		return "", limitMismatch(n, limit)
+	}
+	return "", &driver.HeldError{}
 }
 
 // behind returns the element of the waiter that will be first in line once
@@ -360,7 +514,7 @@ func behind(line []string, owner, dead string) string {
 // with read set its value (GET rather than EXISTS). lk is watched too
 // because the transaction that follows takes a dead waiter's place, which
 // it must do only with the grant.
-func watchAlive(ctx context.Context, tx *redis.Tx, lk, entry string, read bool) (alive bool, value string, err error) {
+func watchAlive(ctx context.Context, tx *redis.Tx, lk, entry string, read bool) (alive bool, val string, err error) {
 	var (
 		n   *redis.IntCmd
 		get *redis.StringCmd

@@ -87,7 +87,7 @@ func (d *watchDriver) acquireHold(ctx context.Context, l *driver.Lease) error {
 		if err != nil {
 			return err
 		}
-		if token, err = nextToken(counter, now); err != nil {
+		if token, err = nextToken(valueOf(counter), now.Val()); err != nil {
 			unwatch(ctx, tx)
 			return fmt.Errorf("%w (%s)", err, errtext.Quote(ck))
 		}

@@ -41,7 +41,7 @@ type memberKind struct {
 	admit func(st *memberState, owner string) (grantPlan, error)
 	// claim queues the writes of a grant to the lock key and the set that
 	// come before its ZADD.
-	claim func(ctx context.Context, p redis.Pipeliner, lk, set string, g *grantPlan)
+	claim func(ctx context.Context, p doer, lk, set string, g *grantPlan)
 	// stretch queues the writes of a watched renewal (extendMemberWatched,
 	// on a server without PEXPIRE's GT) to the expiry of the lock key and
 	// the set, after its ZADD XX has set owner's member to expire in ttl
@@ -161,114 +161,210 @@ func (d *watchDriver) acquireMember(ctx context.Context, l *driver.Lease, how at
 // other grant can come in between, so what was read holds at EXEC
 // (releases and expiries only lower the count of live members). The
 // tombstone is watched as by Acquire's grant.
+//
+// The attempt is read (readMember), planned (memberRead.step, and
+// planMember once the waiter first in line is judged) and executed: see
+// memberTx.
 func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
 	markSent(l, false)
 	lk := d.LockKey(l.Key)
-	ck, wq, set := counterKey(lk), waitQueue(lk), k.set(lk)
-	ttl := px(l.TTL).Milliseconds()
-	var (
-		token int64
-		next  string
-	)
+	q := memberReq{k: k, how: how, lk: lk, set: k.set(lk), owner: l.Owner, ttl: px(l.TTL).Milliseconds(), inbox: inbox, entry: entry}
+	var out grantOutcome
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		joined, next = false, ""
-		var (
-			st      *memberState
-			counter *redis.StringCmd
-			line    *redis.StringSliceCmd
-			void    *redis.IntCmd
-		)
-		tomb := tombstone(lk, l.Owner)
-		err := watchAndRead(ctx, tx, []string{lk, ck, tomb}, func(p redis.Pipeliner) {
-			st = readMembers(ctx, p, lk, set)
-			if k.limit > 0 {
-				st.nth = p.ZRangeWithScores(ctx, set, -int64(k.limit), -int64(k.limit))
-			}
-			counter = p.Get(ctx, ck)
-			line = p.LRange(ctx, wq, 0, 1)
-			void = p.Exists(ctx, tomb)
-		})
-		if err != nil {
-			return err
-		}
-		if void.Val() > 0 {
-			// The attempt's clean-up ran: a transaction retried after an
-			// abort must not grant what it already gave up.
-			unwatch(ctx, tx)
-			return &driver.HeldError{}
-		}
-		g, err := k.admit(st, l.Owner)
-		if err != nil {
-			unwatch(ctx, tx)
-			return err
-		}
-		var head string
-		if q := line.Val(); len(q) > 0 {
-			head = q[0]
-		}
-		first, _ := splitElem(head)
-		if how == tryThenJoin && (g.held || first != "") {
-			pttl, err := d.readAndJoin(ctx, tx, lk, l.Owner, inbox, entry)
-			if err != nil {
-				return err
-			}
-			joined = true
-			switch {
-			case g.retry > 0:
-				return &driver.HeldError{RetryAfter: g.retry}
-			case !g.held && !k.hintQueued:
-				return &driver.HeldError{} // room, but others queued first
-			}
-			return heldFor(pttl)
-		}
-		if g.held {
-			if g.retry > 0 {
-				unwatch(ctx, tx)
-				return &driver.HeldError{RetryAfter: g.retry}
-			}
-			return heldFor(unwatchPTTL(ctx, tx, lk))
-		}
-		dead, err := firstInLineFor(ctx, tx, lk, l.Owner, head, k.limit)
-		if err != nil {
-			return err
-		}
-		next = behind(line.Val(), l.Owner, dead)
-		if token, err = nextToken(counter, st.now); err != nil {
-			unwatch(ctx, tx)
-			return fmt.Errorf("%w (%s)", err, errtext.Quote(ck))
-		}
-		g.now, g.ttl, g.pttl = st.nowMS(), ttl, st.pttl.Val().Milliseconds()
-		g.keep = ttl
-		if g.live {
-			g.keep = max(g.keep, g.pttl)
-		}
-		markSent(l, true)
-		d.hook("grant", lk)
-		return exec(ctx, tx, func(p redis.Pipeliner) {
-			k.claim(ctx, p, lk, set, &g)
-			p.ZAdd(ctx, set, redis.Z{Score: float64(g.now + ttl), Member: l.Owner})
-			p.Do(ctx, "pexpire", set, g.keep)
-			p.Do(ctx, "set", ck, strconv.FormatInt(token, 10), "px", fenceLife.Milliseconds())
-			if dead != "" {
-				p.LRem(ctx, wq, 1, dead)
-			}
-			if how == queued {
-				leaveCmds(ctx, p, lk, l.Owner, inbox)
-				if next != "" {
-					// A waiter behind may come in too: wake it.
-					o, in := splitElem(next)
-					publishTo(ctx, p, lk, in, o)
-				}
-			}
-		})
+		out = grantOutcome{}
+		return d.memberTx(ctx, tx, l, &q, &out)
 	})
 	if err == nil {
-		l.Token, l.Validity = uint64(token), time.Duration(ttl)*time.Millisecond
+		l.Token, l.Validity = uint64(out.token), time.Duration(q.ttl)*time.Millisecond
 		if how == queued {
-			l.Data = fromQueue{next: next}
+			l.Data = fromQueue{next: out.next}
 		}
 	}
-	return joined, err
+	return out.joined, err
+}
+
+// memberReq is a member attempt's request.
+type memberReq struct {
+	k     *memberKind
+	how   attempt
+	lk    string // the lock key
+	set   string // the members' set
+	owner string
+	ttl   int64  // the grant's TTL in ms
+	inbox string // where releases are to name the caller (see queueElem)
+	entry string // a tryThenJoin attempt's queue entry (see waiting.write)
+}
+
+// memberTx is one member attempt on tx: its first round trip
+// (readMember), the waiter first in line (firstInLineFor), and the grant
+// planned on them (planMember), or the join or the refusal that takes its
+// place.
+func (d *watchDriver) memberTx(ctx context.Context, tx *redis.Tx, l *driver.Lease, q *memberReq, out *grantOutcome) error {
+	r, err := readMember(ctx, tx, q)
+	if err != nil {
+		return err
+	}
+	step, g, err := r.step(q)
+	switch {
+	case err != nil:
+		unwatch(ctx, tx)
+		return err
+	case step == memberJoin:
+		return d.joinMember(ctx, tx, q, &g, out)
+	case step == memberHeld:
+		return heldFor(unwatchPTTL(ctx, tx, q.lk))
+	}
+	dead, err := firstInLineFor(ctx, tx, q.lk, q.owner, r.head(), q.k.limit)
+	if err != nil {
+		return err
+	}
+	m, err := planMember(q, &r, g, dead)
+	if err != nil {
+		unwatch(ctx, tx)
+		return fmt.Errorf("%w (%s)", err, errtext.Quote(counterKey(q.lk)))
+	}
+	out.token, out.next = m.token, m.next
+	markSent(l, true)
+	d.hook("grant", q.lk)
+	return exec(ctx, tx, func(p redis.Pipeliner) { m.queue(ctx, p, q) })
+}
+
+// memberRead is what a member attempt reads in its first round trip.
+type memberRead struct {
+	st      *memberState
+	counter value
+	line    []string // the first two elements of the queue
+	void    bool     // the attempt's tombstone exists
+}
+
+// readMember watches the lock key, the counter and the attempt's
+// tombstone and reads what memberRead holds, in one round trip.
+func readMember(ctx context.Context, tx *redis.Tx, q *memberReq) (memberRead, error) {
+	ck, tomb := counterKey(q.lk), tombstone(q.lk, q.owner)
+	var c struct {
+		st      *memberState
+		counter *redis.StringCmd
+		line    *redis.StringSliceCmd
+		void    *redis.IntCmd
+	}
+	err := watchAndRead(ctx, tx, []string{q.lk, ck, tomb}, func(p redis.Pipeliner) {
+		c.st = readMembers(ctx, p, q.lk, q.set)
+		if q.k.limit > 0 {
+			c.st.nth = p.ZRangeWithScores(ctx, q.set, -int64(q.k.limit), -int64(q.k.limit))
+		}
+		c.counter = p.Get(ctx, ck)
+		c.line = p.LRange(ctx, waitQueue(q.lk), 0, 1)
+		c.void = p.Exists(ctx, tomb)
+	})
+	if err != nil {
+		return memberRead{}, err
+	}
+	return memberRead{st: c.st, counter: valueOf(c.counter), line: c.line.Val(), void: c.void.Val() > 0}, nil
+}
+
+// head is the element first in line, "" when no one is queued.
+func (r *memberRead) head() string {
+	if len(r.line) > 0 {
+		return r.line[0]
+	}
+	return ""
+}
+
+// memberStep is what a member attempt does after its first read.
+type memberStep int
+
+const (
+	memberNow  memberStep = iota // room: the grant follows, after firstInLineFor
+	memberJoin                   // a tryThenJoin attempt without room, or others queued: join the queue instead (joinMember)
+	memberHeld                   // no room, and no hint: refused with the lock key's PTTL
+)
+
+// step decides a member attempt's next move from its first read, and
+// k.admit's plan of the grant; an error refuses the attempt (the caller
+// releases the watch).
+func (r *memberRead) step(q *memberReq) (memberStep, grantPlan, error) {
+	if r.void {
+		// The attempt's clean-up ran: a transaction retried after an
+		// abort must not grant what it already gave up.
+		return 0, grantPlan{}, &driver.HeldError{}
+	}
+	g, err := q.k.admit(r.st, q.owner)
+	if err != nil {
+		return 0, grantPlan{}, err
+	}
+	first, _ := splitElem(r.head())
+	switch {
+	case q.how == tryThenJoin && (g.held || first != ""):
+		return memberJoin, g, nil
+	case g.held && g.retry > 0:
+		return 0, g, &driver.HeldError{RetryAfter: g.retry}
+	case g.held:
+		return memberHeld, g, nil
+	}
+	return memberNow, g, nil
+}
+
+// joinMember puts a tryThenJoin attempt in the queue, in the round trip
+// that would have released the watch (see readAndJoin), and returns its
+// refusal, with admit's hint, or the key's PTTL (none when the key has
+// room but others are queued first, unless k.hintQueued).
+func (d *watchDriver) joinMember(ctx context.Context, tx *redis.Tx, q *memberReq, g *grantPlan, out *grantOutcome) error {
+	pttl, err := d.readAndJoin(ctx, tx, q.lk, q.owner, q.inbox, q.entry)
+	if err != nil {
+		return err
+	}
+	out.joined = true
+	switch {
+	case g.retry > 0:
+		return &driver.HeldError{RetryAfter: g.retry}
+	case !g.held && !q.k.hintQueued:
+		return &driver.HeldError{} // room, but others queued first
+	}
+	return heldFor(pttl)
+}
+
+// memberGrant is the plan of a member grant: what its transaction writes
+// (see queue), and the token and queue element it gives the lease.
+type memberGrant struct {
+	g     grantPlan // admit's, with the times claim needs
+	dead  string    // the element of a dead waiter first in line, whose place the grant takes
+	token int64
+	next  string // the element behind the caller (see fromQueue)
+}
+
+// planMember plans the grant that admit allowed (g) to the attempt q that
+// read r, once the waiter first in line is judged (dead: see
+// firstInLineFor). It fails when the counter is not an integer (see
+// nextToken).
+func planMember(q *memberReq, r *memberRead, g grantPlan, dead string) (memberGrant, error) {
+	token, err := nextToken(r.counter, r.st.now.Val())
+	if err != nil {
+		return memberGrant{}, err
+	}
+	g.now, g.ttl, g.pttl = r.st.nowMS(), q.ttl, r.st.pttl.Val().Milliseconds()
+	g.keep = q.ttl
+	if g.live {
+		g.keep = max(g.keep, g.pttl)
+	}
+	return memberGrant{g: g, dead: dead, token: token, next: behind(r.line, q.owner, dead)}, nil
+}
+
+// queue queues m's writes for the MULTI/EXEC of q.
+func (m *memberGrant) queue(ctx context.Context, p doer, q *memberReq) {
+	q.k.claim(ctx, p, q.lk, q.set, &m.g)
+	p.Do(ctx, "zadd", q.set, float64(m.g.now+q.ttl), q.owner)
+	p.Do(ctx, "pexpire", q.set, m.g.keep)
+	p.Do(ctx, "set", counterKey(q.lk), strconv.FormatInt(m.token, 10), "px", fenceLife.Milliseconds())
+	if m.dead != "" {
+		p.Do(ctx, "lrem", waitQueue(q.lk), 1, m.dead)
+	}
+	if q.how == queued {
+		leaveCmds(ctx, p, q.lk, q.owner, q.inbox)
+		if m.next != "" {
+			// A waiter behind may come in too: wake it.
+			wake(ctx, p, q.lk, m.next)
+		}
+	}
 }
 
 // releaseMember ends owner's member grant of kind k on lk, in two round
@@ -311,77 +407,158 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 // retry strategies). It returns driver.ErrNotHeld when owner had no live
 // member at the read (see memberKind.needsMarker), or it was gone by the
 // EXEC; an expired member is removed all the same.
+//
+// The release is read (readMemberRelease), planned (planMemberRelease) and
+// executed (execMemberRelease): see releaseMemberTx.
 func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owner, tomb string, tombLife time.Duration) error {
-	set, wq := k.set(lk), waitQueue(lk)
-	var held, emptied bool
+	q := memberReleaseReq{k: k, lk: lk, set: k.set(lk), owner: owner, tomb: tomb, tombLife: tombLife}
+	var out memberReleased
 	err := d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
-		held, emptied = false, false
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-			var (
-				st    memberState
-				score *redis.FloatCmd
-				line  *redis.StringSliceCmd
-			)
-			err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
-				if tomb != "" {
-					p.Set(ctx, tomb, "", tombLife)
-				}
-				st.get, st.now = p.Get(ctx, lk), p.Time(ctx)
-				st.top = p.ZRangeWithScores(ctx, set, -2, -1)
-				score = p.ZScore(ctx, set, owner)
-				line = p.LRange(ctx, wq, 0, 0)
-			})
-			if err != nil {
-				return err
-			}
-			if score.Err() != nil {
-				unwatch(ctx, tx)
-				return driver.ErrNotHeld
-			}
-			now := st.nowMS()
-			marked := st.get.Err() == nil && k.marks(st.get.Val())
-			held = (marked || !k.needsMarker) && int64(score.Val()) >= now
-			_, others := st.liveOther(owner)
-			d.hook("release", lk)
-			if marked && !others {
-				return exec(ctx, tx, func(p redis.Pipeliner) {
-					p.ZRem(ctx, set, owner)
-					p.Del(ctx, lk, set)
-					p.Do(ctx, wakeCmd(lk, line.Val())...)
-				})
-			}
-			cmds := [][]any{{"zrem", set, owner}}
-			if marked {
-				cmds = [][]any{
-					{"zremrangebyscore", set, "-inf", "(" + strconv.FormatInt(now, 10)},
-					cmds[0],
-					{"zrange", set, 0, 0},
-				}
-				if k.wakeEach {
-					cmds = append(cmds, wakeCmd(lk, line.Val()))
-				}
-			}
-			replies, err := execUnwatched(ctx, tx, cmds...)
-			if err != nil {
-				return err
-			}
-			if !marked {
-				held = held && replies[0] == int64(1)
-				return nil
-			}
-			held = held && replies[1] == int64(1)
-			left, _ := replies[2].([]any)
-			emptied = len(left) == 0
-			return nil
-		})
+		out = memberReleased{}
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error { return d.releaseMemberTx(ctx, tx, &q, &out) })
 	})
-	if err == nil && emptied {
+	if err == nil && out.emptied {
 		d.dropMembers(ctx, k, lk)
 	}
-	if err == nil && !held {
+	if err == nil && !out.held {
 		err = driver.ErrNotHeld
 	}
 	return err
+}
+
+// memberReleaseReq is the request of a member's release.
+type memberReleaseReq struct {
+	k              *memberKind
+	lk, set, owner string
+	tomb           string // the attempt's tombstone to set, "" for none
+	tombLife       time.Duration
+}
+
+// memberReleased is what a member's release found: whether owner held its
+// member, and whether the release left the set empty (dropMembers
+// follows).
+type memberReleased struct{ held, emptied bool }
+
+// releaseMemberTx is one member release transaction on tx.
+func (d *watchDriver) releaseMemberTx(ctx context.Context, tx *redis.Tx, q *memberReleaseReq, out *memberReleased) error {
+	r, err := readMemberRelease(ctx, tx, q)
+	if err != nil {
+		return err
+	}
+	pl := planMemberRelease(q, &r)
+	if pl.action == memberNotHeld {
+		unwatch(ctx, tx)
+		return driver.ErrNotHeld
+	}
+	d.hook("release", q.lk)
+	return d.execMemberRelease(ctx, tx, q, &r, &pl, out)
+}
+
+// memberReleaseRead is what a member's release reads under its watch.
+type memberReleaseRead struct {
+	st     memberState // the lock key, the clock and the two latest members
+	score  float64     // owner's member's expiry (ms)
+	scored bool        // owner has a member
+	line   []string    // the first element of the queue, if any
+}
+
+// readMemberRelease watches the lock key and the set, sets the tombstone
+// q asks for, and reads what memberReleaseRead holds, in one round trip.
+func readMemberRelease(ctx context.Context, tx *redis.Tx, q *memberReleaseReq) (memberReleaseRead, error) {
+	var c struct {
+		st    memberState
+		score *redis.FloatCmd
+		line  *redis.StringSliceCmd
+	}
+	err := watchAndRead(ctx, tx, []string{q.lk, q.set}, func(p redis.Pipeliner) {
+		if q.tomb != "" {
+			p.Set(ctx, q.tomb, "", q.tombLife)
+		}
+		c.st.get, c.st.now = p.Get(ctx, q.lk), p.Time(ctx)
+		c.st.top = p.ZRangeWithScores(ctx, q.set, -2, -1)
+		c.score = p.ZScore(ctx, q.set, q.owner)
+		c.line = p.LRange(ctx, waitQueue(q.lk), 0, 0)
+	})
+	if err != nil {
+		return memberReleaseRead{}, err
+	}
+	return memberReleaseRead{st: c.st, score: c.score.Val(), scored: c.score.Err() == nil, line: c.line.Val()}, nil
+}
+
+// memberReleaseAction is what a member's release does.
+type memberReleaseAction int
+
+const (
+	memberNotHeld    memberReleaseAction = iota // owner has no member: UNWATCH
+	memberDeleteLast                            // the last live member of a marked key: delete the key and the set, watched
+	memberRemove                                // remove owner's member, unwatched (cmds)
+)
+
+// memberReleasePlan is the plan of a member's release.
+type memberReleasePlan struct {
+	action memberReleaseAction
+	held   bool    // owner's member was live at the read (and the key marked, if the kind needs it)
+	marked bool    // the lock key holds the kind's marker
+	cmds   [][]any // memberRemove: the commands for execUnwatched
+}
+
+// planMemberRelease decides the release q from what it read, r.
+func planMemberRelease(q *memberReleaseReq, r *memberReleaseRead) memberReleasePlan {
+	if !r.scored {
+		return memberReleasePlan{action: memberNotHeld}
+	}
+	now := r.st.nowMS()
+	pl := memberReleasePlan{marked: r.st.get.Err() == nil && q.k.marks(r.st.get.Val())}
+	pl.held = (pl.marked || !q.k.needsMarker) && int64(r.score) >= now
+	if _, others := r.st.liveOther(q.owner); pl.marked && !others {
+		pl.action = memberDeleteLast
+		return pl
+	}
+	pl.action = memberRemove
+	pl.cmds = [][]any{{"zrem", q.set, q.owner}}
+	if pl.marked {
+		pl.cmds = [][]any{
+			{"zremrangebyscore", q.set, "-inf", "(" + strconv.FormatInt(now, 10)},
+			pl.cmds[0],
+			{"zrange", q.set, 0, 0},
+		}
+		if q.k.wakeEach {
+			pl.cmds = append(pl.cmds, wakeCmd(q.lk, r.line))
+		}
+	}
+	return pl
+}
+
+// queueLast queues the writes of a memberDeleteLast release, for its
+// watched MULTI/EXEC.
+func (pl *memberReleasePlan) queueLast(ctx context.Context, p doer, q *memberReleaseReq, r *memberReleaseRead) {
+	p.Do(ctx, "zrem", q.set, q.owner)
+	p.Do(ctx, "del", q.lk, q.set)
+	p.Do(ctx, wakeCmd(q.lk, r.line)...)
+}
+
+// outcome reads the replies to a memberRemove release's cmds: whether
+// owner held its member (it was removed), and whether the set is empty.
+func (pl *memberReleasePlan) outcome(replies []any) memberReleased {
+	if !pl.marked {
+		return memberReleased{held: pl.held && replies[0] == int64(1)}
+	}
+	left, _ := replies[2].([]any)
+	return memberReleased{held: pl.held && replies[1] == int64(1), emptied: len(left) == 0}
+}
+
+// execMemberRelease runs the release pl on tx, and records its outcome.
+func (d *watchDriver) execMemberRelease(ctx context.Context, tx *redis.Tx, q *memberReleaseReq, r *memberReleaseRead, pl *memberReleasePlan, out *memberReleased) error {
+	if pl.action == memberDeleteLast {
+		out.held = pl.held
+		return exec(ctx, tx, func(p redis.Pipeliner) { pl.queueLast(ctx, p, q, r) })
+	}
+	replies, err := execUnwatched(ctx, tx, pl.cmds...)
+	if err != nil {
+		return err
+	}
+	*out = pl.outcome(replies)
+	return nil
 }
 
 // wakeCmd is the PUBLISH that names the first waiter of line (LRANGE queue
@@ -389,13 +566,9 @@ func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owne
 // for execUnwatched.
 func wakeCmd(lk string, line []string) []any {
 	if len(line) == 0 {
-		return []any{"publish", channel(lk), ""}
+		return wakeArgs(lk, "")
 	}
-	o, in := splitElem(line[0])
-	if in == "" {
-		in = channel(lk)
-	}
-	return []any{"publish", in, o}
+	return wakeArgs(lk, line[0])
 }
 
 // dropMembers deletes the lock key lk and the set of kind k when lk holds

@@ -228,11 +228,11 @@ func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox, value st
 // leaveCmds queues the commands that take owner out of lk's queue: its
 // element, in either form (with the Locker's inbox or without), its entry,
 // and its grant record.
-func leaveCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox string) {
+func leaveCmds(ctx context.Context, p doer, lk, owner, inbox string) {
 	wq := waitQueue(lk)
-	p.LRem(ctx, wq, 0, owner)
-	p.LRem(ctx, wq, 0, queueElem(owner, inbox))
-	p.Del(ctx, waitEntry(lk, owner), grantRecord(lk, owner))
+	p.Do(ctx, "lrem", wq, 0, owner)
+	p.Do(ctx, "lrem", wq, 0, queueElem(owner, inbox))
+	p.Do(ctx, "del", waitEntry(lk, owner), grantRecord(lk, owner))
 }
 
 // readAndJoin reads lk's PTTL and puts owner in lk's queue, in one round
@@ -405,7 +405,7 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 			return nil
 		}
 		if owner, _ := splitElem(first.Val()); owner == l.Owner {
-			return tx.Publish(ctx, channel(lk), "").Err()
+			return tx.Do(ctx, wakeArgs(lk, "")...).Err()
 		}
 		return nil
 	})

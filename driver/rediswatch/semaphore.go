@@ -159,7 +159,7 @@ func permitsOf(limit int) *memberKind {
 			return ok
 		},
 		admit: func(st *memberState, owner string) (grantPlan, error) { return admitPermit(st, owner, limit) },
-		claim: func(ctx context.Context, p redis.Pipeliner, lk, set string, g *grantPlan) {
+		claim: func(ctx context.Context, p doer, lk, set string, g *grantPlan) {
 			claimPermit(ctx, p, lk, set, marker, g)
 		},
 		stretch:     stretchPermit,
@@ -195,16 +195,16 @@ func admitPermit(st *memberState, owner string, limit int) (grantPlan, error) {
 // claimPermit makes a new semaphore of a free key (without stale members),
 // or lengthens the lock key of a live one to the grant's TTL and drops its
 // expired permits.
-func claimPermit(ctx context.Context, p redis.Pipeliner, lk, set, marker string, g *grantPlan) {
+func claimPermit(ctx context.Context, p doer, lk, set, marker string, g *grantPlan) {
 	switch {
 	case !g.live:
-		p.Del(ctx, set)
+		p.Do(ctx, "del", set)
 		p.Do(ctx, "set", lk, marker, "px", g.keep)
 	case g.pttl < g.ttl:
 		p.Do(ctx, "pexpire", lk, g.keep)
 	}
 	if g.live {
-		p.ZRemRangeByScore(ctx, set, "-inf", "("+strconv.FormatInt(g.now, 10))
+		p.Do(ctx, "zremrangebyscore", set, "-inf", "("+strconv.FormatInt(g.now, 10))
 	}
 }
 

@@ -61,11 +61,11 @@ func admitShare(st *memberState, owner string) (grantPlan, error) {
 
 // claimShare sets the lock key to "R" for the grant's TTL unless live
 // readers keep it that long already, and drops the expired shares.
-func claimShare(ctx context.Context, p redis.Pipeliner, lk, set string, g *grantPlan) {
+func claimShare(ctx context.Context, p doer, lk, set string, g *grantPlan) {
 	if !(g.live && g.pttl >= g.ttl) {
 		p.Do(ctx, "set", lk, redisx.Readers, "px", g.keep)
 	}
-	p.ZRemRangeByScore(ctx, set, "-inf", "("+strconv.FormatInt(g.now, 10))
+	p.Do(ctx, "zremrangebyscore", set, "-inf", "("+strconv.FormatInt(g.now, 10))
 }
 
 // stretchShare lengthens the lock key to the share's new TTL if it would

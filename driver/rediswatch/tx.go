@@ -142,6 +142,27 @@ func exec(ctx context.Context, tx *redis.Tx, writes func(p redis.Pipeliner)) err
 	}
 }
 
+// value is a string key as a read found it: ok is false when the key was
+// missing.
+type value struct {
+	s  string
+	ok bool
+}
+
+// valueOf is what c, a GET (nil: not sent), read.
+func valueOf(c *redis.StringCmd) value {
+	if c == nil {
+		return value{}
+	}
+	return value{s: c.Val(), ok: c.Err() == nil}
+}
+
+// doer is where a plan queues its writes: the pipeline of a MULTI/EXEC
+// (see exec), or a test's record of them.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
 // read sends the commands queued by reads in one round trip, with no
 // WATCH. A missing key (redis.Nil) is a result, not an error.
 func read(ctx context.Context, tx *redis.Tx, reads func(p redis.Pipeliner)) error {

@@ -445,12 +445,43 @@ func (h *hub) read(ps *redis.PubSub, gen uint64) (worked bool) {
 	}
 }
 
-// message passes a message of ch to its waiters. On the inbox it names the
-// owner to wake ("OWNER"); on a key's channel it names the owner queued
-// first (from a release that found the owner queued without an inbox), or
-// no one ("") to wake every waiter. Anything after the first space is
-// ignored (releases of older versions sent the grant's token there): a
-// message wakes, and grants nothing.
+// Wake returns the channel and the payload of the message that wakes the
+// waiters of the lock key lk: those of owner, queued with its Locker's
+// inbox ("" when it has none), or, when owner is "", every waiter of lk.
+// It is the one description of the wake-up message, which both Redis
+// drivers publish (rediswatch with Wake; redisnx's scripts, in Lua, as
+// prelude.lua says) and parseWake reads:
+//
+//	channel            payload  wakes
+//	inbox              OWNER    OWNER's queued waiter alone
+//	P{K}:rel           OWNER    OWNER's queued waiter (queued without an
+//	                            inbox) and the waiters that do not queue
+//	P{K}:rel           ""       every waiter of the key (no one was named)
+//
+// inbox is P + "inbox:" + 32 hex digits (see Notifier); OWNER is the
+// owner token of the waiter's lease. Nothing in a message is trusted:
+// anyone allowed to PUBLISH on the channels can send one, so a message
+// only wakes, and the waiter's next request reads its grant on the server.
+// Releases of older versions sent "OWNER TOKEN N [NEXT]" and took it as
+// the grant: parseWake reads the first field alone.
+func Wake(lk, owner, inbox string) (channel, payload string) {
+	if owner == "" || inbox == "" {
+		return lk + ChannelSuffix, owner
+	}
+	return inbox, owner
+}
+
+// parseWake returns the owner that a wake-up message's payload names, ""
+// for no one (the format: see Wake).
+func parseWake(payload string) (owner string) {
+	owner, _, _ = strings.Cut(payload, " ")
+	return owner
+}
+
+// message passes a message of ch (see Wake) to its waiters: on the inbox,
+// to the named owner's queued waiter; on a key's channel, to the named
+// owner's queued waiter and the waiters that do not queue, or to every
+// waiter when it names no one.
 func (h *hub) message(gen uint64, ch, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -458,7 +489,7 @@ func (h *hub) message(gen uint64, ch, payload string) {
 	if c == nil || gen != h.gen {
 		return
 	}
-	owner, _, _ := strings.Cut(payload, " ")
+	owner := parseWake(payload)
 	switch {
 	case ch != h.inbox:
 		c.wakeLocked(owner)
