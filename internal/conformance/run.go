@@ -40,6 +40,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Resume/Gone", testResumeGone},
 		{"Resume/AfterCrash", testResumeAfterCrash},
 		{"Resume/NeverShortens", testResumeNeverShortens},
+		{"Resume/RenewalNeverShortens", testResumeRenewalNeverShortens},
 		{"Reentry/CountsHolds", testReentryCountsHolds},
 		{"Reentry/ShortHold", testReentryShortHold},
 		{"Reentry/LostTogether", testReentryLostTogether},
