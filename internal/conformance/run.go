@@ -41,6 +41,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Resume/AfterCrash", testResumeAfterCrash},
 		{"Resume/NeverShortens", testResumeNeverShortens},
 		{"Resume/RenewalNeverShortens", testResumeRenewalNeverShortens},
+		{"Resume/LossKeepsResumed", testResumeLossKeepsResumed},
 		{"Reentry/CountsHolds", testReentryCountsHolds},
 		{"Reentry/ShortHold", testReentryShortHold},
 		{"Reentry/LostTogether", testReentryLostTogether},
