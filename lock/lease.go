@@ -158,8 +158,10 @@ func (l *Lease) TTL() time.Duration {
 }
 
 // Refresh extends the lease to ttl from now and moves its deadline; it also
-// changes the TTL that later renewals use. Auto-renewed leases rarely need
-// it. It waits for a renewal of the same lease under way, so that the
+// changes the TTL that later renewals use. The backend never shortens the
+// grant (another Lease of it, see Locker.Resume, may count on more), so a
+// Refresh to a shorter TTL shortens only this lease's deadline. Auto-renewed
+// leases rarely need it. It waits for a renewal of the same lease under way, so that the
 // backend applies refreshes in the order they were sent.
 //
 // Refresh returns nil only if the lease is held when it returns: Done open
