@@ -279,8 +279,8 @@
 //   - dlock.releases.failed (counter, {release}): with dlock.background
 //     false, Unlocks whose release failed or was cut short by their context
 //     (it goes on in the background); true, background releases that gave
-//     up (after a failed Unlock, a lost grant reply or a lost lease, or in
-//     Close), which leave the key to its TTL.
+//     up (after a failed Unlock, a lost grant reply or a lost ZooKeeper
+//     lease, or in Close), which leave the key to its TTL.
 //
 // Every measurement has dlock.driver (the driver's name: memory, redisnx,
 // rediswatch, memcached, zookeeper) and dlock.mode (exclusive, shared or
