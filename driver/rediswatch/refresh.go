@@ -78,11 +78,11 @@ func (d *watchDriver) extendOwned(ctx context.Context, op, lk, owner string, ttl
 					return driver.ErrNotHeld
 				}
 			}
-			d.hook(op, lk)
 			if pttl.Val() >= ttl {
 				unwatch(ctx, tx)
 				return nil
 			}
+			d.hook(op, lk)
 			var applied *redis.IntCmd
 			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = pexpire(ctx, p, lk, ttl) }); err != nil {
 				return err
