@@ -200,11 +200,15 @@ type Driver interface {
 	// outcome (l.Token and l.Data unset): it then finds the grant by l.Owner.
 	Release(ctx context.Context, l *Lease) error
 
-	// Refresh extends the grant of l.Owner on l.Key to ttl from now, and
-	// only that grant, and returns the validity applied (as Lease.Validity
-	// for a grant). It returns ErrNotHeld when there is no such grant;
-	// nothing else is then changed. Refresh must not modify l: lock may run
-	// two refreshes of one lease at once.
+	// Refresh extends the grant of l.Owner on l.Key to at least ttl from
+	// now, and only that grant, and returns the validity applied (as
+	// Lease.Validity for a grant). It never shortens any expiry it touches
+	// (the grant's, a share's or permit's, a hold's): the grant may be held
+	// by two Leases (one resumed it, see Resumer) with different TTLs, and
+	// the refresh of the shorter one must not cut short what the other's
+	// deadline counts on. It returns ErrNotHeld when there is no such
+	// grant; nothing else is then changed. Refresh must not modify l: lock
+	// may run two refreshes of one lease at once.
 	Refresh(ctx context.Context, l *Lease, ttl time.Duration) (validity time.Duration, err error)
 
 	// Close releases the driver's own resources (subscriptions, background
@@ -275,7 +279,8 @@ type Queuer interface {
 // BatchRefresher is implemented by drivers that refresh many leases in
 // fewer round trips than one per lease.
 type BatchRefresher interface {
-	// RefreshBatch refreshes every lease in ls to ttl, as Refresh would. It
+	// RefreshBatch refreshes every lease in ls to ttl, as Refresh would
+	// (never shortening a grant). It
 	// returns the validity applied to the successful ones and one error per
 	// lease (nil for success), in order.
 	RefreshBatch(ctx context.Context, ls []*Lease, ttl time.Duration) (validity time.Duration, errs []error)

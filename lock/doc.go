@@ -52,9 +52,12 @@
 // the driver supports it, with at most 16 refresh calls under way. A
 // renewal that fails for a network reason is retried every tenth of the
 // validity; if none succeeds before the lease's local deadline, the lease
-// is lost. A renewal the backend refuses (the grant is gone) loses the
-// lease at once. Refreshes of one lease (renewals and Refresh calls) are
-// sent one at a time.
+// is lost, and its grant is left to expire by its TTL (another Lease may
+// hold it: see "Handing a lease over"; ZooKeeper's, which would live as
+// long as the session, is released). A renewal the backend refuses (the
+// grant is gone) loses the lease at once. Refreshes of one lease
+// (renewals and Refresh calls) are sent one at a time, and only ever
+// extend the grant on the backend, never shorten it.
 //
 // The local deadline is the moment the last successful grant or refresh
 // request was sent, plus the validity the backend applied, minus a drift
@@ -158,8 +161,13 @@
 // the grant still exists with that owner and token, and the new Lease has
 // its own deadline, renewal and Done. Lease.Detach ends a Lease without
 // releasing its grant, so that Close leaves it for the resumer. Until one
-// of them ends it, a resumed grant is held by both Leases: Unlock of either
-// releases it, and the other finds out at its next renewal. A handle is a
+// of them ends it, a resumed grant is held by both Leases, each renewing
+// it with its own TTL; renewals only ever extend it, so neither cuts the
+// other's short, and a Lease that is lost (its deadline passed) leaves the
+// grant to the other. Unlock of either releases it for both: the other
+// finds out at its next renewal, and until then its Done is open while
+// another client may take the key, so hand a lease over with Detach, not
+// Unlock. A handle is a
 // capability: whoever has it can extend and release the grant. ZooKeeper's
 // driver cannot resume (a grant belongs to its client's session) and
 // refuses with ErrInvalid.
@@ -282,8 +290,8 @@
 //   - dlock.releases.failed (counter, {release}): with dlock.background
 //     false, Unlocks whose release failed or was cut short by their context
 //     (it goes on in the background); true, background releases that gave
-//     up (after a failed Unlock, a lost grant reply or a lost lease, or in
-//     Close), which leave the key to its TTL.
+//     up (after a failed Unlock, a lost grant reply or a lost ZooKeeper
+//     lease, or in Close), which leave the key to its TTL.
 //
 // Every measurement has dlock.driver (the driver's name: memory, redisnx,
 // rediswatch, memcached, zookeeper) and dlock.mode (exclusive, shared or

@@ -24,10 +24,11 @@ type Lease struct {
 	done      chan struct{}
 	autoRenew bool
 	// resumed: the grant came from Locker.Resume, so another Lease (the
-	// one whose handle was resumed) may hold it too. Nothing but this
-	// Lease's Unlock and its Locker's Close releases it: its loss, or a
-	// Close that beat its registration, leaves it to the other Lease and
-	// the backend's expiry. Set before the lease is registered.
+	// one whose handle was resumed) may hold it too: a Close that beat
+	// this Lease's registration, or a failed refresh of a late Resume,
+	// leaves it to the other Lease and the backend's expiry. (A lost
+	// Lease's grant follows releasesLost, resumed or not.) Set before the
+	// lease is registered.
 	resumed bool
 	// refreshing admits one refresh of this lease at a time (a renewal or
 	// a Refresh): the backend then applies them in the order they were
@@ -157,8 +158,10 @@ func (l *Lease) TTL() time.Duration {
 }
 
 // Refresh extends the lease to ttl from now and moves its deadline; it also
-// changes the TTL that later renewals use. Auto-renewed leases rarely need
-// it. It waits for a renewal of the same lease under way, so that the
+// changes the TTL that later renewals use. The backend never shortens the
+// grant (another Lease of it, see Locker.Resume, may count on more), so a
+// Refresh to a shorter TTL shortens only this lease's deadline. Auto-renewed
+// leases rarely need it. It waits for a renewal of the same lease under way, so that the
 // backend applies refreshes in the order they were sent.
 //
 // Refresh returns nil only if the lease is held when it returns: Done open
@@ -462,14 +465,12 @@ func (l *Lease) end(err error, ifExpired bool) bool {
 	return true
 }
 
-// lose ends the lease as lost, for why (lostExpired, ...). When the
-// backend may still hold the grant (a local deadline passed, a driver
-// reported a session problem), release it in the background so that it
-// does not outlive the lease, unless the lease was resumed: the Lease
-// whose handle it resumed may still count on the grant, which then expires
-// by itself.
-func (l *Lease) lose(cause error, why int, releaseBackend bool) {
-	l.loseIf(cause, why, releaseBackend, false)
+// lose ends the lease as lost, for why (lostExpired, ...). mayHold says
+// that the backend may still hold the grant (a local deadline passed, a
+// refresh's reply came too late, a driver reported a session problem);
+// whether it is then released is releasesLost's rule.
+func (l *Lease) lose(cause error, why int, mayHold bool) {
+	l.loseIf(cause, why, mayHold, false)
 }
 
 // expire loses the lease if its deadline has passed (see end), and
@@ -478,16 +479,39 @@ func (l *Lease) expire() bool {
 	return l.loseIf(errors.New("the local validity deadline passed without a successful refresh"), lostExpired, true, true)
 }
 
-func (l *Lease) loseIf(cause error, why int, releaseBackend, ifExpired bool) bool {
+func (l *Lease) loseIf(cause error, why int, mayHold, ifExpired bool) bool {
 	until := l.expiry()
 	if !l.end(newError("renew", l.dl.Key, ErrLost, cause), ifExpired) {
 		return false
 	}
 	l.lk.lost(l, why, cause)
-	if releaseBackend && !l.resumed {
+	if mayHold && l.lk.releasesLost() {
 		l.lk.releaseLater(l.dl, until)
 	}
 	return true
+}
+
+// releasesLost is the rule for the grant of a lease that was lost while
+// the backend may still hold it: it is released in the background only
+// where no other Lease can hold that grant, on a backend whose driver
+// cannot resume (ZooKeeper: a grant is an ephemeral node that lives as
+// long as the client's session, so it must be released, and no other
+// session can resume it).
+//
+// Where grants can be resumed, any Lease's grant may be held by another
+// Lease too (one resumed its handle, or it resumed another's), which
+// renews it on its own: releasing it by owner would take it from under
+// that Lease, whose Done stays open while a third client is granted the
+// key. No release is needed there either. Such a grant lives by its TTL
+// alone, and refreshes only ever extend it, so the lost lease's own last
+// extension ends by its deadline plus the drift margin (or, after a
+// refresh that was applied but whose reply came late or never, one TTL
+// after it was applied): the key is free then, unless another Lease
+// extended the grant, which then counts on it. Unlock and Locker.Close
+// remain explicit releases of the grant, for every Lease of it.
+func (lk *locker) releasesLost() bool {
+	_, err := lk.resumer()
+	return err != nil
 }
 
 // lostByDriver is driver.Lease.Lost.

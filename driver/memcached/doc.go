@@ -19,7 +19,10 @@
 //     expiration -1. Memcached stores an item with a negative expiration as
 //     already expired, and the cas applies only if the item is unchanged
 //     since the gets, so this is an atomic compare-and-delete. 2 round trips.
-//   - Refresh: gets, compare, cas with the new expiration. 2 round trips.
+//   - Refresh: gets, compare, cas with the new expiration: the larger of
+//     its TTL and the one recorded in the item's flags (see Resume), which
+//     it records, so it never shortens the grant, which another Lease may
+//     hold with a longer TTL. 2 round trips.
 //   - Resume (lock.Locker.Resume): get(counter) to check the token, then
 //     gets, compare, cas. It never shortens the grant, whose first Lease
 //     counts on its expiration: memcached's get does not tell an item's

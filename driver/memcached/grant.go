@@ -96,8 +96,10 @@ func (d *mcDriver) Release(ctx context.Context, l *driver.Lease) error {
 }
 
 // Refresh gives the caller's grant a new expiration: gets, compare, cas.
-// Two round trips. Like the grant, it records the expiration in the item's
-// flags (see Resume).
+// Two round trips. It never shortens the grant, as Resume does not (see
+// there): another Lease of the grant (one that resumed it, or whose handle
+// was resumed) may count on a longer expiration, so it sets the larger of
+// the expiration recorded in the item's flags and its own, and records it.
 func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	secs, err := ttlSeconds(ttl)
 	if err != nil {
@@ -106,7 +108,7 @@ func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 	if l.Reentrant {
 		err = d.extendHold(ctx, "refresh", l, secs, 0)
 	} else {
-		err = d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, func(int32) int32 { return secs })
+		err = d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, func(recorded int32) int32 { return max(recorded, secs) })
 	}
 	if err != nil {
 		return 0, err

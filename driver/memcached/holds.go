@@ -195,11 +195,11 @@ func (d *mcDriver) releaseHold(ctx context.Context, l *driver.Lease) error {
 	})
 }
 
-// extendHold sets the TTL of l's hold to secs and the item's expiration to
-// the longest of its holds'; with token not 0 (a Resume), only if the
-// grant's token is token, and to the larger of the hold's TTL and secs, so
-// that the item's expiration is never shortened: the Lease whose handle is
-// resumed counts on it.
+// extendHold sets the TTL of l's hold to the larger of its TTL and secs,
+// and the item's expiration to the longest of its holds'; with token not 0
+// (a Resume), only if the grant's token is token. The item's expiration is
+// never shortened: another Lease of the hold (one that resumed it, or
+// whose handle was resumed) may count on it.
 func (d *mcDriver) extendHold(ctx context.Context, op string, l *driver.Lease, secs int32, token uint64) error {
 	return d.casHolds(ctx, op, d.leaseKeys(l).lock, func(v []byte) (*holdsValue, error) {
 		h, ok := parseHolds(v)
@@ -210,11 +210,7 @@ func (d *mcDriver) extendHold(ctx context.Context, op string, l *driver.Lease, s
 		if i < 0 {
 			return nil, driver.ErrNotHeld
 		}
-		if token == 0 {
-			h.holds[i].secs = secs
-		} else {
-			h.holds[i].secs = max(h.holds[i].secs, secs)
-		}
+		h.holds[i].secs = max(h.holds[i].secs, secs)
 		return &h, nil
 	})
 }

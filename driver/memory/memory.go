@@ -289,6 +289,7 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+// Refresh extends the grant of l.Owner on l.Key to at least ttl from now.
 func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -305,13 +306,11 @@ func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durat
 	if i < 0 {
 		return 0, driver.ErrNotHeld
 	}
+	// Never shorten the grant: other holds of a named owner, and another
+	// Lease of the grant (one that resumed it, or whose handle was
+	// resumed), count on its expiry.
 	e := q.entries[i]
-	if e.holds != nil {
-		// Other holds count on the grant's expiry: never shorten it.
-		e.expires = later(e.expires, s.now().Add(ttl))
-	} else {
-		e.expires = s.now().Add(ttl)
-	}
+	e.expires = later(e.expires, s.now().Add(ttl))
 	return ttl, nil
 }
 

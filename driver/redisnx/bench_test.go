@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/redisx"
 
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -400,4 +401,46 @@ func BenchmarkScriptServerTime(b *testing.B) {
 	b.ReportMetric(o, "scripts-server-ns/cycle")
 	b.ReportMetric(p, "setnx-server-ns/cycle")
 	b.ReportMetric(o/p, "ratio")
+}
+
+// BenchmarkRefreshBatch is the batched renewal of 100 exclusive leases and
+// 100 shares on the shared server: one RefreshBatch call, one round trip
+// (one refresh.lua call), as lock's scheduler makes it. It reports ns/op
+// and its ratio to one PING timed before each call ("pings").
+func BenchmarkRefreshBatch(b *testing.B) {
+	c := benchClient(b)
+	d := testDriver(c)
+	b.Cleanup(func() { d.Close() })
+	ctx := context.Background()
+	base := benchKey("refreshbatch")
+	var ls []*driver.Lease
+	for i := range 200 {
+		l := &driver.Lease{Key: fmt.Sprintf("%s/%d", base, i), Owner: fmt.Sprintf("%032x", i+1), TTL: time.Minute}
+		if i%2 == 1 {
+			l.Mode = driver.Shared
+		}
+		if err := d.Acquire(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	b.Cleanup(func() {
+		for _, l := range ls {
+			d.Release(ctx, l)
+		}
+	})
+	var ops, pings []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, errs := d.RefreshBatch(ctx, ls, time.Minute); errs[0] != nil || errs[len(errs)-1] != nil {
+			b.Fatal(errs[0], errs[len(errs)-1])
+		}
+		ops, pings = append(ops, time.Since(t1)), append(pings, t1.Sub(t0))
+	}
+	b.ReportMetric(median(ops), "ns/op")
+	b.ReportMetric(median(ops)/median(pings), "pings")
 }

@@ -19,7 +19,9 @@
 // PX, whole milliseconds) if it is free and no live waiter is queued, and
 // takes a fencing token; a release deletes the key if it holds the owner's
 // token, and hands it to the first live waiter queued; a refresh extends
-// it (PEXPIRE) on the same condition. Renewals are batched: one script per
+// it (PEXPIRE) on the same condition, never shortening it (only when its
+// PTTL is shorter: another Lease of the grant, see lock.Locker.Resume, may
+// count on more). Renewals are batched: one script per
 // server, Cluster slot or Ring shard, all in one pipeline. A grant whose
 // reply is lost is released by owner; a tombstone voids a late copy of it.
 //

@@ -1,17 +1,26 @@
--- Extend each lock in KEYS to ARGV[1] ms if its owner still holds it.
+-- Extend each lock in KEYS to at least ARGV[1] ms if its owner still holds
+-- it, never shortening it.
 --
 -- KEYS[i] lock key; ARGV[1] TTL in ms; ARGV[i+1] owner token of KEYS[i],
 -- or "s" and the owner token for a shared grant, whose readers set is
 -- KEYS[i] .. ":r", or "o" and the owner token of a hold of a named owner,
 -- whose holds are KEYS[i] .. ":h" (all keys in one Redis Cluster slot: they
--- share the lock key's hash tag); a hold's grant is extended to at least
--- ARGV[1] ms, never shortened; or "p" and the owner token of a permit,
+-- share the lock key's hash tag); or "p" and the owner token of a permit,
 -- whose permits set is KEYS[i] .. ":s": its member is extended, and the
 -- lock key ("SN") and the set to at least ARGV[1] ms. A permit found gone
 -- (expired, or its lock key deleted or taken behind its back) has its
--- member removed: it holds nothing
+-- member removed: it holds nothing.
 --
--- Returns one integer per key: 1 extended, 0 not held by that owner.
+-- A refresh only ever extends: every expiry it touches (an exclusive lock
+-- key's PX, a share's or a permit's score, their key's and set's PX, a
+-- hold's grant) is set to ARGV[1] ms from now only where it ends sooner
+-- than that. A grant may be held by two Leases (one resumed it elsewhere)
+-- with different TTLs, and the renewal of the shorter one must not cut
+-- short what the other's deadline counts on. PEXPIRE's GT option would do
+-- it in one command but needs Redis 7.0; PTTL and a comparison do it on 5.
+--
+-- Returns one integer per key: 1 extended (or already long enough), 0 not
+-- held by that owner.
 local held = {}
 local px = tonumber(ARGV[1])
 local now
@@ -24,10 +33,13 @@ local function clock()
   end
 end
 
--- extend sets member o of set to expire px from now, and lk and set to
--- expire in px at least (a share or a permit).
-local function extend(lk, set, o)
-  redis.call('ZADD', set, string.format('%d', now + px), o)
+-- extend sets member o of set, whose score is score, to expire px from now
+-- at the earliest, and lk and set to expire in px at least (a share or a
+-- permit).
+local function extend(lk, set, o, score)
+  if tonumber(score) < now + px then
+    redis.call('ZADD', set, string.format('%d', now + px), o)
+  end
   if redis.call('PTTL', lk) < px then
     redis.call('PEXPIRE', lk, px)
   end
@@ -45,7 +57,7 @@ for i = 1, #KEYS do
     local r = KEYS[i] .. ':r'
     local score = redis.call('ZSCORE', r, string.sub(owner, 2))
     if score and tonumber(score) >= now and redis.call('GET', KEYS[i]) == 'R' then
-      extend(KEYS[i], r, string.sub(owner, 2))
+      extend(KEYS[i], r, string.sub(owner, 2), score)
       held[i] = 1
     end
   elseif #owner == 33 and string.sub(owner, 1, 1) == 'p' then
@@ -55,7 +67,7 @@ for i = 1, #KEYS do
     if score then
       local cur = redis.call('GET', KEYS[i])
       if tonumber(score) >= now and cur and string.match(cur, '^S%d+$') then
-        extend(KEYS[i], s, o)
+        extend(KEYS[i], s, o, score)
         held[i] = 1
       else
         redis.call('ZREM', s, o)
@@ -73,7 +85,9 @@ for i = 1, #KEYS do
       held[i] = 1
     end
   elseif redis.call('GET', KEYS[i]) == owner then
-    redis.call('PEXPIRE', KEYS[i], px)
+    if redis.call('PTTL', KEYS[i]) < px then
+      redis.call('PEXPIRE', KEYS[i], px)
+    end
     held[i] = 1
   end
 end

@@ -529,14 +529,20 @@ func TestSemaphoreRefreshAndResume(t *testing.T) {
 		if after := c.ZScore(ctx, lk+permitsSuffix, ownerB).Val(); after != before {
 			t.Errorf("the other permit's expiry moved from %v to %v", before, after)
 		}
-		// a's Refresh to 200ms shortens a's permit, not the lock key.
+		// a's Refresh to 200ms shortens nothing: not a's permit, nor the
+		// lock key.
 		if _, err := d.Refresh(ctx, a, 200*time.Millisecond); err != nil {
 			t.Fatalf("Refresh: %v", err)
 		}
 		if pttl := c.PTTL(ctx, lk).Val(); pttl < 4*time.Second {
 			t.Errorf("lock key PTTL %v after a permit's Refresh to 200ms; want it kept", pttl)
 		}
-		time.Sleep(300 * time.Millisecond)
+		now := c.Time(ctx).Val().UnixMilli()
+		if left := int64(c.ZScore(ctx, lk+permitsSuffix, ownerA).Val()) - now; left < 4000 {
+			t.Errorf("the permit expires in %d ms after its Refresh to 200ms, was 5s; want it kept", left)
+		}
+		// a's permit expires (its score passes).
+		c.ZAddXX(ctx, lk+permitsSuffix, redis.Z{Score: float64(now - 1), Member: ownerA})
 		if _, err := d.Refresh(ctx, a, time.Second); !errors.Is(err, driver.ErrNotHeld) {
 			t.Errorf("Refresh of an expired permit: %v, want ErrNotHeld", err)
 		}

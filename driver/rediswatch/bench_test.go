@@ -2,6 +2,7 @@ package rediswatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -352,4 +353,46 @@ func serverCPU(b *testing.B, rdb redis.UniversalClient) time.Duration {
 		}
 	}
 	return time.Duration(total * float64(time.Second))
+}
+
+// BenchmarkRefreshBatch is the batched renewal of 100 exclusive leases on
+// the shared standalone server (one watched transaction: two round trips),
+// and of one share (its own transaction, unwatched: two round trips),
+// reported as ns/op and against one PING timed before each call ("pings").
+func BenchmarkRefreshBatch(b *testing.B) {
+	for _, mode := range []driver.Mode{driver.Exclusive, driver.Shared} {
+		b.Run(mode.String(), func(b *testing.B) {
+			rdb := benchClient(b, "standalone")
+			d := testDriver(rdb, DefaultPrefix)
+			b.Cleanup(func() { d.Close() })
+			ctx := context.Background()
+			base := fmt.Sprintf("bench/refreshbatch/%d", time.Now().UnixNano())
+			n := 100
+			if mode == driver.Shared {
+				n = 1
+			}
+			var ls []*driver.Lease
+			for i := range n {
+				l := &driver.Lease{Key: fmt.Sprintf("%s/%d", base, i), Owner: owner(), Mode: mode, TTL: time.Minute}
+				if err := d.Acquire(ctx, l); err != nil {
+					b.Fatal(err)
+				}
+				ls = append(ls, l)
+			}
+			b.Cleanup(func() {
+				for _, l := range ls {
+					d.Release(ctx, l)
+				}
+			})
+			var ops, pings []time.Duration
+			for b.Loop() {
+				pings = append(pings, pingsTimed(b, rdb, 1))
+				ops = append(ops, timed(b, func() error {
+					_, errs := d.RefreshBatch(ctx, ls, time.Minute)
+					return errors.Join(errs...)
+				}))
+			}
+			report(b, ops, pings, 1)
+		})
+	}
 }

@@ -42,7 +42,9 @@ func TestConflictBoundedRetries(t *testing.T) {
 		var runs atomic.Int32
 		d.beforeExec.Store(touchKey(t, rdb, 1<<30, &runs))
 
-		err = lease.Refresh(ctx, 10*time.Second)
+		// Longer than the hook's PEXPIRE, so that every attempt has a
+		// transaction to run (a refresh never shortens the key).
+		err = lease.Refresh(ctx, 2*time.Minute)
 		if !errors.Is(err, ErrConflict) || errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("Refresh of a key that keeps changing: err = %v, want ErrConflict and not ErrNotHeld", err)
 		}

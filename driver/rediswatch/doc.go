@@ -25,7 +25,9 @@
 // the key (SET NX PX, whole milliseconds) and moves the counter. A release
 // reads the key and, if it holds the owner's token, deletes it, or hands
 // it to the first live waiter queued; a refresh extends it (PEXPIRE) on
-// the same condition. Each takes two round trips (on a Ring, three), so an
+// the same condition, never shortening it: it reads PTTL with the key and
+// leaves one that lasts the TTL already (another Lease of the grant, see
+// lock.Locker.Resume, may count on more). Each takes two round trips (on a Ring, three), so an
 // uncontended Lock and Unlock take four. Renewals are
 // batched: one transaction per server, or per Cluster slot (not on a Ring).
 //
@@ -93,7 +95,8 @@
 // fencing token from the key's counter. A refresh or release acts on the
 // caller's member alone, in a transaction that watches nothing, so that
 // other permits granted and returned meanwhile do not abort it: a refresh
-// lengthens the key's PX to at least its permit's (PEXPIRE ... GT), a
+// lengthens its member (ZADD ... XX GT) and the key's PX to at least its
+// permit's (PEXPIRE ... GT), never shortening either, a
 // release leaves it alone, and the release that leaves no live permit
 // deletes the key, in a watched transaction. An attempt whose limit differs
 // from the key's live permits' fails with lock.ErrInvalid and changes

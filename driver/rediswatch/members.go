@@ -617,15 +617,17 @@ func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string)
 }
 
 // extendMember extends owner's live member grant of kind k on lk, whose
-// lock key must hold k.marker, to ttl from now, and the lock key and the
-// set to expire no sooner; with minToken > 0 (Resume), only if the fencing
-// counter has reached it, and never shortening owner's member (ZADD's GT):
-// the Lease whose handle is resumed counts on its expiry as it was. op names the operation (its hook, and its error
-// when it gives up). It watches nothing, so that grants and releases of
-// other members meanwhile do not abort it, in two round trips:
+// lock key must hold k.marker, to at least ttl from now, and the lock key
+// and the set to expire no sooner; with minToken > 0 (Resume), only if the
+// fencing counter has reached it. It never shortens owner's member (ZADD's
+// GT): another Lease of the grant (one that resumed it, or whose handle
+// was resumed) may count on a longer expiry. op names the operation (its
+// hook, and its error when it gives up). It watches nothing, so that
+// grants and releases of other members meanwhile do not abort it, in two
+// round trips:
 //
 //	GET lock; TIME; ZSCORE set owner; [GET counter]
-//	UNWATCH; MULTI; ZSCORE set owner; TIME; ZADD set XX [GT] expiry owner;
+//	UNWATCH; MULTI; ZSCORE set owner; TIME; ZADD set XX GT expiry owner;
 //	         PEXPIRE lock ttl GT; PEXPIRE set ttl GT; GET lock; EXEC
 //
 // (UNWATCH, for a Ring, whose client sends WATCH lock first.) Whatever
@@ -637,6 +639,7 @@ func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string)
 //   - ZADD XX changes owner's member only, and only while it is in the
 //     set: a member removed meanwhile (by a release of the key, or by the
 //     ZREMRANGEBYSCORE of a grant that found it expired) is not taken back.
+//     GT leaves a member that expires later as it is.
 //   - PEXPIRE ... GT only lengthens: the lock key and the set cover every
 //     other live member before, and still do; no grant, refresh or release
 //     shortens them (see releaseMember), so no stale read cuts them.
@@ -687,15 +690,11 @@ func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, o
 			}
 		}
 		d.hook(op, lk)
-		const firstGT, lastGT = 2, 4 // the commands that may take GT
-		zadd := []any{"zadd", set, "xx", nowMS + ttlMS, owner}
-		if minToken > 0 {
-			zadd = []any{"zadd", set, "xx", "gt", nowMS + ttlMS, owner}
-		}
+		const firstGT, lastGT = 2, 4 // the commands that take GT
 		replies, err := execUnwatched(ctx, tx,
 			[]any{"zscore", set, owner},
 			[]any{"time"},
-			zadd,
+			[]any{"zadd", set, "xx", "gt", nowMS + ttlMS, owner},
 			[]any{"pexpire", lk, ttlMS, "gt"},
 			[]any{"pexpire", set, ttlMS, "gt"},
 			[]any{"get", lk},
@@ -786,8 +785,8 @@ func replyTime(r any) (time.Time, error) {
 // set, so that the lock key's PX it sets (k.stretch: the longest of the
 // live members, at least the caller's) is still right at the EXEC, and
 // it is tried again when a grant or a release of another member aborts it.
-// A Resume extends owner's member to the later of its score, read under
-// the watch, and ttl from now:
+// It extends owner's member to the later of its score, read under the
+// watch, and ttl from now, never shortening it (as extendMember):
 //
 //	WATCH lock set; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; [GET counter]
 //	MULTI; ZADD set XX expiry owner; <stretch>; EXEC
@@ -822,10 +821,7 @@ func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op
 					return driver.ErrNotHeld
 				}
 			}
-			ttlMS := ttlMS
-			if minToken > 0 {
-				ttlMS = max(ttlMS, int64(score.Val())-now)
-			}
+			ttlMS := max(ttlMS, int64(score.Val())-now)
 			d.hook(op, lk)
 			return exec(ctx, tx, func(p redis.Pipeliner) {
 				p.ZAddXX(ctx, set, redis.Z{Score: float64(now + ttlMS), Member: owner})

@@ -12,10 +12,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Refresh extends l's grant to ttl, in two round trips:
-//
-//	WATCH lock; GET lock
-//	MULTI; PEXPIRE lock ttl; EXEC                  (if GET == l.Owner)
+// Refresh extends l's grant to at least ttl from now, never shortening
+// it: another Lease of the grant (one that resumed it, or whose handle was
+// resumed) may count on a longer expiry. An exclusive grant takes two
+// round trips (extendOwned), a share or a permit two (extendMember), a
+// hold of a named owner two (extendHold).
 func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	lk := d.LockKey(l.Key)
 	if l.Mode != driver.Exclusive { // a share or a permit
@@ -31,13 +32,67 @@ func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dur
 		}
 		return ttl, nil
 	}
-	err := d.ownerTx(ctx, "refresh", lk, l.Owner, func(p redis.Pipeliner) *redis.IntCmd {
-		return pexpire(ctx, p, lk, ttl)
-	})
-	if err != nil {
+	if err := d.extendOwned(ctx, "refresh", lk, l.Owner, ttl, 0); err != nil {
 		return 0, err
 	}
 	return ttl, nil
+}
+
+// extendOwned extends the exclusive grant of owner on lk to at least ttl
+// from now, never shortening it; with minToken > 0 (Resume), only if the
+// fencing counter has reached it (a missing counter proves nothing and is
+// let pass). In two round trips:
+//
+//	WATCH lock; GET lock; PTTL lock; [GET counter]
+//	MULTI; PEXPIRE lock ttl; EXEC      (if GET == owner, counter >= minToken and PTTL < ttl)
+//
+// A key whose PTTL is at least ttl is left as it is (UNWATCH instead of
+// the transaction): it lasts ttl from the read, so from the send, at
+// least. One that ends sooner gets ttl from the EXEC, a later moment than
+// the PTTL was read at. PEXPIRE returns 0 for a key that expired after
+// the GET, on servers that do not abort the EXEC for it: driver.ErrNotHeld.
+// An aborted EXEC is retried, up to d.maxAttempts transactions per call.
+func (d *watchDriver) extendOwned(ctx context.Context, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var (
+				get, counter *redis.StringCmd
+				pttl         *redis.DurationCmd
+			)
+			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
+				get, pttl = p.Get(ctx, lk), p.PTTL(ctx, lk)
+				if minToken > 0 {
+					counter = p.Get(ctx, counterKey(lk))
+				}
+			})
+			if err != nil {
+				return err
+			}
+			if get.Err() != nil || get.Val() != owner {
+				unwatch(ctx, tx)
+				return driver.ErrNotHeld
+			}
+			if counter != nil {
+				if c, err := counter.Uint64(); err == nil && c < minToken {
+					unwatch(ctx, tx)
+					return driver.ErrNotHeld
+				}
+			}
+			if pttl.Val() >= ttl {
+				unwatch(ctx, tx)
+				return nil
+			}
+			d.hook(op, lk)
+			var applied *redis.IntCmd
+			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = pexpire(ctx, p, lk, ttl) }); err != nil {
+				return err
+			}
+			if applied.Val() != 1 {
+				return driver.ErrNotHeld
+			}
+			return nil
+		})
+	})
 }
 
 func pexpire(ctx context.Context, p redis.Pipeliner, lk string, ttl time.Duration) *redis.IntCmd {
@@ -56,10 +111,13 @@ const maxBatchGroups = 8
 // every key has a slot of its own unless hash tags in the prefix say
 // otherwise), each key alone on other clients.
 //
-//	WATCH lock1 ... lockN; MGET lock1 ... lockN
-//	MULTI; PEXPIRE lock_i ttl (for each lock_i that holds its owner); EXEC
+//	WATCH lock1 ... lockN; MGET lock1 ... lockN; PTTL lock1; ...; PTTL lockN
+//	MULTI; PEXPIRE lock_i ttl (for each lock_i that holds its owner, if its PTTL < ttl); EXEC
 //
-// A lease whose key does not hold its owner gets driver.ErrNotHeld. If the
+// A lease whose key does not hold its owner gets driver.ErrNotHeld. As
+// Refresh, the batch never shortens a grant: a key that lasts ttl or more
+// is left as it is (and when every key does, the transaction is UNWATCH
+// alone). If the
 // transaction is aborted (one of the keys changed, say by a concurrent
 // Refresh of one lease), the group's leases are refreshed one at a time,
 // each as by Refresh.
@@ -115,28 +173,44 @@ func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx 
 		keys[j] = d.LockKey(ls[i].Key)
 	}
 	var (
-		owned   []int // positions in idx of the leases whose key holds their owner
-		applied []*redis.IntCmd
+		owned   []int           // positions in idx of the leases whose key holds their owner
+		applied []*redis.IntCmd // for each of owned, its PEXPIRE, nil where the key lasts ttl already
 	)
 	err := d.onConn(ctx, keys[0], func(tx *redis.Tx) error {
-		owned, applied = owned[:0], nil
-		var mget *redis.SliceCmd
-		if err := watchAndRead(ctx, tx, keys, func(p redis.Pipeliner) { mget = p.MGet(ctx, keys...) }); err != nil {
+		owned, applied = owned[:0], applied[:0]
+		var (
+			mget *redis.SliceCmd
+			pttl = make([]*redis.DurationCmd, len(keys))
+		)
+		err := watchAndRead(ctx, tx, keys, func(p redis.Pipeliner) {
+			mget = p.MGet(ctx, keys...)
+			for j, k := range keys {
+				pttl[j] = p.PTTL(ctx, k)
+			}
+		})
+		if err != nil {
 			return err
 		}
+		short := 0 // owned keys that end sooner than ttl
 		for j, v := range mget.Val() {
 			if s, ok := v.(string); ok && s == ls[idx[j]].Owner {
 				owned = append(owned, j)
+				if pttl[j].Val() < ttl {
+					short++
+				}
 			}
 		}
-		if len(owned) == 0 {
+		applied = make([]*redis.IntCmd, len(owned))
+		if short == 0 {
 			unwatch(ctx, tx)
 			return nil
 		}
 		d.hook("refresh", keys[0])
 		return exec(ctx, tx, func(p redis.Pipeliner) {
-			for _, j := range owned {
-				applied = append(applied, pexpire(ctx, p, keys[j], ttl))
+			for n, j := range owned {
+				if pttl[j].Val() < ttl {
+					applied[n] = pexpire(ctx, p, keys[j], ttl)
+				}
 			}
 		})
 	})
@@ -164,62 +238,25 @@ func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx 
 			errs[i] = driver.ErrNotHeld
 		}
 		for n, j := range owned {
-			if applied[n].Val() == 1 {
+			if applied[n] == nil || applied[n].Val() == 1 {
 				errs[idx[j]] = nil
 			}
 		}
 	}
 }
 
-// ownerTx runs an owner-checked write: WATCH lock and GET it; if lock holds
-// owner, run the writes queued by queue in MULTI/EXEC. The integer reply of
-// the command queue returns must be 1 (PEXPIRE returns 0 for a key that
-// expired after GET, on servers that do not abort the EXEC for it). An
-// aborted EXEC is retried, up to d.maxAttempts transactions per call.
-func (d *watchDriver) ownerTx(ctx context.Context, op, lk, owner string, queue func(p redis.Pipeliner) *redis.IntCmd) error {
-	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-			var get *redis.StringCmd
-			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
-				get = p.Get(ctx, lk)
-			})
-			if err != nil {
-				return err
-			}
-			if get.Err() != nil || get.Val() != owner {
-				unwatch(ctx, tx)
-				return driver.ErrNotHeld
-			}
-			d.hook(op, lk)
-			var applied *redis.IntCmd
-			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = queue(p) }); err != nil {
-				return err
-			}
-			if applied.Val() != 1 {
-				return driver.ErrNotHeld
-			}
-			return nil
-		})
-	})
-}
-
 // Resumable implements driver.Resumer.
 func (d *watchDriver) Resumable() error { return nil }
 
-// Resume implements driver.Resumer, in two round trips:
-//
-//	WATCH lock; GET lock; GET counter; PTTL lock
-//	MULTI; PEXPIRE lock ttl; EXEC      (if GET == l.Owner and counter >= l.Token, and PTTL < ttl)
-//
-// The key must hold l.Owner (128 random bits, unique to the grant), and
-// the fencing counter must have reached l.Token (a larger token is
-// refused; a missing counter means the server lost its data, or a week
-// without grants). Resume only ever extends the grant, whatever the mode:
-// the Lease whose handle it resumes counts on its expiry as it was. A key
-// whose PTTL is at least ttl is left as it is (and lasts ttl from the
-// read, so from the send, at least); one that ends sooner gets ttl from
-// the EXEC, a later moment than the PTTL was read at. The resumed lease may have come through the queue, so
-// its release also deletes the queue's grant record of it.
+// Resume implements driver.Resumer, as a refresh that also checks the
+// token: for an exclusive grant, extendOwned's two round trips with the
+// counter read beside the key. The key must hold l.Owner (128 random bits,
+// unique to the grant), and the fencing counter must have reached l.Token
+// (a larger token is refused; a missing counter means the server lost its
+// data, or a week without grants). Resume only ever extends the grant,
+// whatever the mode, as Refresh does: the Lease whose handle it resumes
+// counts on its expiry as it was. The resumed lease may have come through
+// the queue, so its release also deletes the queue's grant record of it.
 func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	lk := d.LockKey(l.Key)
 	ttl := px(l.TTL)
@@ -248,40 +285,7 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		l.Validity = ttl
 		return nil
 	}
-	err := d.retryAborted(ctx, "resume", lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-			var (
-				get, counter *redis.StringCmd
-				pttl         *redis.DurationCmd
-			)
-			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
-				get, counter, pttl = p.Get(ctx, lk), p.Get(ctx, counterKey(lk)), p.PTTL(ctx, lk)
-			})
-			if err != nil {
-				return err
-			}
-			if get.Err() != nil || get.Val() != l.Owner {
-				unwatch(ctx, tx)
-				return driver.ErrNotHeld
-			}
-			if c, err := counter.Uint64(); err == nil && c < l.Token {
-				unwatch(ctx, tx)
-				return driver.ErrNotHeld
-			}
-			if pttl.Val() >= ttl {
-				unwatch(ctx, tx)
-				return nil
-			}
-			var applied *redis.BoolCmd
-			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = p.PExpire(ctx, lk, ttl) }); err != nil {
-				return err
-			}
-			if !applied.Val() {
-				return driver.ErrNotHeld
-			}
-			return nil
-		})
-	})
+	err := d.extendOwned(ctx, "resume", lk, l.Owner, ttl, l.Token)
 	if err == nil {
 		l.Validity, l.Data = ttl, fromQueue{}
 	}

@@ -124,10 +124,16 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatalf("TryLock on a held key: %v", err)
 		}
 		check("grant of a held key", "watch get get time lrange", "unwatch pttl")
-		if err := lease.Refresh(ctx, lock.DefaultTTL); err != nil {
+		// A refresh lengthens the key; one to a shorter TTL leaves it as
+		// it is, without a transaction.
+		if err := lease.Refresh(ctx, lock.DefaultTTL+time.Second); err != nil {
 			t.Fatal(err)
 		}
-		check("refresh", "watch get", "multi pexpire exec")
+		check("refresh", "watch get pttl", "multi pexpire exec")
+		if err := lease.Refresh(ctx, lock.DefaultTTL/2); err != nil {
+			t.Fatal(err)
+		}
+		check("refresh to a shorter TTL", "watch get pttl", "unwatch")
 		if err := lease.Unlock(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -157,13 +163,18 @@ func TestRoundTrips(t *testing.T) {
 				dls[i] = &driverLease{Key: lease.Key(), Owner: ownerOf(t, rdb, lease.Key())}
 			}
 			rec.take()
-			_, errs := d.RefreshBatch(ctx, dls, lock.DefaultTTL)
-			for i, err := range errs {
-				if err != nil {
-					t.Errorf("RefreshBatch lease %d: %v", i, err)
+			batch := func(what string, ttl time.Duration, tx string) {
+				t.Helper()
+				_, errs := d.RefreshBatch(ctx, dls, ttl)
+				for i, err := range errs {
+					if err != nil {
+						t.Errorf("%s: lease %d: %v", what, i, err)
+					}
 				}
+				check(what, "watch mget pttl pttl pttl", tx)
 			}
-			check("batch refresh of 3", "watch mget", "multi pexpire pexpire pexpire exec")
+			batch("batch refresh of 3", lock.DefaultTTL+time.Second, "multi pexpire pexpire pexpire exec")
+			batch("batch refresh of 3 to a shorter TTL", lock.DefaultTTL/2, "unwatch")
 		}
 	})
 }

@@ -18,17 +18,19 @@ const testSessionTimeout = 2 * time.Second
 // resumes leases nor keeps holds (Resume/TakesOver and Reentry/CountsHolds
 // check that both are refused).
 var skips = conformance.Skips{
-	"C2/OwnerCheckedAfterExpiry": "grants live as long as the session",
-	"C3/GrantCarriesExpiry":      "grants live as long as the session",
-	"C5/FencingAfterCounterLoss": "the token is the node's czxid: no counter to lose",
-	"Resume/Gone":                "no Resume",
-	"Resume/AfterCrash":          "no Resume",
-	"Resume/NeverShortens":       "no Resume",
-	"Reentry/ShortHold":          "no holds",
-	"Reentry/LostTogether":       "no holds",
-	"Reentry/Resume":             "no holds",
-	"Semaphore/Resume":           "no Resume",
-	"Inspect/Expired":            "grants live as long as the session",
+	"C2/OwnerCheckedAfterExpiry":  "grants live as long as the session",
+	"C3/GrantCarriesExpiry":       "grants live as long as the session",
+	"C5/FencingAfterCounterLoss":  "the token is the node's czxid: no counter to lose",
+	"Resume/Gone":                 "no Resume",
+	"Resume/AfterCrash":           "no Resume",
+	"Resume/NeverShortens":        "no Resume",
+	"Resume/RenewalNeverShortens": "no Resume",
+	"Resume/LossKeepsResumed":     "no Resume",
+	"Reentry/ShortHold":           "no holds",
+	"Reentry/LostTogether":        "no holds",
+	"Reentry/Resume":              "no holds",
+	"Semaphore/Resume":            "no Resume",
+	"Inspect/Expired":             "grants live as long as the session",
 }
 
 func TestConformance(t *testing.T) {

@@ -98,6 +98,24 @@ func assertFree(t *testing.T, l lock.Locker, k, what string) {
 	lease.Unlock(ctx(t, 10*time.Second))
 }
 
+// assertFreeBy fails unless k can be taken through l before by: it tries
+// every 100 ms.
+func assertFreeBy(t *testing.T, l lock.Locker, k string, by time.Time, what string) {
+	t.Helper()
+	for {
+		lease, err := l.TryLock(ctx(t, 10*time.Second), k)
+		if err == nil {
+			lease.Unlock(ctx(t, 10*time.Second))
+			return
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) || time.Now().After(by) {
+			t.Errorf("%s: key not free: %v", what, err)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // assertNoResidue polls Residue for up to a second and fails if state is
 // left for k.
 func assertNoResidue(t *testing.T, h Harness, k string) {

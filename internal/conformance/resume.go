@@ -156,43 +156,7 @@ func testResumeNeverShortens(t *testing.T, h Harness) {
 	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
 	short := h.Caps().ttl()
 	long := max(30*time.Second, 6*short)
-	held := lock.WithTTL(long)
-	type grant struct {
-		what  string
-		key   string
-		lease *lock.Lease
-		try   func() (*lock.Lease, error) // a third Locker's attempt, which must fail
-	}
-	var gs []grant
-	add := func(what string, take func(k string) (*lock.Lease, error), try func(k string) (*lock.Lease, error)) {
-		k := key(t)
-		l, err := take(k)
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		gs = append(gs, grant{what, k, l, func() (*lock.Lease, error) { return try(k) }})
-	}
-	tryLock := func(k string) (*lock.Lease, error) { return c.TryLock(ctx(t, 10*time.Second), k) }
-	add("exclusive", func(k string) (*lock.Lease, error) {
-		return a.Lock(ctx(t, 10*time.Second), k, held, lock.WithAutoRenew(false))
-	}, tryLock)
-	if h.Caps().Shared {
-		add("shared", func(k string) (*lock.Lease, error) {
-			return a.(lock.RWLocker).RLock(ctx(t, 10*time.Second), k, held, lock.WithAutoRenew(false))
-		}, tryLock)
-	}
-	if h.Caps().Semaphore {
-		add("permit", func(k string) (*lock.Lease, error) {
-			return a.(lock.SemLocker).Acquire(ctx(t, 10*time.Second), k, 1, held, lock.WithAutoRenew(false))
-		}, func(k string) (*lock.Lease, error) {
-			return c.(lock.SemLocker).TryAcquire(ctx(t, 10*time.Second), k, 1)
-		})
-	}
-	if h.Caps().Reentry {
-		add("named owner's hold", func(k string) (*lock.Lease, error) {
-			return a.Lock(ctx(t, 10*time.Second), k, held, lock.WithAutoRenew(false), lock.WithOwner("never-shortens"))
-		}, tryLock)
-	}
+	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithAutoRenew(false))
 	var resumed []*lock.Lease
 	for _, g := range gs {
 		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), lock.WithTTL(short), lock.WithAutoRenew(false))
@@ -207,20 +171,158 @@ func testResumeNeverShortens(t *testing.T, h Harness) {
 		if !closedWithin(resumed[i].Done(), 0) {
 			t.Errorf("the resumed %s lease is still held past its TTL without renewal", g.what)
 		}
-		if closedWithin(g.lease.Done(), 0) || time.Until(g.lease.Deadline()) <= 0 {
-			t.Fatalf("the first %s lease ended (%v) before its own TTL: the test needs it held", g.what, g.lease.Err())
+		g.assertExcluded(t, g.lease, "the first", "the short Resume's TTL", "the Resume, or the resumed lease's end, cut its grant short")
+	}
+	unlockAll(t, h, gs)
+}
+
+// Renewal only ever extends the grant, as Resume does: B resumes A's
+// handle with a short TTL and renews it (in batches where the driver
+// batches, then by Refresh), and then B's process dies (its leases end
+// without a release: Detach). Once B's TTL has passed, the key is still
+// held for everyone else while A's lease, which counts on its own long
+// TTL, is held: B's renewals must not have cut A's grant to B's TTL.
+func testResumeRenewalNeverShortens(t *testing.T, h Harness) {
+	if !h.Caps().Resume {
+		t.Skip("the driver cannot resume leases: TakesOver checks that it refuses")
+	}
+	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
+	short := h.Caps().ttl()
+	long := max(30*time.Second, 6*short)
+	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithAutoRenew(false))
+	var resumed []*lock.Lease
+	for _, g := range gs {
+		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), lock.WithTTL(short))
+		if err != nil {
+			t.Fatalf("Resume of the %s lease: %v", g.what, err)
 		}
-		if l, err := g.try(); err == nil {
-			l.Unlock(ctx(t, 10*time.Second))
-			t.Errorf("%s: another Locker was granted the key after the short Resume's TTL, while the first lease is held for %v more: the Resume, or the resumed lease's end, cut its grant short",
-				g.what, time.Until(g.lease.Deadline()).Round(time.Millisecond))
-		} else if !errors.Is(err, lock.ErrNotAcquired) {
-			t.Errorf("%s: the third Locker's attempt: %v", g.what, err)
+		resumed = append(resumed, r)
+	}
+	time.Sleep(short) // two or three renewals of B's leases
+	for i, g := range gs {
+		if err := resumed[i].Refresh(ctx(t, 10*time.Second), short); err != nil {
+			t.Fatalf("Refresh of the resumed %s lease: %v", g.what, err)
+		}
+		if _, err := resumed[i].Detach(); err != nil {
+			t.Fatalf("Detach of the resumed %s lease: %v", g.what, err)
 		}
 	}
+	// Past the last refresh's TTL.
+	time.Sleep(short + 1500*time.Millisecond)
+	for _, g := range gs {
+		g.assertExcluded(t, g.lease, "the first", "the resumed lease's TTL", "the resumed lease's renewals cut its grant short")
+	}
+	unlockAll(t, h, gs)
+}
+
+// A Lease lost by its deadline leaves its grant alone: A holds with a
+// short TTL and no renewal, B resumes A's handle with a long TTL and
+// renews it. Once A's lease is lost (its deadline passed), the key is
+// still held for everyone else while B's lease is held: A's loss must not
+// release the grant that B keeps renewed.
+func testResumeLossKeepsResumed(t *testing.T, h Harness) {
+	if !h.Caps().Resume {
+		t.Skip("the driver cannot resume leases: TakesOver checks that it refuses")
+	}
+	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
+	short := h.Caps().ttl()
+	long := max(30*time.Second, 6*short)
+	gs := grantEachKind(t, h, a, c, lock.WithTTL(short), lock.WithAutoRenew(false))
+	var resumed []*lock.Lease
+	for _, g := range gs {
+		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), lock.WithTTL(long))
+		if err != nil {
+			t.Fatalf("Resume of the %s lease: %v", g.what, err)
+		}
+		resumed = append(resumed, r)
+	}
+	for _, g := range gs {
+		if !closedWithin(g.lease.Done(), short+2*time.Second) {
+			t.Fatalf("the first %s lease is still held past its TTL without renewal", g.what)
+		}
+		if !errors.Is(g.lease.Err(), lock.ErrLost) {
+			t.Errorf("the first %s lease ended with %v; want ErrLost", g.what, g.lease.Err())
+		}
+	}
+	time.Sleep(time.Second) // time for a background release to land
+	for i, g := range gs {
+		g.assertExcluded(t, resumed[i], "the resumed", "the first lease's loss", "the lost lease released the grant the resumed one renews")
+		gs[i].lease = resumed[i]
+	}
+	unlockAll(t, h, gs)
+}
+
+// kindGrant is a lease of one kind on a key of its own, and a third
+// Locker's attempt at that key, which must fail while the lease is held.
+type kindGrant struct {
+	what  string
+	key   string
+	lease *lock.Lease
+	try   func() (*lock.Lease, error)
+}
+
+// grantEachKind takes through a, with opts, an exclusive lease, and a
+// share, a permit and a hold of a named owner where the driver has them,
+// each on a key of its own; the attempts at those keys are c's.
+func grantEachKind(t *testing.T, h Harness, a, c lock.Locker, opts ...lock.Option) []kindGrant {
+	t.Helper()
+	var gs []kindGrant
+	add := func(what string, take func(k string) (*lock.Lease, error), try func(k string) (*lock.Lease, error)) {
+		k := key(t)
+		l, err := take(k)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		gs = append(gs, kindGrant{what, k, l, func() (*lock.Lease, error) { return try(k) }})
+	}
+	tryLock := func(k string) (*lock.Lease, error) { return c.TryLock(ctx(t, 10*time.Second), k) }
+	add("exclusive", func(k string) (*lock.Lease, error) {
+		return a.Lock(ctx(t, 10*time.Second), k, opts...)
+	}, tryLock)
+	if h.Caps().Shared {
+		add("shared", func(k string) (*lock.Lease, error) {
+			return a.(lock.RWLocker).RLock(ctx(t, 10*time.Second), k, opts...)
+		}, tryLock)
+	}
+	if h.Caps().Semaphore {
+		add("permit", func(k string) (*lock.Lease, error) {
+			return a.(lock.SemLocker).Acquire(ctx(t, 10*time.Second), k, 1, opts...)
+		}, func(k string) (*lock.Lease, error) {
+			return c.(lock.SemLocker).TryAcquire(ctx(t, 10*time.Second), k, 1)
+		})
+	}
+	if h.Caps().Reentry {
+		add("named owner's hold", func(k string) (*lock.Lease, error) {
+			return a.Lock(ctx(t, 10*time.Second), k, append(opts, lock.WithOwner("resume-"+strconv.Itoa(int(keySeq.Add(1)))))...)
+		}, tryLock)
+	}
+	return gs
+}
+
+// assertExcluded checks that l (whose is "the first" or "the resumed"
+// Lease of g's grant) is held and that the third Locker's attempt at g's
+// key fails; after and cause describe the failure.
+func (g kindGrant) assertExcluded(t *testing.T, l *lock.Lease, whose, after, cause string) {
+	t.Helper()
+	if closedWithin(l.Done(), 0) || time.Until(l.Deadline()) <= 0 {
+		t.Fatalf("%s %s lease ended (%v): the test needs it held", whose, g.what, l.Err())
+	}
+	if other, err := g.try(); err == nil {
+		other.Unlock(ctx(t, 10*time.Second))
+		t.Errorf("%s: another Locker was granted the key after %s, while %s lease is held for %v more: %s",
+			g.what, after, whose, time.Until(l.Deadline()).Round(time.Millisecond), cause)
+	} else if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("%s: the third Locker's attempt: %v", g.what, err)
+	}
+}
+
+// unlockAll unlocks the leases of gs and checks that their keys are left
+// clean.
+func unlockAll(t *testing.T, h Harness, gs []kindGrant) {
+	t.Helper()
 	for _, g := range gs {
 		if err := g.lease.Unlock(ctx(t, 10*time.Second)); err != nil {
-			t.Errorf("Unlock of the first %s lease: %v", g.what, err)
+			t.Errorf("Unlock of the %s lease: %v", g.what, err)
 		}
 		assertNoResidue(t, h, g.key)
 	}

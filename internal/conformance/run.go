@@ -50,6 +50,8 @@ var subtests = []subtest{
 	{"Resume/Gone", testResumeGone},
 	{"Resume/AfterCrash", testResumeAfterCrash},
 	{"Resume/NeverShortens", testResumeNeverShortens},
+	{"Resume/RenewalNeverShortens", testResumeRenewalNeverShortens},
+	{"Resume/LossKeepsResumed", testResumeLossKeepsResumed},
 	{"Reentry/CountsHolds", testReentryCountsHolds},
 	{"Reentry/ShortHold", testReentryShortHold},
 	{"Reentry/LostTogether", testReentryLostTogether},
