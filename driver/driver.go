@@ -293,6 +293,20 @@ type Sharer interface {
 	SupportsShared() bool
 }
 
+// IsOwner reports whether s is an owner token as lock makes them (the
+// Owner of every Lease it passes to a driver): 32 lowercase hex digits.
+func IsOwner(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // NamedOwnerLen is how many leading hex digits of a Reentrant lease's
 // Owner name its owner.
 const NamedOwnerLen = 16

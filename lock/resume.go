@@ -83,7 +83,7 @@ func parseHandle(s string) (handle, error) {
 		h.mode, h.limit = driver.Permit, limit
 	}
 	h.owner = parts[1]
-	if !isOwner(h.owner) {
+	if !driver.IsOwner(h.owner) {
 		return h, fmt.Errorf("lease handle: owner %.40q is not 32 lowercase hex digits", h.owner)
 	}
 	var err error
@@ -99,19 +99,6 @@ func parseHandle(s string) (handle, error) {
 		return h, fmt.Errorf("lease handle: %w", err)
 	}
 	return h, nil
-}
-
-// isOwner reports whether s is an owner token as newOwner makes them.
-func isOwner(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // Resume implements Locker.

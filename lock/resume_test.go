@@ -61,7 +61,7 @@ func FuzzParseHandle(f *testing.F) {
 			}
 			return
 		}
-		if checkKey(h.key) != nil || !isOwner(h.owner) || h.token == 0 || (h.mode == driver.Permit) != (h.limit > 0) || checkLimit(max(h.limit, 1)) != nil {
+		if checkKey(h.key) != nil || !driver.IsOwner(h.owner) || h.token == 0 || (h.mode == driver.Permit) != (h.limit > 0) || checkLimit(max(h.limit, 1)) != nil {
 			t.Fatalf("parseHandle(%q) accepted %+v", s, h)
 		}
 		l := &Lease{own: driver.Lease{Key: h.key, Owner: h.owner, Token: h.token, Mode: h.mode, Limit: h.limit, Reentrant: h.reentrant}}
@@ -78,7 +78,7 @@ func FuzzParseHandle(f *testing.F) {
 func TestNamedOwner(t *testing.T) {
 	a, b, c := namedOwner("job-1"), namedOwner("job-1"), namedOwner("job-2")
 	for _, o := range []string{a, b, c} {
-		if !isOwner(o) {
+		if !driver.IsOwner(o) {
 			t.Errorf("namedOwner gave %q, not 32 lowercase hex digits", o)
 		}
 	}

@@ -36,24 +36,10 @@ func (d *mcDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 	h := driver.Holder{Owner: string(it.Value), Mode: driver.Exclusive}
 	if hv, ok := parseHolds(it.Value); ok {
 		h.Owner, h.Token, h.Holds = hv.first, hv.token, len(hv.holds)
-	} else if !isOwner(h.Owner) {
+	} else if !driver.IsOwner(h.Owner) {
 		h.Foreign = true
 	}
 	st.Unknown.Tokens = h.Token == 0
 	st.Holders = []driver.Holder{h}
 	return st, nil
-}
-
-// isOwner reports whether s is an owner token as lock makes them: 32
-// lowercase hex digits.
-func isOwner(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

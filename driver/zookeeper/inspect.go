@@ -91,22 +91,8 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 // node that another client made.
 func nodeOwner(name string) (string, bool) {
 	rest, ok := strings.CutPrefix(name, protectedPrefix)
-	if !ok || len(rest) < 33 || rest[32] != '-' || !isOwnerToken(rest[:32]) {
+	if !ok || len(rest) < 33 || rest[32] != '-' || !driver.IsOwner(rest[:32]) {
 		return name, true
 	}
 	return rest[:32], false
-}
-
-// isOwnerToken reports whether s is an owner token as lock makes them: 32
-// lowercase hex digits.
-func isOwnerToken(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

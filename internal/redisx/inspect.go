@@ -81,7 +81,7 @@ func (g *Grants) Holders() ([]driver.Holder, driver.Unknown) {
 		members(g.Readers, driver.Shared, 0)
 	case permitsLimit(g.Value) > 0:
 		members(g.Permits, driver.Permit, permitsLimit(g.Value))
-	case IsOwner(g.Value):
+	case driver.IsOwner(g.Value):
 		h := driver.Holder{Owner: g.Value, Mode: driver.Exclusive, Remaining: remaining}
 		if tok, err := strconv.ParseUint(g.HoldsTok, 10, 64); err == nil && tok > 0 {
 			h.Token, h.Holds = tok, max(int(g.HoldsLen)-1, 1)
@@ -111,20 +111,6 @@ func permitsLimit(v string) int {
 		return 0
 	}
 	return n
-}
-
-// IsOwner reports whether s is an owner token as lock makes them: 32
-// lowercase hex digits.
-func IsOwner(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // EntryMode parses the mode part of a waiter's queue entry, common to both
