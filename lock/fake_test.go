@@ -19,9 +19,6 @@ type fake struct {
 	counter uint64
 	subs    map[string][]chan struct{}
 
-	notify bool // offer driver.Notifier
-	batch  bool // offer driver.BatchRefresher
-
 	// Faults, read on every call; set them with setFaults while Lockers run.
 	faults    faults
 	loseReply atomic.Bool // apply the grant, then answer with the ctx error or errLostReply

@@ -54,11 +54,11 @@ func (s *scene) lines() [2]string {
 func (s *scene) check() error {
 	switch {
 	case !errors.Is(s.lost, lock.ErrLost):
-		return fmt.Errorf("A's lease ended with %v, not lost", s.lost)
+		return fmt.Errorf("holder A's lease ended with %v, not lost", s.lost)
 	case s.paused && s.grantAt <= s.doneAt:
-		return fmt.Errorf("B was granted at %v, before A's Done fired at %v", s.grantAt, s.doneAt)
+		return fmt.Errorf("holder B was granted at %v, before A's Done fired at %v", s.grantAt, s.doneAt)
 	case s.tokenB <= s.tokenA:
-		return fmt.Errorf("B's token %d is not above A's %d", s.tokenB, s.tokenA)
+		return fmt.Errorf("holder B's token %d is not above A's %d", s.tokenB, s.tokenA)
 	case !s.acceptedB || !s.refusedA:
 		return errors.New("the fenced resource got the writes wrong")
 	}
@@ -94,7 +94,7 @@ func (d *demoConfig) fencingScene(ctx context.Context, t target, key string) (*s
 	a, b := lockers[0], lockers[1]
 	lease, err := a.TryLock(ctx, key, lock.WithTTL(sceneTTL(t.url)))
 	if err != nil {
-		return nil, fmt.Errorf("A: %w", err)
+		return nil, fmt.Errorf("holder A: %w", err)
 	}
 	defer lease.Unlock(ctx)
 	var f fault
@@ -124,14 +124,14 @@ func (d *demoConfig) fencingScene(ctx context.Context, t target, key string) (*s
 	}
 	bl, err := lockRetrying(ctx, b, key)
 	if err != nil {
-		return nil, fmt.Errorf("B: %w", err)
+		return nil, fmt.Errorf("holder B: %w", err)
 	}
 	s.grantAt = time.Since(began)
 	defer bl.Unlock(ctx)
 	select {
 	case s.doneAt = <-done:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("A's Done did not fire within %v", sceneTimeout)
+		return nil, fmt.Errorf("holder A's Done did not fire within %v", sceneTimeout)
 	}
 	s.lost, s.tokenB = lease.Err(), bl.Token()
 	s.acceptedB = res.write(bl.Token())

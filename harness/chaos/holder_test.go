@@ -47,7 +47,7 @@ func (h inproc) Close() error                       { return h.w.close() }
 // remoteError carries an error from a child process, keeping the
 // sentinels scenarios check.
 type remoteError struct {
-	msg                       string
+	msg                  string
 	notAcquired, notHeld bool
 }
 

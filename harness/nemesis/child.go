@@ -440,7 +440,6 @@ func (s *cslot) closeCurrent() error {
 type ChildRPC struct {
 	slot    *cslot
 	workers *sync.WaitGroup
-	stopped chan struct{} // closed when Stop finished
 	once    sync.Once
 	finish  func()
 }

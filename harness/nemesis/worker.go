@@ -805,7 +805,7 @@ func (w *worker) do(in *lockerInst, key string) bool {
 			defer func() { fnEnd = clk.Now() }()
 			l := dl.leased
 			if l == nil {
-				return errors.New("Do ran fn without the lease Lock returned") // DOA: ended already
+				return errors.New("lock.Do ran fn without the lease Lock returned") // DOA: ended already
 			}
 			w.holdLoop(in, l, holdFor, nil, !renew, fctx)
 			l.markUnlocking(clk, s, "do: fn returns")
