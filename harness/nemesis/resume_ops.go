@@ -139,7 +139,10 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	detach := w.chance(0.5)
 	rc := w.newCallCtx(tryTimeouts, 0)
 	lk := w.raceLockPlan()
-	closeAfter := between(w.rng, 0, w.resumeLat*3/2+50*time.Microsecond)
+	// Close begins at a moment uniform over twice the last Resume's time:
+	// on the memory target that is microseconds, so that some Closes land
+	// between the driver's Resume and lock's registration of its lease.
+	closeAfter := between(w.rng, 0, 2*w.resumeLat+2*time.Microsecond)
 	s.Stat("race", 1)
 	l.pause(true)
 	var wg sync.WaitGroup
@@ -152,7 +155,7 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 		}
 	}()
 	go func() { defer wg.Done(); w.raceLock(side, lk) }()
-	time.Sleep(closeAfter)
+	waitPrecisely(closeAfter)
 	side.closeAndCheck(clk, s, w.env.proc, w.env.tg.ReleaseTimeout)
 	wg.Wait()
 	if r != nil && !errors.Is(r.lease.Err(), lock.ErrDetached) {
@@ -301,4 +304,15 @@ func openSide(tg *Target, addrs []string, store *memory.Store, name string) (*lo
 		return nil, err
 	}
 	return &lockerInst{lk: lk, name: name}, nil
+}
+
+// waitPrecisely waits d: by sleeping when d is long, and by spinning when
+// it is under a millisecond, which a timer cannot wait with any precision.
+func waitPrecisely(d time.Duration) {
+	if d >= time.Millisecond {
+		time.Sleep(d)
+		return
+	}
+	for end := time.Now().Add(d); time.Now().Before(end); {
+	}
 }
