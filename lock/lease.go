@@ -176,8 +176,8 @@ func (l *Lease) TTL() time.Duration {
 // expire once it has not heard from it for the session timeout, so the
 // validity is the timeout less the age of the last proof that the leader
 // heard from the session when the grant or refresh was sent: at least
-// half the timeout for a grant, which waits for such proof, and about a
-// third to two thirds for a refresh, the proof being kept fresh in the
+// half the timeout for a grant, which waits for such proof, and about 0.4
+// to 0.7 of it for a refresh, the proof being kept fresh in the
 // background. After a refresh whose outcome was unknown, it is no more
 // than that refresh's validity (see Deadline).
 func (l *Lease) Validity() time.Duration {
