@@ -42,9 +42,4 @@ func TestValidityReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("refresh", lease, before, time.Now(), 5*time.Second, 3*time.Second)
-
-	var zero *lock.Lease
-	if v := zero.Validity(); v != 0 {
-		t.Errorf("nil Lease: Validity() = %v, want 0", v)
-	}
 }
