@@ -208,12 +208,13 @@
 //     heartbeats keep, which is 0.3 to 0.6 of the timeout old, so it is
 //     about 0.4 to 0.7 of the timeout (a grant right after Dial, whose
 //     handshake is a fresh proof, gets nearly all of it). lock renews a
-//     third of the way to the deadline, so a renewal comes every 0.15 to
-//     0.25 of the session timeout (1.5 to 2.5 s with a 10 s session); a
+//     third of the way to the deadline, so a renewal comes every 0.13 to
+//     0.23 of the session timeout (1.3 to 2.3 s with a 10 s session); a
 //     node deleted behind the holder's back ends its lease by the next
 //     one. The TTL is not used.
-//   - With auto-renewal off, a lease lasts the session timeout unless the
-//     session is at risk first; then the Locker deletes its node.
+//   - With auto-renewal off, a lease lasts its grant's validity (at least
+//     half the session timeout), or less if the session is at risk first;
+//     then the Locker deletes its node.
 //   - Lock waits in the queue until its context ends. A retry strategy
 //     given explicitly (Options.Retry, lock.WithRetry) makes it retry
 //     single attempts, as TryLock makes, by that strategy instead: no
