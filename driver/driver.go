@@ -41,10 +41,11 @@
 //
 // A Lease's validity is bounded by Validity, counted from the start of the
 // call that granted or refreshed it. Backends whose grants live as long as a
-// session (ZooKeeper) report the session timeout as Validity and implement
-// Refresh as a check that the grant still exists, which proves the session
-// alive at that moment; they also call Lease.Lost as soon as they learn the
-// session or the grant is gone. lock needs no other special case for them.
+// session (ZooKeeper) report as Validity what is left of the session
+// timeout after the last moment the server surely heard from the session,
+// and implement Refresh as a check that the grant still exists; they also
+// call Lease.Lost as soon as they learn the session or the grant is gone.
+// lock needs no other special case for them.
 package driver
 
 import (

@@ -65,6 +65,10 @@
 // clock, so wall-clock jumps do not move it. A refresh whose reply is lost
 // may have been applied: before it is sent the deadline is moved to no
 // later than what it gives, and no later refresh counts on more.
+// Lease.Validity reports the validity, Lease.TTL the TTL asked for; they
+// differ where the backend gives something else (memcached: N-2 s of a TTL
+// of N s; ZooKeeper: what is left of the session timeout, whatever the
+// TTL), and Validity is how long a lease lasts without renewal.
 //
 // # Waiting
 //

@@ -44,7 +44,11 @@ type Lease struct {
 	ttl        time.Duration // current TTL: the grant's, then the last Refresh's
 	validity   time.Duration // what a refresh of ttl is sure to give (driver's Validate)
 	start      time.Time     // when the last successful grant or refresh was sent
-	deadline   time.Time     // start + validity - drift margin, or earlier (see beginRefresh)
+	deadline   time.Time     // start + applied - drift margin, or earlier (see beginRefresh)
+	// applied is the validity the backend applied at the last successful
+	// refresh, which deadline is counted with; zero until one succeeds,
+	// the grant's being dl.Validity (see Validity).
+	applied time.Duration
 	// unknownV is the shortest validity of a refresh whose outcome is
 	// unknown (its reply was lost): the backend may apply it after any
 	// later refresh, so no deadline may count on more. Zero when none.
@@ -128,10 +132,10 @@ func (l *Lease) Err() error {
 
 // Deadline returns the conservative local validity deadline: the time the
 // last successful grant or refresh request was sent, plus the validity the
-// backend applied, minus a drift margin of 1% of that validity plus 2 ms.
-// Until then no other client can be granted the key, as judged by this
-// process's monotonic clock. Done closes at the latest at this deadline
-// unless a refresh succeeds first.
+// backend applied (Validity), minus a drift margin of 1% of that validity
+// plus 2 ms. Until then no other client can be granted the key, as judged
+// by this process's monotonic clock. Done closes at the latest at this
+// deadline unless a refresh succeeds first.
 //
 // A refresh moves the deadline earlier before it is sent when the backend
 // may apply a shorter validity than the deadline counts on (a Refresh to a
@@ -147,7 +151,10 @@ func (l *Lease) Deadline() time.Time {
 	return l.deadline
 }
 
-// TTL returns the lease time of the last grant or refresh.
+// TTL returns the lease time asked for at the grant (WithTTL, or the
+// Locker's default) or by the last Refresh that succeeded: what renewals
+// ask for. It is not how long the lease lasts: the backend may apply less
+// (see Validity).
 func (l *Lease) TTL() time.Duration {
 	if l.invalid() {
 		return 0
@@ -155,6 +162,34 @@ func (l *Lease) TTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ttl
+}
+
+// Validity returns how long the backend is sure to keep the grant after
+// the last successful grant or refresh was sent: the validity it applied
+// to the TTL, which Deadline is counted with. Without a renewal, the lease
+// lasts that long less the drift margin (see Deadline), and no more.
+//
+// It is the TTL on Redis and the memory driver. It is shorter on memcached,
+// which counts whole seconds on a clock that ticks once a second: a TTL of
+// N s (rounded up) gives N-2 s. ZooKeeper ignores the TTL, shorter or
+// longer: a grant lasts as long as its session, which the server may
+// expire once it has not heard from it for the session timeout, so the
+// validity is the timeout less the age of the last proof that the leader
+// heard from the session when the grant or refresh was sent: at least
+// half the timeout for a grant, which waits for such proof, and about 0.4
+// to 0.7 of it for a refresh, the proof being kept fresh in the
+// background. After a refresh whose outcome was unknown, it is no more
+// than that refresh's validity (see Deadline).
+func (l *Lease) Validity() time.Duration {
+	if l.invalid() {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.applied > 0 {
+		return l.applied
+	}
+	return l.dl.Validity // the grant's, set before the Lease was handed out
 }
 
 // Refresh extends the lease to ttl from now and moves its deadline; it also
@@ -292,7 +327,7 @@ func (l *Lease) endRefresh(ctx context.Context, op string, ttl, v time.Duration,
 			return l.endedError(op, l.Err())
 		}
 		if start.After(l.start) {
-			l.start, l.ttl, l.validity, l.deadline = start, ttl, v, deadline
+			l.start, l.ttl, l.validity, l.applied, l.deadline = start, ttl, v, got, deadline
 		}
 		l.mu.Unlock()
 		return nil

@@ -114,7 +114,7 @@ func TestNilInputsInvalid(t *testing.T) {
 // accessors calls every accessor of a nil or zero Lease, which must answer
 // zero values (Done closed) and an Err wrapping ErrInvalid.
 func accessors(l *lock.Lease) error {
-	if l.Key() != "" || l.Token() != 0 || l.Limit() != 0 || l.TTL() != 0 || !l.Deadline().IsZero() || l.Handle() != "" || !isClosed(l.Done()) {
+	if l.Key() != "" || l.Token() != 0 || l.Limit() != 0 || l.TTL() != 0 || l.Validity() != 0 || !l.Deadline().IsZero() || l.Handle() != "" || !isClosed(l.Done()) {
 		return errors.New("an accessor of a Lease that was never granted answered more than zero, or Done is open")
 	}
 	return l.Err()

@@ -86,7 +86,9 @@ func TestTokenIsCzxid(t *testing.T) {
 }
 
 // TestRefreshBatch: one multi refreshes many leases; a lease whose node
-// was deleted gets ErrNotHeld, the others succeed.
+// was deleted gets ErrNotHeld, the others succeed. The validity, whatever
+// the TTL, is counted from the session's last proof: the multi proves
+// earlier requests to the leader, not itself.
 func TestRefreshBatch(t *testing.T) {
 	servers := testserver.SharedZooKeeper(t).Addrs()
 	d := newTestDriver(t, servers, nil)
@@ -100,9 +102,17 @@ func TestRefreshBatch(t *testing.T) {
 		}
 		ls = append(ls, l)
 	}
+	begin := time.Now()
 	validity, errs := d.RefreshBatch(ctx, ls, time.Minute)
-	if validity != d.sessionTimeout() {
-		t.Errorf("validity %v, want the session timeout %v: the TTL asked for, a minute, is longer", validity, d.sessionTimeout())
+	d.mon.mu.Lock()
+	proof := d.mon.proofAt
+	d.mon.mu.Unlock()
+	timeout := d.sessionTimeout()
+	if validity <= 0 || validity > timeout {
+		t.Errorf("validity %v, want within (0, %v], the session timeout: the TTL asked for, a minute, is longer", validity, timeout)
+	}
+	if lease, monitor := begin.Add(validity-driver.DriftMargin(validity)), proof.Add(timeout-driver.DriftMargin(timeout)); lease.After(monitor) {
+		t.Errorf("validity %v gives a deadline %v after the session's last proof plus its timeout (less the margin)", validity, lease.Sub(monitor))
 	}
 	for i, err := range errs {
 		if err != nil {

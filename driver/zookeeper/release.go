@@ -45,10 +45,14 @@ func (d *zkDriver) Release(ctx context.Context, l *driver.Lease) error {
 }
 
 // Refresh checks that the lease's node still exists: one round trip (an
-// exists, which a follower answers; the monitor's heartbeats prove the
-// session to the leader). It reports the session timeout as validity,
-// whatever the TTL.
+// exists, which a follower answers). The read proves nothing to the
+// leader, which expires sessions; the monitor's heartbeats do. So the
+// validity it reports, whatever the TTL, is what is left of the session
+// timeout after the session's last proof (see validitySince), counted
+// from the moment the call began: no more than the monitor, which ends
+// the session's leases at that proof plus the timeout, can keep.
 func (d *zkDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	begin := time.Now() // lock counts the validity from a moment before
 	g, _ := l.Data.(*grant)
 	if g == nil {
 		return 0, driver.ErrNotHeld
@@ -65,7 +69,20 @@ func (d *zkDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 		d.mon.remove(l)
 		return 0, fmt.Errorf("zookeeper: %s is gone: %w", g.path, driver.ErrNotHeld)
 	}
-	return d.sessionTimeout(), nil
+	return d.provenValidity(begin, g.session)
+}
+
+// provenValidity is the validity of a refresh of session sid's grants
+// that began at begin (see validitySince), or an error when the session
+// has no proof that leaves it any: the monitor is about to end its
+// leases.
+func (d *zkDriver) provenValidity(begin time.Time, sid int64) (time.Duration, error) {
+	timeout := d.sessionTimeout()
+	v := d.mon.validitySince(begin, sid, timeout)
+	if v <= 0 {
+		return 0, fmt.Errorf("zookeeper: no proof that session %#x is alive for its timeout %v (connection lost?)", sid, timeout)
+	}
+	return v, nil
 }
 
 // maxMulti bounds the request size of one RefreshBatch multi, well below
@@ -74,9 +91,12 @@ const maxMulti = 256 << 10
 
 // RefreshBatch checks many nodes in one multi of check operations per
 // 256 KiB of paths: one round trip, and a request that the leader checks
-// the session for. A multi fails whole when one check fails; the leases of
-// a failed multi are then refreshed one by one.
+// the session for, which proves earlier requests (see monitor.answered),
+// not itself. A multi fails whole when one check fails; the leases of a
+// failed multi are then refreshed one by one. The validity is Refresh's,
+// counted from the start of the batch.
 func (d *zkDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	begin := time.Now()
 	errs := make([]error, len(ls))
 	sid := d.conn.SessionID()
 	var (
@@ -119,7 +139,15 @@ func (d *zkDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 		size += len(g.path) + 16
 	}
 	flush()
-	return d.sessionTimeout(), errs
+	v, err := d.provenValidity(begin, sid)
+	if err != nil {
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	return v, errs
 }
 
 // errNoResume is why the driver cannot resume a lease.

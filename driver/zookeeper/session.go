@@ -433,19 +433,35 @@ func (m *monitor) provenSince(sid int64, t time.Time) bool {
 	return m.proofSid == sid && !m.proofAt.Before(t)
 }
 
-// validitySince is how long after begin session sid is sure to live: its
-// timeout, counted from the last proof that it was alive when that proof
-// is older than begin.
+// validitySince is how long after begin session sid is sure to live, as
+// a grant's or refresh's validity (driver.Lease.Validity): its timeout,
+// counted from the last proof that it was alive when that proof is older
+// than begin; zero when there is no proof of sid.
 func (m *monitor) validitySince(begin time.Time, sid int64, timeout time.Duration) time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.proofSid != sid {
-		return 0 // no proof of this session: lock refreshes the grant first
+		return 0
 	}
-	if m.proofAt.Before(begin) {
-		return timeout - begin.Sub(m.proofAt)
+	return validityAfterProof(timeout, begin.Sub(m.proofAt))
+}
+
+// validityAfterProof is the validity of a call that began age after the
+// last proof of a session of the given timeout: what is left of the
+// timeout, less the difference between the drift margins that lock and
+// the monitor subtract (lock: DriftMargin of the validity, from the call;
+// the monitor: DriftMargin of the timeout, from the proof), so that
+// lock's deadline is never later than the one at which the monitor ends
+// the session's leases. It is zero or less when the proof is older than
+// the timeout.
+func validityAfterProof(timeout, age time.Duration) time.Duration {
+	if age <= 0 {
+		return timeout
 	}
-	return timeout
+	// v - v/100 <= timeout - timeout/100 - age holds for
+	// v = timeout - age - age/99, give or take the truncations of /100,
+	// which the microsecond covers.
+	return timeout - age - age/99 - time.Microsecond
 }
 
 // add registers a granted lease.

@@ -33,6 +33,8 @@ var subtests = []subtest{
 	{"C6/DeadlineWithoutRenewal", testDeadlineWithoutRenewal},
 	{"C6/DeadlineWithinValidity", testDeadlineWithinValidity},
 	{"C6/LongWaitFullLease", testLongWaitFullLease},
+	{"Validity/WithoutRenewal", testValidityWithoutRenewal},
+	{"Validity/AfterRefresh", testValidityAfterRefresh},
 	{"C7/CancelWaiting", testCancelWaiting},
 	{"C7/CancelManyWaiters", testCancelManyWaiters},
 	{"C8/CloseReleases", testCloseReleases},
