@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/lock"
 )
 
 // The memory driver does all the suite checks: no subtest may skip.
 func TestConformance(t *testing.T) {
-	conformance.Run(t, func(t *testing.T) conformance.Harness { return &harness{s: NewStore()} }, nil)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{s: NewStore()} }, nil)
 }
 
 type harness struct{ s *Store }
@@ -47,8 +47,8 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	return h.s.Entries(key), nil
 }
-func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
+func (h *harness) Caps() drivertest.Caps {
+	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
 }
 
 // crashable is the memory driver with a switch that makes it behave like a

@@ -7,13 +7,13 @@ import (
 	"slices"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 )
 
 var _ driver.Inspector = (*memDriver)(nil)
 
 // inspectCaps: a Store knows everything about its grants and queue.
-var inspectCaps = &conformance.InspectCaps{Tokens: true, SharedTokens: true, Remaining: true, Since: true, Waiters: true, WaiterSince: true}
+var inspectCaps = &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Remaining: true, Since: true, Waiters: true, WaiterSince: true}
 
 // Dump lists key's entries as the Store has them, expired ones included,
 // and its counter.

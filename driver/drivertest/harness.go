@@ -1,9 +1,9 @@
-// Package conformance is the one test suite every dlock driver passes,
+// Package drivertest is the one test suite every dlock driver passes,
 // against a real backend. A driver's conformance_test.go makes a Harness
 // and calls Run with the subtests it expects to skip:
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(t *testing.T) conformance.Harness { return newHarness(t) }, skips)
+//		drivertest.Run(t, func(t *testing.T) drivertest.Harness { return newHarness(t) }, skips)
 //	}
 //
 // Run has one named subtest per contract item of the design (C1-C11) that a
@@ -11,7 +11,7 @@
 // backend cannot do, never a safety property, and a subtest skips only
 // where the hookup's Skips says it will. Each subtest gets a fresh Harness
 // and unique keys.
-package conformance
+package drivertest
 
 import (
 	"context"
