@@ -10,7 +10,8 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// Harness connects the suite to one backend.
+// Harness connects the suite to one backend: a driver's hookup implements
+// it in a test file, and Run asks newHarness for a fresh one per subtest.
 type Harness interface {
 	// NewLocker returns a Locker with its own connection(s) to the backend,
 	// as a separate process would have. The Locker owns them: its Close
