@@ -46,6 +46,13 @@
 // and implement Refresh as a check that the grant still exists; they also
 // call Lease.Lost as soon as they learn the session or the grant is gone.
 // lock needs no other special case for them.
+//
+// # Proving a driver
+//
+// Package driver/drivertest is the conformance suite every driver of this
+// module passes, and that a driver written elsewhere runs with a hookup of
+// its own test file; docs/design.md, "Writing a driver", walks through the
+// memory driver as the worked example.
 package driver
 
 import (

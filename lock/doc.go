@@ -18,8 +18,8 @@
 //
 // A lease is a lock with a time limit (its TTL). While it is held, no other
 // lease on the key is granted, by any Locker on the same backend. Every
-// driver gives the same guarantees, checked by one conformance suite against
-// real servers:
+// driver gives the same guarantees, checked by one conformance suite
+// (driver/drivertest) against real servers:
 //
 //   - Release and refresh are owner-checked: Unlock never deletes, and
 //     Refresh never extends, a grant that is not the caller's, even after its

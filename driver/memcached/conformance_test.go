@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { testserver.Main(m) }
 // skips are the subtests memcached cannot run (see Caps): it grants no
 // shared leases nor permits (the subtests check that both are refused,
 // then skip).
-var skips = conformance.Skips{
+var skips = drivertest.Skips{
 	"Shared/ReadersShare":     "no shared leases",
 	"Shared/WriterExcludes":   "no shared leases",
 	"Shared/WriterNotStarved": "no shared leases",
@@ -39,13 +39,13 @@ var skips = conformance.Skips{
 // check would see the other's goroutines.
 func TestConformance(t *testing.T) {
 	addrs := testserver.SharedMemcached(t).Addrs()
-	conformance.Run(t, func(t *testing.T) conformance.Harness { return newHarness(addrs) }, skips)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return newHarness(addrs) }, skips)
 }
 
 // Two servers: keys spread over both, each lock with its counter.
 func TestConformanceTwoServers(t *testing.T) {
 	addrs := testserver.StartMemcached(t, &testserver.MemcachedOptions{Servers: 2}).Addrs()
-	conformance.Run(t, func(t *testing.T) conformance.Harness { return newHarness(addrs) }, skips)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return newHarness(addrs) }, skips)
 }
 
 type harness struct {
@@ -119,8 +119,8 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 // Caps: MinTTL is 5 s, not the driver's 3 s, because the suite wants a
 // lease's deadline past half its TTL, and this driver's validity is the TTL
 // less 2 s (see clockLoss).
-func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{MinTTL: 5 * time.Second, DeletableCounter: true, Resume: true, Reentry: true, Inspect: inspectCaps}
+func (h *harness) Caps() drivertest.Caps {
+	return drivertest.Caps{MinTTL: 5 * time.Second, DeletableCounter: true, Resume: true, Reentry: true, Inspect: inspectCaps}
 }
 
 // cuttable is a dialer whose connections can all be cut at once.

@@ -6,13 +6,13 @@ import (
 	"fmt"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 )
 
 // inspectCaps: the lock item's value tells the holder, and a named owner's
 // token; nothing tells an anonymous grant's token, the item's expiry,
 // when it was made, or who polls for it.
-var inspectCaps = &conformance.InspectCaps{}
+var inspectCaps = &drivertest.InspectCaps{}
 
 // Dump lists the key's lock item and counter with their values and cas
 // ids (gets): any write to an item, a touch included, gives it a new cas

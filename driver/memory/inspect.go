@@ -6,13 +6,15 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
+var _ driver.Inspector = (*memDriver)(nil)
+
 // Inspect implements driver.Inspector: the key's live grants and its
 // waiters, in queue order, with everything a Store knows of them (token,
 // expiry, when each was granted or joined). It drops nothing, not even
 // the expired grants that the next call on the key will.
 func (d *memDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
 	var st driver.KeyState
-	if err := ctx.Err(); err != nil {
+	if err := d.alive(ctx); err != nil {
 		return st, err
 	}
 	s := d.s

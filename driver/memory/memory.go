@@ -14,6 +14,12 @@
 // every holder's token, time left and grant time, and every waiter's
 // arrival.
 //
+// A Store's DeleteKey, StealKey, DeleteCounter and Crash do behind its
+// Lockers' back what an operator, an eviction, a restart or a process's
+// death does to a server: for tests of a program's lost-lease paths. With
+// Entries and Dump they are all the conformance suite's hookup needs
+// (conformance_test.go, the worked example of driver/drivertest).
+//
 // # URLs
 //
 //	memory://        the process-wide default Store
@@ -31,10 +37,12 @@ package memory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -77,13 +85,37 @@ func New(s *Store, o *lock.Options) lock.Locker {
 	return lock.New(&memDriver{s: s}, o)
 }
 
-type memDriver struct{ s *Store }
+// memDriver is one Locker's connection to its Store.
+type memDriver struct {
+	s   *Store
+	cut atomic.Bool // set by Store.Crash: every call but Leave fails
+}
+
+// errCut is what a call of a crashed Locker's driver returns: a backend
+// failure, as a lost connection's, so the outcome of a grant is unknown.
+var errCut = errors.New("memory: connection lost (the Locker was crashed by Store.Crash)")
+
+// alive returns the error a call starting now fails with, if any: ctx's,
+// or errCut once the Locker was crashed.
+func (d *memDriver) alive(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d.cut.Load() {
+		return errCut
+	}
+	return nil
+}
 
 func (d *memDriver) Name() string { return "memory" } // the dlock.driver attribute of metrics and logs
 
 func (d *memDriver) As(target any) bool {
-	if p, ok := target.(**Store); ok { // lock.As(l, &store) passes a **Store
+	switch p := target.(type) {
+	case **Store: // lock.As(l, &store) passes a **Store
 		*p = d.s
+		return true
+	case **memDriver: // Store.Crash's
+		*p = d
 		return true
 	}
 	return false
@@ -98,7 +130,7 @@ func (d *memDriver) Semaphores() error { return nil }
 func (d *memDriver) Validate(l *driver.Lease) error { return nil }
 
 func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	if err := ctx.Err(); err != nil {
+	if err := d.alive(ctx); err != nil {
 		return err
 	}
 	s := d.s
@@ -169,7 +201,7 @@ func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
 // Join implements driver.Queuer: l's entry goes at the end of the key's
 // queue, and is granted when nothing before it blocks it.
 func (d *memDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
-	if err := ctx.Err(); err != nil {
+	if err := d.alive(ctx); err != nil {
 		return err
 	}
 	d.s.mu.Lock()
@@ -189,7 +221,7 @@ func (d *memDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struc
 // Check implements driver.Queuer. An entry removed behind the waiter's
 // back (DeleteKey) joins again, at the end.
 func (d *memDriver) Check(ctx context.Context, l *driver.Lease) error {
-	if err := ctx.Err(); err != nil {
+	if err := d.alive(ctx); err != nil {
 		return err
 	}
 	d.s.mu.Lock()
@@ -217,7 +249,9 @@ func (d *memDriver) turnLocked(l *driver.Lease, q *queue) error {
 	return nil
 }
 
-// Leave implements driver.Queuer.
+// Leave implements driver.Queuer. It goes through even after Store.Crash:
+// a dead process's queue entry dies on the network backends, and a Store
+// has no entry expiry of its own.
 func (d *memDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
@@ -243,7 +277,7 @@ func (d *memDriver) removeLocked(key, owner string) bool {
 }
 
 func (d *memDriver) Release(ctx context.Context, l *driver.Lease) error {
-	if err := ctx.Err(); err != nil {
+	if err := d.alive(ctx); err != nil {
 		return err
 	}
 	d.s.mu.Lock()
@@ -291,7 +325,7 @@ func later(a, b time.Time) time.Time {
 
 // Refresh extends the grant of l.Owner on l.Key to at least ttl from now.
 func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
-	if err := ctx.Err(); err != nil {
+	if err := d.alive(ctx); err != nil {
 		return 0, err
 	}
 	s := d.s
@@ -322,7 +356,7 @@ func (d *memDriver) Resumable() error { return nil }
 // l.Key to at least l.TTL from now if it has l's mode and token, never
 // shortening it: the Lease whose handle is resumed counts on its expiry.
 func (d *memDriver) Resume(ctx context.Context, l *driver.Lease) error {
-	if err := ctx.Err(); err != nil {
+	if err := d.alive(ctx); err != nil {
 		return err
 	}
 	s := d.s

@@ -2,11 +2,13 @@ package memory
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
 )
 
 // A Store is the in-process backend that memory Lockers share, as a Redis
@@ -201,4 +203,40 @@ func (s *Store) Entries(key string) []string {
 		owners[i] = e.owner
 	}
 	return owners
+}
+
+// Dump describes everything s keeps of key, expired entries and the fencing
+// counter included: one string per item, which changes whenever the item
+// does (for checks that a call changed nothing). It drops nothing.
+func (s *Store) Dump(key string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []string{}
+	if c, ok := s.counters[key]; ok {
+		out = append(out, fmt.Sprintf("counter %d", c))
+	}
+	if q, ok := s.keys[key]; ok {
+		out = append(out, fmt.Sprintf("queue of %d", len(q.entries)))
+		for _, e := range q.entries {
+			out = append(out, fmt.Sprintf("entry %s granted=%v shared=%v limit=%d token=%d expires=%d since=%d joined=%d holds=%q",
+				e.owner, e.granted, e.shared, e.limit, e.token, e.expires.UnixNano(), e.since.UnixNano(), e.joined.UnixNano(), slices.Sorted(maps.Keys(e.holds))))
+		}
+	}
+	return out
+}
+
+// Crash cuts l, a Locker over s, off from s, as the death of its process
+// cuts a client off from a server: every later call of l's fails as a lost
+// connection would, and nothing of l's is released. Its grants expire in s
+// by their TTL, and its leases end by their deadlines, Done closing (its
+// waiters alone leave the queue, as a dead waiter's entry expires on the
+// network backends). It returns an error wrapping lock.ErrInvalid when l is
+// not a Locker over s.
+func (s *Store) Crash(l lock.Locker) error {
+	var d *memDriver
+	if !lock.As(l, &d) || d.s != s {
+		return fmt.Errorf("%w: memory: Crash: not a Locker over this Store", lock.ErrInvalid)
+	}
+	d.cut.Store(true)
+	return nil
 }

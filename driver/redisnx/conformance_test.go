@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
@@ -16,14 +16,14 @@ import (
 // subtest may skip.
 func TestConformance(t *testing.T) {
 	addr := testserver.SharedRedis(t).Addr()
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		return newHarness(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) })
 	}, nil)
 }
 
 func TestConformanceCluster(t *testing.T) {
 	addrs := testserver.SharedRedisCluster(t).Addrs()
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		return newHarness(t, func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) })
 	}, nil)
 }
@@ -90,6 +90,6 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	return out, nil
 }
 
-func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
+func (h *harness) Caps() drivertest.Caps {
+	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
@@ -19,7 +19,7 @@ import (
 // inspectCaps: Redis keeps an exclusive grant's token (the counter, or a
 // named owner's holds) and every grant's expiry, but no reader's or
 // permit's token and no grant time; this driver's queue records arrivals.
-var inspectCaps = &conformance.InspectCaps{Tokens: true, Remaining: true, Waiters: true, WaiterSince: true}
+var inspectCaps = &drivertest.InspectCaps{Tokens: true, Remaining: true, Waiters: true, WaiterSince: true}
 
 // Dump lists every Redis name of key (found with SCAN on the node of its
 // slot: the lock key, counter, queue, entries, readers, holds, permits,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/ordertest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -41,8 +41,8 @@ func TestQueueFIFO(t *testing.T) {
 		q := lockKey(DefaultPrefix, k) + queueSuffix
 		queued := func() int64 { return c.ZCard(tctx(t, time.Second), q).Val() }
 		l := newTestLocker(t, c, nil)
-		order := conformance.GrantOrder(t, func() lock.Locker { return l }, k, 8, queued)
-		if !conformance.IsFIFO(order) {
+		order := ordertest.GrantOrder(t, func() lock.Locker { return l }, k, 8, queued)
+		if !ordertest.IsFIFO(order) {
 			t.Errorf("grant order %v; want arrival order", order)
 		}
 		if n := c.Exists(tctx(t, time.Second), q, lockKey(DefaultPrefix, k)+entriesSuffix, lockKey(DefaultPrefix, k)).Val(); n != 0 {
@@ -55,8 +55,8 @@ func TestQueueFIFO(t *testing.T) {
 		l := lock.New(pollingDriver{d, d}, nil)
 		defer l.Close()
 		for try := range 3 {
-			order := conformance.GrantOrder(t, func() lock.Locker { return l }, testKey(t)+strconv.Itoa(try), 8, nil)
-			if !conformance.IsFIFO(order) {
+			order := ordertest.GrantOrder(t, func() lock.Locker { return l }, testKey(t)+strconv.Itoa(try), 8, nil)
+			if !ordertest.IsFIFO(order) {
 				t.Logf("without the queue: grant order %v", order)
 				return
 			}

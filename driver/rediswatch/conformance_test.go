@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
@@ -23,7 +23,7 @@ func TestConformance(t *testing.T) {
 	u := &url.URL{Scheme: Scheme, User: url.UserPassword(srv.Username, srv.Password), Host: srv.Addr()}
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { admin.Close() })
-	conformance.Run(t, func(t *testing.T) conformance.Harness { return &harness{url: u.String(), admin: admin} }, nil)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: u.String(), admin: admin} }, nil)
 	assertNoScripts(t, admin, srv.Username, srv.Password)
 }
 
@@ -35,7 +35,7 @@ func TestConformanceCluster(t *testing.T) {
 	t.Cleanup(func() { admin.Close() })
 	user, pass := redisacl.ClusterUser(t, admin, "dlock-rediswatch", "-@scripting")
 	u := &url.URL{Scheme: Scheme, User: url.UserPassword(user, pass), Host: strings.Join(c.Addrs(), ",")}
-	conformance.Run(t, func(t *testing.T) conformance.Harness { return &harness{url: u.String(), admin: admin} }, nil)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: u.String(), admin: admin} }, nil)
 	assertNoScripts(t, admin, user, pass)
 }
 
@@ -123,6 +123,6 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	return left, nil
 }
 
-func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
+func (h *harness) Caps() drivertest.Caps {
+	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
 }

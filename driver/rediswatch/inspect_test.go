@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
@@ -19,7 +19,7 @@ import (
 // named owner's holds) and every grant's expiry, but no reader's or
 // permit's token and no grant time; this driver's queue (a list) records
 // no arrivals.
-var inspectCaps = &conformance.InspectCaps{Tokens: true, Remaining: true, Waiters: true}
+var inspectCaps = &drivertest.InspectCaps{Tokens: true, Remaining: true, Waiters: true}
 
 // Dump lists every Redis name of key (found with SCAN on the node of its
 // slot: the lock key, counter, queue, entries, grant records, readers,

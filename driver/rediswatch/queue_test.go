@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/internal/ordertest"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -49,8 +49,8 @@ func TestQueueFIFO(t *testing.T) {
 		k := testKey(t)
 		lk := redisx.LockKey(DefaultPrefix, k)
 		newLocker := func() lock.Locker { l, _ := newTestLocker(t, rdb, nil); return l }
-		order := conformance.GrantOrder(t, newLocker, k, 8, func() int64 { return queueLen(t, rdb, lk) })
-		if !conformance.IsFIFO(order) {
+		order := ordertest.GrantOrder(t, newLocker, k, 8, func() int64 { return queueLen(t, rdb, lk) })
+		if !ordertest.IsFIFO(order) {
 			t.Errorf("grant order %v; want arrival order", order)
 		}
 		if n := rdb.Exists(testCtx(t), lk, waitQueue(lk)).Val(); n != 0 {
@@ -66,8 +66,8 @@ func TestQueueFIFO(t *testing.T) {
 			return l
 		}
 		for try := range 3 {
-			order := conformance.GrantOrder(t, newLocker, testKey(t)+strconv.Itoa(try), 8, nil)
-			if !conformance.IsFIFO(order) {
+			order := ordertest.GrantOrder(t, newLocker, testKey(t)+strconv.Itoa(try), 8, nil)
+			if !ordertest.IsFIFO(order) {
 				t.Logf("without the queue: grant order %v", order)
 				return
 			}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
@@ -17,7 +17,7 @@ const testSessionTimeout = 2 * time.Second
 // czxid, which cannot be lost apart from the node; and the driver neither
 // resumes leases nor keeps holds (Resume/TakesOver and Reentry/CountsHolds
 // check that both are refused).
-var skips = conformance.Skips{
+var skips = drivertest.Skips{
 	"C2/OwnerCheckedAfterExpiry":  "grants live as long as the session",
 	"C3/GrantCarriesExpiry":       "grants live as long as the session",
 	"C5/FencingAfterCounterLoss":  "the token is the node's czxid: no counter to lose",
@@ -35,7 +35,7 @@ var skips = conformance.Skips{
 
 func TestConformance(t *testing.T) {
 	servers := testserver.SharedZooKeeper(t).Addrs()
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		return newHarness(t, servers, testSessionTimeout)
 	}, skips)
 }
@@ -44,7 +44,7 @@ func TestConformance(t *testing.T) {
 // with every Locker's connection able to reach every server.
 func TestConformanceEnsemble(t *testing.T) {
 	servers := testserver.StartZooKeeperEnsemble(t, nil).Addrs()
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		return newHarness(t, servers, testSessionTimeout)
 	}, skips)
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/go-zookeeper/zk"
 )
@@ -145,8 +145,8 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 	return children, err
 }
 
-func (h *harness) Caps() conformance.Caps {
-	return conformance.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Semaphore: true, Inspect: inspectCaps}
+func (h *harness) Caps() drivertest.Caps {
+	return drivertest.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Semaphore: true, Inspect: inspectCaps}
 }
 
 // netCut is a zk.Dialer whose connections a test can cut: setDown(true)

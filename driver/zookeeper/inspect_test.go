@@ -12,13 +12,13 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 
-	"github.com/dlock-go/dlock/internal/conformance"
+	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/go-zookeeper/zk"
 )
 
 // inspectCaps: a lock node's name, czxid and ctime tell everything but
 // how long its grant lasts, which is as long as its session.
-var inspectCaps = &conformance.InspectCaps{Tokens: true, SharedTokens: true, Since: true, Waiters: true, WaiterSince: true}
+var inspectCaps = &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Since: true, Waiters: true, WaiterSince: true}
 
 // Dump lists the key node and its children, after a sync, each with its
 // data and the versions and zxids that any change to it moves.

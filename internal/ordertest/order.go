@@ -1,4 +1,7 @@
-package conformance
+// Package ordertest measures the order in which a queued key's waiters are
+// granted it, for the drivers' own tests of their queues (the conformance
+// suite, driver/drivertest, checks arrival order through Semaphore/FIFO).
+package ordertest
 
 import (
 	"context"

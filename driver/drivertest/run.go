@@ -1,4 +1,4 @@
-package conformance
+package drivertest
 
 import (
 	"slices"
@@ -74,7 +74,8 @@ var subtests = []subtest{
 
 // Run runs every subtest of the suite, each with a fresh Harness from
 // newHarness, and holds each to skips: a subtest skips if and only if
-// skips lists it. Subtests left out by -run are not judged.
+// skips lists it. Subtests left out by -run are not judged. Run must not
+// run in parallel with other tests of the process (see the package doc).
 func Run(t *testing.T, newHarness func(t *testing.T) Harness, skips Skips) {
 	for name := range skips {
 		if !slices.ContainsFunc(subtests, func(s subtest) bool { return s.name == name }) {

@@ -1,17 +1,4 @@
-// Package conformance is the one test suite every dlock driver passes,
-// against a real backend. A driver's conformance_test.go makes a Harness
-// and calls Run with the subtests it expects to skip:
-//
-//	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(t *testing.T) conformance.Harness { return newHarness(t) }, skips)
-//	}
-//
-// Run has one named subtest per contract item of the design (C1-C11) that a
-// driver can be held to; the capability flags of Caps turn off only what a
-// backend cannot do, never a safety property, and a subtest skips only
-// where the hookup's Skips says it will. Each subtest gets a fresh Harness
-// and unique keys.
-package conformance
+package drivertest
 
 import (
 	"context"
@@ -23,12 +10,15 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// Harness connects the suite to one backend.
+// Harness connects the suite to one backend: a driver's hookup implements
+// it in a test file, and Run asks newHarness for a fresh one per subtest.
 type Harness interface {
 	// NewLocker returns a Locker with its own connection(s) to the backend,
 	// as a separate process would have. The Locker owns them: its Close
 	// closes them (the suite checks for leaked goroutines after Close). The
-	// harness closes it at test cleanup if the test did not.
+	// harness closes it at test cleanup if the test did not. Every field
+	// of o that is set must reach the Locker, as lock.New(d, o) has it
+	// (lock.OpenWith takes the TTL from the URL's ttl=, not from o).
 	NewLocker(t *testing.T, o *lock.Options) lock.Locker
 
 	// Crash makes the process behind l die as far as the backend can tell:
