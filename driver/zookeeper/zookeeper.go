@@ -78,8 +78,9 @@ type Options struct {
 	// is TLS.ServerName when set, else each server's host as given to
 	// Dial: the servers are then not resolved up front (go-zookeeper's
 	// DNSHostProvider would give the dial IP addresses) but when dialled.
-	// The handshake is bounded by go-zookeeper's connection timeout, and
-	// Dial by its context; Dial fails at once, with crypto/tls's error,
+	// The handshake is bounded by go-zookeeper's connection timeout. The
+	// wait for the first session (Dial's, or a first call's: see the
+	// package doc, Connecting) fails at once, with crypto/tls's error,
 	// when every server's last attempt failed TLS for a reason another
 	// attempt will not mend (a certificate that does not verify, a TLS
 	// alert such as a refused client certificate, a server not speaking
