@@ -118,7 +118,7 @@ func (s *starter) unbind() {
 func (s *starter) run(d *zkDriver) {
 	defer d.calls.Done()
 	for {
-		if !s.waitSession(d.mon.stop) {
+		if !s.waitSession(d.mon.stop) || closed(d.mon.stop) {
 			s.finish(fmt.Errorf("zookeeper: closed before a session with %s: %w", s.list, zk.ErrClosing))
 			return
 		}
@@ -131,7 +131,7 @@ func (s *starter) run(d *zkDriver) {
 				if transient(err) || errors.Is(err, zk.ErrClosing) {
 					// The connection broke: authenticate the next session.
 					select {
-					case <-d.mon.stop:
+					case <-d.mon.stop: // the loop's next check stops it
 					case <-time.After(pollEvery(s.asked)):
 					}
 					continue
@@ -161,6 +161,15 @@ func (s *starter) waitSession(stop <-chan struct{}) bool {
 		}
 	}
 	return true
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *starter) finish(err error) {
