@@ -80,6 +80,20 @@ func Schemes() []string {
 // parameter whose name says it is one (password=, sentinel_password=, ...)
 // are shown as xxxxx. The Locker owns the clients it opened: Close closes
 // them.
+//
+// Open makes no round trip to the backend, on any scheme, and returns at
+// once whether or not the backend is up (ctx goes to the scheme's
+// OpenFunc; dlock's drivers do no I/O with it). The memcached and
+// ZooKeeper clients resolve the servers' names there: a name that does not
+// resolve is an error. The clients connect when first used (go-zookeeper's
+// at once, in the background) and reconnect on their own. While the
+// backend is unreachable, a call fails with ErrNotAcquired (Inspect with
+// its own error) wrapping the connection's error, a refused connection
+// say, within a bound that needs no deadline on its context: the client's
+// dial timeout and retries (go-redis's, gomemcache's), or, on ZooKeeper
+// before the first session, once every server has failed an attempt (1s
+// each at most), and after the session timeout asked for at the latest. A
+// deadline on the call's context ends it sooner.
 func Open(ctx context.Context, rawURL string) (Locker, error) {
 	return OpenWith(ctx, rawURL, nil)
 }

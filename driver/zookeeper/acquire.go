@@ -18,6 +18,9 @@ import (
 // (see join); when something earlier blocks the node, delete it and report
 // the key held. Round trips: 1 when granted, 2 when held.
 func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	if err := d.start.await(ctx); err != nil {
+		return err
+	}
 	begin := time.Now()
 	kp := d.keyPath(l.Key)
 	n, v, err := d.first(ctx, l, kp)
@@ -67,6 +70,9 @@ type waiter struct {
 
 // Join implements driver.Queuer.
 func (d *zkDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
+	if err := d.start.await(ctx); err != nil {
+		return err // not queued: Leave has nothing to do
+	}
 	w := &waiter{kp: d.keyPath(l.Key), wake: wake, stop: make(chan struct{})}
 	l.Data = w
 	d.mon.waiting(1) // the monitor proves the session while l waits

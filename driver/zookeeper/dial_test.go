@@ -9,35 +9,185 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 
-// TestOpenUnreachable: opening a zookeeper:// URL where nothing listens
-// returns when the context ends, not later, and says why it could not
-// connect: the refused connection, not only the context's end.
-func TestOpenUnreachable(t *testing.T) {
+// closedAddr is a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	for _, limit := range []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond} {
-		ctx, cancel := context.WithTimeout(context.Background(), limit)
-		began := time.Now()
-		l, err := lock.Open(ctx, "zookeeper://u:pw@"+addr+"/x")
-		took := time.Since(began)
-		cancel()
+	return addr
+}
+
+// silentAddr is a loopback address that accepts connections and never
+// answers: a server that gives no session.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// within runs f and fails the test at once if it has not returned after
+// limit (f is then left to run: it may never return).
+func within[T any](t *testing.T, limit time.Duration, what string, f func() T) T {
+	t.Helper()
+	done := make(chan T, 1)
+	began := time.Now()
+	go func() { done <- f() }()
+	select {
+	case v := <-done:
+		t.Logf("%s returned after %v", what, time.Since(began).Round(time.Millisecond))
+		return v
+	case <-time.After(limit):
+		t.Fatalf("%s has not returned after %v", what, limit)
+		panic("unreachable")
+	}
+}
+
+// TestCallsUnreachable: with context.Background(), on servers where
+// nothing listens, lock.Open returns at once, and each call reports the
+// outage (ErrNotAcquired wrapping the refused connection) once every
+// server failed an attempt: Lock, which would queue, as TryLock; Inspect
+// too. Close does not wait for the clean-up of calls that sent nothing.
+func TestCallsUnreachable(t *testing.T) {
+	url := "zookeeper://u:pw@" + closedAddr(t) + "," + closedAddr(t) + "/x"
+	l := within(t, time.Second, "Open", func() lock.Locker {
+		l, err := lock.Open(context.Background(), url)
+		if err != nil {
+			t.Errorf("Open: %v", err)
+		}
+		return l
+	})
+	if l == nil {
+		t.FailNow()
+	}
+	bg := context.Background()
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Lock", func() error { _, err := l.Lock(bg, "k"); return err }},
+		{"TryLock", func() error { _, err := l.TryLock(bg, "k"); return err }},
+		{"RLock", func() error { _, err := l.(lock.RWLocker).RLock(bg, "k"); return err }},
+	} {
+		err := within(t, 5*time.Second, c.name, c.call)
+		if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "unreachable") {
+			t.Errorf("%s: %v; want ErrNotAcquired saying the servers are unreachable, wrapping ECONNREFUSED", c.name, err)
+		}
+	}
+	err := within(t, 5*time.Second, "Inspect", func() error { _, err := lock.Inspect(bg, l, "k"); return err })
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Inspect: %v; want the refused connection", err)
+	}
+	within(t, 2*time.Second, "Close", l.Close)
+}
+
+// TestFirstCallBoundedBySessionTimeout: a server that accepts connections
+// and gives no session holds a call with context.Background() for the
+// session timeout asked for, not longer; a call's context ends it sooner.
+func TestFirstCallBoundedBySessionTimeout(t *testing.T) {
+	l, err := lock.Open(context.Background(), "zookeeper://"+silentAddr(t)+"/x?session_timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	began := time.Now()
+	err = within(t, 3*time.Second, "TryLock", func() error { _, err := l.TryLock(context.Background(), "k"); return err })
+	if took := time.Since(began); took < 900*time.Millisecond || !errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "no session within 1s") {
+		t.Errorf("TryLock: %v after %v; want ErrNotAcquired, no session within the 1s asked for", err, took)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = within(t, time.Second, "TryLock with a 200ms context", func() error { _, err := l.TryLock(ctx, "k"); return err })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryLock with a 200ms context: %v; want its deadline", err)
+	}
+}
+
+// TestOpenBeforeServer: a Locker opened while its server is down connects
+// in the background: once the server is up, Lock works, with no new
+// Open. A TryLock while it is down reports the outage.
+func TestOpenBeforeServer(t *testing.T) {
+	z := testserver.StartZooKeeper(t, nil)
+	z.RequireFaults(t)
+	if err := z.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lock.Open(context.Background(), "zookeeper://alice:pw@"+z.Addr()+"/late?session_timeout=4s")
+	if err != nil {
+		t.Fatalf("Open while the server is down: %v", err)
+	}
+	defer l.Close()
+	if _, err := l.TryLock(context.Background(), "k"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("TryLock while the server is down: %v; want the refused connection", err)
+	}
+	if err := z.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lease, err := l.Lock(ctx, "k")
+	if err != nil {
+		t.Fatalf("Lock once the server is up: %v", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Errorf("Unlock: %v", err)
+	}
+}
+
+// TestDialUnreachable: Dial with context.Background() returns once every
+// server refused a connection, with the refusal; with a deadline, a
+// server that gives no session ends it at the deadline, and the error
+// wraps the context's.
+func TestDialUnreachable(t *testing.T) {
+	closed, silent := closedAddr(t), silentAddr(t)
+	err := within(t, 5*time.Second, "Dial", func() error {
+		l, err := Dial(context.Background(), []string{closed}, nil)
 		if err == nil {
 			l.Close()
-			t.Fatalf("Open of %s, where nothing listens, succeeded", addr)
 		}
-		if took > limit+500*time.Millisecond {
-			t.Errorf("Open with a %v context took %v", limit, took)
+		return err
+	})
+	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("Dial of a closed port: %v; want the refused connection", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = within(t, time.Second, "Dial with a 300ms context", func() error {
+		l, err := Dial(ctx, []string{silent}, nil)
+		if err == nil {
+			l.Close()
 		}
-		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
-			t.Errorf("Open with a %v context: %v; want the context's end and the refused connection", limit, err)
-		}
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Dial of a silent server with a 300ms context: %v; want the context's deadline", err)
 	}
 }
 

@@ -113,8 +113,8 @@
 // when the create's reply comes), a create whose reply was lost, a failed
 // Unlock, a lease lost while the session may live on. When the deletion
 // itself fails, the Locker's background goroutine retries it for as long
-// as the session may be alive. Close of a Locker made by Dial closes the
-// session, which deletes its nodes at once.
+// as the session may be alive. Close of a Locker made by Dial or
+// lock.Open closes the session, which deletes its nodes at once.
 //
 // # Round trips
 //
@@ -304,9 +304,10 @@
 //
 //	zookeeper://[user:password@]host[:port][,host[:port]...][/root][?params]
 //
-// opens a Locker with Dial. The hosts are one ensemble (default port
-// 2181; IPv6 literals are not accepted by Go's URL parser: use names).
-// The path is Options.Root (DefaultRoot when empty or "/"). user:password
+// opens a Locker as Dial does, but without waiting for the session (see
+// Connecting). The hosts are one ensemble (default port 2181; IPv6
+// literals are not accepted by Go's URL parser: use names). The path is
+// Options.Root (DefaultRoot when empty or "/"). user:password
 // is a ZooKeeper digest identity (see ACLs). Parameters:
 //
 //	session_timeout=DURATION  the session timeout to ask for (default 10s)
@@ -323,12 +324,35 @@
 //	tls_insecure_skip_verify=BOOL  true does not verify the servers: for tests only
 //
 // plus those every scheme accepts (ttl, autorenew: see lock.Open). Unknown
-// parameters are errors. Opening waits for the session as long as the
-// context given to lock.Open allows, and no longer: bound it (the context
-// is the only limit), and an Open that it ends reports the last
-// connection attempt's failure too (see Dial). It gives up at once, with
-// crypto/tls's error, when every server failed the TLS handshake for a
-// reason another attempt will not mend (see Options.TLS).
+// parameters are errors.
+//
+// # Connecting
+//
+// lock.Open does not wait for ZooKeeper: it resolves the servers' names
+// (go-zookeeper does, for 3s at most) and returns a Locker whose
+// connection is made in the background, by go-zookeeper, which tries the
+// servers in turn (1s per attempt at most, a pause of 1s after each round)
+// until Close. A call that would send a request before the first session
+// is up, and authenticated with the digest identity if there is one,
+// waits for it, and fails (lock.ErrNotAcquired, or Inspect's error,
+// wrapping the cause) at the first of:
+//
+//   - each server has failed a connection attempt since the call began
+//     (refused, unreachable, timed out, or closed by a server that is not
+//     serving yet): the error says the servers are unreachable and wraps
+//     the last attempt's (errors.Is(err, syscall.ECONNREFUSED), say), as
+//     the first call on a Redis or memcached Locker reports an outage;
+//   - every server's last attempt failed TLS for a reason another attempt
+//     will not mend: the error wraps crypto/tls's (see Options.TLS);
+//   - the session timeout asked for has passed (servers that accept
+//     connections but give no session, a server without a quorum say);
+//   - the call's context ends.
+//
+// So a call with context.Background() is bounded too. The Locker keeps
+// connecting: a call made once a server is up gets the session. After the
+// first session, go-zookeeper reconnects (and authenticates) on its own,
+// and the leases ride out a lost connection as Sessions and TTLs says.
+// Dial waits for the first session the same way before it returns.
 //
 // # As
 //

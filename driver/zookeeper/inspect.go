@@ -33,6 +33,9 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
+	if err := d.start.await(ctx); err != nil {
+		return st, err
+	}
 	kp := d.keyPath(key)
 	names, err := d.childrenSynced(ctx, kp)
 	if err != nil {

@@ -11,13 +11,19 @@ import (
 )
 
 // Release deletes the lease's node: one round trip. For a grant whose
-// outcome was unknown (no Data), it finds the node by the owner prefix.
+// outcome was unknown (no Data), it finds the node by the owner prefix
+// (none exists while the connection never had a session).
 // When the delete fails for a connection reason, the janitor keeps trying
 // while the session may live.
 func (d *zkDriver) Release(ctx context.Context, l *driver.Lease) error {
 	g, _ := l.Data.(*grant)
 	d.mon.remove(l)
 	if g == nil {
+		if d.start.neverUp() {
+			// The attempt waited for the first session in vain: no
+			// request was sent, so no node exists.
+			return fmt.Errorf("zookeeper: no session yet: %w", driver.ErrNotHeld)
+		}
 		kp := d.keyPath(l.Key)
 		n, err := d.deleteOwned(ctx, kp, l.Owner)
 		if err != nil {

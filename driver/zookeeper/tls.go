@@ -91,22 +91,39 @@ func (h *namedHosts) Connected() {
 
 // connErrors keeps the last error of each server's connection attempts:
 // of the dial (with TLS, the handshake) or of the first read, where a
-// server that refuses the client's certificate says so in TLS 1.3. Dial
-// uses them to say why it could not connect, and to give up at once when
+// server that refuses the client's certificate says so in TLS 1.3 (and a
+// server that is not serving yet closes the connection). Calls waiting for
+// the first session use them to say why there is none, to give up once
+// every server failed (see starter.await), and to give up at once when
 // every server failed TLS in a way that trying again will not mend.
 type connErrors struct {
-	mu     sync.Mutex
-	last   error
-	byAddr map[string]error
+	mu       sync.Mutex
+	last     error
+	byAddr   map[string]error
+	failures int           // attempts failed so far
+	changed  chan struct{} // closed at the next failure
 }
 
-func newConnErrors() *connErrors { return &connErrors{byAddr: map[string]error{}} }
+func newConnErrors() *connErrors {
+	return &connErrors{byAddr: map[string]error{}, changed: make(chan struct{})}
+}
 
 func (e *connErrors) record(addr string, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.last = err
 	e.byAddr[addr] = err
+	e.failures++
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// watch returns the number of failed attempts so far, and a channel
+// closed at the next failure.
+func (e *connErrors) watch() (int, <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failures, e.changed
 }
 
 func (e *connErrors) ok(addr string) {

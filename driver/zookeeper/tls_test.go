@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/url"
@@ -35,20 +36,30 @@ func TestTLS(t *testing.T) {
 	})
 }
 
-// TestTLSDialFailsFast: a certificate that does not verify ends Dial at
-// once with crypto/tls's error, not at its context's end; an unreachable
-// server still waits for the context, and says what failed last.
+// TestTLSDialFailsFast: a certificate that does not verify ends the wait
+// for the first session at once with crypto/tls's error, not at the
+// context's end: Open returns, and its first TryLock reports it; Dial
+// fails with it. An unreachable server is reported once it refused.
 func TestTLSDialFailsFast(t *testing.T) {
 	z := testserver.StartZooKeeper(t, &testserver.ZooKeeperOptions{TLS: &testserver.TLSOptions{}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := lock.Open(ctx, "zookeeper://"+z.Addr()+"?tls_ca="+url.QueryEscape(z.TLS.WrongCAFile))
-	if err == nil || !strings.Contains(err.Error(), "x509: certificate signed by unknown authority") || ctx.Err() != nil {
-		t.Fatalf("Open trusting the wrong CA: %v after %v; want the x509 error before the context's end", err, time.Since(start))
+	l, err := lock.Open(ctx, "zookeeper://"+z.Addr()+"?tls_ca="+url.QueryEscape(z.TLS.WrongCAFile))
+	if err != nil {
+		t.Fatalf("Open trusting the wrong CA: %v; want it to connect in the background", err)
+	}
+	defer l.Close()
+	_, err = l.TryLock(ctx, "k")
+	if !errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "x509: certificate signed by unknown authority") || ctx.Err() != nil {
+		t.Fatalf("TryLock trusting the wrong CA: %v after %v; want the x509 error before the context's end", err, time.Since(start))
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Open trusting the wrong CA took %v", d)
+		t.Errorf("Open and TryLock trusting the wrong CA took %v", d)
+	}
+	o := &Options{TLS: &tls.Config{RootCAs: x509.NewCertPool()}}
+	if _, err := Dial(ctx, z.Addrs(), o); err == nil || !strings.Contains(err.Error(), "x509: certificate signed by unknown authority") || ctx.Err() != nil {
+		t.Fatalf("Dial trusting no CA: %v; want the x509 error before the context's end", err)
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -57,11 +68,13 @@ func TestTLSDialFailsFast(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	ctx, cancel = context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	_, err = lock.Open(ctx, "zookeeper://"+addr+"?tls_insecure_skip_verify=true")
-	if err == nil || ctx.Err() == nil || !strings.Contains(err.Error(), "connection refused") {
-		t.Fatalf("Open of a closed port: %v; want it to wait for the context and name the refused connection", err)
+	l, err = lock.Open(ctx, "zookeeper://"+addr+"?tls_insecure_skip_verify=true")
+	if err != nil {
+		t.Fatalf("Open of a closed port: %v", err)
+	}
+	defer l.Close()
+	if _, err = l.TryLock(ctx, "k"); err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("TryLock on a closed port: %v; want the refused connection before the context's end", err)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,8 +79,9 @@ type Options struct {
 	// is TLS.ServerName when set, else each server's host as given to
 	// Dial: the servers are then not resolved up front (go-zookeeper's
 	// DNSHostProvider would give the dial IP addresses) but when dialled.
-	// The handshake is bounded by go-zookeeper's connection timeout, and
-	// Dial by its context; Dial fails at once, with crypto/tls's error,
+	// The handshake is bounded by go-zookeeper's connection timeout. The
+	// wait for the first session (Dial's, or a first call's: see the
+	// package doc, Connecting) fails at once, with crypto/tls's error,
 	// when every server's last attempt failed TLS for a reason another
 	// attempt will not mend (a certificate that does not verify, a TLS
 	// alert such as a refused client certificate, a server not speaking
@@ -106,17 +106,19 @@ func New(conn *zk.Conn, o *Options) lock.Locker {
 	return lock.New(d, lo)
 }
 
-// Dial connects to servers (host:port addresses of one ensemble), waits
-// until the session is established or ctx ends, authenticates when
-// o.Username is set, and returns a Locker that owns the connection: its
-// Close closes it, which ends the session. Until it returns, each
-// connection attempt is bounded by ctx's deadline as well as by
-// go-zookeeper's connect timeout (1s); servers that refuse connections are
-// tried again, one after the other, until ctx ends, and the error then
-// wraps both ctx's and the last attempt's (errors.Is(err,
-// syscall.ECONNREFUSED), say). The same holds for lock.Open of a
-// zookeeper:// URL, whose ctx bounds the connection: Open has no time
-// limit of its own.
+// Dial connects to servers (host:port addresses of one ensemble),
+// authenticates when o.Username is set, and returns a Locker that owns the
+// connection: its Close closes it, which ends the session. It waits for
+// the first session as the first call of a Locker from lock.Open does
+// (that one returns at once and connects in the background), and no
+// longer than the first of: ctx's end; each server having failed a
+// connection attempt (refused, unreachable, or timed out after
+// go-zookeeper's connect timeout, 1s, or ctx's deadline if sooner); the
+// session timeout asked for. The error then wraps the last attempt's
+// (errors.Is(err, syscall.ECONNREFUSED), say), and ctx's error when ctx
+// ended it. With TLS, it fails at once when every server's last attempt
+// failed the handshake for a reason another attempt will not mend (see
+// Options.TLS).
 func Dial(ctx context.Context, servers []string, o *Options) (lock.Locker, error) {
 	d, lo, err := dial(ctx, servers, o)
 	if err != nil {
@@ -125,7 +127,30 @@ func Dial(ctx context.Context, servers []string, o *Options) (lock.Locker, error
 	return lock.New(d, lo), nil
 }
 
+// dial is Dial's driver: connect, then wait at the gate.
 func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.Options, error) {
+	d, lo, err := connect(ctx, servers, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	err = d.start.await(ctx)
+	d.start.unbind()
+	if err != nil {
+		// In the background: go-zookeeper's Close waits up to 1s for a
+		// server to take its close request, which one that gives no
+		// session never does, and Dial returns by ctx's end.
+		go d.Close()
+		return nil, nil, err
+	}
+	return d, lo, nil
+}
+
+// connect makes the driver over a go-zookeeper connection to servers,
+// which connects in the background: the driver's calls wait for its first
+// session (see starter). Until bound (if not nil) is unbound, each
+// connection attempt is bounded by its deadline too. It returns an error
+// for invalid input, and when a server's name does not resolve.
+func connect(bound context.Context, servers []string, o *Options) (*zkDriver, *lock.Options, error) {
 	if len(servers) == 0 {
 		return nil, nil, fmt.Errorf("%w: zookeeper: no servers", lock.ErrInvalid)
 	}
@@ -142,105 +167,36 @@ func dial(ctx context.Context, servers []string, o *Options) (*zkDriver, *lock.O
 	if err := checkOptions(o); err != nil { // before any I/O
 		return nil, nil, fmt.Errorf("%w: zookeeper: %v", lock.ErrInvalid, err)
 	}
-	nt := newNegotiatedTimeout()
+	st := newStarter(servers, want, o, bound)
 	dialer := o.Dialer
 	if dialer == nil {
 		dialer = net.DialTimeout
 	}
-	// Until Dial returns, each connection attempt is bounded by ctx too
-	// (go-zookeeper gives the dialer its own connect timeout, 1s); errs
-	// keeps each attempt's failure, so that a Dial that ctx ends says why
-	// it could not connect (connection refused, no route), not only that
-	// ctx ended.
-	var (
-		dialing = true
-		dialMu  sync.Mutex
-	)
-	base := dialer
-	dialer = func(network, address string, timeout time.Duration) (net.Conn, error) {
-		dialMu.Lock()
-		bounded := dialing
-		dialMu.Unlock()
-		if dl, ok := ctx.Deadline(); ok && bounded {
-			timeout = min(timeout, max(time.Until(dl), time.Millisecond))
-		}
-		return base(network, address, timeout)
-	}
-	defer func() {
-		dialMu.Lock()
-		dialing = false
-		dialMu.Unlock()
-	}()
+	dialer = st.boundDialer(dialer)
 	var hosts zk.HostProvider = zk.NewDNSHostProvider() // go-zookeeper's default
 	if o.TLS != nil {
 		dialer = tlsDialer(dialer, o.TLS)
 		hosts = &namedHosts{}
 	}
-	errs := newConnErrors()
-	var d *zkDriver
-	var dmu sync.Mutex // d is set after Connect, which may already call back
-	wake := make(chan struct{}, 1)
-	connecting := time.Now() // the session is created after this (see monitor.connectedSince)
+	nt := newNegotiatedTimeout()
 	conn, _, err := zk.Connect(servers, want,
 		zk.WithHostProvider(hosts),
-		zk.WithDialer(nt.wrapDialer(errs.wrap(dialer))),
+		zk.WithDialer(nt.wrapDialer(st.errs.wrap(dialer))),
 		zk.WithLogger(zkLogger{o.Logger}),
 		zk.WithLogInfo(false),
-		zk.WithEventCallback(func(ev zk.Event) {
-			if ev.Type != zk.EventSession {
-				return // a watch: its waiter hears of it
-			}
-			dmu.Lock()
-			dd := d
-			dmu.Unlock()
-			if dd != nil {
-				dd.mon.poke()
-			}
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}))
+		zk.WithEventCallback(st.event))
 	if err != nil {
-		return nil, nil, fmt.Errorf("zookeeper: %w", err)
+		// go-zookeeper's DNSHostProvider resolves the servers' names up
+		// front (for 3s at most), and one did not resolve.
+		return nil, nil, fmt.Errorf("zookeeper: resolving %s: %w", st.list, err)
 	}
-	fail := func(err error) (*zkDriver, *lock.Options, error) {
-		conn.Close()
-		return nil, nil, err
-	}
-	distinct := len(slices.Compact(slices.Sorted(slices.Values(servers))))
-	for conn.State() != zk.StateHasSession {
-		if o.TLS != nil {
-			if err := errs.tlsFailed(distinct); err != nil {
-				return fail(fmt.Errorf("zookeeper: connecting to %s over TLS: %w", strings.Join(servers, ","), err))
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if last := errs.lastErr(); last != nil {
-				return fail(fmt.Errorf("zookeeper: connecting to %s: %w (last connection error: %w)", strings.Join(servers, ","), ctx.Err(), last))
-			}
-			return fail(fmt.Errorf("zookeeper: connecting to %s: %w", strings.Join(servers, ","), ctx.Err()))
-		case <-wake:
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	if nt.get() <= 0 {
-		return fail(errors.New("zookeeper: the server's connect response carried no session timeout"))
-	}
-	dd, lo := newDriver(conn, o, nt) // its option checks passed above, before any I/O
-	dd.mon.connectedSince(conn.SessionID(), connecting)
-	if o.Username != "" {
-		auth := []byte(o.Username + ":" + o.Password)
-		if _, err := read(ctx, dd, func() (struct{}, error) { return struct{}{}, conn.AddAuth("digest", auth) }); err != nil {
-			dd.mon.close(false, nil)
-			return fail(fmt.Errorf("zookeeper: digest authentication: %w", err))
-		}
-	}
-	dmu.Lock()
-	d = dd
-	dmu.Unlock()
-	return dd, lo, nil
+	st.conn, st.hosts = conn, hosts.Len()
+	d, lo := newDriver(conn, o, nt) // its option checks passed above, before any I/O
+	d.start = st
+	st.mon.Store(d.mon)
+	d.calls.Add(1)
+	go st.run(d)
+	return d, lo, nil
 }
 
 // zkLogger sends go-zookeeper's messages to the Locker's logger, at debug
@@ -264,7 +220,8 @@ type zkDriver struct {
 	timeout *negotiatedTimeout
 	optsErr error
 	mon     *monitor
-	calls   sync.WaitGroup // requests under way
+	start   *starter       // the gate to the first session; nil for New
+	calls   sync.WaitGroup // requests under way (and the starter)
 
 	plainCreate atomic.Bool  // create without the setData of the key node (see create)
 	relisted    atomic.Int64 // listings sent with a create that missed it (see join)
@@ -358,7 +315,15 @@ func checkRoot(root string) error {
 }
 
 // sessionTimeout is the session's timeout: the liveness bound of a grant.
-func (d *zkDriver) sessionTimeout() time.Duration { return d.timeout.get() }
+// Before the first session of a Locker from Dial or lock.Open tells it,
+// it is the timeout asked for: no grant rests on it then, as calls wait
+// for that session (see starter).
+func (d *zkDriver) sessionTimeout() time.Duration {
+	if t := d.timeout.get(); t > 0 || d.start == nil {
+		return t
+	}
+	return d.start.asked
+}
 
 func (d *zkDriver) keyPath(key string) string { return keyPath(d.root, key) }
 
