@@ -139,14 +139,12 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	detach := w.chance(0.5)
 	rc := w.newCallCtx(tryTimeouts, 0)
 	lk := w.raceLockPlan()
-	// Close begins at a moment uniform over twice the last Resume's time:
-	// on the memory target that is microseconds, so that some Closes land
-	// between the driver's Resume and lock's registration of its lease.
-	closeAfter := between(w.rng, 0, 2*w.resumeLat+2*time.Microsecond)
+	closeAfter := w.raceCloseAfter()
 	s.Stat("race", 1)
 	l.pause(true)
 	var wg sync.WaitGroup
 	var r *liveLease
+	began := time.Now()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -158,6 +156,14 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	waitPrecisely(closeAfter)
 	side.closeAndCheck(clk, s, w.env.proc, w.env.tg.ReleaseTimeout)
 	wg.Wait()
+	switch {
+	case r != nil: // Close came after the Resume returned: aim there
+		w.raceResumed = w.resumeEnd.Sub(began)
+	case w.raceResumed > 0: // Close came too early: aim later
+		w.raceResumed += w.raceResumed / 5
+	default:
+		w.raceResumed = 2*closeAfter + time.Microsecond
+	}
 	if r != nil && !errors.Is(r.lease.Err(), lock.ErrDetached) {
 		s.Stat("race-released", 1)
 		l.markUnlocking(clk, s, "its grant went with the Close of a Locker that resumed it")
@@ -177,7 +183,8 @@ func (w *worker) resumeOf(side *lockerInst, l *liveLease, op string, ttl time.Du
 	start, t0 := clk.Now(), time.Now()
 	lease, err := side.lk.Resume(c.ctx, l.lease.Handle(), opts...)
 	end := clk.Now()
-	w.resumeLat = time.Since(t0)
+	w.resumeEnd = time.Now()
+	w.resumeLat = w.resumeEnd.Sub(t0)
 	limit := c.end()
 	c.release()
 	s.Ops(1)
@@ -315,4 +322,16 @@ func waitPrecisely(d time.Duration) {
 	}
 	for end := time.Now().Add(d); time.Now().Before(end); {
 	}
+}
+
+// raceCloseAfter is when a race's Close begins, from the race's start.
+// The window that matters is narrow: between the driver's Resume returning
+// and lock registering the lease, microseconds. So Close aims at the moment
+// the last race's Resume returned (raceResumed), give or take a quarter of
+// it; before any race, uniform over twice the last Resume's time.
+func (w *worker) raceCloseAfter() time.Duration {
+	if at := w.raceResumed; at > 0 {
+		return between(w.rng, at*3/4, at*5/4+time.Microsecond)
+	}
+	return between(w.rng, 0, 2*w.resumeLat+2*time.Microsecond)
 }

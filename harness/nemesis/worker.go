@@ -135,6 +135,10 @@ type worker struct {
 	side      *lockerInst
 	sides     int
 	resumeLat time.Duration
+	// resumeEnd is when the worker's last Resume returned; raceResumed,
+	// how long after its race began the last race's Resume returned.
+	resumeEnd   time.Time
+	raceResumed time.Duration
 }
 
 func newWorker(env *procEnv, slot slotAPI, name string, seed uint64, stream uint64) *worker {
