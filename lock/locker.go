@@ -480,14 +480,9 @@ func (lk *locker) releaseAfter(cause error, dl *driver.Lease, until time.Time) {
 	}()
 }
 
-// leaveLater ends a queued wait that did not get the key, in the
-// background, as releaseLater ends a grant.
-func (lk *locker) leaveLater(dl *driver.Lease) {
-	lk.leaveAfter(nil, dl)
-}
-
-// leaveAfter is leaveLater after a step that failed with cause (see
-// releaseAfter).
+// leaveAfter ends a queued wait that did not get the key, in the
+// background, as releaseLater ends a grant; cause is the error the wait
+// ended with, which decides how a failure is logged (see releaseAfter).
 func (lk *locker) leaveAfter(cause error, dl *driver.Lease) {
 	if !lk.bg.add() {
 		return // Close is past its bound: the queue entry dies by itself
