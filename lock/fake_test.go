@@ -23,7 +23,7 @@ type fake struct {
 	faults    faults
 	loseReply atomic.Bool // apply the grant, then answer with the ctx error or errLostReply
 
-	acquires, refreshes, releases, batches, subscribes atomic.Int64
+	acquires, refreshes, releases, batches, subscribes, leaves atomic.Int64
 }
 
 type faults struct {
@@ -277,6 +277,7 @@ func (f queuingFake) Check(ctx context.Context, l *driver.Lease) error {
 }
 
 func (f queuingFake) Leave(ctx context.Context, l *driver.Lease) error {
+	f.leaves.Add(1)
 	if fn := f.getFaults().leaveErr; fn != nil {
 		return fn()
 	}

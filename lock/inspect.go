@@ -158,11 +158,8 @@ func NamedOwner(id string) string { return namedOwner(id)[:driver.NamedOwnerLen]
 
 func (lk *locker) inspect(parent context.Context, key string) (*KeyState, error) {
 	const op = "inspect"
-	if lk.optsErr != nil {
-		return nil, newError(op, key, ErrInvalid, lk.optsErr)
-	}
-	if err := checkKey(key); err != nil {
-		return nil, newError(op, key, ErrInvalid, err)
+	if err := lk.checkCall(op, key, checkKey(key)); err != nil {
+		return nil, err
 	}
 	in, ok := lk.d.(driver.Inspector)
 	if !ok {
@@ -174,16 +171,15 @@ func (lk *locker) inspect(parent context.Context, key string) (*KeyState, error)
 	if err := lk.d.Validate(&probe); err != nil {
 		return nil, driverError(op, key, err, ErrInvalid)
 	}
-	if !lk.begin() {
-		return nil, newError(op, key, ErrClosed, nil)
+	sc, err := lk.enter(parent, op, key)
+	if err != nil {
+		return nil, err
 	}
-	defer lk.calls.done()
-	ctx, cancel, stop := lk.callCtx(parent)
-	defer cancel(nil)
-	defer stop()
+	defer sc.exit()
+	ctx := sc.ctx
 	var st driver.KeyState
 	// Nothing to clean up after an abandoned call: it only reads.
-	err, ok := lk.within(ctx, func() error {
+	ok, err = lk.within(ctx, func() error {
 		var err error
 		st, err = in.Inspect(ctx, key)
 		return err

@@ -255,7 +255,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	// No reply is of use past the deadline: the lease is lost by then.
 	cctx, cancel := context.WithDeadline(ctx, deadline)
 	var got time.Duration
-	err, ok := l.lk.within(cctx, func() error {
+	ok, err := l.lk.within(cctx, func() error {
 		var err error
 		got, err = l.lk.d.Refresh(cctx, l.dl, ttl)
 		return err
@@ -420,7 +420,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 	released := newError("unlock", l.dl.Key, ErrNotHeld, errReleased)
 	until := l.expiry()
-	err, ok := l.lk.within(ctx, func() error { return l.lk.d.Release(ctx, l.dl) }, func(err error) {
+	ok, err := l.lk.within(ctx, func() error { return l.lk.d.Release(ctx, l.dl) }, func(err error) {
 		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
 			l.lk.releaseLater(l.dl, until)
 		}

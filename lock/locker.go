@@ -245,6 +245,59 @@ func (rs *rwSemLocker) TryAcquire(ctx context.Context, key string, limit int, op
 // begin registers a call under way, or fails when the Locker is closed.
 func (lk *locker) begin() bool { return lk.calls.add() }
 
+// The prologue of the calls that start on a key (acquisitions, Resume,
+// Inspect): checkCall, options, then enter once the call is ready to
+// reach the backend.
+
+// checkCall makes the checks every call makes first: the Locker's
+// options, then its arguments (argErr: what checking them found wrong, as
+// checkKey does), each reported with key as ErrInvalid.
+func (lk *locker) checkCall(op, key string, argErr error) error {
+	if lk.optsErr != nil {
+		return newError(op, key, ErrInvalid, lk.optsErr)
+	}
+	if argErr != nil {
+		return newError(op, key, ErrInvalid, argErr)
+	}
+	return nil
+}
+
+// options returns the options of a call, the Locker's with opts applied
+// (callOptions), or their error as ErrInvalid.
+func (lk *locker) options(op, key string, opts []Option) (callOptions, error) {
+	co, err := lk.callOptions(opts)
+	if err != nil {
+		return co, newError(op, key, ErrInvalid, err)
+	}
+	return co, nil
+}
+
+// A scope is a call under way (enter): its context, and what exit ends.
+type scope struct {
+	ctx    context.Context
+	lk     *locker
+	cancel context.CancelCauseFunc
+	stop   func() bool
+}
+
+// enter begins a call of op on key: it registers the call (begin), or
+// fails with ErrClosed, and makes its context (callCtx). The caller defers
+// the scope's exit.
+func (lk *locker) enter(parent context.Context, op, key string) (scope, error) {
+	if !lk.begin() {
+		return scope{}, newError(op, key, ErrClosed, nil)
+	}
+	ctx, cancel, stop := lk.callCtx(parent)
+	return scope{ctx: ctx, lk: lk, cancel: cancel, stop: stop}, nil
+}
+
+// exit ends the call that enter began.
+func (s scope) exit() {
+	s.stop()
+	s.cancel(nil)
+	s.lk.calls.done()
+}
+
 // newOwner returns a fresh owner token: 128 random bits in hex.
 func newOwner() string {
 	var b [16]byte
@@ -290,150 +343,6 @@ func (lk *locker) reenterer() error {
 	return r.Reentrancy()
 }
 
-// doAcquire is acquire without its measurement.
-func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
-	if lk.optsErr != nil {
-		return nil, newError(op, key, ErrInvalid, lk.optsErr)
-	}
-	if err := checkKey(key); err != nil {
-		return nil, newError(op, key, ErrInvalid, err)
-	}
-	if mode == driver.Permit {
-		if err := checkLimit(limit); err != nil {
-			return nil, newError(op, key, ErrInvalid, err)
-		}
-	}
-	co, err := lk.callOptions(opts)
-	if err != nil {
-		return nil, newError(op, key, ErrInvalid, err)
-	}
-	owner := ""
-	if co.named {
-		if mode != driver.Exclusive {
-			return nil, newError(op, key, ErrInvalid, fmt.Errorf("WithOwner is for exclusive leases: %s leases are not reentrant", mode))
-		}
-		if err := lk.reenterer(); err != nil {
-			return nil, newError(op, key, ErrInvalid, err)
-		}
-		owner = namedOwner(co.owner)
-	} else {
-		owner = newOwner()
-	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, Limit: limit, TTL: co.ttl, Reentrant: co.named})
-	if err != nil {
-		return nil, err
-	}
-	dl := l.dl
-	if !lk.begin() {
-		return nil, newError(op, key, ErrClosed, nil)
-	}
-	defer lk.calls.done()
-	ctx, cancel, stop := lk.callCtx(parent)
-	defer cancel(nil)
-	defer stop()
-
-	var (
-		backoff   Backoff
-		notify    <-chan struct{}
-		queue     = wait && lk.queuer != nil && queues(co.retry) && !dl.Reentrant
-		subscribe = wait && lk.notifier != nil && !queue
-	)
-	for {
-		var (
-			start = time.Now()
-			err   error
-			ok    bool
-		)
-		if queue {
-			start, err, ok = lk.queueWait(ctx, dl)
-		} else {
-			err, ok = lk.within(ctx, func() error { return lk.d.Acquire(ctx, dl) }, func(err error) {
-				// Abandoned at ctx's end: nothing may be left behind.
-				if err == nil || (!errors.Is(err, driver.ErrHeld) && !errors.Is(err, driver.ErrInvalid)) {
-					lk.releaseAfter(err, dl, time.Now().Add(dl.TTL))
-				}
-			})
-		}
-		if !ok {
-			return nil, ctxError(op, key, ErrNotAcquired, ctx)
-		}
-		if err == nil {
-			start, err = lk.revive(ctx, dl, start, false)
-			if errors.Is(err, driver.ErrNotHeld) {
-				// The grant came too late to be of use and has expired
-				// (a hand-over that reached a waiter after its validity):
-				// wait again, or give up like a held key.
-				if !wait {
-					return nil, newError(op, key, ErrNotAcquired, err)
-				}
-				continue
-			}
-		}
-		if err == nil {
-			if err := lk.register(op, l, start); err != nil {
-				return nil, err
-			}
-			return l, nil
-		}
-		if !errors.Is(err, driver.ErrHeld) {
-			if errors.Is(err, driver.ErrInvalid) {
-				return nil, newError(op, key, ErrInvalid, err)
-			}
-			// The outcome is unknown: the grant may have been applied and
-			// its reply lost. Remove it by owner, in the background so
-			// that this call returns by its context's deadline, so that
-			// nothing is left behind. (queueWait has left the queue.)
-			if !queue {
-				lk.releaseAfter(err, dl, time.Now().Add(dl.TTL))
-			}
-			if ctx.Err() != nil {
-				return nil, ctxError(op, key, ErrNotAcquired, ctx)
-			}
-			return nil, newError(op, key, ErrNotAcquired, err)
-		}
-		if !wait {
-			return nil, newError(op, key, ErrNotAcquired, heldError{err})
-		}
-		if subscribe {
-			// Subscribe, then try once more at once: a release between the
-			// failed attempt and the subscription is not missed.
-			subscribe = false
-			c, unsub, serr := lk.notifier.Subscribe(ctx, key)
-			if serr == nil {
-				notify = c
-				defer unsub()
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil, ctxError(op, key, ErrNotAcquired, ctx)
-			}
-			lk.logWarn("subscribe failed; polling instead", key, serr)
-		}
-		if backoff == nil {
-			if backoff = co.retry.NewBackoff(); backoff == nil {
-				return nil, newError(op, key, ErrInvalid, errors.New("the RetryStrategy's NewBackoff returned nil"))
-			}
-		}
-		d, ok := backoff.Next()
-		if !ok {
-			return nil, newError(op, key, ErrNotAcquired, heldError{err})
-		}
-		var held *driver.HeldError
-		if errors.As(err, &held) && held.RetryAfter > 0 && held.RetryAfter < d {
-			d = held.RetryAfter
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctxError(op, key, ErrNotAcquired, ctx)
-		case <-notify:
-			t.Stop()
-		case <-t.C:
-		}
-	}
-}
-
 // newLease makes the Lease of an attempt at dl (the Lease and its
 // driver.Lease in one allocation), checked by the driver: an error wraps
 // ErrInvalid.
@@ -462,76 +371,6 @@ func (lk *locker) callCtx(parent context.Context) (context.Context, context.Canc
 	return ctx, cancel, stop
 }
 
-// queueWait runs a blocking acquisition on a Queuer (see steps). It
-// returns when the granting step started, or the error that ended the
-// wait, with ok false when ctx ended first. The whole wait runs on one
-// goroutine (within), so that a hand-off costs no goroutine of its own.
-// Every wait that ends without a grant leaves the queue, in the
-// background; a grant that comes after ctx ended is released.
-func (lk *locker) queueWait(ctx context.Context, dl *driver.Lease) (start time.Time, err error, ok bool) {
-	var granted time.Time // written by the wait: read only if within waited for it
-	err, ok = lk.within(ctx, func() error {
-		var err error
-		granted, err = lk.steps(ctx, dl)
-		return err
-	}, func(err error) {
-		if err == nil {
-			lk.releaseLater(dl, time.Now().Add(dl.TTL))
-		} else {
-			lk.leaveAfter(err, dl)
-		}
-	})
-	if !ok {
-		return time.Time{}, err, false
-	}
-	if err != nil {
-		lk.leaveAfter(err, dl)
-	}
-	return granted, err, true
-}
-
-// steps makes the steps of a wait: Join, then a Check whenever the driver
-// signals news, the holder's grant is due to expire, or a Heartbeat has
-// passed, until a step grants dl or fails, or ctx ends. It returns when
-// the last step started, and its error (ctx's when ctx ended).
-func (lk *locker) steps(ctx context.Context, dl *driver.Lease) (time.Time, error) {
-	wake := make(chan struct{}, 1)
-	var t *time.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
-	for joined := false; ; joined = true {
-		start := time.Now()
-		var err error
-		if joined {
-			err = lk.queuer.Check(ctx, dl)
-		} else {
-			err = lk.queuer.Join(ctx, dl, wake)
-		}
-		var held *driver.HeldError
-		if !errors.As(err, &held) {
-			return start, err
-		}
-		next := driver.Heartbeat
-		if r := held.RetryAfter; r > 0 && r < next {
-			next = r
-		}
-		if t == nil {
-			t = time.NewTimer(next)
-		} else {
-			t.Reset(next)
-		}
-		select {
-		case <-ctx.Done():
-			return start, ctx.Err()
-		case <-wake:
-		case <-t.C:
-		}
-	}
-}
-
 // revive checks a grant whose request was sent at start: if the validity
 // it counts on (dl.Validity from start) has passed or leaves no room for a
 // renewal by the time it arrives, as can happen to a grant that reached a
@@ -548,7 +387,7 @@ func (lk *locker) revive(ctx context.Context, dl *driver.Lease, start time.Time,
 	}
 	sent := time.Now()
 	var got time.Duration
-	err, ok := lk.within(ctx, func() error {
+	ok, err := lk.within(ctx, func() error {
 		var err error
 		got, err = lk.d.Refresh(ctx, dl, dl.TTL)
 		return err
@@ -641,14 +480,9 @@ func (lk *locker) releaseAfter(cause error, dl *driver.Lease, until time.Time) {
 	}()
 }
 
-// leaveLater ends a queued wait that did not get the key, in the
-// background, as releaseLater ends a grant.
-func (lk *locker) leaveLater(dl *driver.Lease) {
-	lk.leaveAfter(nil, dl)
-}
-
-// leaveAfter is leaveLater after a step that failed with cause (see
-// releaseAfter).
+// leaveAfter ends a queued wait that did not get the key, in the
+// background, as releaseLater ends a grant; cause is the error the wait
+// ended with, which decides how a failure is logged (see releaseAfter).
 func (lk *locker) leaveAfter(cause error, dl *driver.Lease) {
 	if !lk.bg.add() {
 		return // Close is past its bound: the queue entry dies by itself
@@ -697,7 +531,7 @@ func (lk *locker) retry(dl *driver.Lease, until time.Time, op func(context.Conte
 		ctx, cancel := context.WithDeadline(lk.bgCtx, earlier(until, time.Now().Add(lk.opts.ReleaseTimeout)))
 		// Bounded by ctx even when the client is not (gomemcache's own
 		// timeouts): Close's releases keep its bound.
-		err, ok := lk.within(ctx, func() error { return op(ctx, dl) }, nil)
+		ok, err := lk.within(ctx, func() error { return op(ctx, dl) }, nil)
 		if !ok {
 			err = ctx.Err()
 		}
@@ -789,9 +623,17 @@ func (lk *locker) Close() error {
 	}
 	close(next)
 	wg.Wait()
+	if err := lk.stopAll(bound); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
 
-	// Wait for calls and background releases up to the bound, then cut
-	// them short and stop the renewals.
+// stopAll is the end of Close, after the leases' releases: it waits for
+// calls and background releases up to bound, then cuts them short, stops
+// the renewals and the workers, and closes the driver, waiting for that
+// up to bound too (or 100ms, if bound has passed).
+func (lk *locker) stopAll(bound time.Time) error {
 	timer := time.NewTimer(time.Until(bound))
 	defer timer.Stop()
 	for _, g := range []*group{&lk.calls, &lk.bg} {
@@ -807,8 +649,7 @@ func (lk *locker) Close() error {
 	lk.workers.stop()
 	// Closing the driver ends its calls under way, if cutting their
 	// contexts did not. It may itself wait for the backend (a ZooKeeper
-	// session's close): Close waits for it up to its bound (or 100ms, if
-	// that has passed), and it goes on in the background after that.
+	// session's close): it goes on in the background after the wait.
 	closed := make(chan error, 1)
 	go func() {
 		var err error
@@ -825,12 +666,12 @@ func (lk *locker) Close() error {
 	select {
 	case err := <-closed:
 		if err != nil {
-			errs = append(errs, fmt.Errorf("lock: close: %w", err))
+			return fmt.Errorf("lock: close: %w", err)
 		}
+		return nil
 	case <-timer.C:
-		errs = append(errs, fmt.Errorf("lock: close: still under way after %v (ReleaseTimeout); it goes on in the background", lk.opts.ReleaseTimeout))
+		return fmt.Errorf("lock: close: still under way after %v (ReleaseTimeout); it goes on in the background", lk.opts.ReleaseTimeout)
 	}
-	return errors.Join(errs...)
 }
 
 func (lk *locker) logWarn(msg, key string, err error) {

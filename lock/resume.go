@@ -107,13 +107,38 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 	if parent == nil {
 		return nil, newError(op, "", ErrInvalid, errNilContext)
 	}
-	if lk.optsErr != nil {
-		return nil, newError(op, "", ErrInvalid, lk.optsErr)
+	hd, herr := parseHandle(h)
+	if err := lk.checkCall(op, "", herr); err != nil {
+		return nil, err
 	}
-	hd, err := parseHandle(h)
+	r, err := lk.resumerFor(op, hd)
 	if err != nil {
-		return nil, newError(op, "", ErrInvalid, err)
+		return nil, err
 	}
+	key := hd.key
+	co, err := lk.options(op, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	if co.named {
+		return nil, newError(op, key, ErrInvalid, errors.New("WithOwner does not apply to Resume: the handle names the owner"))
+	}
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, Limit: hd.limit, TTL: co.ttl, Token: hd.token, Reentrant: hd.reentrant})
+	if err != nil {
+		return nil, err
+	}
+	l.resumed = true
+	sc, err := lk.enter(parent, op, key)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.exit()
+	return lk.resume(sc.ctx, r, l)
+}
+
+// resumerFor returns the driver as a Resumer of the grant hd describes,
+// or an error wrapping ErrInvalid that says why it cannot resume it.
+func (lk *locker) resumerFor(op string, hd handle) (driver.Resumer, error) {
 	key := hd.key
 	r, err := lk.resumer()
 	if err != nil {
@@ -134,30 +159,18 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 			return nil, newError(op, key, ErrInvalid, err)
 		}
 	}
-	co, err := lk.callOptions(opts)
-	if err != nil {
-		return nil, newError(op, key, ErrInvalid, err)
-	}
-	if co.named {
-		return nil, newError(op, key, ErrInvalid, errors.New("WithOwner does not apply to Resume: the handle names the owner"))
-	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, Limit: hd.limit, TTL: co.ttl, Token: hd.token, Reentrant: hd.reentrant})
-	if err != nil {
-		return nil, err
-	}
-	l.resumed = true
+	return r, nil
+}
+
+// resume takes over l's grant through r, in the call whose context is ctx.
+func (lk *locker) resume(ctx context.Context, r driver.Resumer, l *Lease) (*Lease, error) {
+	const op = "resume"
 	dl := l.dl
-	if !lk.begin() {
-		return nil, newError(op, key, ErrClosed, nil)
-	}
-	defer lk.calls.done()
-	ctx, cancel, stop := lk.callCtx(parent)
-	defer cancel(nil)
-	defer stop()
+	key := dl.Key
 	start := time.Now()
 	// No clean-up after a failure: the grant is someone else's until this
 	// call succeeds, and a Resume only ever extends it.
-	err, ok := lk.within(ctx, func() error { return r.Resume(ctx, dl) }, nil)
+	ok, err := lk.within(ctx, func() error { return r.Resume(ctx, dl) }, nil)
 	switch {
 	case !ok:
 		return nil, ctxError(op, key, ErrNotAcquired, ctx)

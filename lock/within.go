@@ -19,12 +19,39 @@ import (
 // return. The caller's promise is that every call returns by its context's
 // end: within keeps it, and after deals with what f did meanwhile (a grant
 // to release, say). Close waits for f like for any background release.
-func (lk *locker) within(ctx context.Context, f func() error, after func(error)) (err error, ok bool) {
+func (lk *locker) within(ctx context.Context, f func() error, after func(error)) (ok bool, err error) {
 	if ctx.Done() == nil || !lk.bg.add() {
-		return f(), true
+		return true, f()
 	}
 	c := calls.Get().(*call)
-	c.lk, c.f, c.after = lk, f, after
+	c.fj = funcJob{f, after}
+	c.j = &c.fj
+	return lk.dispatch(ctx, c)
+}
+
+// A job is a driver call for withinJob: run makes it, and after, when the
+// caller gave up waiting for it, deals with what it did (err is run's
+// error). The acquisition waiters are jobs, so that an attempt costs no
+// closures.
+type job interface {
+	run() error
+	after(err error)
+}
+
+// withinJob is within for a job.
+func (lk *locker) withinJob(ctx context.Context, j job) (ok bool, err error) {
+	if ctx.Done() == nil || !lk.bg.add() {
+		return true, j.run()
+	}
+	c := calls.Get().(*call)
+	c.j = j
+	return lk.dispatch(ctx, c)
+}
+
+// dispatch hands c, whose job has joined lk.bg, to a worker, and waits for
+// its result or for ctx's end (see within).
+func (lk *locker) dispatch(ctx context.Context, c *call) (ok bool, err error) {
+	c.lk = lk
 	select {
 	case lk.work <- c: // an idle worker takes it
 	default:
@@ -37,14 +64,14 @@ func (lk *locker) within(ctx context.Context, f func() error, after func(error))
 	select {
 	case err := <-c.res:
 		c.free()
-		return err, true
+		return true, err
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(running, abandoned) {
-			return ctx.Err(), false // c.run frees c
+			return false, ctx.Err() // c.run frees c
 		}
 		err := <-c.res
 		c.free()
-		return err, true
+		return true, err
 	}
 }
 
@@ -88,14 +115,28 @@ func (lk *locker) worker(c *call) {
 	}
 }
 
-// A call is one driver call run by within, on a worker; calls are reused,
-// since a Lock+Unlock cycle makes two.
+// A call is one driver call run by within or withinJob, on a worker;
+// calls are reused, since a Lock+Unlock cycle makes two.
 type call struct {
 	state atomic.Int32 // running, then finished or abandoned
-	res   chan error   // f's error, when the caller still waits for it
+	res   chan error   // the job's error, when the caller still waits for it
 	lk    *locker
-	f     func() error
-	after func(error)
+	j     job
+	fj    funcJob // within's job: j points to it
+}
+
+// funcJob is the job of within's f and after.
+type funcJob struct {
+	f    func() error
+	then func(error) // within's after; may be nil
+}
+
+func (j *funcJob) run() error { return j.f() }
+
+func (j *funcJob) after(err error) {
+	if j.then != nil {
+		j.then(err)
+	}
 }
 
 const (
@@ -109,20 +150,18 @@ var calls = sync.Pool{New: func() any { return &call{res: make(chan error, 1)} }
 func (c *call) run() {
 	lk := c.lk
 	defer lk.bg.done()
-	err := c.f()
+	err := c.j.run()
 	if c.state.CompareAndSwap(running, finished) {
 		c.res <- err // the caller receives it and frees c
 		return
 	}
-	if c.after != nil {
-		c.after(err)
-	}
+	c.j.after(err)
 	c.free()
 }
 
 // free returns c to the pool, once both sides are done with it.
 func (c *call) free() {
 	c.state.Store(running)
-	c.lk, c.f, c.after = nil, nil, nil
+	c.lk, c.j, c.fj = nil, nil, funcJob{}
 	calls.Put(c)
 }
