@@ -21,7 +21,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	return connect(nil, servers, o) // connects in the background: see starter
+	return connect(context.Background(), servers, o) // no bound: connects in the background (see starter)
 }
 
 // parseURL reads zookeeper://[user:pass@]host[:port][,host[:port]...][/root][?params].
