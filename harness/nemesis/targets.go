@@ -336,7 +336,8 @@ func (o *ownRWSemClient) TryAcquire(ctx context.Context, key string, limit int, 
 // (transactions) and the Redis controls (plain commands). A queued
 // waiter's step is a "wait": redisnx's wait.lua (it names the waiter's
 // inbox), rediswatch's transactions on the queue that release no lock
-// ("wait-grant" those that take the lock key).
+// ("wait-grant" those that take the lock key: set it, or extend the key a
+// release handed over).
 func classifyRESP(r chaos.Request) string {
 	switch r.Cmd {
 	case "EVALSHA", "EVAL":
@@ -365,7 +366,7 @@ func classifyRESP(r chaos.Request) string {
 	case "EXEC":
 		// A lock key is P{K}: it ends with the hash tag's brace.
 		lockKey := func(k string) bool { return strings.HasSuffix(k, "}") }
-		var del, delLock, queue, set, setLock, pexpire bool
+		var del, delLock, queue, set, setLock, pexpire, pexpireLock bool
 		for _, q := range r.Queued {
 			switch q.Cmd {
 			case "DEL":
@@ -376,13 +377,16 @@ func classifyRESP(r chaos.Request) string {
 				setLock = setLock || len(q.Args) > 0 && lockKey(q.Args[0])
 			case "PEXPIRE":
 				pexpire = true
+				pexpireLock = pexpireLock || len(q.Args) > 0 && lockKey(q.Args[0])
 			}
 			queue = queue || len(q.Args) > 0 && strings.HasSuffix(q.Args[0], ":wq")
 		}
 		switch {
 		case delLock:
 			return "release"
-		case queue && setLock:
+		case queue && (setLock || pexpireLock):
+			// The waiter takes the key: free (SET), or handed to it by a
+			// release (PEXPIRE to its TTL, then out of the queue).
 			return "wait-grant"
 		case queue:
 			return "wait"
