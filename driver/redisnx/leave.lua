@@ -8,8 +8,8 @@
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
 -- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers
 -- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] tombstone lifetime
--- in ms (0: none; the waiter leaves one when a request of its own may still
--- be on its way, so that the copy changes nothing)
+-- in ms (0: none; the driver leaves one on every Leave, since a request of
+-- the waiter's may still be on its way, so that the copy changes nothing)
 --
 -- Returns 1 when the key was the owner's and was passed on, else 0.
 

@@ -27,11 +27,10 @@ import (
 // waiting is a queued Lock call's state, in driver.Lease.Data until the
 // key is handed to it.
 type waiting struct {
-	w       *redisx.Waiter
-	keys    *keyNames
-	since   time.Time // when w was registered
-	queued  bool      // wait.lua has run: l is in the queue
-	unknown bool      // a wait.lua was sent whose reply did not come
+	w      *redisx.Waiter
+	keys   *keyNames
+	since  time.Time // when w was registered
+	queued bool      // wait.lua has run: l is in the queue
 }
 
 // errAbandoned: wait.lua found the attempt's tombstone. Only a clean-up of
@@ -88,7 +87,6 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 // the key if it was handed to the waiter or is free for it.
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
 	px, validity := ms(l.TTL)
-	s.unknown = true
 	res, err := waitScript.Run(ctx, d.Client, s.keys[:6], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l)).Int64Slice()
 	switch {
 	case err != nil:
@@ -96,7 +94,7 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 	case len(res) != 2:
 		return fmt.Errorf("redisnx: wait: unexpected reply %v", res)
 	}
-	s.unknown, s.queued = false, true
+	s.queued = true
 	switch res[0] {
 	case 1:
 		// Granted by this request, or handed over before it and extended
@@ -116,23 +114,23 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 }
 
 // Leave implements driver.Queuer with leave.lua: it takes the waiter out of
-// the queue and passes the key on if it was handed to it meanwhile. After
-// a request whose reply was lost, it also leaves a tombstone that makes
-// that request change nothing if it is still on its way.
+// the queue, passes the key on if it was handed to it meanwhile, and
+// leaves the attempt's tombstone, which makes any of its wait.lua requests
+// still on its way change nothing. That is not only after a reply that
+// was lost: go-redis resends a request after its read timeout, and when
+// the resend answers, the first copy, held in the network, is hidden from
+// the driver and may land after Leave (it would queue a waiter that left).
 func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
-	keys, unknown := names(d.Prefix, l.Key, l.Owner), true
+	keys := names(d.Prefix, l.Key, l.Owner)
 	switch s := l.Data.(type) {
 	case noGrant:
 		return nil
 	case *waiting:
 		s.w.Stop()
-		keys, unknown = s.keys, s.unknown
+		keys = s.keys
 	}
-	var voidPX int64
-	if unknown {
-		px, _ := ms(l.TTL)
-		voidPX = max(px, redisx.EntryLifeMS)
-	}
+	px, _ := ms(l.TTL)
+	voidPX := max(px, redisx.EntryLifeMS)
 	if err := leaveScript.Run(ctx, d.Client, keys[:6], l.Owner, keys[6], voidPX).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
 	}
