@@ -157,14 +157,7 @@ func testResumeNeverShortens(t *testing.T, h Harness) {
 	short := h.Caps().ttl()
 	long := max(30*time.Second, 6*short)
 	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithAutoRenew(false))
-	var resumed []*lock.Lease
-	for _, g := range gs {
-		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), lock.WithTTL(short), lock.WithAutoRenew(false))
-		if err != nil {
-			t.Fatalf("Resume of the %s lease: %v", g.what, err)
-		}
-		resumed = append(resumed, r)
-	}
+	resumed := resumeEach(t, b, gs, lock.WithTTL(short), lock.WithAutoRenew(false))
 	// Past the resumed leases' TTL, and their deadlines.
 	time.Sleep(short + 1500*time.Millisecond)
 	for i, g := range gs {
@@ -190,14 +183,7 @@ func testResumeRenewalNeverShortens(t *testing.T, h Harness) {
 	short := h.Caps().ttl()
 	long := max(30*time.Second, 6*short)
 	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithAutoRenew(false))
-	var resumed []*lock.Lease
-	for _, g := range gs {
-		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), lock.WithTTL(short))
-		if err != nil {
-			t.Fatalf("Resume of the %s lease: %v", g.what, err)
-		}
-		resumed = append(resumed, r)
-	}
+	resumed := resumeEach(t, b, gs, lock.WithTTL(short))
 	time.Sleep(short) // two or three renewals of B's leases
 	for i, g := range gs {
 		if err := resumed[i].Refresh(ctx(t, 10*time.Second), short); err != nil {
@@ -228,14 +214,7 @@ func testResumeLossKeepsResumed(t *testing.T, h Harness) {
 	short := h.Caps().ttl()
 	long := max(30*time.Second, 6*short)
 	gs := grantEachKind(t, h, a, c, lock.WithTTL(short), lock.WithAutoRenew(false))
-	var resumed []*lock.Lease
-	for _, g := range gs {
-		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), lock.WithTTL(long))
-		if err != nil {
-			t.Fatalf("Resume of the %s lease: %v", g.what, err)
-		}
-		resumed = append(resumed, r)
-	}
+	resumed := resumeEach(t, b, gs, lock.WithTTL(long))
 	for _, g := range gs {
 		if !closedWithin(g.lease.Done(), short+2*time.Second) {
 			t.Fatalf("the first %s lease is still held past its TTL without renewal", g.what)
@@ -326,4 +305,19 @@ func unlockAll(t *testing.T, h Harness, gs []kindGrant) {
 		}
 		assertNoResidue(t, h, g.key)
 	}
+}
+
+// resumeEach resumes the grant of every lease of gs through b, with opts,
+// and returns the resumed leases in the same order.
+func resumeEach(t *testing.T, b lock.Locker, gs []kindGrant, opts ...lock.Option) []*lock.Lease {
+	t.Helper()
+	resumed := make([]*lock.Lease, 0, len(gs))
+	for _, g := range gs {
+		r, err := b.Resume(ctx(t, 10*time.Second), g.lease.Handle(), opts...)
+		if err != nil {
+			t.Fatalf("Resume of the %s lease: %v", g.what, err)
+		}
+		resumed = append(resumed, r)
+	}
+	return resumed
 }
