@@ -37,6 +37,18 @@ type granted struct {
 	err   error
 }
 
+// waitFor waits up to d for what lockLater's got reports.
+func waitFor(got <-chan granted) func(d time.Duration) (*lock.Lease, bool, error) {
+	return func(d time.Duration) (*lock.Lease, bool, error) {
+		select {
+		case r := <-got:
+			return r.lease, true, r.err
+		case <-time.After(d):
+			return nil, false, nil
+		}
+	}
+}
+
 func lockLater(ctx context.Context, l lock.Locker, k string) <-chan granted {
 	got := make(chan granted, 1)
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -124,4 +125,35 @@ func Forge(tb testing.TB, ctx context.Context, c *redis.Client, owner string, ch
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ForgeWhileHeld is the attack of the pub/sub user c while held holds the
+// key a queued waiter waits for: it publishes Forge's messages naming the
+// waiter's owner on channels, with tokens around held's, and replays what
+// e heard; wait(d) must not report the waiter's Lock granted within d of
+// that. Then held's Unlock must hand the key over: wait reports the real
+// grant, whose token must be above held's, and which is unlocked.
+func ForgeWhileHeld(tb testing.TB, ctx context.Context, c *redis.Client, e *Eavesdropper, owner string, channels []string,
+	held *lock.Lease, wait func(d time.Duration) (l *lock.Lease, returned bool, err error)) {
+	tb.Helper()
+	var replays []string
+	for _, m := range e.Heard() {
+		replays = append(replays, m.Payload)
+	}
+	tok := held.Token()
+	Forge(tb, ctx, c, owner, channels, []uint64{tok + 1, 1, tok - 1, tok, 1 << 62}, replays)
+	if l, returned, err := wait(100 * time.Millisecond); returned {
+		tb.Fatalf("forged messages granted the key (token %d, err %v) while another client holds it", l.Token(), err)
+	}
+	if err := held.Unlock(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	l, _, err := wait(time.Hour)
+	if err != nil {
+		tb.Fatalf("the real hand-over: %v", err)
+	}
+	if l.Token() <= held.Token() {
+		tb.Errorf("token %d after the holder's %d", l.Token(), held.Token())
+	}
+	l.Unlock(ctx)
 }
