@@ -145,49 +145,12 @@ func BenchmarkLockUnlockVsPing(b *testing.B) {
 // BenchmarkHandoff times a release to a waiting client: from the holder's
 // Unlock returning to the waiter's Lock returning. Its ns/op is the median
 // hand-off of the run; ping-ns the median of a PING sent just before each
-// Unlock, after the same idle wait.
+// Unlock, after the same idle wait. The waiter waits by a slow retry
+// strategy, so that only the release message wakes it in time.
 func BenchmarkHandoff(b *testing.B) {
-	c := benchClient(b)
-	holder, waiter := New(benchClient(b), nil), New(benchClient(b), nil)
-	b.Cleanup(func() { holder.Close(); waiter.Close() })
-	ctx := context.Background()
-	key := benchKey("handoff")
-	// A slow retry strategy, so that only the release message wakes the
-	// waiter in time.
-	slow := lock.WithRetry(lock.LinearBackoff(time.Minute))
-	var lat, pings []time.Duration
-	for b.Loop() {
-		held, err := holder.TryLock(ctx, key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		got, unlocked := make(chan time.Time, 1), make(chan struct{})
-		go func() {
-			defer close(unlocked)
-			l, err := waiter.Lock(ctx, key, slow)
-			got <- time.Now()
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			l.Unlock(ctx)
-		}()
+	benchHandoff(b, "handoff", []lock.Option{lock.WithRetry(lock.LinearBackoff(time.Minute))}, func(*redis.Client, string) {
 		time.Sleep(2 * time.Millisecond) // the waiter is waiting
-		t0 := time.Now()
-		c.Ping(ctx)
-		pings = append(pings, time.Since(t0))
-		time.Sleep(2 * time.Millisecond) // the holder is idle, like the waiter
-		if err := held.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
-		released := time.Now()
-		lat = append(lat, (<-got).Sub(released))
-		<-unlocked
-	}
-	h, p := median(lat), median(pings)
-	b.ReportMetric(h, "ns/op")
-	b.ReportMetric(p, "ping-ns")
-	b.ReportMetric(h/p, "pings")
+	})
 }
 
 // BenchmarkHandoffQueued is BenchmarkHandoff for a waiter in the queue (a
@@ -195,12 +158,23 @@ func BenchmarkHandoff(b *testing.B) {
 // from the holder's Unlock returning, which hands the key over, to the
 // waiter's Lock returning.
 func BenchmarkHandoffQueued(b *testing.B) {
+	benchHandoff(b, "handoff-queued", nil, func(c *redis.Client, key string) {
+		q := lockKey(DefaultPrefix, key) + queueSuffix
+		for c.ZCard(context.Background(), q).Val() == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+		time.Sleep(2 * time.Millisecond) // the waiter's reply is in
+	})
+}
+
+// benchHandoff times hand-offs to a waiter whose Lock takes opts, once
+// waiting(c, key) says it waits.
+func benchHandoff(b *testing.B, name string, opts []lock.Option, waiting func(c *redis.Client, key string)) {
 	c := benchClient(b)
 	holder, waiter := New(benchClient(b), nil), New(benchClient(b), nil)
 	b.Cleanup(func() { holder.Close(); waiter.Close() })
 	ctx := context.Background()
-	key := benchKey("handoff-queued")
-	q := lockKey(DefaultPrefix, key) + queueSuffix
+	key := benchKey(name)
 	var lat, pings []time.Duration
 	for b.Loop() {
 		held, err := holder.TryLock(ctx, key)
@@ -210,7 +184,7 @@ func BenchmarkHandoffQueued(b *testing.B) {
 		got, unlocked := make(chan time.Time, 1), make(chan struct{})
 		go func() {
 			defer close(unlocked)
-			l, err := waiter.Lock(ctx, key)
+			l, err := waiter.Lock(ctx, key, opts...)
 			got <- time.Now()
 			if err != nil {
 				b.Error(err)
@@ -218,13 +192,11 @@ func BenchmarkHandoffQueued(b *testing.B) {
 			}
 			l.Unlock(ctx)
 		}()
-		for c.ZCard(ctx, q).Val() == 0 {
-			time.Sleep(100 * time.Microsecond)
-		}
-		time.Sleep(2 * time.Millisecond) // the waiter's reply is in
+		waiting(c, key)
 		t0 := time.Now()
 		c.Ping(ctx)
 		pings = append(pings, time.Since(t0))
+		time.Sleep(2 * time.Millisecond) // the holder is idle, like the waiter
 		if err := held.Unlock(ctx); err != nil {
 			b.Fatal(err)
 		}

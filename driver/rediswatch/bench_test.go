@@ -190,47 +190,10 @@ func (n notifyingBackoff) Next() (time.Duration, bool) {
 // from the holder's Unlock returning to the waiter's Lock returning.
 func BenchmarkHandoff(b *testing.B) {
 	topologies(b, func(b *testing.B, topology string) {
-		ra, rb := benchClient(b, topology), benchClient(b, topology)
-		holder := New(ra, &Options{Options: lock.Options{DisableAutoRenew: true}})
-		waiter := New(rb, &Options{Options: lock.Options{DisableAutoRenew: true}})
-		b.Cleanup(func() { holder.Close(); waiter.Close() })
-		ctx := context.Background()
-		key := fmt.Sprintf("bench/handoff/%d", time.Now().UnixNano())
-		p := pingerFor(b, rb, key)
 		waiting := make(notifyingBackoff, 1)
-		type result struct {
-			at  time.Time
-			err error
-		}
-		ops, pings := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			pings = append(pings, pingsTimed(b, p, 1))
-			held, err := holder.Lock(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got, unlocked := make(chan result, 1), make(chan struct{})
-			go func() {
-				defer close(unlocked)
-				l, err := waiter.Lock(ctx, key, lock.WithRetry(waiting))
-				got <- result{time.Now(), err}
-				if err == nil {
-					l.Unlock(ctx)
-				}
-			}()
+		benchHandoff(b, topology, "handoff", []lock.Option{lock.WithRetry(waiting)}, func(redis.UniversalClient, string) {
 			<-waiting // subscribed, and found the key held after that
-			if err := held.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			released := time.Now()
-			r := <-got
-			if r.err != nil {
-				b.Fatal(r.err)
-			}
-			ops = append(ops, r.at.Sub(released))
-			<-unlocked
-		}
-		report(b, ops, pings, 1)
+		})
 	})
 }
 
@@ -240,51 +203,59 @@ func BenchmarkHandoff(b *testing.B) {
 // waiter's Lock returning.
 func BenchmarkHandoffQueued(b *testing.B) {
 	topologies(b, func(b *testing.B, topology string) {
-		ra, rb, rc := benchClient(b, topology), benchClient(b, topology), benchClient(b, topology)
-		holder := New(ra, &Options{Options: lock.Options{DisableAutoRenew: true}})
-		waiter := New(rb, &Options{Options: lock.Options{DisableAutoRenew: true}})
-		b.Cleanup(func() { holder.Close(); waiter.Close() })
-		ctx := context.Background()
-		key := fmt.Sprintf("bench/handoff-queued/%d", time.Now().UnixNano())
-		wq := waitQueue(names.LockKey(key))
-		p := pingerFor(b, rb, key)
-		type result struct {
-			at  time.Time
-			err error
-		}
-		ops, pings := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
-		for b.Loop() {
-			pings = append(pings, pingsTimed(b, p, 1))
-			held, err := holder.Lock(ctx, key)
-			if err != nil {
-				b.Fatal(err)
-			}
-			got, unlocked := make(chan result, 1), make(chan struct{})
-			go func() {
-				defer close(unlocked)
-				l, err := waiter.Lock(ctx, key)
-				got <- result{time.Now(), err}
-				if err == nil {
-					l.Unlock(ctx)
-				}
-			}()
-			for rc.LLen(ctx, wq).Val() == 0 {
+		benchHandoff(b, topology, "handoff-queued", nil, func(rc redis.UniversalClient, key string) {
+			wq := waitQueue(names.LockKey(key))
+			for rc.LLen(context.Background(), wq).Val() == 0 {
 				time.Sleep(100 * time.Microsecond)
 			}
 			time.Sleep(2 * time.Millisecond) // the waiter's reply is in
-			if err := held.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			released := time.Now()
-			r := <-got
-			if r.err != nil {
-				b.Fatal(r.err)
-			}
-			ops = append(ops, r.at.Sub(released))
-			<-unlocked
-		}
-		report(b, ops, pings, 1)
+		})
 	})
+}
+
+// benchHandoff times hand-offs to a waiter whose Lock takes opts, once
+// waiting(rc, key) says it waits (rc: a client of neither).
+func benchHandoff(b *testing.B, topology, name string, opts []lock.Option, waiting func(rc redis.UniversalClient, key string)) {
+	ra, rb, rc := benchClient(b, topology), benchClient(b, topology), benchClient(b, topology)
+	holder := New(ra, &Options{Options: lock.Options{DisableAutoRenew: true}})
+	waiter := New(rb, &Options{Options: lock.Options{DisableAutoRenew: true}})
+	b.Cleanup(func() { holder.Close(); waiter.Close() })
+	ctx := context.Background()
+	key := fmt.Sprintf("bench/%s/%d", name, time.Now().UnixNano())
+	p := pingerFor(b, rb, key)
+	type result struct {
+		at  time.Time
+		err error
+	}
+	ops, pings := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		pings = append(pings, pingsTimed(b, p, 1))
+		held, err := holder.Lock(ctx, key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got, unlocked := make(chan result, 1), make(chan struct{})
+		go func() {
+			defer close(unlocked)
+			l, err := waiter.Lock(ctx, key, opts...)
+			got <- result{time.Now(), err}
+			if err == nil {
+				l.Unlock(ctx)
+			}
+		}()
+		waiting(rc, key)
+		if err := held.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		released := time.Now()
+		r := <-got
+		if r.err != nil {
+			b.Fatal(r.err)
+		}
+		ops = append(ops, r.at.Sub(released))
+		<-unlocked
+	}
+	report(b, ops, pings, 1)
 }
 
 // BenchmarkHotKey is 32 contenders, each with its own client and Locker, on
