@@ -43,6 +43,9 @@ type starter struct {
 
 	mu    sync.Mutex
 	bound context.Context // Dial's context, which bounds each attempt until Dial returns; nil after
+
+	sock  socket          // the connection go-zookeeper reads
+	ended <-chan zk.Event // zk.Connect's event channel: closed when its goroutines are gone
 }
 
 func newStarter(servers []string, asked time.Duration, o *Options, bound context.Context) *starter {
@@ -240,3 +243,52 @@ func (s *starter) noSession(cause error) error {
 // neverUp reports whether the gate has never opened: no request was sent
 // on the connection yet.
 func (s *starter) neverUp() bool { return s != nil && !s.up.Load() }
+
+// socket is the connection go-zookeeper dialed last (it keeps one at a
+// time), so that Close can end it; see shutdown.
+type socket struct {
+	mu sync.Mutex
+	c  net.Conn
+}
+
+func (s *socket) wrap(dial zk.Dialer) zk.Dialer {
+	return func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := dial(network, address, timeout)
+		if err == nil {
+			s.mu.Lock()
+			s.c = c
+			s.mu.Unlock()
+		}
+		return c, err
+	}
+}
+
+// shutdown ends a connection Dial made once conn.Close has returned, and
+// waits (for 2s at most) until go-zookeeper's goroutines are gone, which
+// it shows by closing ended, the event channel zk.Connect returned.
+// conn.Close sends the closeSession request and waits a second at most
+// for its reply; go-zookeeper's reader stays blocked on the socket until
+// the reply comes, which on a busy ensemble (closeSession is a quorum
+// write) can be seconds later, and a Locker's Close promises that none of
+// its goroutines outlives it. Closing the socket ends the reader; the
+// server closes the session all the same (the request was sent), or
+// expires it.
+func (s *starter) shutdown() {
+	s.sock.mu.Lock()
+	if s.sock.c != nil {
+		s.sock.c.Close()
+	}
+	s.sock.mu.Unlock()
+	limit := time.NewTimer(2 * time.Second)
+	defer limit.Stop()
+	for {
+		select {
+		case _, ok := <-s.ended:
+			if !ok {
+				return
+			}
+		case <-limit.C:
+			return
+		}
+	}
+}

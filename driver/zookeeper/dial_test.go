@@ -5,10 +5,13 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
@@ -211,4 +214,72 @@ func TestDialBoundsAttempts(t *testing.T) {
 	if d := <-got; d <= 0 || d > 200*time.Millisecond {
 		t.Errorf("the first attempt was given %v; want at most the context's 200ms", d)
 	}
+}
+
+// TestCloseEndsGoroutinesOfASilentServer: Close of a Locker from Dial
+// leaves none of its goroutines behind even when the server never answers
+// the closeSession request (on a busy ensemble, the quorum write can take
+// seconds). go-zookeeper's Close waits a second for the reply and returns,
+// leaving its reader blocked on the socket for two thirds of the session
+// timeout; the driver must end it.
+func TestCloseEndsGoroutinesOfASilentServer(t *testing.T) {
+	servers := testserver.SharedZooKeeper(t).Addrs()
+	var deaf atomic.Bool
+	o := &Options{SessionTimeout: 10 * time.Second, Dialer: func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &silencedConn{Conn: c, silent: &deaf, closed: make(chan struct{})}, nil
+	}}
+	base := leakcheck.Take()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := Dial(ctx, servers, o)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	lease, err := l.Lock(ctx, "close-silent") // the session is up
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatalf("Unlock: %v", err)
+	}
+	deaf.Store(true) // from now on the server's replies are swallowed
+	start := time.Now()
+	if err := l.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("Close took %v with a silent server; want about a second", d)
+	}
+	leakcheck.Verify(t, base)
+}
+
+// silencedConn swallows what the server sends once silent is set: its
+// reader blocks until the connection is closed.
+type silencedConn struct {
+	net.Conn
+	silent *atomic.Bool
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *silencedConn) Read(p []byte) (int, error) {
+	if c.silent.Load() {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	n, err := c.Conn.Read(p)
+	if err == nil && c.silent.Load() {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+func (c *silencedConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }

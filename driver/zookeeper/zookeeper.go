@@ -179,9 +179,9 @@ func connect(bound context.Context, servers []string, o *Options) (*zkDriver, *l
 		hosts = &namedHosts{}
 	}
 	nt := newNegotiatedTimeout()
-	conn, _, err := zk.Connect(servers, want,
+	conn, ended, err := zk.Connect(servers, want,
 		zk.WithHostProvider(hosts),
-		zk.WithDialer(nt.wrapDialer(st.errs.wrap(dialer))),
+		zk.WithDialer(nt.wrapDialer(st.sock.wrap(st.errs.wrap(dialer)))),
 		zk.WithLogger(zkLogger{o.Logger}),
 		zk.WithLogInfo(false),
 		zk.WithEventCallback(st.event))
@@ -190,7 +190,7 @@ func connect(bound context.Context, servers []string, o *Options) (*zkDriver, *l
 		// front (for 3s at most), and one did not resolve.
 		return nil, nil, fmt.Errorf("zookeeper: resolving %s: %w", st.list, err)
 	}
-	st.conn, st.hosts = conn, hosts.Len()
+	st.conn, st.hosts, st.ended = conn, hosts.Len(), ended
 	d, lo := newDriver(conn, o, nt) // its option checks passed above, before any I/O
 	d.start = st
 	st.mon.Store(d.mon)
@@ -372,6 +372,7 @@ func (d *zkDriver) Close() error {
 	if d.owned {
 		d.mon.close(false, nil)
 		d.conn.Close() // ends the session: ZooKeeper deletes its nodes
+		d.start.shutdown()
 		d.calls.Wait()
 		return nil
 	}
