@@ -1,0 +1,102 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
+	"github.com/dlock-go/dlock/internal/redact"
+	"github.com/dlock-go/dlock/internal/tlsconf"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Scheme is the URL scheme this package registers with lock.Open; the
+// scheme "postgresql" is the same.
+const Scheme = "postgres"
+
+func init() {
+	lock.Register(Scheme, open)
+	lock.Register("postgresql", open)
+}
+
+// dlock's own URL parameters; every other one is pgx's (see the package
+// doc).
+var ownParams = append([]string{"ttl", "autorenew", "schema", "create_schema", "listen"}, tlsconf.Params...)
+
+// open is the OpenFunc for postgres://user:password@host:port/db?params:
+// dlock's parameters are taken out, and the rest of the URL is pgx's
+// connection string. It makes no connection: the pool connects on the
+// first call.
+func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: postgres URL %s: %s", lock.ErrInvalid, errtext.Quote(redact.URL(u)), fmt.Sprintf(format, args...))
+	}
+	if u.Opaque != "" {
+		return nil, nil, bad("want postgres://[user[:password]@]host[:port][/database][?parameters]")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, nil, bad("query: %s", errtext.Bound(err.Error()))
+	}
+	own, pgxq := url.Values{}, url.Values{}
+	for name, vals := range q {
+		if slices.Contains(ownParams, name) {
+			own[name] = vals
+		} else {
+			pgxq[name] = vals
+		}
+	}
+	ownURL := *u
+	ownURL.RawQuery = own.Encode()
+	lo, params, err := lock.URLOptions(&ownURL, ownParams[2:]...)
+	if err != nil {
+		return nil, nil, err
+	}
+	o := &Options{Options: *lo, Schema: params.Get("schema")}
+	if params.Has("schema") && o.Schema == "" {
+		return nil, nil, bad("empty schema")
+	}
+	for _, p := range []struct {
+		name string
+		set  *bool
+	}{{"create_schema", &o.NoCreate}, {"listen", &o.NoListen}} {
+		if v := params.Get(p.name); params.Has(p.name) {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return nil, nil, bad("%s=%s: want true or false", p.name, errtext.Quote(v))
+			}
+			*p.set = !b
+		}
+	}
+	tc, err := tlsconf.Parse(params, fmt.Sprintf("postgres URL %s", errtext.Quote(redact.URL(u))))
+	if err != nil {
+		return nil, nil, err
+	}
+	pgxURL := *u
+	pgxURL.Scheme = "postgres"
+	pgxURL.RawQuery = pgxq.Encode()
+	cfg, err := pgxpool.ParseConfig(pgxURL.String())
+	if err != nil {
+		// pgx's message quotes the connection string with its password
+		// masked.
+		return nil, nil, bad("%s", errtext.Bound(err.Error()))
+	}
+	if tc != nil {
+		if tc.ServerName == "" {
+			tc.ServerName = cfg.ConnConfig.Host
+		}
+		cfg.ConnConfig.TLSConfig = tc
+		cfg.ConnConfig.Fallbacks = nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, bad("%s", errtext.Bound(err.Error()))
+	}
+	d, lo := newDriver(pool, o, true)
+	return d, lo, nil
+}

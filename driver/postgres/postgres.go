@@ -1,0 +1,417 @@
+package postgres
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultSchema is the schema of dlock's tables and functions when
+// Options.Schema is empty.
+const DefaultSchema = "dlock"
+
+// schemaVersion is what schema.sql's version() returns.
+const schemaVersion = 1
+
+//go:embed schema.sql
+var schemaSQL string
+
+// entryLife is how long a waiter's queue entry lives after its last step:
+// lock steps every waiter at least every driver.Heartbeat, so an entry
+// not renewed for three of them belongs to a waiter that died or is cut
+// off, and is skipped.
+const entryLife = 3 * driver.Heartbeat
+
+// Options configure a Locker over PostgreSQL.
+type Options struct {
+	lock.Options
+	// Schema holds dlock's tables and functions (DefaultSchema when
+	// empty): a lower-case SQL identifier, at most 50 bytes. It also
+	// names the channel of the waiters' notifications. Lockers that must
+	// exclude each other need the same Schema.
+	Schema string
+	// NoCreate: the schema was made by hand (SchemaSQL); the Locker never
+	// creates or updates it, and its calls fail with a message saying so
+	// when it is missing or of another version. Without it, the first
+	// call of a Locker that finds the schema missing creates it, which
+	// needs the CREATE right on the database.
+	NoCreate bool
+	// NoListen: waiters are not woken by LISTEN/NOTIFY and check the key
+	// every driver.Heartbeat (a second) instead. Set it behind a pooler
+	// in transaction mode (PgBouncer's pool_mode=transaction), where a
+	// LISTEN does not stay on one server connection.
+	NoListen bool
+}
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,49}$`)
+
+// SchemaSQL returns the SQL script that creates dlock's schema under the
+// name schema (DefaultSchema when empty), for a user who creates schema
+// by hand and sets Options.NoCreate. It can run again: every statement
+// is CREATE ... IF NOT EXISTS or CREATE OR REPLACE.
+func SchemaSQL(schema string) (string, error) {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if !schemaName.MatchString(schema) {
+		return "", fmt.Errorf("%w: postgres: schema %q: want a lower-case SQL identifier (letters, digits, _), at most 50 bytes", lock.ErrInvalid, schema)
+	}
+	return strings.ReplaceAll(schemaSQL, "{{schema}}", schema), nil
+}
+
+// New returns a Locker over pool. Its Close releases its leases and
+// leaves pool open. Each Locker also keeps one connection of its own,
+// made with pool's ConnConfig, for LISTEN (unless Options.NoListen).
+func New(pool *pgxpool.Pool, o *Options) lock.Locker {
+	d, lo := newDriver(pool, o, false)
+	return lock.New(d, lo)
+}
+
+// pgDriver implements driver.Driver and its optional capabilities over a
+// pgx pool, with the functions of schema.sql.
+type pgDriver struct {
+	pool   *pgxpool.Pool
+	owned  bool  // Close closes pool
+	err    error // an option error, returned by every call
+	schema string
+	create bool
+	ln     *listener // nil with Options.NoListen
+	q      queries
+
+	installMu sync.Mutex
+	installed atomic.Bool
+}
+
+var (
+	_ driver.Driver         = (*pgDriver)(nil)
+	_ driver.Queuer         = (*pgDriver)(nil)
+	_ driver.BatchRefresher = (*pgDriver)(nil)
+	_ driver.Sharer         = (*pgDriver)(nil)
+	_ driver.Resumer        = (*pgDriver)(nil)
+	_ driver.Reenterer      = (*pgDriver)(nil)
+	_ driver.Semaphorer     = (*pgDriver)(nil)
+	_ driver.Inspector      = (*pgDriver)(nil)
+)
+
+// queries are the statements of the driver's steps, for its schema.
+type queries struct {
+	version, acquire, check, release, refresh, resume, inspect string
+}
+
+func newQueries(s string) queries {
+	return queries{
+		version: "SELECT " + s + ".version()",
+		acquire: "SELECT tok, retry, other_lim, voided FROM " + s + ".acquire($1, $2, $3, $4, $5, $6, $7, $8)",
+		check:   "SELECT tok, retry, other_lim, voided FROM " + s + ".check_turn($1, $2, $3, $4, $5, $6)",
+		release: "SELECT " + s + ".release($1, $2, $3, $4)",
+		refresh: "SELECT " + s + ".refresh($1, $2, $3)",
+		resume:  "SELECT " + s + ".resume($1, $2, $3, $4, $5, $6, $7)",
+		inspect: "SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires - c.t, e.since, e.joined, coalesce(cardinality(e.holds), -1)" +
+			" FROM " + s + ".entries e, (SELECT clock_timestamp() AS t) c WHERE e.key = $1 AND e.expires > c.t ORDER BY e.seq",
+	}
+}
+
+func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Options) {
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	d := &pgDriver{pool: pool, owned: owned, schema: opts.Schema, create: !opts.NoCreate}
+	if d.schema == "" {
+		d.schema = DefaultSchema
+	}
+	if !schemaName.MatchString(d.schema) {
+		d.err = fmt.Errorf("%w: postgres: Options.Schema %q: want a lower-case SQL identifier (letters, digits, _), at most 50 bytes", driver.ErrInvalid, d.schema)
+	}
+	if pool == nil {
+		d.err = fmt.Errorf("%w: postgres: nil *pgxpool.Pool", driver.ErrInvalid)
+	}
+	d.q = newQueries(d.schema)
+	if d.err == nil && !opts.NoListen {
+		d.ln = newListener(pool.Config().ConnConfig, d.schema)
+	}
+	return d, &opts.Options
+}
+
+func (d *pgDriver) Name() string { return "postgres" } // the dlock.driver attribute of metrics and logs
+
+// As gives access to the pool: a **pgxpool.Pool target is set to it.
+func (d *pgDriver) As(target any) bool {
+	if p, ok := target.(**pgxpool.Pool); ok {
+		*p = d.pool
+		return true
+	}
+	return false
+}
+
+func (d *pgDriver) SupportsShared() bool { return true }
+func (d *pgDriver) Semaphores() error    { return nil }
+func (d *pgDriver) Reentrancy() error    { return nil }
+func (d *pgDriver) Resumable() error     { return nil }
+
+// Validate refuses keys PostgreSQL's text cannot hold.
+func (d *pgDriver) Validate(l *driver.Lease) error {
+	if d.err != nil {
+		return d.err
+	}
+	if strings.IndexByte(l.Key, 0) >= 0 {
+		return fmt.Errorf("%w: postgres: the key holds a NUL byte, which PostgreSQL's text cannot", driver.ErrInvalid)
+	}
+	return nil
+}
+
+// ready makes sure the schema exists at this driver's version, creating
+// it unless Options.NoCreate. It runs once per driver after a success.
+func (d *pgDriver) ready(ctx context.Context) error {
+	if d.err != nil {
+		return d.err
+	}
+	if d.installed.Load() {
+		return nil
+	}
+	d.installMu.Lock()
+	defer d.installMu.Unlock()
+	if d.installed.Load() {
+		return nil
+	}
+	var v int
+	err := d.pool.QueryRow(ctx, d.q.version).Scan(&v)
+	if err == nil && v == schemaVersion {
+		d.installed.Store(true)
+		return nil
+	}
+	var pe *pgconn.PgError
+	missing := errors.As(err, &pe) && (pe.Code == "42883" || pe.Code == "3F000") // undefined_function, invalid_schema_name
+	if err != nil && !missing {
+		return fmt.Errorf("postgres: reading the version of schema %s: %w", d.schema, err)
+	}
+	if !d.create {
+		have := "missing"
+		if err == nil {
+			have = fmt.Sprintf("at version %d", v)
+		}
+		return fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate is set: run the output of postgres.SchemaSQL(%q) (version %d) as a user with the CREATE right", d.schema, have, d.schema, schemaVersion)
+	}
+	if err := d.install(ctx); err != nil {
+		return fmt.Errorf("postgres: creating schema %s: %w", d.schema, err)
+	}
+	d.installed.Store(true)
+	return nil
+}
+
+// install runs schema.sql in one transaction, under a transaction-level
+// advisory lock so that Lockers starting together do not replace the
+// same functions at once.
+func (d *pgDriver) install(ctx context.Context) error {
+	script, err := SchemaSQL(d.schema)
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "dlock schema "+d.schema); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, script)
+		return err
+	})
+}
+
+func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+// step is the result of acquire and check_turn (see schema.sql).
+type step struct {
+	token    int64
+	retry    int64 // ms
+	otherLim int64
+	voided   bool
+}
+
+// errAbandoned: the attempt's tombstone is there. Only a clean-up of the
+// same attempt (a Release or Leave that found nothing) leaves one, and
+// lock makes no step after it: a step that meets it is one that reached
+// the server late.
+var errAbandoned = errors.New("postgres: the attempt was already ended by its clean-up")
+
+// outcome turns a step's result into the Queuer's and Acquire's answer,
+// filling l when granted.
+func outcome(l *driver.Lease, s step) error {
+	switch {
+	case s.voided:
+		return errAbandoned
+	case s.otherLim > 0:
+		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrInvalid, s.otherLim, l.Limit)
+	case s.token > 0:
+		l.Token = uint64(s.token)
+		l.Validity = time.Duration(micros(l.TTL)) * time.Microsecond
+		return nil
+	}
+	var after time.Duration
+	if s.retry > 0 {
+		after = time.Duration(s.retry)*time.Millisecond + time.Millisecond
+	}
+	return &driver.HeldError{RetryAfter: after}
+}
+
+func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) error {
+	if err := d.ready(ctx); err != nil {
+		return err
+	}
+	var s step
+	err := d.pool.QueryRow(ctx, d.q.acquire, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife)).
+		Scan(&s.token, &s.retry, &s.otherLim, &s.voided)
+	if err != nil {
+		return err
+	}
+	return outcome(l, s)
+}
+
+// Acquire makes one attempt: a grant when the key's entries allow it
+// (see schema.sql), otherwise a *driver.HeldError.
+func (d *pgDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	return d.acquire(ctx, l, false)
+}
+
+// Join implements driver.Queuer: an attempt that, when the key is held,
+// leaves l's entry at the end of the key's queue. The listener knows l's
+// wake channel before the request goes, so no notification is missed.
+func (d *pgDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
+	if d.ln != nil {
+		d.ln.add(l.Owner, wake)
+	}
+	err := d.acquire(ctx, l, true)
+	if err == nil && d.ln != nil {
+		d.ln.remove(l.Owner)
+	}
+	return err
+}
+
+// Check implements driver.Queuer.
+func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
+	if err := d.ready(ctx); err != nil {
+		return err
+	}
+	var s step
+	err := d.pool.QueryRow(ctx, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife)).
+		Scan(&s.token, &s.retry, &s.otherLim, &s.voided)
+	if err != nil {
+		return err
+	}
+	err = outcome(l, s)
+	if err == nil && d.ln != nil {
+		d.ln.remove(l.Owner)
+	}
+	return err
+}
+
+// Leave implements driver.Queuer: it deletes l's entry, granted or not,
+// and leaves a tombstone when there was none (a Join still on its way).
+func (d *pgDriver) Leave(ctx context.Context, l *driver.Lease) error {
+	if d.ln != nil {
+		d.ln.remove(l.Owner)
+	}
+	_, err := d.release(ctx, l, false)
+	return err
+}
+
+// Release deletes l's grant (l's hold, for a named owner's), and hands
+// the key on by waking the waiters it lets in.
+func (d *pgDriver) Release(ctx context.Context, l *driver.Lease) error {
+	ok, err := d.release(ctx, l, l.Reentrant)
+	if err == nil && !ok {
+		return driver.ErrNotHeld
+	}
+	return err
+}
+
+func (d *pgDriver) release(ctx context.Context, l *driver.Lease, reentrant bool) (bool, error) {
+	if err := d.ready(ctx); err != nil {
+		return false, err
+	}
+	var ok bool
+	err := d.pool.QueryRow(ctx, d.q.release, l.Key, l.Owner, reentrant, micros(l.TTL)).Scan(&ok)
+	return ok, err
+}
+
+// Refresh extends l's grant to at least ttl from now.
+func (d *pgDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	v, errs := d.RefreshBatch(ctx, []*driver.Lease{l}, ttl)
+	return v, errs[0]
+}
+
+// RefreshBatch implements driver.BatchRefresher: one statement extends
+// every grant of ls that is still live.
+func (d *pgDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	errs := make([]error, len(ls))
+	fail := func(err error) (time.Duration, []error) {
+		for i := range errs {
+			errs[i] = err
+		}
+		return 0, errs
+	}
+	if err := d.ready(ctx); err != nil {
+		return fail(err)
+	}
+	keys, owners := make([]string, len(ls)), make([]string, len(ls))
+	for i, l := range ls {
+		keys[i], owners[i] = l.Key, l.Owner
+	}
+	rows, err := d.pool.Query(ctx, d.q.refresh, keys, owners, micros(ttl))
+	if err != nil {
+		return fail(err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fail(err)
+	}
+	extended := make(map[string]bool, len(done))
+	for _, o := range done {
+		extended[o] = true
+	}
+	for i, l := range ls {
+		if !extended[l.Owner] {
+			errs[i] = driver.ErrNotHeld
+		}
+	}
+	return time.Duration(micros(ttl)) * time.Microsecond, errs
+}
+
+// Resume implements driver.Resumer: it extends l.Owner's grant if it has
+// l's mode, limit and token.
+func (d *pgDriver) Resume(ctx context.Context, l *driver.Lease) error {
+	if err := d.ready(ctx); err != nil {
+		return err
+	}
+	var ok bool
+	err := d.pool.QueryRow(ctx, d.q.resume, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentrant, micros(l.TTL)).Scan(&ok)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return driver.ErrNotHeld
+	}
+	l.Validity = time.Duration(micros(l.TTL)) * time.Microsecond
+	return nil
+}
+
+// Close stops the listener, and closes the pool if the Locker made it.
+func (d *pgDriver) Close() error {
+	if d.ln != nil {
+		d.ln.close()
+	}
+	if d.owned && d.pool != nil {
+		d.pool.Close()
+	}
+	return nil
+}

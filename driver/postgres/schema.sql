@@ -1,0 +1,310 @@
+-- dlock's state on PostgreSQL, version 1: the tables and functions of
+-- driver/postgres. The driver runs this script (with {{schema}} replaced by
+-- Options.Schema, "dlock" by default) the first time a Locker finds the
+-- functions missing; a user who creates schema by hand runs the output of
+-- postgres.SchemaSQL instead. Every statement can run again.
+--
+-- Every step of a lease is one call of one of the functions below, in a
+-- transaction of its own: it first locks the key's row of keys (begin_key),
+-- so steps on one key run one at a time, and it judges every expiry by
+-- clock_timestamp() taken after that lock (never now(), which is the
+-- transaction's start).
+
+CREATE SCHEMA IF NOT EXISTS {{schema}};
+
+-- keys: one row per key ever used. counter is the last fencing token
+-- given for the key, NULL once lost (a restore from an old backup, an
+-- operator's delete): tokens are max(counter + 1, clock in microseconds),
+-- so they keep rising, on the Redis drivers' scale. The row is also the
+-- key's lock.
+CREATE TABLE IF NOT EXISTS {{schema}}.keys (
+    key     text PRIMARY KEY,
+    counter bigint
+);
+
+-- entries: the grants and waiters of each key, in arrival order (seq).
+-- mode: 0 exclusive, 1 shared, 2 a semaphore permit of lim permits.
+-- A grant has granted, its token, since (when granted) and expires (when
+-- it ends unless renewed); a waiter has joined, and expires 3 heartbeats
+-- after its last step (a dead waiter's entry is skipped after that).
+-- holds are the owner tokens of a named owner's holds (lock.WithOwner),
+-- NULL for other grants. An entry is granted when the entries before it
+-- allow (fits): an exclusive one when it is first, a shared one when only
+-- shared ones are before it, a permit when fewer than lim permits, and
+-- nothing else, are before it.
+CREATE TABLE IF NOT EXISTS {{schema}}.entries (
+    key     text        NOT NULL,
+    seq     bigint      GENERATED ALWAYS AS IDENTITY,
+    owner   text        NOT NULL,
+    mode    smallint    NOT NULL,
+    lim     integer     NOT NULL DEFAULT 0,
+    granted boolean     NOT NULL DEFAULT false,
+    token   bigint      NOT NULL DEFAULT 0,
+    expires timestamptz NOT NULL,
+    since   timestamptz,
+    joined  timestamptz NOT NULL,
+    holds   text[],
+    PRIMARY KEY (key, owner)
+);
+CREATE INDEX IF NOT EXISTS entries_queue ON {{schema}}.entries (key, seq);
+
+-- voids: tombstones of attempts that are over (a Release or Leave found
+-- nothing of theirs). A grant or queue step of a voided owner that
+-- reaches the server late (delayed on the network, or in a pooler) is
+-- refused, so it cannot leave a grant or an entry nobody will release.
+CREATE TABLE IF NOT EXISTS {{schema}}.voids (
+    key     text        NOT NULL,
+    owner   text        NOT NULL,
+    expires timestamptz NOT NULL,
+    PRIMARY KEY (key, owner)
+);
+
+-- fits: may an entry of mode m (of lim permits) be granted after n live
+-- entries, all shared (sh) or all permits (pm)?
+CREATE OR REPLACE FUNCTION {{schema}}.fits(m bigint, lim bigint, n bigint, sh boolean, pm boolean)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    SELECT (m = 0 AND n = 0) OR (m = 1 AND sh) OR (m = 2 AND pm AND n < lim)
+$$;
+
+-- wake notifies the waiters of k whose turn has come, on the channel named
+-- like the schema, with the waiter's owner token as payload. The message
+-- only wakes: the waiter's own next step finds its turn on the server.
+CREATE OR REPLACE FUNCTION {{schema}}.wake(k text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    r  record;
+    n  bigint  := 0;
+    sh boolean := true;
+    pm boolean := true;
+BEGIN
+    FOR r IN SELECT e.owner, e.mode, e.lim, e.granted FROM {{schema}}.entries e WHERE e.key = k ORDER BY e.seq LOOP
+        EXIT WHEN NOT {{schema}}.fits(r.mode, r.lim, n, sh, pm);
+        IF NOT r.granted THEN
+            PERFORM pg_notify('{{schema}}', r.owner);
+        END IF;
+        n := n + 1;
+        sh := sh AND r.mode = 1;
+        pm := pm AND r.mode = 2;
+    END LOOP;
+END $$;
+
+-- begin_key locks k's row (making it if need be), drops the expired
+-- entries and tombstones of k, wakes the waiters that this lets in, and
+-- returns the clock every expiry of the step is judged by.
+CREATE OR REPLACE FUNCTION {{schema}}.begin_key(k text) RETURNS timestamptz LANGUAGE plpgsql AS $$
+DECLARE
+    t      timestamptz;
+    purged bigint;
+BEGIN
+    INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
+    PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
+    t := clock_timestamp();
+    DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.expires <= t;
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    IF purged > 0 THEN
+        PERFORM {{schema}}.wake(k);
+    END IF;
+    DELETE FROM {{schema}}.voids v WHERE v.key = k AND v.expires <= t;
+    RETURN t;
+END $$;
+
+-- next_token takes k's next fencing token: max(counter + 1, t in µs).
+CREATE OR REPLACE FUNCTION {{schema}}.next_token(k text, t timestamptz) RETURNS bigint LANGUAGE sql AS $$
+    UPDATE {{schema}}.keys SET counter = greatest(coalesce(counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint)
+    WHERE key = k RETURNING counter
+$$;
+
+-- retry_ms is how long until the first grant of k expires (0: none).
+CREATE OR REPLACE FUNCTION {{schema}}.retry_ms(k text, t timestamptz) RETURNS bigint LANGUAGE sql AS $$
+    SELECT coalesce(ceil(extract(epoch FROM min(e.expires) - t) * 1000)::bigint, 0)
+    FROM {{schema}}.entries e WHERE e.key = k AND e.granted
+$$;
+
+-- acquire makes one attempt for owner o at k in mode m (lm permits),
+-- for ttl µs; re: o is a hold of a named owner, granted also when the key
+-- is granted to another hold of it; q: if held, o joins the queue (its
+-- entry lives life µs).
+--
+-- The result of acquire and check_turn: tok > 0 when granted; otherwise
+-- retry (ms, 0 when unknown) while the key is held; other_lim > 0 when
+-- the key's permits have that other limit, and voided when the attempt
+-- was already ended by a Release or Leave (nothing changed in both).
+CREATE OR REPLACE FUNCTION {{schema}}.acquire(k text, o text, m bigint, lm bigint, ttl bigint, re boolean, q boolean, life bigint,
+    OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    t  timestamptz := {{schema}}.begin_key(k);
+    n  bigint;
+    sh boolean;
+    pm boolean;
+BEGIN
+    tok := 0; retry := 0; other_lim := 0; voided := false;
+    IF EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k AND v.owner = o) THEN
+        voided := true;
+        RETURN;
+    END IF;
+    IF re THEN
+        UPDATE {{schema}}.entries e
+        SET holds = CASE WHEN o = ANY (e.holds) THEN e.holds ELSE e.holds || o END,
+            expires = greatest(e.expires, t + ttl * interval '1 microsecond')
+        WHERE e.key = k AND e.granted AND e.holds IS NOT NULL AND left(e.owner, 16) = left(o, 16)
+        RETURNING e.token INTO tok;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END IF;
+    IF m = 2 THEN
+        SELECT e.lim INTO other_lim FROM {{schema}}.entries e WHERE e.key = k AND e.lim > 0 AND e.lim <> lm LIMIT 1;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        other_lim := 0;
+    END IF;
+    SELECT count(*), coalesce(bool_and(e.mode = 1), true), coalesce(bool_and(e.mode = 2), true)
+    INTO n, sh, pm FROM {{schema}}.entries e WHERE e.key = k;
+    IF {{schema}}.fits(m, lm, n, sh, pm) THEN
+        tok := {{schema}}.next_token(k, t);
+        INSERT INTO {{schema}}.entries (key, owner, mode, lim, granted, token, expires, since, joined, holds)
+        VALUES (k, o, m, lm, true, tok, t + ttl * interval '1 microsecond', t, t, CASE WHEN re THEN ARRAY[o] END);
+        RETURN;
+    END IF;
+    IF q THEN
+        INSERT INTO {{schema}}.entries (key, owner, mode, lim, expires, joined)
+        VALUES (k, o, m, lm, t + life * interval '1 microsecond', t);
+    END IF;
+    retry := {{schema}}.retry_ms(k, t);
+    RETURN;
+END $$;
+
+-- check is a queued waiter's step: it grants o when its turn has come
+-- (again, extending it, if an earlier check granted it and its reply was
+-- lost), and otherwise renews o's entry; an entry removed behind the
+-- waiter's back joins again, at the end.
+CREATE OR REPLACE FUNCTION {{schema}}.check_turn(k text, o text, m bigint, lm bigint, ttl bigint, life bigint,
+    OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    t  timestamptz := {{schema}}.begin_key(k);
+    e  record;
+    n  bigint;
+    sh boolean;
+    pm boolean;
+BEGIN
+    tok := 0; retry := 0; other_lim := 0; voided := false;
+    IF EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k AND v.owner = o) THEN
+        voided := true;
+        RETURN;
+    END IF;
+    SELECT x.seq, x.granted, x.token INTO e FROM {{schema}}.entries x WHERE x.key = k AND x.owner = o;
+    IF FOUND AND e.granted THEN
+        UPDATE {{schema}}.entries x SET expires = greatest(x.expires, t + ttl * interval '1 microsecond')
+        WHERE x.key = k AND x.owner = o;
+        tok := e.token;
+        RETURN;
+    END IF;
+    IF NOT FOUND THEN
+        IF m = 2 THEN
+            SELECT x.lim INTO other_lim FROM {{schema}}.entries x WHERE x.key = k AND x.lim > 0 AND x.lim <> lm LIMIT 1;
+            IF FOUND THEN
+                RETURN;
+            END IF;
+            other_lim := 0;
+        END IF;
+        INSERT INTO {{schema}}.entries AS x (key, owner, mode, lim, expires, joined)
+        VALUES (k, o, m, lm, t + life * interval '1 microsecond', t)
+        RETURNING x.seq, x.granted, x.token INTO e;
+    END IF;
+    SELECT count(*), coalesce(bool_and(x.mode = 1), true), coalesce(bool_and(x.mode = 2), true)
+    INTO n, sh, pm FROM {{schema}}.entries x WHERE x.key = k AND x.seq < e.seq;
+    IF {{schema}}.fits(m, lm, n, sh, pm) THEN
+        tok := {{schema}}.next_token(k, t);
+        UPDATE {{schema}}.entries x
+        SET granted = true, token = tok, since = t, expires = t + ttl * interval '1 microsecond'
+        WHERE x.key = k AND x.owner = o;
+        RETURN;
+    END IF;
+    UPDATE {{schema}}.entries x SET expires = greatest(x.expires, t + life * interval '1 microsecond')
+    WHERE x.key = k AND x.owner = o;
+    retry := {{schema}}.retry_ms(k, t);
+    RETURN;
+END $$;
+
+-- void records that o's attempt at k is over, for ttl µs at least.
+CREATE OR REPLACE FUNCTION {{schema}}.void(k text, o text, t timestamptz, ttl bigint) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO {{schema}}.voids (key, owner, expires)
+    VALUES (k, o, t + greatest(ttl * interval '1 microsecond', interval '1 minute'))
+    ON CONFLICT (key, owner) DO UPDATE SET expires = greatest({{schema}}.voids.expires, excluded.expires)
+$$;
+
+-- release deletes o's entry of k, granted or waiting (re: o's hold of a
+-- named grant, and the grant with its last hold), and wakes the waiters
+-- it lets in. It returns false, and voids o, when there is none.
+CREATE OR REPLACE FUNCTION {{schema}}.release(k text, o text, re boolean, ttl bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    t timestamptz := {{schema}}.begin_key(k);
+    h text[];
+BEGIN
+    IF re THEN
+        UPDATE {{schema}}.entries e SET holds = array_remove(e.holds, o)
+        WHERE e.key = k AND e.granted AND o = ANY (e.holds)
+        RETURNING e.holds INTO h;
+        IF FOUND AND cardinality(h) = 0 THEN
+            DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.granted AND e.holds = '{}';
+        END IF;
+    ELSE
+        DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.owner = o;
+    END IF;
+    IF NOT FOUND THEN
+        PERFORM {{schema}}.void(k, o, t, ttl);
+        RETURN false;
+    END IF;
+    PERFORM {{schema}}.wake(k);
+    RETURN true;
+END $$;
+
+-- refresh extends each grant of owners os at keys ks (pairwise) to at
+-- least ttl µs from now, never shortening it, and returns the owners it
+-- extended. It locks the keys' rows in key order, so two batches never
+-- wait for each other in a cycle.
+CREATE OR REPLACE FUNCTION {{schema}}.refresh(ks text[], os text[], ttl bigint) RETURNS SETOF text LANGUAGE plpgsql AS $$
+DECLARE
+    t timestamptz;
+BEGIN
+    PERFORM 1 FROM {{schema}}.keys WHERE key = ANY (ks) ORDER BY key FOR UPDATE;
+    t := clock_timestamp();
+    RETURN QUERY
+    UPDATE {{schema}}.entries e SET expires = greatest(e.expires, t + ttl * interval '1 microsecond')
+    FROM unnest(ks, os) AS u(k, o)
+    WHERE e.key = u.k AND e.granted AND e.expires > t
+      AND CASE WHEN e.holds IS NULL THEN e.owner = u.o ELSE u.o = ANY (e.holds) END
+    RETURNING u.o;
+END $$;
+
+-- resume extends o's grant of k to at least ttl µs from now if it has
+-- mode m, lm permits, token tk and is a named owner's hold exactly when
+-- re is set; it returns false, changing nothing, otherwise.
+CREATE OR REPLACE FUNCTION {{schema}}.resume(k text, o text, m bigint, lm bigint, tk bigint, re boolean, ttl bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    t timestamptz := {{schema}}.begin_key(k);
+BEGIN
+    UPDATE {{schema}}.entries e SET expires = greatest(e.expires, t + ttl * interval '1 microsecond')
+    WHERE e.key = k AND e.granted AND e.token = tk AND e.mode = m AND e.lim = lm
+      AND (e.holds IS NOT NULL) = re
+      AND CASE WHEN e.holds IS NULL THEN e.owner = o ELSE o = ANY (e.holds) END;
+    RETURN FOUND;
+END $$;
+
+-- holds_grant is the check a user's own transaction makes before it
+-- writes what the lease of k with fencing token tk guards: true while
+-- that grant is live and still the key's (see the package doc). It takes
+-- k's row lock in share mode, so no step on k changes the grants until
+-- the user's transaction ends.
+CREATE OR REPLACE FUNCTION {{schema}}.holds_grant(k text, tk bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR SHARE;
+    RETURN EXISTS (SELECT 1 FROM {{schema}}.entries e
+                   WHERE e.key = k AND e.granted AND e.token = tk AND e.expires > clock_timestamp());
+END $$;
+
+-- version says which version of this script made the schema.
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$;
