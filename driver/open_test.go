@@ -10,6 +10,7 @@ import (
 
 	_ "github.com/dlock-go/dlock/driver/memcached"
 	_ "github.com/dlock-go/dlock/driver/memory"
+	_ "github.com/dlock-go/dlock/driver/postgres"
 	_ "github.com/dlock-go/dlock/driver/redisnx"
 	_ "github.com/dlock-go/dlock/driver/rediswatch"
 	_ "github.com/dlock-go/dlock/driver/zookeeper"
@@ -30,7 +31,7 @@ const (
 // connection) within a bound, not at some context's end: it has none.
 func TestOpenUnreachable(t *testing.T) {
 	addr := closedAddr(t)
-	for _, scheme := range []string{"redisnx", "rediswatch", "memcached", "zookeeper", "memory"} {
+	for _, scheme := range []string{"redisnx", "rediswatch", "memcached", "zookeeper", "postgres", "memory"} {
 		t.Run(scheme, func(t *testing.T) {
 			t.Parallel()
 			u := scheme + "://" + addr

@@ -161,7 +161,7 @@ func open(ctx context.Context, rawURL string) (driver.Driver, *Options, error) {
 
 // driverPackages are dlock's driver packages, for the hint of an unknown
 // scheme (names only: lock imports no driver).
-var driverPackages = []string{"memory", "redisnx", "rediswatch", "memcached", "zookeeper"}
+var driverPackages = []string{"memory", "redisnx", "rediswatch", "memcached", "zookeeper", "postgres"}
 
 // unknownScheme is the error for a scheme no driver registered, with what
 // to do: import the driver that registers it, or, for go-redis's redis://
@@ -180,6 +180,9 @@ func unknownScheme(scheme string) error {
 func importHint(scheme string) string {
 	const base = "github.com/dlock-go/dlock/driver/"
 	name := strings.TrimSuffix(scheme, "s") // TLS variants: redisnxs://
+	if scheme == "postgresql" {
+		name = "postgres"
+	}
 	for _, p := range driverPackages {
 		if p == scheme || p == name {
 			return fmt.Sprintf("import _ %q", base+p)

@@ -5,6 +5,7 @@ package main
 import (
 	_ "github.com/dlock-go/dlock/driver/memcached"
 	_ "github.com/dlock-go/dlock/driver/memory"
+	_ "github.com/dlock-go/dlock/driver/postgres"
 	_ "github.com/dlock-go/dlock/driver/redisnx"
 	_ "github.com/dlock-go/dlock/driver/rediswatch"
 	_ "github.com/dlock-go/dlock/driver/zookeeper"
