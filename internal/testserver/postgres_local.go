@@ -171,17 +171,32 @@ func (u *pgUser) run(ctx context.Context, dir string, env []string, argv ...stri
 // server a copy: initdb takes over a second, a copy a fraction of that.
 // The superuser's password is the template's, random per test binary.
 var pgTemplate struct {
-	once     sync.Once
+	mu       sync.Mutex
+	made     bool
 	dir      string
 	password string
 	err      error
 }
 
 func postgresTemplate(binDir string, u *pgUser) (dir, password string, err error) {
-	pgTemplate.once.Do(func() {
+	pgTemplate.mu.Lock()
+	defer pgTemplate.mu.Unlock()
+	if !pgTemplate.made {
 		pgTemplate.dir, pgTemplate.password, pgTemplate.err = makePostgresTemplate(binDir, u)
-	})
+		pgTemplate.made = true
+	}
 	return pgTemplate.dir, pgTemplate.password, pgTemplate.err
+}
+
+// removePostgresTemplate removes the template, if any; the next server
+// makes another.
+func removePostgresTemplate() {
+	pgTemplate.mu.Lock()
+	defer pgTemplate.mu.Unlock()
+	if pgTemplate.made && pgTemplate.err == nil {
+		os.RemoveAll(filepath.Dir(pgTemplate.dir))
+	}
+	pgTemplate.made = false
 }
 
 func makePostgresTemplate(binDir string, u *pgUser) (string, string, error) {

@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -235,4 +236,38 @@ func TestPgBouncer(t *testing.T) {
 	if out, err := psqlAt(b.URL(), "SELECT 1;", 10*time.Second); err != nil || out != "1" {
 		t.Fatalf("after pgbouncer restart: %q, %v", out, err)
 	}
+}
+
+// TestPostgresExternal runs StartPostgres with DLOCK_POSTGRES_URL naming a
+// server (one the harness started, standing for one it does not control).
+// Not parallel: it sets the variable.
+func TestPostgresExternal(t *testing.T) {
+	if os.Getenv(EnvBackend) != "" {
+		t.Skipf("%s is set: the address variables are ignored", EnvBackend)
+	}
+	own := StartPostgres(t, nil)
+	t.Setenv(EnvPostgresURL, own.URL())
+	p := StartPostgres(t, nil)
+	if p.URL() != own.URL() || p.Addr() != own.Addr() {
+		t.Fatalf("external URL %q at %s, want %q at %s", p.URL(), p.Addr(), own.URL(), own.Addr())
+	}
+	if ok, _ := p.Node(0).Faults(); ok {
+		t.Fatal("fault hooks available on a server from the environment")
+	}
+	if err := p.Kill(); !errors.Is(err, ErrNoFaults) {
+		t.Fatalf("Kill: got %v, want ErrNoFaults", err)
+	}
+	url, err := p.CreateUser("ext_user", "pw")
+	must(t, err)
+	if out, err := psqlAt(url, "SELECT current_user;", 10*time.Second); err != nil || out != "ext_user" {
+		t.Fatalf("role on the external server: %q, %v", out, err)
+	}
+	t.Run("replica", func(t *testing.T) {
+		StartPostgres(t, &PostgresOptions{Replica: true})
+		t.Fatal("StartPostgres with a Replica on an external server did not skip")
+	})
+	t.Run("pgbouncer", func(t *testing.T) {
+		StartPgBouncer(t, p, "session")
+		t.Fatal("StartPgBouncer in front of an external server did not skip")
+	})
 }
