@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the backend servers the tests run against (Debian packages):
-# redis-server and redis-cli, memcached, and ZooKeeper with a Java runtime.
+# redis-server and redis-cli, memcached, ZooKeeper with a Java runtime,
+# PostgreSQL 15 (postgresql: initdb, postgres, psql, pg_basebackup under
+# /usr/lib/postgresql/15/bin) and PgBouncer.
 # Does nothing for what is already installed; needs root or sudo otherwise.
 set -euo pipefail
 
@@ -10,6 +12,8 @@ command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v memcached >/dev/null || missing+=(memcached)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 command -v java >/dev/null || missing+=(default-jre-headless)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql)
+command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -30,7 +34,11 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The packages start their services; the tests start their own servers on
-# free ports, so stop the system ones where a service manager runs them.
-for svc in redis-server memcached zookeeper; do
-  $sudo service "$svc" stop >/dev/null 2>&1 || true
+# free ports, so stop the system ones just installed where a service manager
+# runs them (a PostgreSQL cluster that was there before is left alone).
+for svc in "${missing[@]}"; do
+  case $svc in
+  redis-server | memcached | zookeeper | postgresql | pgbouncer)
+    $sudo service "$svc" stop >/dev/null 2>&1 || true ;;
+  esac
 done

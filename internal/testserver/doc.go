@@ -1,7 +1,8 @@
 // Package testserver provides the real servers that dlock's driver and
 // conformance tests run against: Redis (single server and a three-master
-// Redis Cluster), memcached (one or more servers) and ZooKeeper (standalone
-// and a three-server ensemble). There are no mocks: every server is a real
+// Redis Cluster), memcached (one or more servers), ZooKeeper (standalone
+// and a three-server ensemble) and PostgreSQL (one server, or a primary
+// with a streaming replica; PgBouncer in front of it). There are no mocks: every server is a real
 // process or a real container, and faults are injected with signals or the
 // container engine's pause, kill and start.
 //
@@ -11,11 +12,14 @@
 //
 //  1. An address from the environment: DLOCK_REDIS_ADDR (host:port),
 //     DLOCK_REDIS_CLUSTER_ADDRS, DLOCK_MEMCACHED_ADDR and
-//     DLOCK_ZOOKEEPER_ADDR (comma-separated host:port lists). The harness
+//     DLOCK_ZOOKEEPER_ADDR (comma-separated host:port lists), and
+//     DLOCK_POSTGRES_URL (a URL, postgres://user:password@host:port/db,
+//     of a superuser). The harness
 //     does not control such servers: their fault hooks return ErrNoFaults,
 //     and RequireFaults skips the tests that need them.
 //  2. The local binaries (redis-server and redis-cli, memcached, java with
-//     ZooKeeper's jars) started on free loopback ports, each in a fresh
+//     ZooKeeper's jars, PostgreSQL's initdb, postgres, pg_basebackup and
+//     psql) started on free loopback ports, each in a fresh
 //     directory under $TMPDIR/dlock-testserver-<pid>, and killed when the
 //     test (or, for shared servers, the test binary) ends.
 //  3. Containers (the "docker" provider, through the helper dlock-containers),
@@ -29,7 +33,9 @@
 // back) and ignores the address variables.
 // DLOCK_ZOOKEEPER_CLASSPATH overrides the discovery of ZooKeeper's jars
 // (ZOOKEEPER_HOME, /usr/share/zookeeper, Debian's /usr/share/java), and
-// JAVA_HOME picks the JVM.
+// JAVA_HOME picks the JVM. DLOCK_POSTGRES_BINDIR names the directory of
+// PostgreSQL's programs (default: postgres's on PATH, else Debian's
+// /usr/lib/postgresql/<highest version>/bin).
 //
 // With -short, every Start and Shared function skips the test.
 //
@@ -124,9 +130,44 @@
 //	srv.Kill()           // SIGKILL: connections are refused
 //	srv.Restart()        // same port, same data directory; returns once ready
 //
-// Groups (Memcached, RedisCluster, ZooKeeper) apply a hook to all nodes;
-// Node(i) addresses one, and ZooKeeper's Leader, WaitLeader and KillLeader
-// find the ensemble's leader.
+// Groups (Memcached, RedisCluster, ZooKeeper, Postgres) apply a hook to
+// all nodes; Node(i) addresses one, and ZooKeeper's Leader, WaitLeader and
+// KillLeader find the ensemble's leader.
+//
+// # PostgreSQL
+//
+// StartPostgres and SharedPostgres return a *Postgres: URL gives a
+// connection string for pgx or libpq
+// (postgres://postgres:password@127.0.0.1:port/postgres?sslmode=disable)
+// with the superuser's name and password (random per test binary); URLFor
+// the same for another role. Exec runs SQL as the superuser with psql (the
+// package stays on the standard library: no driver), and CreateUser makes
+// a role that logs in with a password and has no other right, for the
+// tests to grant what they need. Committed data survives Kill and Restart.
+//
+// The local provider runs initdb once per test binary into a template and
+// gives each server a copy; the servers listen on 127.0.0.1 (Unix socket in
+// their own directory), want SCRAM passwords over TCP, replication
+// included, and run with fsync off and max_connections 200. As initdb,
+// postgres and pgbouncer refuse to run as root, a test binary running as
+// root runs them as the postgres user (Debian's postgresql package makes
+// it; the directories under $TMPDIR are given to it, so $TMPDIR must let
+// it in). PostgreSQL's children each start a session of their own, outside
+// the postmaster's process group: the hooks find them by their working
+// directory, the data directory (/proc), so that Pause freezes open
+// sessions too and Kill returns once none is left. Stop is a fast shutdown
+// (SIGINT).
+//
+// PostgresOptions.Replica adds a hot standby made with pg_basebackup -R:
+// Node(0) is the primary, Node(1) the standby, streaming; Promote makes it
+// a primary (pg_promote), e.g. after Node(0).Kill. NodeURL and ExecNode
+// address one node.
+//
+// StartPgBouncer starts PgBouncer (Debian's /usr/sbin/pgbouncer) in front
+// of a local Postgres's primary, in pool mode "transaction" or "session":
+// every role with a password logs in through it (SCRAM, the secret looked
+// up on the server by auth_query). It is skipped for a container or a
+// server from DLOCK_POSTGRES_URL.
 //
 // # TLS
 //
@@ -151,7 +192,10 @@
 // cleanup, even when the test failed or panicked. (Containers: see above.) On Linux every server
 // also gets SIGKILL from the kernel when the test binary dies (Pdeathsig),
 // so not even a killed or timed-out test binary leaves servers behind;
-// leftover directories of dead test binaries are removed by the next one.
+// leftover directories of dead test binaries are removed by the next one,
+// which first kills any process still working in them (PostgreSQL's
+// children, SIGSTOPped by a Pause as the binary died, do not see their
+// postmaster die).
 // Servers' logs go to a file in their directory; a failed start reports the
 // log's tail, and so does the cleanup of a failed test.
 //

@@ -123,9 +123,14 @@ func (dockerProvider) Name() string { return "docker" }
 // Available reports whether the helper runs, a Docker engine answers and
 // has (or can pull) the image for kind.
 func (dockerProvider) Available(kind Kind) error {
+	if kind == KindPostgres {
+		return errNoPostgresImage
+	}
 	e, err := getEngine()
 	if err != nil {
 		return err
 	}
 	return e.ensureImage(kind, ContainerImage(kind))
 }
+
+var errNoPostgresImage = fmt.Errorf("the docker provider has no PostgreSQL image yet")

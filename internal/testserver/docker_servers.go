@@ -305,3 +305,7 @@ func zkSpec(n zkNode, all []zkNode, opts *ZooKeeperOptions, t *TLS) (containerSp
 		timeout:    60 * time.Second,
 	}, nil
 }
+
+func (dockerProvider) Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error) {
+	return nil, errNoPostgresImage
+}

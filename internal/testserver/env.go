@@ -12,6 +12,7 @@ const (
 	EnvRedisClusterAddrs = "DLOCK_REDIS_CLUSTER_ADDRS" // host:port,host:port,...
 	EnvMemcachedAddr     = "DLOCK_MEMCACHED_ADDR"      // host:port[,host:port...]
 	EnvZooKeeperAddr     = "DLOCK_ZOOKEEPER_ADDR"      // host:port[,host:port...]
+	EnvPostgresURL       = "DLOCK_POSTGRES_URL"        // postgres://user:password@host:port/dbname?sslmode=disable
 )
 
 var envAddrVar = map[Kind]string{
@@ -20,12 +21,19 @@ var envAddrVar = map[Kind]string{
 	KindMemcached:         EnvMemcachedAddr,
 	KindZooKeeper:         EnvZooKeeperAddr,
 	KindZooKeeperEnsemble: EnvZooKeeperAddr,
+	KindPostgres:          EnvPostgresURL,
 }
 
 // envAddrs returns the addresses the environment gives for kind, or nil.
 // DLOCK_TEST_BACKEND, when set, wins over the address variables.
 func envAddrs(kind Kind) []string {
 	if os.Getenv(EnvBackend) != "" {
+		return nil
+	}
+	if kind == KindPostgres { // one URL, whose query may hold commas
+		if u := strings.TrimSpace(os.Getenv(EnvPostgresURL)); u != "" {
+			return []string{u}
+		}
 		return nil
 	}
 	var addrs []string

@@ -25,6 +25,12 @@ func (localProvider) Available(kind Kind) error {
 	case KindZooKeeper, KindZooKeeperEnsemble:
 		_, _, err := zkJava()
 		return err
+	case KindPostgres:
+		if _, err := postgresBinDir(); err != nil {
+			return err
+		}
+		_, err := pgRunAs()
+		return err
 	}
 	return fmt.Errorf("unknown kind %q", kind)
 }
@@ -50,6 +56,10 @@ func (localProvider) Memcached(lt Lifetime, opts *MemcachedOptions) (*Memcached,
 
 func (localProvider) ZooKeeper(lt Lifetime, opts *ZooKeeperOptions) (*ZooKeeper, error) {
 	return localZooKeeper(lt, opts, 1)
+}
+
+func (localProvider) Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error) {
+	return localPostgres(lt, opts)
 }
 
 func (localProvider) ZooKeeperEnsemble(lt Lifetime, opts *ZooKeeperOptions) (*ZooKeeper, error) {

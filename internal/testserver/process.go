@@ -30,6 +30,19 @@ type process struct {
 	ready   func(ctx context.Context) error // one readiness probe
 	timeout time.Duration                   // readiness deadline per start
 
+	// cred, when set, runs the process as another user (PostgreSQL and
+	// PgBouncer refuse to run as root).
+	cred *syscall.Credential
+	// stopSig is the signal Stop sends to ask for a graceful exit
+	// (0: SIGTERM; PostgreSQL's fast shutdown is SIGINT).
+	stopSig syscall.Signal
+	// members, when set, lists the live processes of the server that are
+	// outside its process group (PostgreSQL's children each start a session
+	// of their own), including after the main process died and they were
+	// reparented. The hooks signal them too, and Kill waits until there
+	// are none.
+	members func() []int
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
@@ -57,6 +70,7 @@ func (p *process) start() error {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr.Credential = p.cred
 	err = spawn(cmd)
 	logf.Close() // the child holds its own descriptor
 	if err != nil {
@@ -129,6 +143,19 @@ func (p *process) signalLocked(sig syscall.Signal) error {
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("testserver: %s: send %v: %w", p.name, sig, err)
 	}
+	return p.signalMembers(sig)
+}
+
+// signalMembers sends sig to the server's processes outside its group.
+func (p *process) signalMembers(sig syscall.Signal) error {
+	if p.members == nil {
+		return nil
+	}
+	for _, pid := range p.members() {
+		if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("testserver: %s: send %v to %d: %w", p.name, sig, pid, err)
+		}
+	}
 	return nil
 }
 
@@ -145,6 +172,14 @@ func (p *process) Pause() error {
 	}
 	if err := waitStopped(p.cmd.Process.Pid, 5*time.Second); err != nil {
 		return fmt.Errorf("testserver: %s: %w", p.name, err)
+	}
+	if p.members != nil {
+		for _, pid := range p.members() {
+			// A member that exits meanwhile has no threads left to wait for.
+			if err := waitStopped(pid, 5*time.Second); err != nil && processAlive(pid) {
+				return fmt.Errorf("testserver: %s: %w", p.name, err)
+			}
+		}
 	}
 	return nil
 }
@@ -167,29 +202,62 @@ func (p *process) killLocked() error {
 	if err := p.signalLocked(syscall.SIGKILL); err != nil {
 		return err
 	}
+	deadline := time.After(10 * time.Second)
 	select {
 	case <-p.done:
-		return nil
-	case <-time.After(10 * time.Second):
+	case <-deadline:
 		return fmt.Errorf("testserver: %s: still alive 10s after SIGKILL", p.name)
+	}
+	return p.waitMembersGone(deadline)
+}
+
+// waitMembersGone kills the server's remaining processes outside its group
+// until there are none (a member may have been forked just before the
+// main process died).
+func (p *process) waitMembersGone(deadline <-chan time.Time) error {
+	if p.members == nil {
+		return nil
+	}
+	for {
+		left := p.members()
+		if len(left) == 0 {
+			return nil
+		}
+		for _, pid := range left {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		select {
+		case <-deadline:
+			return fmt.Errorf("testserver: %s: processes %v still alive 10s after SIGKILL", p.name, left)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
-// Stop asks the process to exit with SIGTERM (resuming it if paused) and
-// kills it if it has not exited within 5 seconds.
+// Stop asks the process to exit with SIGTERM (or its stopSig; resuming it
+// if paused) and kills it if it has not exited within 5 seconds.
 func (p *process) Stop() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.running() {
 		return nil
 	}
-	if err := p.signalLocked(syscall.SIGTERM); err != nil {
+	sig := p.stopSig
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if p.members != nil {
+		// Only the main process: it ends its children in its own way.
+		if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("testserver: %s: send %v: %w", p.name, sig, err)
+		}
+	} else if err := p.signalLocked(sig); err != nil {
 		return err
 	}
 	p.signalLocked(syscall.SIGCONT)
 	select {
 	case <-p.done:
-		return nil
+		return p.waitMembersGone(time.After(5 * time.Second))
 	case <-time.After(5 * time.Second):
 		return p.killLocked()
 	}

@@ -18,6 +18,7 @@ const (
 	KindMemcached         Kind = "memcached"
 	KindZooKeeper         Kind = "zookeeper"
 	KindZooKeeperEnsemble Kind = "zookeeper-ensemble"
+	KindPostgres          Kind = "postgres"
 )
 
 // Lifetime is where a provider registers the teardown of what it started and
@@ -45,6 +46,7 @@ type Provider interface {
 	Memcached(lt Lifetime, opts *MemcachedOptions) (*Memcached, error)
 	ZooKeeper(lt Lifetime, opts *ZooKeeperOptions) (*ZooKeeper, error)
 	ZooKeeperEnsemble(lt Lifetime, opts *ZooKeeperOptions) (*ZooKeeper, error)
+	Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error)
 }
 
 // EnvBackend forces one provider by name ("local", "docker") and makes the

@@ -56,9 +56,11 @@ func (s *Scope) Start(f func(testing.TB) []string) (addrs []string, err error) {
 }
 
 // Stop stops the servers, last started first, and removes the harness's
-// directory for this process ($TMPDIR/dlock-testserver-<pid>, empty then).
+// directory for this process ($TMPDIR/dlock-testserver-<pid>, empty then,
+// once PostgreSQL's template data directory is removed).
 func (s *Scope) Stop() {
 	s.run()
+	removePostgresTemplate()
 	os.Remove(filepath.Join(os.TempDir(), "dlock-testserver-"+strconv.Itoa(os.Getpid())))
 }
 

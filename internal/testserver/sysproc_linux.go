@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -94,4 +96,42 @@ func allThreadsStopped(pid int) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// processAlive reports whether pid is a live process (not a zombie).
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+// processesIn returns the live processes whose working directory is dir
+// (a zombie has none). PostgreSQL's processes all work in the data
+// directory, and each starts a session of its own, so this finds them
+// whatever their process group or parent.
+func processesIn(dir string) []int {
+	return findProcesses(func(cwd string) bool { return cwd == dir })
+}
+
+// processesUnder returns the live processes working in dir or below it.
+func processesUnder(dir string) []int {
+	return findProcesses(func(cwd string) bool { return cwd == dir || strings.HasPrefix(cwd, dir+"/") })
+}
+
+func findProcesses(match func(cwd string) bool) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && match(cwd) && processAlive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

@@ -29,3 +29,12 @@ func waitStopped(pid int, timeout time.Duration) error {
 	time.Sleep(50 * time.Millisecond)
 	return nil
 }
+
+// processAlive reports whether pid exists.
+func processAlive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// processesIn cannot find processes by working directory outside Linux:
+// the hooks reach the server's process group only.
+func processesIn(dir string) []int { return nil }
+
+func processesUnder(dir string) []int { return nil }

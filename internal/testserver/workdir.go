@@ -46,7 +46,14 @@ func sweepStaleDirs() {
 			continue
 		}
 		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			os.RemoveAll(filepath.Join(os.TempDir(), e.Name()))
+			dir := filepath.Join(os.TempDir(), e.Name())
+			// A server's process that outlived the binary (PostgreSQL's
+			// children, SIGSTOPped by a Pause when the binary died, never
+			// see their postmaster die) still works in the directory.
+			for _, p := range processesUnder(dir) {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+			os.RemoveAll(dir)
 		}
 	}
 }

@@ -5,12 +5,13 @@
 //	serve [-kinds redis,memcached,zookeeper] [-- command [args...]]
 //
 // It provisions each kind as the tests do (an address from DLOCK_REDIS_ADDR,
-// DLOCK_MEMCACHED_ADDR or DLOCK_ZOOKEEPER_ADDR; else the installed binaries on
+// DLOCK_MEMCACHED_ADDR or DLOCK_ZOOKEEPER_ADDR, a URL from DLOCK_POSTGRES_URL
+// (-kinds postgres); else the installed binaries on
 // free loopback ports; else containers; DLOCK_TEST_BACKEND forces a provider),
 // and then:
 //
 //   - with a command: runs it with DLOCK_REDIS_ADDR, DLOCK_MEMCACHED_ADDR and
-//     DLOCK_ZOOKEEPER_ADDR set to the servers, stops the servers when it exits,
+//     DLOCK_ZOOKEEPER_ADDR (and DLOCK_POSTGRES_URL) set to the servers, stops the servers when it exits,
 //     and exits with its status. SIGINT and SIGTERM are passed on to it.
 //   - without: prints one NAME=ADDR line per server on standard output and
 //     keeps the servers until standard input is closed or a SIGINT or SIGTERM
@@ -45,6 +46,8 @@ var kinds = map[string]struct {
 	"redis":     {testserver.EnvRedisAddr, func(tb testing.TB) []string { return testserver.StartRedis(tb, nil).Addrs() }},
 	"memcached": {testserver.EnvMemcachedAddr, func(tb testing.TB) []string { return testserver.StartMemcached(tb, nil).Addrs() }},
 	"zookeeper": {testserver.EnvZooKeeperAddr, func(tb testing.TB) []string { return testserver.StartZooKeeper(tb, nil).Addrs() }},
+	// postgres: its variable holds a URL with the superuser's password.
+	"postgres": {testserver.EnvPostgresURL, func(tb testing.TB) []string { return []string{testserver.StartPostgres(tb, nil).URL()} }},
 }
 
 func main() {
@@ -53,7 +56,7 @@ func main() {
 
 func run() int {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	list := fs.String("kinds", "redis,memcached,zookeeper", "comma-separated servers to start: redis, memcached, zookeeper")
+	list := fs.String("kinds", "redis,memcached,zookeeper", "comma-separated servers to start: redis, memcached, zookeeper, postgres")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: serve [-kinds redis,memcached,zookeeper] [-- command [args...]]\n")
 		fs.PrintDefaults()
@@ -67,7 +70,7 @@ func run() int {
 			continue
 		}
 		if _, ok := kinds[k]; !ok {
-			logf("unknown kind %q (want redis, memcached or zookeeper)", k)
+			logf("unknown kind %q (want redis, memcached, zookeeper or postgres)", k)
 			return 2
 		}
 		names = append(names, k)

@@ -1,0 +1,317 @@
+package testserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// PostgresOptions configures a PostgreSQL server. nil means the zero value.
+type PostgresOptions struct {
+	// Replica adds a hot standby streaming from the primary (made with
+	// pg_basebackup -R): Node(0) is the primary, Node(1) the standby,
+	// which Promote turns into a primary. A test asking for it is skipped
+	// on an external server (DLOCK_POSTGRES_URL).
+	Replica bool
+	// Settings are extra server settings, each "name=value" (postgres -c),
+	// e.g. "idle_session_timeout=1s". Ignored for external servers.
+	Settings []string
+}
+
+// Postgres is a PostgreSQL server, or a primary and its streaming replica
+// (PostgresOptions.Replica). Its hooks act on every node; Node(i) acts on
+// one. Committed data survives Kill and Restart (crash recovery; the
+// servers run with fsync off, which loses nothing unless the machine
+// itself goes down).
+type Postgres struct {
+	Group
+	// User and Password are the superuser's, Database the database URL
+	// names ("postgres" on servers the harness starts).
+	User, Password, Database string
+
+	base    *url.URL // URL of node 0, without user and password
+	psql    psqlRunner
+	local   bool // started by the local provider (PgBouncer can run beside it)
+	binDir  string
+	runAs   *pgUser
+	nodeURL func(i int) *url.URL
+}
+
+// psqlRunner runs psql on the node with index node (0: the primary)
+// against url, with sql on its standard input, and returns its standard
+// output.
+type psqlRunner func(ctx context.Context, node int, url, sql string) (string, error)
+
+// StartPostgres returns a PostgreSQL server for this test alone: the one
+// DLOCK_POSTGRES_URL names (fault hooks unavailable, Settings not applied;
+// skipped if the test asks for a Replica), else one started by a provider
+// and stopped at the end of the test. It fails the test if none can be
+// had, and skips it with -short.
+func StartPostgres(tb testing.TB, opts *PostgresOptions) *Postgres {
+	tb.Helper()
+	skipShort(tb)
+	if opts != nil && opts.Replica && envAddrs(KindPostgres) != nil {
+		tb.Skipf("testserver: the test needs a streaming replica; %s names one server", EnvPostgresURL)
+	}
+	p, err := startPostgres(tb, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// SharedPostgres returns the test binary's shared PostgreSQL server (one
+// server, default options; see SharedRedis for the rules). Tests sharing
+// it must use distinct tables, keys and role names.
+func SharedPostgres(tb testing.TB) *Postgres {
+	tb.Helper()
+	skipShort(tb)
+	v, err := sharedGet(tb, KindPostgres, func(lt Lifetime) (any, error) { return startPostgres(lt, nil) })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := *v.(*Postgres)
+	p.Group = p.Group.asShared()
+	return &p
+}
+
+func startPostgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error) {
+	if opts == nil {
+		opts = &PostgresOptions{}
+	}
+	if env := envAddrs(KindPostgres); env != nil {
+		if opts.Replica {
+			return nil, fmt.Errorf("testserver: PostgresOptions.Replica on the server from %s", EnvPostgresURL)
+		}
+		return externalPostgres(env[0])
+	}
+	p, err := pickProvider(KindPostgres)
+	if err != nil {
+		return nil, err
+	}
+	return p.Postgres(lt, opts)
+}
+
+// externalPostgres is the server a URL from DLOCK_POSTGRES_URL names;
+// psql runs on this machine.
+func externalPostgres(raw string) (*Postgres, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+		return nil, fmt.Errorf("testserver: %s=%q: want a URL postgres://user:password@host:port/dbname", EnvPostgresURL, raw)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	p := &Postgres{
+		Group:    Group{Nodes: []*Server{ExternalServer(addr, "URL from "+EnvPostgresURL)}},
+		User:     u.User.Username(),
+		Database: strings.TrimPrefix(u.Path, "/"),
+	}
+	p.Password, _ = u.User.Password()
+	base := *u
+	base.User = nil
+	p.base = &base
+	p.nodeURL = func(int) *url.URL { c := base; return &c }
+	p.psql = hostPsql("")
+	return p, nil
+}
+
+// newPostgres returns the Postgres of servers the harness started, whose
+// node i listens on addrs[i], with the superuser postgres and password.
+func newPostgres(password string) *Postgres {
+	p := &Postgres{User: "postgres", Password: password, Database: "postgres"}
+	p.nodeURL = func(i int) *url.URL {
+		return &url.URL{Scheme: "postgres", Host: p.Nodes[i].Addr(), Path: "/" + p.Database, RawQuery: "sslmode=disable"}
+	}
+	return p
+}
+
+// URL returns a connection string for the superuser on the primary
+// (Node(0)), as pgx and libpq take it:
+// postgres://postgres:password@127.0.0.1:port/postgres?sslmode=disable.
+func (p *Postgres) URL() string { return p.NodeURLFor(0, p.User, p.Password) }
+
+// URLFor is URL with another role's user name and password.
+func (p *Postgres) URLFor(user, password string) string { return p.NodeURLFor(0, user, password) }
+
+// NodeURL is URL for node i (1: the replica).
+func (p *Postgres) NodeURL(i int) string { return p.NodeURLFor(i, p.User, p.Password) }
+
+// NodeURLFor is URLFor for node i.
+func (p *Postgres) NodeURLFor(i int, user, password string) string {
+	u := p.nodeURL(i)
+	u.User = url.UserPassword(user, password)
+	return u.String()
+}
+
+// Exec runs sql (one or more statements) on the primary as the superuser,
+// with psql, and returns what it printed: each row's columns separated by
+// "|", one row a line, without headers. It stops at the first error, which
+// it returns with psql's message. It is not a fault hook: it works on
+// shared and external servers too.
+func (p *Postgres) Exec(sql string) (string, error) { return p.ExecNode(0, sql) }
+
+// ExecNode is Exec on node i (a standby refuses writes until promoted).
+func (p *Postgres) ExecNode(i int, sql string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return p.psql(ctx, i, p.NodeURL(i), sql)
+}
+
+// CreateUser creates a role that can log in with password and has no
+// other right (not a superuser; it cannot create roles or databases, nor
+// replicate; in PostgreSQL 15 it cannot create tables in schema public
+// either), and returns URLFor(name, password). Grant it what the test
+// needs with Exec. On a shared or external server the name must be unique
+// to the test.
+func (p *Postgres) CreateUser(name, password string) (string, error) {
+	if name == "" {
+		return "", errors.New("testserver: CreateUser: empty role name")
+	}
+	_, err := p.Exec(fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD %s NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION;",
+		QuoteIdent(name), QuoteLiteral(password)))
+	if err != nil {
+		return "", err
+	}
+	return p.URLFor(name, password), nil
+}
+
+// Promote turns the replica (Node(1)) into a primary and returns once it
+// accepts writes. The old primary is left as it is: kill it first for a
+// failover, as a restarted old primary would be a second primary.
+func (p *Postgres) Promote() error {
+	if len(p.Nodes) < 2 {
+		return errors.New("testserver: Promote: no replica (PostgresOptions.Replica)")
+	}
+	return p.Nodes[1].hook("promote", func(Node) error {
+		out, err := p.ExecNode(1, "SELECT pg_promote(true, 30);")
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) != "t" {
+			return fmt.Errorf("testserver: pg_promote on %s returned %q", p.Nodes[1].Addr(), out)
+		}
+		return nil
+	})
+}
+
+// QuoteIdent quotes s as an SQL identifier.
+func QuoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// QuoteLiteral quotes s as an SQL string literal (standard_conforming_strings on).
+func QuoteLiteral(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
+
+// hostPsql runs this machine's psql (in binDir if set, else found by
+// findPgBin).
+func hostPsql(binDir string) psqlRunner {
+	return func(ctx context.Context, _ int, url, sql string) (string, error) {
+		psql := filepath.Join(binDir, "psql")
+		if binDir == "" {
+			var err error
+			if psql, err = findPgBin("psql"); err != nil {
+				return "", err
+			}
+		}
+		cmd := exec.CommandContext(ctx, psql, psqlArgs(url)...)
+		cmd.Env = append(os.Environ(), "PGCONNECT_TIMEOUT=5")
+		cmd.Stdin = strings.NewReader(sql)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.WaitDelay = time.Second
+		if err := cmd.Run(); err != nil {
+			return out.String(), fmt.Errorf("testserver: psql on %s: %v: %s", redactURL(url), err, strings.TrimSpace(errb.String()))
+		}
+		return strings.TrimSuffix(out.String(), "\n"), nil
+	}
+}
+
+// psqlArgs: no psqlrc, quiet, unaligned rows without headers, stop at the
+// first error, statements from standard input.
+func psqlArgs(url string) []string {
+	return []string{"-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-f", "-"}
+}
+
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// pgStartup is the readiness probe of PostgreSQL and PgBouncer, as
+// pg_isready's: it sends a startup message for user and database and
+// wants the server to ask for authentication. A server that is starting,
+// recovering or shutting down answers with an error instead, which is
+// returned. The connection is closed before authenticating, which the
+// server takes silently (as when psql asks for a password).
+func pgStartup(user, database string) func(ctx context.Context, addr string) error {
+	return func(ctx context.Context, addr string) error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			c.SetDeadline(dl)
+		}
+		var msg []byte
+		msg = binary.BigEndian.AppendUint32(msg, 0) // length, set below
+		msg = binary.BigEndian.AppendUint32(msg, 3<<16)
+		for _, kv := range []string{"user", user, "database", database} {
+			msg = append(append(msg, kv...), 0)
+		}
+		msg = append(msg, 0)
+		binary.BigEndian.PutUint32(msg, uint32(len(msg)))
+		if _, err := c.Write(msg); err != nil {
+			return err
+		}
+		var hdr [5]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return err
+		}
+		n := int(binary.BigEndian.Uint32(hdr[1:])) - 4
+		if n < 0 || n > 1<<16 {
+			return fmt.Errorf("postgres startup: reply %q of length %d", hdr[0], n)
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(c, body); err != nil {
+			return err
+		}
+		switch hdr[0] {
+		case 'R':
+			return nil
+		case 'E':
+			return fmt.Errorf("postgres startup: %s", pgErrorText(body))
+		}
+		return fmt.Errorf("postgres startup: unexpected reply %q", hdr[0])
+	}
+}
+
+// pgErrorText formats an ErrorResponse's fields: "FATAL 57P03: message".
+func pgErrorText(body []byte) string {
+	f := map[byte]string{}
+	for len(body) > 1 {
+		t := body[0]
+		v, rest, ok := bytes.Cut(body[1:], []byte{0})
+		if !ok {
+			break
+		}
+		f[t] = string(v)
+		body = rest
+	}
+	return fmt.Sprintf("%s %s: %s", f['S'], f['C'], f['M'])
+}
