@@ -54,7 +54,8 @@
 //	ttl, autorenew     as for every scheme (see lock.Open)
 //	schema=NAME        Options.Schema
 //	create_schema=false Options.NoCreate
-//	listen=false       Options.NoListen (PgBouncer in transaction mode)
+//	pooling=transaction Options.TransactionPooling (PgBouncer's
+//	                   pool_mode=transaction; session is the default)
 //	tls_*              TLS with dlock's file parameters (see lock.Open),
 //	                   instead of pgx's sslmode, sslrootcert, ...
 //
@@ -71,10 +72,12 @@
 //
 // # PgBouncer
 //
-// In session pooling mode nothing changes. In transaction pooling mode, a
-// LISTEN does not stay on one server connection, so set Options.NoListen
-// (listen=false): waiters then check the key every second. Every step is
-// one statement, so it is one transaction; pgx's prepared statements need
-// PgBouncer 1.21 or later with max_prepared_statements, or
-// default_query_exec_mode=exec in the connection string.
+// In session pooling mode nothing changes. In transaction pooling mode,
+// set Options.TransactionPooling (pooling=transaction): a LISTEN does not
+// stay on one server connection there, so waiters check the key every
+// second instead of being woken, and the driver's statements are sent
+// unnamed (pgx.QueryExecModeExec), which every PgBouncer version keeps
+// within one transaction. Every step is one statement, so it is one
+// transaction, and the check of a lease in your own transaction works
+// as it does without a pooler.
 package postgres

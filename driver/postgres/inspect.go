@@ -15,7 +15,7 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 	if err := d.ready(ctx); err != nil {
 		return st, err
 	}
-	rows, err := d.pool.Query(ctx, d.q.inspect, key)
+	rows, err := d.pool.Query(ctx, d.q.inspect, d.args(key)...)
 	if err != nil {
 		return st, err
 	}

@@ -26,7 +26,7 @@ func init() {
 
 // dlock's own URL parameters; every other one is pgx's (see the package
 // doc).
-var ownParams = append([]string{"ttl", "autorenew", "schema", "create_schema", "listen"}, tlsconf.Params...)
+var ownParams = append([]string{"ttl", "autorenew", "schema", "create_schema", "pooling"}, tlsconf.Params...)
 
 // open is the OpenFunc for postgres://user:password@host:port/db?params:
 // dlock's parameters are taken out, and the rest of the URL is pgx's
@@ -61,17 +61,22 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	if params.Has("schema") && o.Schema == "" {
 		return nil, nil, bad("empty schema")
 	}
-	for _, p := range []struct {
-		name string
-		set  *bool
-	}{{"create_schema", &o.NoCreate}, {"listen", &o.NoListen}} {
-		if v := params.Get(p.name); params.Has(p.name) {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return nil, nil, bad("%s=%s: want true or false", p.name, errtext.Quote(v))
-			}
-			*p.set = !b
+	if v := params.Get("create_schema"); params.Has("create_schema") {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, nil, bad("create_schema=%s: want true or false", errtext.Quote(v))
 		}
+		o.NoCreate = !b
+	}
+	switch v := params.Get("pooling"); v {
+	case "transaction":
+		o.TransactionPooling = true
+	case "", "session":
+		if params.Has("pooling") && v == "" {
+			return nil, nil, bad("empty pooling: want session or transaction")
+		}
+	default:
+		return nil, nil, bad("pooling=%s: want session or transaction (PgBouncer's pool_mode)", errtext.Quote(v))
 	}
 	tc, err := tlsconf.Parse(params, fmt.Sprintf("postgres URL %s", errtext.Quote(redact.URL(u))))
 	if err != nil {

@@ -48,11 +48,15 @@ type Options struct {
 	// call of a Locker that finds the schema missing creates it, which
 	// needs the CREATE right on the database.
 	NoCreate bool
-	// NoListen: waiters are not woken by LISTEN/NOTIFY and check the key
-	// every driver.Heartbeat (a second) instead. Set it behind a pooler
-	// in transaction mode (PgBouncer's pool_mode=transaction), where a
-	// LISTEN does not stay on one server connection.
-	NoListen bool
+	// TransactionPooling: the pool's connections go through a pooler
+	// that lends a server connection for one transaction at a time
+	// (PgBouncer's pool_mode=transaction). A LISTEN does not stay on one
+	// server connection there, and named prepared statements are not
+	// kept, so waiters are not woken by notifications (they check the key
+	// every driver.Heartbeat, a second, instead), and every statement is
+	// sent with pgx.QueryExecModeExec (an unnamed statement, prepared and
+	// run in one exchange).
+	TransactionPooling bool
 }
 
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,49}$`)
@@ -73,7 +77,8 @@ func SchemaSQL(schema string) (string, error) {
 
 // New returns a Locker over pool. Its Close releases its leases and
 // leaves pool open. Each Locker also keeps one connection of its own,
-// made with pool's ConnConfig, for LISTEN (unless Options.NoListen).
+// made with pool's ConnConfig, for LISTEN (unless
+// Options.TransactionPooling).
 func New(pool *pgxpool.Pool, o *Options) lock.Locker {
 	d, lo := newDriver(pool, o, false)
 	return lock.New(d, lo)
@@ -87,8 +92,9 @@ type pgDriver struct {
 	err    error // an option error, returned by every call
 	schema string
 	create bool
-	ln     *listener // nil with Options.NoListen
+	ln     *listener // nil with Options.TransactionPooling
 	q      queries
+	mode   []any // the first arguments of every query: pgx.QueryExecModeExec with TransactionPooling
 
 	installMu sync.Mutex
 	installed atomic.Bool
@@ -139,7 +145,9 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 		d.err = fmt.Errorf("%w: postgres: nil *pgxpool.Pool", driver.ErrInvalid)
 	}
 	d.q = newQueries(d.schema)
-	if d.err == nil && !opts.NoListen {
+	if opts.TransactionPooling {
+		d.mode = []any{pgx.QueryExecModeExec}
+	} else if d.err == nil {
 		d.ln = newListener(pool.Config().ConnConfig, d.schema)
 	}
 	return d, &opts.Options
@@ -187,7 +195,7 @@ func (d *pgDriver) ready(ctx context.Context) error {
 		return nil
 	}
 	var v int
-	err := d.pool.QueryRow(ctx, d.q.version).Scan(&v)
+	err := d.pool.QueryRow(ctx, d.q.version, d.mode...).Scan(&v)
 	if err == nil && v == schemaVersion {
 		d.installed.Store(true)
 		return nil
@@ -220,12 +228,20 @@ func (d *pgDriver) install(ctx context.Context) error {
 		return err
 	}
 	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "dlock schema "+d.schema); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", d.args("dlock schema "+d.schema)...); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, script)
 		return err
 	})
+}
+
+// args are a query's arguments, after d.mode.
+func (d *pgDriver) args(a ...any) []any {
+	if d.mode == nil {
+		return a
+	}
+	return append(d.mode, a...)
 }
 
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
@@ -269,7 +285,7 @@ func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) err
 		return err
 	}
 	var s step
-	err := d.pool.QueryRow(ctx, d.q.acquire, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife)).
+	err := d.pool.QueryRow(ctx, d.q.acquire, d.args(l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife))...).
 		Scan(&s.token, &s.retry, &s.otherLim, &s.voided)
 	if err != nil {
 		return err
@@ -303,7 +319,7 @@ func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
 		return err
 	}
 	var s step
-	err := d.pool.QueryRow(ctx, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife)).
+	err := d.pool.QueryRow(ctx, d.q.check, d.args(l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife))...).
 		Scan(&s.token, &s.retry, &s.otherLim, &s.voided)
 	if err != nil {
 		return err
@@ -340,7 +356,7 @@ func (d *pgDriver) release(ctx context.Context, l *driver.Lease, reentrant bool)
 		return false, err
 	}
 	var ok bool
-	err := d.pool.QueryRow(ctx, d.q.release, l.Key, l.Owner, reentrant, micros(l.TTL)).Scan(&ok)
+	err := d.pool.QueryRow(ctx, d.q.release, d.args(l.Key, l.Owner, reentrant, micros(l.TTL))...).Scan(&ok)
 	return ok, err
 }
 
@@ -367,7 +383,7 @@ func (d *pgDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 	for i, l := range ls {
 		keys[i], owners[i] = l.Key, l.Owner
 	}
-	rows, err := d.pool.Query(ctx, d.q.refresh, keys, owners, micros(ttl))
+	rows, err := d.pool.Query(ctx, d.q.refresh, d.args(keys, owners, micros(ttl))...)
 	if err != nil {
 		return fail(err)
 	}
@@ -394,7 +410,7 @@ func (d *pgDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		return err
 	}
 	var ok bool
-	err := d.pool.QueryRow(ctx, d.q.resume, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentrant, micros(l.TTL)).Scan(&ok)
+	err := d.pool.QueryRow(ctx, d.q.resume, d.args(l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentrant, micros(l.TTL))...).Scan(&ok)
 	if err != nil {
 		return err
 	}
