@@ -13,10 +13,11 @@
 #   4. `docker import`s that root with the official image's tag, command,
 #      working directory and a label saying where it came from.
 #
-# Usage: docker/build-images.sh [redis] [memcached] [zookeeper]   (default: all)
+# Usage: docker/build-images.sh [redis] [memcached] [zookeeper] [postgres]   (default: all)
 #
-# Tags: redis:7.0, memcached:1.6, zookeeper:3.8 (the provider's defaults), or
-# DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE, DLOCK_ZOOKEEPER_IMAGE. A tag that
+# Tags: redis:7.0, memcached:1.6, zookeeper:3.8, postgres:15 (the provider's
+# defaults), or DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE,
+# DLOCK_ZOOKEEPER_IMAGE, DLOCK_POSTGRES_IMAGE. A tag that
 # holds an image this script did not build (e.g. a pulled official image) is
 # left alone unless FORCE=1. An image built from the same package versions
 # is kept as it is (REBUILD=1 rebuilds it).
@@ -33,13 +34,14 @@ label_pkgs=org.dlock.image.packages
 redis_tag=${DLOCK_REDIS_IMAGE:-redis:7.0}
 memcached_tag=${DLOCK_MEMCACHED_IMAGE:-memcached:1.6}
 zookeeper_tag=${DLOCK_ZOOKEEPER_IMAGE:-zookeeper:3.8}
+postgres_tag=${DLOCK_POSTGRES_IMAGE:-postgres:15}
 
 jvm=/usr/lib/jvm/java-17-openjdk-amd64
 
 die() { echo "build-images: $*" >&2; exit 1; }
 log() { echo "build-images: $*" >&2; }
 
-command -v dpkg-query >/dev/null || die "no dpkg: this script stages Debian packages; on other systems pull the official images (docker pull $redis_tag $memcached_tag $zookeeper_tag)"
+command -v dpkg-query >/dev/null || die "no dpkg: this script stages Debian packages; on other systems pull the official images (docker pull $redis_tag $memcached_tag $zookeeper_tag $postgres_tag)"
 command -v docker >/dev/null || die "no docker CLI"
 docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed)"
 
@@ -60,6 +62,10 @@ load_providers() {
 	done < <(dpkg-query -W -f='${db:Status-Abbrev}\t${Package}\t${Provides}\n')
 }
 
+# skip[name]: packages closure leaves out, with what only they bring
+# (set per image: what its server does not need at run time).
+declare -A skip=()
+
 # closure pkg...: the installed packages reachable through Depends and
 # Pre-Depends (first installed alternative of each "a | b"), one per line.
 closure() {
@@ -68,6 +74,7 @@ closure() {
 	while [ ${#queue[@]} -gt 0 ]; do
 		p=${queue[0]}; queue=("${queue[@]:1}")
 		[ -n "${seen[$p]:-}" ] && continue
+		[ -n "${skip[$p]:-}" ] && continue
 		seen[$p]=1
 		echo "$p"
 		deps=$(dpkg-query -W -f='${Depends}, ${Pre-Depends}' "$p")
@@ -225,6 +232,18 @@ extra_zookeeper() {
 	EOF
 }
 
+# PostgreSQL's programs run from their directory (on PATH in the image, as
+# in the official one); the harness starts them with its own script
+# (internal/testserver/pgstart.sh), so the image has no command of its own.
+# The postgres user owns /var/lib/postgresql, where the data go.
+extra_postgres() {
+	local root=$1
+	echo 'postgres:x:5432:5432:PostgreSQL administrator:/var/lib/postgresql:/bin/sh' >>"$root/etc/passwd"
+	echo 'postgres:x:5432:' >>"$root/etc/group"
+	mkdir -p "$root/var/lib/postgresql"
+	chown 5432:5432 "$root/var/lib/postgresql" 2>/dev/null || true
+}
+
 smoke_redis() {
 	docker run --rm --network none --entrypoint redis-server "$1" --version >/dev/null ||
 		die "$1: redis-server does not run in the image"
@@ -234,6 +253,13 @@ smoke_redis() {
 smoke_memcached() {
 	docker run --rm --network none --entrypoint memcached "$1" -V >/dev/null ||
 		die "$1: memcached does not run in the image"
+}
+smoke_postgres() {
+	local out
+	out=$(docker run --rm --network none --entrypoint sh "$1" -c \
+		'initdb -D /tmp/smoke -U postgres -A trust --locale=C -E UTF8 --no-sync && postgres --version && psql --version && pg_basebackup --version' 2>&1) ||
+		die "$1: initdb, postgres, psql or pg_basebackup does not run in the image:
+$out"
 }
 smoke_zookeeper() {
 	docker run --rm --network none --entrypoint java "$1" -Xshare:auto -cp "$zk_classpath" \
@@ -247,7 +273,7 @@ staged=()
 trap 'rm -rf "${staged[@]}"' EXIT
 load_providers
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(redis memcached zookeeper)
+[ ${#targets[@]} -gt 0 ] || targets=(redis memcached zookeeper postgres)
 for t in "${targets[@]}"; do
 	case $t in
 	redis)
@@ -260,6 +286,22 @@ for t in "${targets[@]}"; do
 		build zookeeper "$zookeeper_tag" "libzookeeper-java libslf4j-java openjdk-17-jre-headless dash" \
 			"ENV JAVA_HOME=$jvm" 'WORKDIR /data' 'EXPOSE 2181 2888 3888' \
 			"CMD [\"java\", \"-cp\", \"$zk_classpath\", \"org.apache.zookeeper.server.quorum.QuorumPeerMain\", \"/conf/zoo.cfg\"]" ;;
-	*) die "unknown image $t (want redis, memcached or zookeeper)" ;;
+	postgres)
+		# The server's binaries and libraries only: not Debian's cluster
+		# tools (postgresql-common, with Perl), locales (the harness's
+		# clusters use the C locale), nor LLVM (just-in-time compilation,
+		# which the harness turns off).
+		pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+		[ -n "$pgbin" ] || die "no /usr/lib/postgresql/*/bin: make servers, or apt-get install postgresql"
+		pgver=$(basename "$(dirname "$pgbin")")
+		skip=([postgresql-common]=1 [postgresql-client-common]=1 [locales]=1 [locales-all]=1
+			[ssl-cert]=1 [debconf]=1 [sensible-utils]=1)
+		llvm=$(dpkg-query -W -f='${Depends}' "postgresql-$pgver" | grep -o 'libllvm[0-9]*' | head -1)
+		[ -z "$llvm" ] || skip[$llvm]=1
+		build postgres "$postgres_tag" "postgresql-$pgver postgresql-client-$pgver dash" \
+			"ENV PATH=$pgbin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+			'USER postgres' 'WORKDIR /var/lib/postgresql' 'EXPOSE 5432'
+		skip=() ;;
+	*) die "unknown image $t (want redis, memcached, zookeeper or postgres)" ;;
 	esac
 done

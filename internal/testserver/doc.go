@@ -49,9 +49,9 @@
 // # Containers
 //
 // The docker provider starts one container per server from the images
-// redis:7.0, memcached:1.6 and zookeeper:3.8, or those named by
-// DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE and DLOCK_ZOOKEEPER_IMAGE
-// (ContainerImage). A missing image is pulled; on a machine without a
+// redis:7.0, memcached:1.6, zookeeper:3.8 and postgres:15, or those named
+// by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE, DLOCK_ZOOKEEPER_IMAGE and
+// DLOCK_POSTGRES_IMAGE (ContainerImage). A missing image is pulled; on a machine without a
 // registry, `make images` builds images with these tags from the Debian
 // packages installed there (docker/README-containers.md). Each server gets
 // the same configuration as a local one, written into the container, and a

@@ -29,6 +29,7 @@ const (
 	EnvRedisImage     = "DLOCK_REDIS_IMAGE"     // default redis:7.0
 	EnvMemcachedImage = "DLOCK_MEMCACHED_IMAGE" // default memcached:1.6
 	EnvZooKeeperImage = "DLOCK_ZOOKEEPER_IMAGE" // default zookeeper:3.8
+	EnvPostgresImage  = "DLOCK_POSTGRES_IMAGE"  // default postgres:15
 )
 
 // ContainerImage returns the image the docker provider runs for kind: the
@@ -40,6 +41,8 @@ func ContainerImage(kind Kind) string {
 		env, def = EnvMemcachedImage, "memcached:1.6"
 	case KindZooKeeper, KindZooKeeperEnsemble:
 		env, def = EnvZooKeeperImage, "zookeeper:3.8"
+	case KindPostgres:
+		env, def = EnvPostgresImage, "postgres:15"
 	}
 	if v := strings.TrimSpace(os.Getenv(env)); v != "" {
 		return v
@@ -53,6 +56,8 @@ func imageEnv(kind Kind) string {
 		return EnvMemcachedImage
 	case KindZooKeeper, KindZooKeeperEnsemble:
 		return EnvZooKeeperImage
+	case KindPostgres:
+		return EnvPostgresImage
 	}
 	return EnvRedisImage
 }
@@ -123,14 +128,9 @@ func (dockerProvider) Name() string { return "docker" }
 // Available reports whether the helper runs, a Docker engine answers and
 // has (or can pull) the image for kind.
 func (dockerProvider) Available(kind Kind) error {
-	if kind == KindPostgres {
-		return errNoPostgresImage
-	}
 	e, err := getEngine()
 	if err != nil {
 		return err
 	}
 	return e.ensureImage(kind, ContainerImage(kind))
 }
-
-var errNoPostgresImage = fmt.Errorf("the docker provider has no PostgreSQL image yet")

@@ -26,6 +26,9 @@ const containerDir = "/dlock"
 //go:embed zkstart.sh
 var zkStartScript []byte
 
+//go:embed pgstart.sh
+var pgStartScript []byte
+
 func (dockerProvider) Redis(lt Lifetime, opts *RedisOptions) (*Redis, error) {
 	e, err := getEngine()
 	if err != nil {
@@ -304,8 +307,4 @@ func zkSpec(n zkNode, all []zkNode, opts *ZooKeeperOptions, t *TLS) (containerSp
 		ready:      zkServer(t.probeConfig()),
 		timeout:    60 * time.Second,
 	}, nil
-}
-
-func (dockerProvider) Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error) {
-	return nil, errNoPostgresImage
 }
