@@ -2,11 +2,15 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -275,4 +279,86 @@ func TestForgedWakeGrantsNothing(t *testing.T) {
 		t.Errorf("the holder's lease ended: %v", held.Err())
 	}
 	held.Unlock(ctx)
+}
+
+// TestFailover: with synchronous replication (synchronous_standby_names
+// on the primary), a grant committed on the primary is on the standby
+// when it is promoted: the key stays held there until the holder's TTL,
+// and the next token is above the holder's.
+func TestFailover(t *testing.T) {
+	pg := testserver.StartPostgres(t, &testserver.PostgresOptions{Replica: true})
+	pg.RequireFaults(t)
+	// On the primary alone (ALTER SYSTEM is not replicated): commits wait
+	// for the standby.
+	if _, err := pg.ExecNode(0, "ALTER SYSTEM SET synchronous_standby_names = '*'; SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := tctx(t, 90*time.Second)
+	key := "failover"
+	holder := newTestLocker(t, pg.NodeURL(0), &lock.Options{TTL: 3 * time.Second}, &netCut{})
+	held, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	if err := pg.Node(0).Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	other := newTestLocker(t, pg.NodeURL(1), &lock.Options{TTL: 3 * time.Second}, &netCut{})
+	var next *lock.Lease
+	for {
+		next, err = other.TryLock(ctx, key)
+		if err == nil || !isReadOnly(err) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // the standby is still being promoted
+	}
+	heldUntil := granted.Add(3 * time.Second)
+	if err == nil {
+		if time.Now().Before(heldUntil) {
+			t.Fatalf("the promoted standby granted the key %v before the holder's TTL ends: the grant was lost in the failover", time.Until(heldUntil))
+		}
+	} else if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock on the promoted standby: %v", err)
+	}
+	select {
+	case <-held.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder's lease did not end after its primary died")
+	}
+	if next == nil {
+		next, err = other.Lock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next.Token() <= held.Token() {
+		t.Errorf("token after the failover %d; want above the holder's %d", next.Token(), held.Token())
+	}
+	next.Unlock(ctx)
+}
+
+// isReadOnly reports whether err is a standby's refusal of a write.
+func isReadOnly(err error) bool {
+	return strings.Contains(err.Error(), "read-only transaction") || strings.Contains(err.Error(), "recovery")
+}
+
+// schemaHashes pins schema.sql at each version: a Locker installs the
+// script only where version() gives another number, so a change to the
+// script without a new version would never reach a database that has
+// the old one. Change the script, bump schemaVersion, add its hash here.
+var schemaHashes = map[int]string{1: "26b0d76bea78fbb9"}
+
+func TestSchemaVersionBumped(t *testing.T) {
+	sum := sha256.Sum256([]byte(schemaSQL))
+	got := hex.EncodeToString(sum[:8])
+	if want := schemaHashes[schemaVersion]; got != want {
+		t.Errorf("schema.sql's hash is %s, and version %d was pinned at %q: bump schemaVersion (and version() in the script) and pin the new hash", got, schemaVersion, want)
+	}
+	if !strings.Contains(schemaSQL, fmt.Sprintf("SELECT %d $$", schemaVersion)) {
+		t.Errorf("schema.sql's version() does not return schemaVersion %d", schemaVersion)
+	}
 }
