@@ -81,13 +81,14 @@ import (
 
 	"github.com/dlock-go/dlock/driver/memcached"
 	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/driver/postgres"
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
 	"github.com/dlock-go/dlock/driver/zookeeper"
 	"github.com/dlock-go/dlock/lock"
 )
 
-var _ = []any{memcached.New, redisnx.New, rediswatch.New, zookeeper.Dial}
+var _ = []any{memcached.New, postgres.New, redisnx.New, rediswatch.New, zookeeper.Dial}
 
 func main() {
 	l := memory.New(memory.NewStore(), nil)
@@ -192,6 +193,50 @@ func TestLicenseAndChangelog(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(root(t), f))
 		if err != nil || len(b) < 100 {
 			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
+		}
+	}
+}
+
+// redisOnly is a user's program that imports one Redis driver.
+const redisOnly = `package main
+
+import (
+	"github.com/dlock-go/dlock/driver/redisnx"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	l := redisnx.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}), nil)
+	l.Close()
+}
+`
+
+// TestRedisOnlyConsumerGoSum: a program that imports only a Redis driver
+// downloads no other driver's client: pgx (PostgreSQL), gomemcache and
+// go-zookeeper reach its go.sum as go.mod lines only (module graph
+// pruning needs those), never as module contents.
+func TestRedisOnlyConsumerGoSum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy and go build")
+	}
+	dir := t.TempDir()
+	gomod := fmt.Sprintf("module example.com/consumer\n\ngo 1.24.0\n\nrequire github.com/dlock-go/dlock v0.0.0\n\nreplace github.com/dlock-go/dlock => %s\n", root(t))
+	must(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(redisOnly), 0o644))
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "build", "-o", filepath.Join(dir, "consumer"), ".")
+	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	must(t, err)
+	sc := bufio.NewScanner(bytes.NewReader(sum))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 3 || strings.HasSuffix(f[1], "/go.mod") {
+			continue
+		}
+		for _, other := range []string{"github.com/jackc/", "github.com/bradfitz/gomemcache", "github.com/go-zookeeper/"} {
+			if strings.HasPrefix(f[0], other) {
+				t.Errorf("a Redis-only program's go.sum has the contents of %s %s: it would download another driver's client", f[0], f[1])
+			}
 		}
 	}
 }
