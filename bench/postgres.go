@@ -114,16 +114,22 @@ func (c *advisoryClient) query(ctx context.Context, sql string, id int64) (bool,
 }
 
 // Lock tries pg_try_advisory_lock every advisoryRetry until it is granted
-// or ctx ends.
+// or ctx ends. A try is not cancelled with ctx: pgx closes a connection
+// whose query is cancelled, and the worker would have none left; ctx is
+// checked between tries, and a lock granted after ctx ended is released.
 func (c *advisoryClient) Lock(ctx context.Context, key string) (held, error) {
 	id := advisoryID(key)
 	for {
-		ok, err := c.query(ctx, "SELECT pg_try_advisory_lock($1)", id)
+		ok, err := c.query(context.WithoutCancel(ctx), "SELECT pg_try_advisory_lock($1)", id)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			return &advisoryHeld{c: c, id: id}, nil
+			h := &advisoryHeld{c: c, id: id}
+			if err := ctx.Err(); err != nil {
+				return nil, errors.Join(err, h.Unlock(context.WithoutCancel(ctx)))
+			}
+			return h, nil
 		}
 		t := time.NewTimer(advisoryRetry)
 		select {
