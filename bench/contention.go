@@ -90,6 +90,7 @@ func interleaved(ctx context.Context, cfg *config, t *table, scen, backend strin
 	for i, l := range libs {
 		t.add(merge(results[i]).row(scen, l, hot))
 	}
+	cfg.unmeasured(t, scen, backend, "grants/s")
 	return nil
 }
 
@@ -132,10 +133,7 @@ func (c *contention) row(scen string, l lib, hot bool) *row {
 	for _, g := range c.grants {
 		total += g
 	}
-	kind := dlockRow
-	if l.peer {
-		kind = peerRow
-	}
+	kind := l.kind()
 	gps := figure{name: "grants/s", value: float64(total) / c.dur.Seconds(), unit: rate, dir: higherBetter}
 	if len(c.rates) > 1 {
 		rates := slices.Clone(c.rates)

@@ -18,8 +18,9 @@ import (
 // does, so the uncontended scenario reports it beside the latencies: the
 // client's (this process's user and system time, getrusage, background
 // goroutines included) and the server's (Redis INFO cpu and the time its
-// commands took, INFO commandstats; Memcached's stats rusage). ZooKeeper
-// does not report its CPU time.
+// commands took, INFO commandstats; Memcached's stats rusage; PostgreSQL's
+// processes, read from /proc: see postgres.go). ZooKeeper does not report
+// its CPU time.
 
 // clientCPU is the CPU time this process has used so far.
 func clientCPU() time.Duration {
@@ -46,6 +47,14 @@ func newServerMeter(backend, addr string) serverMeter {
 		return func(ctx context.Context) (serverUsage, bool) { return redisUsage(ctx, rdb) }
 	case "memcached":
 		return func(context.Context) (serverUsage, bool) { return memcachedUsage(addr) }
+	case "postgres":
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		pm, err := postmasterPID(ctx, addr)
+		if err != nil {
+			return func(context.Context) (serverUsage, bool) { return serverUsage{}, false }
+		}
+		return func(context.Context) (serverUsage, bool) { return postgresUsage(pm) }
 	}
 	return func(context.Context) (serverUsage, bool) { return serverUsage{}, false }
 }

@@ -51,6 +51,7 @@ func runHandoff(ctx context.Context, cfg *config, t *table) error {
 		for _, r := range rows {
 			t.add(r)
 		}
+		cfg.unmeasured(t, scenHandoff, backend, "median")
 	}
 	return nil
 }
@@ -134,10 +135,7 @@ func handoffLib(ctx context.Context, cfg *config, l lib, addr string, pr probe, 
 
 func (hs *handoffSamples) row(l lib) *row {
 	s := summarize(hs.lat)
-	kind := dlockRow
-	if l.peer {
-		kind = peerRow
-	}
+	kind := l.kind()
 	med := sampledFig("median", s.median, s.n, lowerBetter)
 	med.note = fmt.Sprintf("n=%d", s.n)
 	figs := []figure{med, sampledFig("p99", s.p99, s.n, lowerBetter)}

@@ -24,9 +24,13 @@ import (
 // A lib is one lock library, in one configuration, on one backend.
 type lib struct {
 	name    string // as printed: "redisnx", "redsync", "redsync (1ms)"
-	backend string // "redis", "memcached", "zookeeper"
+	backend string // "redis", "memcached", "zookeeper", "postgres"
 	peer    bool   // a peer library, not dlock
+	plain   bool   // a plain lock of the backend's, a baseline of its own (postgres advisory locks)
 	note    string // what the configuration is, for the legend
+	// missing, when set, says why the library is not measured ("not
+	// measured: ..."): its rows say so in every scenario, and open is nil.
+	missing string
 	// open makes a client of the library, standing for one process: its own
 	// connections (and ZooKeeper session). Each Lock call on it may run
 	// concurrently with others.
@@ -72,7 +76,24 @@ func libraries() []lib {
 		{name: "memcached", backend: "memcached", note: "dlock defaults (memcached.DefaultRetry 1..2ms polling)", open: openDlockMemcached},
 		{name: "zookeeper", backend: "zookeeper", note: "dlock defaults, session 10s", open: openDlockZK},
 		{name: "zk.Lock", backend: "zookeeper", peer: true, note: "go-zookeeper v1.0.4 zk.Lock (watches its predecessor; no retry delay to tune)", open: openZkLock},
+		{name: "postgres", backend: "postgres", note: "dlock defaults (pgxpool defaults; waiters woken by LISTEN/NOTIFY)", open: openDlockPostgres},
+		{name: "advisory (1ms)", backend: "postgres", plain: true, note: "plain pg_try_advisory_lock every 1ms, pg_advisory_unlock, one connection per worker (no TTL, no fencing, no queue)", open: openAdvisory},
+		{name: "pglock", backend: "postgres", peer: true, note: "cirello.io/pglock", missing: pglockMissing},
 	}
+}
+
+// pglockMissing is why cirello.io/pglock has no figures.
+const pglockMissing = "not measured: cirello.io/pglock is not served by the Go module proxy here (403 Forbidden), so it cannot be built"
+
+// kind is the kind of l's rows.
+func (l lib) kind() rowKind {
+	switch {
+	case l.peer:
+		return peerRow
+	case l.plain:
+		return plainRow
+	}
+	return dlockRow
 }
 
 // --- dlock ---

@@ -10,11 +10,14 @@
 // enter dlock's go.mod. Run it with `make bench`, which starts the servers
 // through dlock's test harness (internal/testserver/cmd/serve) and passes
 // their addresses in DLOCK_REDIS_ADDR, DLOCK_MEMCACHED_ADDR and
-// DLOCK_ZOOKEEPER_ADDR; a backend without an address is left out.
+// DLOCK_ZOOKEEPER_ADDR, and PostgreSQL's URL in DLOCK_POSTGRES_URL; a
+// backend without an address is left out. A peer that cannot be built
+// here has rows that say so (lib.missing).
 //
 // The scenarios (see each file): uncontended.go, handoff.go,
 // contention.go (hot key, many keys), renewal.go, semaphore.go (permits
-// against the same driver's lock; no Go peer has a distributed semaphore).
+// against the same driver's lock; no Go peer has a distributed semaphore);
+// postgres.go has PostgreSQL's clients, probe and server CPU.
 package main
 
 import (
@@ -48,7 +51,7 @@ type config struct {
 	rounds         int // interleaved alternations of the contention scenarios
 }
 
-var backendOrder = []string{"redis", "memcached", "zookeeper"}
+var backendOrder = []string{"redis", "memcached", "zookeeper", "postgres"}
 
 // backends returns the backends with an address and a library to run.
 func (c *config) backends() []string {
@@ -65,11 +68,27 @@ func (c *config) backends() []string {
 func (c *config) libs(backend string) []lib {
 	var ls []lib
 	for _, l := range libraries() {
-		if l.backend == backend && c.wants(l.name) {
+		if l.backend == backend && l.missing == "" && c.wants(l.name) {
 			ls = append(ls, l)
 		}
 	}
 	return ls
+}
+
+// unmeasured adds, for each library of backend that cannot be measured
+// (lib.missing), a row of scenario whose figures say why: a peer that
+// does not build is shown as missing, never dropped.
+func (c *config) unmeasured(t *table, scenario, backend string, figs ...string) {
+	for _, l := range libraries() {
+		if l.backend != backend || l.missing == "" || !c.wants(l.name) {
+			continue
+		}
+		r := &row{scenario: scenario, backend: backend, lib: l.name, kind: l.kind()}
+		for _, f := range figs {
+			r.figs = append(r.figs, figure{name: f, na: l.missing})
+		}
+		t.add(r)
+	}
 }
 
 func (c *config) wants(name string) bool {
@@ -135,14 +154,14 @@ func run() int {
 		cfg.hotDur, cfg.manyDur, cfg.baseDur = time.Second, time.Second, 200*time.Millisecond
 		cfg.leases, cfg.renewTTL = []int{2000}, time.Second
 	}
-	for b, env := range map[string]string{"redis": "DLOCK_REDIS_ADDR", "memcached": "DLOCK_MEMCACHED_ADDR", "zookeeper": "DLOCK_ZOOKEEPER_ADDR"} {
+	for b, env := range map[string]string{"redis": "DLOCK_REDIS_ADDR", "memcached": "DLOCK_MEMCACHED_ADDR", "zookeeper": "DLOCK_ZOOKEEPER_ADDR", "postgres": "DLOCK_POSTGRES_URL"} {
 		if a := os.Getenv(env); a != "" {
 			a, _, _ = strings.Cut(a, ",") // the first server of a list
 			cfg.addr[b] = a
 		}
 	}
 	if len(cfg.addr) == 0 {
-		fmt.Fprintln(os.Stderr, "bench: no servers: set DLOCK_REDIS_ADDR, DLOCK_MEMCACHED_ADDR and/or DLOCK_ZOOKEEPER_ADDR, or run `make bench`, which starts them")
+		fmt.Fprintln(os.Stderr, "bench: no servers: set DLOCK_REDIS_ADDR, DLOCK_MEMCACHED_ADDR, DLOCK_ZOOKEEPER_ADDR and/or DLOCK_POSTGRES_URL, or run `make bench`, which starts them")
 		return 2
 	}
 
@@ -157,7 +176,7 @@ func run() int {
 	var servers []string
 	for _, b := range backendOrder {
 		if a, ok := cfg.addr[b]; ok {
-			servers = append(servers, serverVersion(ctx, b, a)+" at "+a)
+			servers = append(servers, serverVersion(ctx, b, a)+" at "+serverAddr(b, a))
 		}
 	}
 	fmt.Fprintf(&head, "servers:  %s (loopback, same host)\n", strings.Join(servers, "; "))
@@ -167,7 +186,11 @@ func run() int {
 	fmt.Fprintln(&head, "libraries:")
 	for _, l := range libraries() {
 		if _, ok := cfg.addr[l.backend]; ok && cfg.wants(l.name) {
-			fmt.Fprintf(&head, "  %-16s %s\n", l.name, l.note)
+			note := l.note
+			if l.missing != "" {
+				note += ": " + l.missing
+			}
+			fmt.Fprintf(&head, "  %-16s %s\n", l.name, note)
 		}
 	}
 	os.Stderr.Write(head.Bytes())
@@ -256,7 +279,7 @@ func ints(s string) ([]int, error) {
 
 const legend = `How to read it:
   x baseline   the figure divided by the same figure of the scenario's baseline on the same backend:
-               uncontended: two round trips back to back (2×PING, 2×version, 2×exists);
+               uncontended: two round trips back to back (2×PING, 2×version, 2×exists, 2×SELECT 1);
                hand-off: one round trip from the same idle state, so the ratio is in round trips;
                hot key, many keys: as many goroutines making cycles of two round trips, so the
                ratio is the share of the backend's raw capacity at that concurrency;
@@ -267,4 +290,10 @@ const legend = `How to read it:
   waits        from wanting the lock to the grant, across Lock calls that gave up meanwhile;
                waits cut off by the end of a run count as ending then.
   Peers run with their documented defaults and with the retry delay tuned down to 1 ms ("(1ms)").
+  advisory (1ms) [baseline]  on PostgreSQL, a second baseline: the plain session-level advisory
+               lock most Go code takes (pg_try_advisory_lock every 1 ms, pg_advisory_unlock, one
+               connection per worker; no TTL, fencing or queue). Its ratios are to the round-trip
+               baseline, like a library's; it is not a peer.
+  server CPU   Redis INFO cpu; memcached stats rusage; PostgreSQL: the postmaster and every process
+               it forked (/proc; backends, background workers, autovacuum), when it runs on this host.
 `

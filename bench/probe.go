@@ -12,7 +12,7 @@ import (
 
 // A probe makes the backend's cheapest round trip, the unit the lock
 // figures are compared with: Redis PING, Memcached version, ZooKeeper
-// exists. It uses its own connection, through the same client library as
+// exists, PostgreSQL SELECT 1. It uses its own connection, through the same client library as
 // the drivers.
 type probe interface {
 	roundTrip(ctx context.Context) error
@@ -20,7 +20,7 @@ type probe interface {
 }
 
 // probeName is what the baselines are called.
-var probeName = map[string]string{"redis": "PING", "memcached": "version", "zookeeper": "exists"}
+var probeName = map[string]string{"redis": "PING", "memcached": "version", "zookeeper": "exists", "postgres": "SELECT 1"}
 
 func openProbe(ctx context.Context, backend, addr string) (probe, error) {
 	switch backend {
@@ -42,6 +42,12 @@ func openProbe(ctx context.Context, backend, addr string) (probe, error) {
 			return nil, err
 		}
 		return zkProbe{conn}, nil
+	case "postgres":
+		conn, err := dialPostgres(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return postgresProbe{conn}, nil
 	}
 	return nil, fmt.Errorf("unknown backend %q", backend)
 }
@@ -77,8 +83,19 @@ func serverVersion(ctx context.Context, backend, addr string) string {
 		return "memcached " + memcachedVersion(addr)
 	case "zookeeper":
 		return "zookeeper " + zkVersion(addr)
+	case "postgres":
+		return "postgresql " + postgresVersion(ctx, addr)
 	}
 	return "?"
+}
+
+// serverAddr is where the server of backend is, for the header: for
+// PostgreSQL, whose variable is a URL with a password, its host and port.
+func serverAddr(backend, addr string) string {
+	if backend == "postgres" {
+		return redactPostgres(addr)
+	}
+	return addr
 }
 
 // infoField returns the value of name in an INFO reply.

@@ -26,7 +26,7 @@ const (
 func semaphoreLibs(cfg *config, backend string) []lib {
 	var ls []lib
 	for _, l := range cfg.libs(backend) {
-		if l.peer || l.backend == "memcached" { // memcached grants no permits
+		if l.peer || l.plain || l.backend == "memcached" { // memcached grants no permits
 			continue
 		}
 		lk := l

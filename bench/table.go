@@ -65,6 +65,10 @@ const (
 	dlockRow rowKind = iota
 	peerRow
 	baselineRow
+	// plainRow is a plain lock of the backend's own (PostgreSQL's
+	// advisory lock): a baseline of its own, printed as one, but with its
+	// ratios to the round-trip baseline and to the peers like a library's.
+	plainRow
 )
 
 // A row is one library (or baseline) in one scenario.
@@ -223,7 +227,7 @@ func (t *table) write(w io.Writer) {
 		}
 		prev = r.scenario + "\x00" + r.backend
 		lib := r.lib
-		if r.kind == baselineRow {
+		if r.kind == baselineRow || r.kind == plainRow {
 			lib += " [baseline]"
 		}
 		for _, f := range r.figs {

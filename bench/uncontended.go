@@ -74,10 +74,7 @@ func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) e
 			pr = mp
 		}
 		key := cfg.key("uncontended", l.name)
-		kind := dlockRow
-		if l.peer {
-			kind = peerRow
-		}
+		kind := l.kind()
 		cs = append(cs, &cycler{name: l.name, kind: kind, run: func(ctx context.Context) error {
 			h, err := c.Lock(ctx, key)
 			if err != nil {
@@ -148,6 +145,7 @@ func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) e
 		}
 		t.add(&row{scenario: scenUncontended, backend: backend, lib: c.name, kind: c.kind, figs: append(figs, c.cpu.figures()...)})
 	}
+	cfg.unmeasured(t, scenUncontended, backend, "median")
 	return nil
 }
 
