@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func auditKey(prefix string) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// entriesOf lists the key's entries as "owner granted" lines.
+func entriesOf(t testing.TB, raw *pgxpool.Pool, schema, key string) []string {
+	t.Helper()
+	rows, err := raw.Query(context.Background(),
+		"SELECT format('%s granted=%s token=%s expires_in=%s', owner, granted, token, expires - clock_timestamp()) FROM "+schema+".entries WHERE key = $1 ORDER BY seq", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAuditLateCheckAfterLeave: a queued waiter's check_turn is on the
+// network when the waiter's Lock gives up; Leave then finds the waiter's
+// entry and deletes it, leaving no tombstone, so the late check_turn
+// finds no entry, joins again, and, the key being free, is granted: a
+// grant of the whole TTL that nobody holds or releases.
+func TestAuditLateCheckAfterLeave(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	a := newTestLocker(t, url, nil, &netCut{})
+	px := newPGProxy(t, serverAddr(t, url))
+	b := proxiedLocker(t, url, px, 1, nil)
+	key := auditKey("audit-latecheck")
+
+	la, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	berr := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(bctx, key, lock.WithTTL(30*time.Second))
+		if err == nil {
+			l.Unlock(ctx)
+			err = errors.New("granted")
+		}
+		berr <- err
+	}()
+	waitFor(t, "b's queue entry", 5*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 2 })
+
+	// b's next step, woken by a's release, stays on the network.
+	px.holdAll()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b's check_turn on the network", 3*time.Second, func() bool { return px.heldBytes() > 0 })
+	bcancel()
+	if err := <-berr; !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("b's Lock: %v, want ErrNotAcquired", err)
+	}
+	// Leave takes b's entry out (on a new connection).
+	waitFor(t, "b's Leave", 5*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 0 })
+
+	// The check_turn reaches the server now.
+	px.deliver()
+	time.Sleep(500 * time.Millisecond)
+
+	if got := entriesOf(t, raw, "dlock", key); len(got) != 0 {
+		t.Errorf("after the waiter gave up and left, the key has entries nobody will release: %q", got)
+	}
+	lc, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("the key is free (its holder unlocked, its waiter gave up), yet TryLock: %v", err)
+	}
+	lc.Unlock(ctx)
+}
