@@ -102,3 +102,32 @@ func TestAuditLateCheckAfterLeave(t *testing.T) {
 	}
 	lc.Unlock(ctx)
 }
+
+// TestAuditReentrantHoldsRenewedTogether: two holds of one named owner
+// on one key are one entries row. refresh() updates it FROM unnest(ks,
+// os) with both holds matching; PostgreSQL updates the row once and
+// RETURNING gives one of the two owners, so the other hold is reported
+// ErrNotHeld by RefreshBatch and its lease is lost while the grant lives.
+func TestAuditReentrantHoldsRenewedTogether(t *testing.T) {
+	url := serverURL(t)
+	ctx := context.Background()
+	a := newTestLocker(t, url, &lock.Options{TTL: 3 * time.Second}, &netCut{})
+	key := auditKey("audit-holds")
+	var holds []*lock.Lease
+	for range 4 {
+		h, err := a.TryLock(ctx, key, lock.WithOwner("job-7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, h)
+	}
+	time.Sleep(3 * time.Second) // the renewals at 1 s and 2 s, due together (within validity/30)
+	for i, h := range holds {
+		select {
+		case <-h.Done():
+			t.Errorf("hold %d lost while the named owner's grant is renewed: %v", i+1, h.Err())
+		default:
+		}
+		h.Unlock(ctx)
+	}
+}
