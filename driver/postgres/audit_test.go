@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -129,5 +130,86 @@ func TestAuditReentrantHoldsRenewedTogether(t *testing.T) {
 		default:
 		}
 		h.Unlock(ctx)
+	}
+}
+
+// TestAuditCounterDeletedUnderLoad: an operator deletes the key's row of
+// keys (the counter loss the schema is made to survive) while clients
+// take and release the key. begin_key's INSERT ... ON CONFLICT DO NOTHING
+// then SELECT ... FOR UPDATE locks nothing when the row is deleted
+// between the two, and the step runs beside a step that made the row
+// again: both count no grant, both grant (and a step whose next_token
+// finds no row fails on the NULL token).
+func TestAuditCounterDeletedUnderLoad(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	key := auditKey("audit-counterloss")
+	const workers = 6
+	var lockers []lock.Locker
+	for range workers {
+		lockers = append(lockers, newTestLocker(t, url, &lock.Options{TTL: 10 * time.Second, DisableAutoRenew: true}, &netCut{}))
+	}
+	stop := make(chan struct{})
+	var (
+		mu               sync.Mutex
+		holders, maxSeen int
+		grants, failures int
+		firstErr         error
+	)
+	var wg sync.WaitGroup
+	for _, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				le, err := l.TryLock(ctx, key)
+				if err != nil {
+					if !errors.Is(err, lock.ErrHeld) {
+						mu.Lock()
+						failures++
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+					}
+					continue
+				}
+				mu.Lock()
+				holders++
+				grants++
+				maxSeen = max(maxSeen, holders)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				holders-- // before the Unlock is sent
+				mu.Unlock()
+				le.Unlock(ctx)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			raw.Exec(ctx, "DELETE FROM dlock.keys WHERE key = $1", key)
+		}
+	}()
+	time.Sleep(8 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d grants, %d failed attempts (first: %v)", grants, failures, firstErr)
+	if maxSeen > 1 {
+		t.Errorf("%d exclusive holders of %q at once while its counter row was being deleted", maxSeen, key)
 	}
 }
