@@ -120,3 +120,73 @@ func TestAuditSearchPathOperator(t *testing.T) {
 		t.Fatalf("TryLock of a held key: %v, want ErrNotAcquired", err)
 	}
 }
+
+// TestAuditLimitedRoles (held): a role with no right on dlock's schema
+// can NOTIFY its channel with a waiter's owner token, which only wakes
+// the waiter: its own check_turn keeps it waiting while the key is held.
+// A role with USAGE on the schema and EXECUTE on its functions (the
+// default) but no right on the tables is refused by every function, which
+// runs with its caller's rights.
+func TestAuditLimitedRoles(t *testing.T) {
+	u := serverURL(t)
+	raw := rawPool(t, u)
+	ctx := context.Background()
+	drop := func() {
+		for _, r := range []string{"audit_notify", "audit_exec"} {
+			raw.Exec(ctx, "DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '"+r+"') THEN EXECUTE 'DROP OWNED BY "+r+"'; EXECUTE 'DROP ROLE "+r+"'; END IF; END $$")
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	a := newTestLocker(t, u, nil, &netCut{})
+	b := newTestLocker(t, u, nil, &netCut{})
+	key := auditKey("audit-roles")
+	la, err := a.Lock(ctx, key) // makes the schema too
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Unlock(ctx)
+	execAll(t, raw,
+		"CREATE ROLE audit_notify LOGIN",
+		"CREATE ROLE audit_exec LOGIN",
+		"GRANT USAGE ON SCHEMA dlock TO audit_exec",
+	)
+	bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(bctx, key)
+		if err == nil {
+			l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	var waiter string
+	waitFor(t, "b's queue entry", 2*time.Second, func() bool {
+		return raw.QueryRow(ctx, "SELECT owner FROM dlock.entries WHERE key = $1 AND NOT granted", key).Scan(&waiter) == nil
+	})
+	notify := rawPool(t, asRole(t, u, "audit_notify"))
+	for range 200 {
+		if _, err := notify.Exec(ctx, "SELECT pg_notify('dlock', $1)", waiter); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-got; err == nil {
+		t.Fatal("a notification of a role with no right on dlock's schema granted a held key")
+	}
+
+	exec := rawPool(t, asRole(t, u, "audit_exec"))
+	for _, q := range []string{
+		"SELECT * FROM dlock.acquire($1, 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, false, false, 3000000)",
+		"SELECT * FROM dlock.check_turn($1, 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, 3000000)",
+		"SELECT dlock.release($1, '" + waiter + "', false, 1000)",
+		"SELECT dlock.holds_grant($1, 1)",
+	} {
+		if _, err := exec.Exec(ctx, q, key); err == nil {
+			t.Errorf("%s: a role without rights on the tables ran it", q)
+		}
+	}
+	if _, err := b.TryLock(ctx, key); err == nil {
+		t.Fatal("the key was freed by a role without rights")
+	}
+}
