@@ -213,3 +213,43 @@ func TestAuditCounterDeletedUnderLoad(t *testing.T) {
 		t.Errorf("%d exclusive holders of %q at once while its counter row was being deleted", maxSeen, key)
 	}
 }
+
+// TestAuditHoldsGrantWithoutCounterRow: holds_grant locks the key's row
+// of keys FOR SHARE, so that no grant of the key is made until the
+// user's transaction ends; with the row deleted (a counter loss) it
+// locks nothing and still answers true, and another client is granted
+// the key while the transaction that checked the first grant is open.
+func TestAuditHoldsGrantWithoutCounterRow(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	a := newTestLocker(t, url, &lock.Options{DisableAutoRenew: true}, &netCut{})
+	b := newTestLocker(t, url, nil, &netCut{})
+	key := auditKey("audit-holdsgrant")
+	la, err := a.Lock(ctx, key, lock.WithTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(ctx, "DELETE FROM dlock.keys WHERE key = $1", key); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var ok bool
+	if err := tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", key, int64(la.Token())).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("holds_grant refuses a grant whose counter row is gone: nothing more to check")
+	}
+	time.Sleep(600 * time.Millisecond) // a's grant expires; the checking transaction is still open
+	bctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if lb, err := b.TryLock(bctx, key); err == nil {
+		lb.Unlock(ctx)
+		t.Fatal("another client was granted the key while a transaction that saw holds_grant true was open")
+	}
+}
