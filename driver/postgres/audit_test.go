@@ -1,0 +1,255 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func auditKey(prefix string) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// entriesOf lists the key's entries as "owner granted" lines.
+func entriesOf(t testing.TB, raw *pgxpool.Pool, schema, key string) []string {
+	t.Helper()
+	rows, err := raw.Query(context.Background(),
+		"SELECT format('%s granted=%s token=%s expires_in=%s', owner, granted, token, expires - clock_timestamp()) FROM "+schema+".entries WHERE key = $1 ORDER BY seq", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAuditLateCheckAfterLeave: a queued waiter's check_turn is on the
+// network when the waiter's Lock gives up; Leave then finds the waiter's
+// entry and deletes it, leaving no tombstone, so the late check_turn
+// finds no entry, joins again, and, the key being free, is granted: a
+// grant of the whole TTL that nobody holds or releases.
+func TestAuditLateCheckAfterLeave(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	a := newTestLocker(t, url, nil, &netCut{})
+	px := newPGProxy(t, serverAddr(t, url))
+	b := proxiedLocker(t, url, px, 1, nil)
+	key := auditKey("audit-latecheck")
+
+	la, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, bcancel := context.WithCancel(ctx)
+	defer bcancel()
+	berr := make(chan error, 1)
+	go func() {
+		l, err := b.Lock(bctx, key, lock.WithTTL(30*time.Second))
+		if err == nil {
+			l.Unlock(ctx)
+			err = errors.New("granted")
+		}
+		berr <- err
+	}()
+	waitFor(t, "b's queue entry", 5*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 2 })
+
+	// b's next step, woken by a's release, stays on the network.
+	px.holdAll()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b's check_turn on the network", 3*time.Second, func() bool { return px.heldBytes() > 0 })
+	bcancel()
+	if err := <-berr; !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("b's Lock: %v, want ErrNotAcquired", err)
+	}
+	// Leave takes b's entry out (on a new connection).
+	waitFor(t, "b's Leave", 5*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 0 })
+
+	// The check_turn reaches the server now.
+	px.deliver()
+	time.Sleep(500 * time.Millisecond)
+
+	if got := entriesOf(t, raw, "dlock", key); len(got) != 0 {
+		t.Errorf("after the waiter gave up and left, the key has entries nobody will release: %q", got)
+	}
+	lc, err := a.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("the key is free (its holder unlocked, its waiter gave up), yet TryLock: %v", err)
+	}
+	lc.Unlock(ctx)
+}
+
+// TestAuditReentrantHoldsRenewedTogether: two holds of one named owner
+// on one key are one entries row. refresh() updates it FROM unnest(ks,
+// os) with both holds matching; PostgreSQL updates the row once and
+// RETURNING gives one of the two owners, so the other hold is reported
+// ErrNotHeld by RefreshBatch and its lease is lost while the grant lives.
+func TestAuditReentrantHoldsRenewedTogether(t *testing.T) {
+	url := serverURL(t)
+	ctx := context.Background()
+	a := newTestLocker(t, url, &lock.Options{TTL: 3 * time.Second}, &netCut{})
+	key := auditKey("audit-holds")
+	var holds []*lock.Lease
+	for range 4 {
+		h, err := a.TryLock(ctx, key, lock.WithOwner("job-7"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, h)
+	}
+	time.Sleep(3 * time.Second) // the renewals at 1 s and 2 s, due together (within validity/30)
+	for i, h := range holds {
+		select {
+		case <-h.Done():
+			t.Errorf("hold %d lost while the named owner's grant is renewed: %v", i+1, h.Err())
+		default:
+		}
+		h.Unlock(ctx)
+	}
+}
+
+// TestAuditCounterDeletedUnderLoad: an operator deletes the key's row of
+// keys (the counter loss the schema is made to survive) while clients
+// take and release the key. begin_key's INSERT ... ON CONFLICT DO NOTHING
+// then SELECT ... FOR UPDATE locks nothing when the row is deleted
+// between the two, and the step runs beside a step that made the row
+// again: both count no grant, both grant (and a step whose next_token
+// finds no row fails on the NULL token).
+func TestAuditCounterDeletedUnderLoad(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	key := auditKey("audit-counterloss")
+	const workers = 6
+	var lockers []lock.Locker
+	for range workers {
+		lockers = append(lockers, newTestLocker(t, url, &lock.Options{TTL: 10 * time.Second, DisableAutoRenew: true}, &netCut{}))
+	}
+	stop := make(chan struct{})
+	var (
+		mu               sync.Mutex
+		holders, maxSeen int
+		grants, failures int
+		firstErr         error
+	)
+	var wg sync.WaitGroup
+	for _, l := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				le, err := l.TryLock(ctx, key)
+				if err != nil {
+					if !errors.Is(err, lock.ErrHeld) {
+						mu.Lock()
+						failures++
+						if firstErr == nil {
+							firstErr = err
+						}
+						mu.Unlock()
+					}
+					continue
+				}
+				mu.Lock()
+				holders++
+				grants++
+				maxSeen = max(maxSeen, holders)
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				holders-- // before the Unlock is sent
+				mu.Unlock()
+				le.Unlock(ctx)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			raw.Exec(ctx, "DELETE FROM dlock.keys WHERE key = $1", key)
+		}
+	}()
+	time.Sleep(8 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d grants, %d failed attempts (first: %v)", grants, failures, firstErr)
+	if maxSeen > 1 {
+		t.Errorf("%d exclusive holders of %q at once while its counter row was being deleted", maxSeen, key)
+	}
+}
+
+// TestAuditHoldsGrantWithoutCounterRow: holds_grant locks the key's row
+// of keys FOR SHARE, so that no grant of the key is made until the
+// user's transaction ends; with the row deleted (a counter loss) it
+// locks nothing and still answers true, and another client is granted
+// the key while the transaction that checked the first grant is open.
+func TestAuditHoldsGrantWithoutCounterRow(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	a := newTestLocker(t, url, &lock.Options{DisableAutoRenew: true}, &netCut{})
+	b := newTestLocker(t, url, nil, &netCut{})
+	key := auditKey("audit-holdsgrant")
+	la, err := a.Lock(ctx, key, lock.WithTTL(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(ctx, "DELETE FROM dlock.keys WHERE key = $1", key); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var ok bool
+	if err := tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", key, int64(la.Token())).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skip("holds_grant refuses a grant whose counter row is gone: nothing more to check")
+	}
+	time.Sleep(600 * time.Millisecond) // a's grant expires; the checking transaction is still open
+	bctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if lb, err := b.TryLock(bctx, key); err == nil {
+		lb.Unlock(ctx)
+		t.Fatal("another client was granted the key while a transaction that saw holds_grant true was open")
+	}
+}
