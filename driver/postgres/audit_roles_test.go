@@ -11,16 +11,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// asRole is url with its user set to role.
+// asRole is url with its user set to role, whose password is
+// rolePassword (every role of these tests is made with it).
 func asRole(t testing.TB, u, role string) string {
 	t.Helper()
 	p, err := url.Parse(u)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.User = url.User(role)
+	p.User = url.UserPassword(role, rolePassword)
 	return p.String()
 }
+
+const rolePassword = "audit-role"
 
 // roleLocker is a Locker of its own pool at url, with o.
 func roleLocker(t testing.TB, u string, o *Options) lock.Locker {
@@ -80,8 +83,8 @@ func TestAuditSearchPathOperator(t *testing.T) {
 	drop()
 	t.Cleanup(drop)
 	execAll(t, raw,
-		"CREATE ROLE audit_app LOGIN",
-		"CREATE ROLE audit_evil LOGIN",
+		"CREATE ROLE audit_app LOGIN PASSWORD '"+rolePassword+"'",
+		"CREATE ROLE audit_evil LOGIN PASSWORD '"+rolePassword+"'",
 		script,
 		"GRANT USAGE ON SCHEMA "+schema+" TO audit_app",
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "+schema+" TO audit_app",
@@ -147,8 +150,8 @@ func TestAuditLimitedRoles(t *testing.T) {
 	}
 	defer la.Unlock(ctx)
 	execAll(t, raw,
-		"CREATE ROLE audit_notify LOGIN",
-		"CREATE ROLE audit_exec LOGIN",
+		"CREATE ROLE audit_notify LOGIN PASSWORD '"+rolePassword+"'",
+		"CREATE ROLE audit_exec LOGIN PASSWORD '"+rolePassword+"'",
 		"GRANT USAGE ON SCHEMA dlock TO audit_exec",
 	)
 	bctx, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -9,11 +9,12 @@ import (
 
 // Inspect implements driver.Inspector with one read-only statement (a
 // snapshot): the key's live entries in queue order, with everything the
-// table keeps of them.
+// table keeps of them. It never creates the schema: where there is none,
+// the key is free.
 func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
 	var st driver.KeyState
-	if err := d.ready(ctx); err != nil {
-		return st, err
+	if there, err := d.check(ctx, false); err != nil || !there {
+		return st, err // no schema: nobody holds or waits for anything
 	}
 	rows, err := d.pool.Query(ctx, d.q.inspect, d.args(key)...)
 	if err != nil {

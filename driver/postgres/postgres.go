@@ -121,7 +121,7 @@ func newQueries(s string) queries {
 		version: "SELECT " + s + ".version()",
 		acquire: "SELECT tok, retry, other_lim, voided FROM " + s + ".acquire($1, $2, $3, $4, $5, $6, $7, $8)",
 		check:   "SELECT tok, retry, other_lim, voided FROM " + s + ".check_turn($1, $2, $3, $4, $5, $6)",
-		release: "SELECT " + s + ".release($1, $2, $3, $4)",
+		release: "SELECT " + s + ".release($1, $2, $3, $4, $5)",
 		refresh: "SELECT " + s + ".refresh($1, $2, $3)",
 		resume:  "SELECT " + s + ".resume($1, $2, $3, $4, $5, $6, $7)",
 		inspect: "SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires - c.t, e.since, e.joined, coalesce(cardinality(e.holds), -1)" +
@@ -180,43 +180,54 @@ func (d *pgDriver) Validate(l *driver.Lease) error {
 	return nil
 }
 
-// ready makes sure the schema exists at this driver's version, creating
-// it unless Options.NoCreate. It runs once per driver after a success.
+// ready makes sure the schema exists at this driver's version or a later
+// one (whose functions keep this version's behaviour), creating or
+// updating it unless Options.NoCreate. It runs once per driver after a
+// success.
 func (d *pgDriver) ready(ctx context.Context) error {
+	_, err := d.check(ctx, true)
+	return err
+}
+
+// check is ready, and with install unset, it creates nothing and reports
+// whether the schema is there (Inspect's: reading changes nothing).
+func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	if d.err != nil {
-		return d.err
+		return false, d.err
 	}
 	if d.installed.Load() {
-		return nil
+		return true, nil
 	}
 	d.installMu.Lock()
 	defer d.installMu.Unlock()
 	if d.installed.Load() {
-		return nil
+		return true, nil
 	}
 	var v int
 	err := d.pool.QueryRow(ctx, d.q.version, d.mode...).Scan(&v)
-	if err == nil && v == schemaVersion {
+	if err == nil && v >= schemaVersion {
 		d.installed.Store(true)
-		return nil
+		return true, nil
 	}
 	var pe *pgconn.PgError
 	missing := errors.As(err, &pe) && (pe.Code == "42883" || pe.Code == "3F000") // undefined_function, invalid_schema_name
-	if err != nil && !missing {
-		return fmt.Errorf("postgres: reading the version of schema %s: %w", d.schema, err)
-	}
-	if !d.create {
+	switch {
+	case err != nil && !missing:
+		return false, fmt.Errorf("postgres: reading the version of schema %s: %w", d.schema, err)
+	case !install:
+		return false, nil
+	case !d.create:
 		have := "missing"
 		if err == nil {
 			have = fmt.Sprintf("at version %d", v)
 		}
-		return fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate is set: run the output of postgres.SchemaSQL(%q) (version %d) as a user with the CREATE right", d.schema, have, d.schema, schemaVersion)
+		return false, fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate is set: run the output of postgres.SchemaSQL(%q) (version %d) as a user with the CREATE right", d.schema, have, d.schema, schemaVersion)
 	}
 	if err := d.install(ctx); err != nil {
-		return fmt.Errorf("postgres: creating schema %s: %w", d.schema, err)
+		return false, fmt.Errorf("postgres: creating schema %s: %w", d.schema, err)
 	}
 	d.installed.Store(true)
-	return nil
+	return true, nil
 }
 
 // install runs schema.sql in one transaction, under a transaction-level
@@ -332,31 +343,32 @@ func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
 }
 
 // Leave implements driver.Queuer: it deletes l's entry, granted or not,
-// and leaves a tombstone when there was none (a Join still on its way).
+// and leaves a tombstone, so that a step of l's still on its way (held in
+// the network or a pooler) changes nothing when it lands.
 func (d *pgDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	if d.ln != nil {
 		d.ln.remove(l.Owner)
 	}
-	_, err := d.release(ctx, l, false)
+	_, err := d.release(ctx, l, false, true)
 	return err
 }
 
 // Release deletes l's grant (l's hold, for a named owner's), and hands
 // the key on by waking the waiters it lets in.
 func (d *pgDriver) Release(ctx context.Context, l *driver.Lease) error {
-	ok, err := d.release(ctx, l, l.Reentrant)
+	ok, err := d.release(ctx, l, l.Reentrant, false)
 	if err == nil && !ok {
 		return driver.ErrNotHeld
 	}
 	return err
 }
 
-func (d *pgDriver) release(ctx context.Context, l *driver.Lease, reentrant bool) (bool, error) {
+func (d *pgDriver) release(ctx context.Context, l *driver.Lease, reentrant, leave bool) (bool, error) {
 	if err := d.ready(ctx); err != nil {
 		return false, err
 	}
 	var ok bool
-	err := d.pool.QueryRow(ctx, d.q.release, d.args(l.Key, l.Owner, reentrant, micros(l.TTL))...).Scan(&ok)
+	err := d.pool.QueryRow(ctx, d.q.release, d.args(l.Key, l.Owner, reentrant, micros(l.TTL), leave)...).Scan(&ok)
 	return ok, err
 }
 

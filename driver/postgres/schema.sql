@@ -4,6 +4,10 @@
 -- functions missing; a user who creates schema by hand runs the output of
 -- postgres.SchemaSQL instead. Every statement can run again.
 --
+-- Every function runs with search_path = pg_catalog, pg_temp: operators
+-- and functions resolve to the built-in ones, never to objects a role
+-- with CREATE on some schema of the caller's search_path has made.
+--
 -- Every step of a lease is one call of one of the functions below, in a
 -- transaction of its own: it first locks the key's row of keys (begin_key),
 -- so steps on one key run one at a time, and it judges every expiry by
@@ -62,14 +66,14 @@ CREATE TABLE IF NOT EXISTS {{schema}}.voids (
 -- fits: may an entry of mode m (of lim permits) be granted after n live
 -- entries, all shared (sh) or all permits (pm)?
 CREATE OR REPLACE FUNCTION {{schema}}.fits(m bigint, lim bigint, n bigint, sh boolean, pm boolean)
-RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+RETURNS boolean LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     SELECT (m = 0 AND n = 0) OR (m = 1 AND sh) OR (m = 2 AND pm AND n < lim)
 $$;
 
 -- wake notifies the waiters of k whose turn has come, on the channel named
 -- like the schema, with the waiter's owner token as payload. The message
 -- only wakes: the waiter's own next step finds its turn on the server.
-CREATE OR REPLACE FUNCTION {{schema}}.wake(k text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {{schema}}.wake(k text) RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     r  record;
     n  bigint  := 0;
@@ -90,13 +94,18 @@ END $$;
 -- begin_key locks k's row (making it if need be), drops the expired
 -- entries and tombstones of k, wakes the waiters that this lets in, and
 -- returns the clock every expiry of the step is judged by.
-CREATE OR REPLACE FUNCTION {{schema}}.begin_key(k text) RETURNS timestamptz LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {{schema}}.begin_key(k text) RETURNS timestamptz LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t      timestamptz;
     purged bigint;
 BEGIN
-    INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
-    PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
+    -- The row may be deleted (an operator, a restore) between the INSERT
+    -- and the lock: lock it only once it is seen.
+    LOOP
+        PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
+    END LOOP;
     t := clock_timestamp();
     DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.expires <= t;
     GET DIAGNOSTICS purged = ROW_COUNT;
@@ -108,13 +117,13 @@ BEGIN
 END $$;
 
 -- next_token takes k's next fencing token: max(counter + 1, t in µs).
-CREATE OR REPLACE FUNCTION {{schema}}.next_token(k text, t timestamptz) RETURNS bigint LANGUAGE sql AS $$
+CREATE OR REPLACE FUNCTION {{schema}}.next_token(k text, t timestamptz) RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
     UPDATE {{schema}}.keys SET counter = greatest(coalesce(counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint)
     WHERE key = k RETURNING counter
 $$;
 
 -- retry_ms is how long until the first grant of k expires (0: none).
-CREATE OR REPLACE FUNCTION {{schema}}.retry_ms(k text, t timestamptz) RETURNS bigint LANGUAGE sql AS $$
+CREATE OR REPLACE FUNCTION {{schema}}.retry_ms(k text, t timestamptz) RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
     SELECT coalesce(ceil(extract(epoch FROM min(e.expires) - t) * 1000)::bigint, 0)
     FROM {{schema}}.entries e WHERE e.key = k AND e.granted
 $$;
@@ -130,7 +139,7 @@ $$;
 -- was already ended by a Release or Leave (nothing changed in both).
 CREATE OR REPLACE FUNCTION {{schema}}.acquire(k text, o text, m bigint, lm bigint, ttl bigint, re boolean, q boolean, life bigint,
     OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t  timestamptz := {{schema}}.begin_key(k);
     n  bigint;
@@ -181,7 +190,7 @@ END $$;
 -- waiter's back joins again, at the end.
 CREATE OR REPLACE FUNCTION {{schema}}.check_turn(k text, o text, m bigint, lm bigint, ttl bigint, life bigint,
     OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t  timestamptz := {{schema}}.begin_key(k);
     e  record;
@@ -229,7 +238,7 @@ BEGIN
 END $$;
 
 -- void records that o's attempt at k is over, for ttl µs at least.
-CREATE OR REPLACE FUNCTION {{schema}}.void(k text, o text, t timestamptz, ttl bigint) RETURNS void LANGUAGE sql AS $$
+CREATE OR REPLACE FUNCTION {{schema}}.void(k text, o text, t timestamptz, ttl bigint) RETURNS void LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
     INSERT INTO {{schema}}.voids (key, owner, expires)
     VALUES (k, o, t + greatest(ttl * interval '1 microsecond', interval '1 minute'))
     ON CONFLICT (key, owner) DO UPDATE SET expires = greatest({{schema}}.voids.expires, excluded.expires)
@@ -237,8 +246,10 @@ $$;
 
 -- release deletes o's entry of k, granted or waiting (re: o's hold of a
 -- named grant, and the grant with its last hold), and wakes the waiters
--- it lets in. It returns false, and voids o, when there is none.
-CREATE OR REPLACE FUNCTION {{schema}}.release(k text, o text, re boolean, ttl bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+-- it lets in. It returns false, and voids o, when there is none. leave:
+-- o's wait is over, and o is voided in any case (a queue step of o's
+-- still on its way would otherwise join the queue again, or be granted).
+CREATE OR REPLACE FUNCTION {{schema}}.release(k text, o text, re boolean, ttl bigint, leave boolean) RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t timestamptz := {{schema}}.begin_key(k);
     h text[];
@@ -257,6 +268,9 @@ BEGIN
         PERFORM {{schema}}.void(k, o, t, ttl);
         RETURN false;
     END IF;
+    IF leave THEN
+        PERFORM {{schema}}.void(k, o, t, ttl);
+    END IF;
     PERFORM {{schema}}.wake(k);
     RETURN true;
 END $$;
@@ -265,25 +279,31 @@ END $$;
 -- least ttl µs from now, never shortening it, and returns the owners it
 -- extended. It locks the keys' rows in key order, so two batches never
 -- wait for each other in a cycle.
-CREATE OR REPLACE FUNCTION {{schema}}.refresh(ks text[], os text[], ttl bigint) RETURNS SETOF text LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {{schema}}.refresh(ks text[], os text[], ttl bigint) RETURNS SETOF text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t timestamptz;
 BEGIN
     PERFORM 1 FROM {{schema}}.keys WHERE key = ANY (ks) ORDER BY key FOR UPDATE;
     t := clock_timestamp();
+    -- Several holds of one named grant may be in the batch: the UPDATE
+    -- extends the row once, and the join gives each of them.
     RETURN QUERY
-    UPDATE {{schema}}.entries e SET expires = greatest(e.expires, t + ttl * interval '1 microsecond')
-    FROM unnest(ks, os) AS u(k, o)
-    WHERE e.key = u.k AND e.granted AND e.expires > t
-      AND CASE WHEN e.holds IS NULL THEN e.owner = u.o ELSE u.o = ANY (e.holds) END
-    RETURNING u.o;
+    WITH extended AS (
+        UPDATE {{schema}}.entries e SET expires = greatest(e.expires, t + ttl * interval '1 microsecond')
+        FROM unnest(ks, os) AS u(k, o)
+        WHERE e.key = u.k AND e.granted AND e.expires > t
+          AND CASE WHEN e.holds IS NULL THEN e.owner = u.o ELSE u.o = ANY (e.holds) END
+        RETURNING e.key, e.owner, e.holds
+    )
+    SELECT u.o FROM unnest(ks, os) AS u(k, o) JOIN extended x ON x.key = u.k
+        AND CASE WHEN x.holds IS NULL THEN x.owner = u.o ELSE u.o = ANY (x.holds) END;
 END $$;
 
 -- resume extends o's grant of k to at least ttl µs from now if it has
 -- mode m, lm permits, token tk and is a named owner's hold exactly when
 -- re is set; it returns false, changing nothing, otherwise.
 CREATE OR REPLACE FUNCTION {{schema}}.resume(k text, o text, m bigint, lm bigint, tk bigint, re boolean, ttl bigint)
-RETURNS boolean LANGUAGE plpgsql AS $$
+RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t timestamptz := {{schema}}.begin_key(k);
 BEGIN
@@ -299,12 +319,15 @@ END $$;
 -- that grant is live and still the key's (see the package doc). It takes
 -- k's row lock in share mode, so no step on k changes the grants until
 -- the user's transaction ends.
-CREATE OR REPLACE FUNCTION {{schema}}.holds_grant(k text, tk bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {{schema}}.holds_grant(k text, tk bigint) RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR SHARE;
+    IF NOT FOUND THEN
+        RETURN false; -- no row, no lock: and no grant is made without the row
+    END IF;
     RETURN EXISTS (SELECT 1 FROM {{schema}}.entries e
                    WHERE e.key = k AND e.granted AND e.token = tk AND e.expires > clock_timestamp());
 END $$;
 
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 1 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1 $$;
