@@ -51,8 +51,8 @@ func Example() {
 // package is imported (here redisnx, for redisnx:// and redisnxs://).
 func Example_open() {
 	ctx := context.Background()
-	// DLOCK_URL=redisnx://localhost:6379 (or rediswatch://, memcached://,
-	// zookeeper://), with ttl= and the driver's parameters in the query.
+	// DLOCK_URL=redisnx://localhost:6379 (or rediswatch://, postgres://,
+	// memcached://, zookeeper://), with ttl= and the driver's parameters.
 	locker, err := lock.Open(ctx, os.Getenv("DLOCK_URL"))
 	if err != nil {
 		log.Fatal(err) // lock.ErrInvalid for a bad URL; no secret is quoted
