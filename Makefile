@@ -7,6 +7,10 @@ TIMEOUT ?= 20m
 # whose waits, renewals and notifications run on many goroutines. Their
 # tests wait on servers, so the detector costs little time there.
 RACE_PKGS ?= ./lock/ ./driver/memory/ ./internal/redisx/ ./driver/redisnx/ ./driver/rediswatch/
+# TEST_SKIP: tests make test leaves to make conformance, each covered in make
+# test by a shorter one: the whole suite through PgBouncer in transaction mode
+# (100 s; TestPgBouncerTransactionPooling runs every kind of call through it).
+TEST_SKIP ?= ^TestConformancePgBouncer$$
 
 .PHONY: test check servers conformance unit images up down test-docker chaos bench nemesis
 
@@ -22,7 +26,7 @@ RACE_PKGS ?= ./lock/ ./driver/memory/ ./internal/redisx/ ./driver/redisnx/ ./dri
 test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
 	$(GO) test -count=1 -timeout $(TIMEOUT) -race $(RACE_PKGS)
-	$(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))'))
+	$(GO) test -count=1 -timeout $(TIMEOUT) -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))'))
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@echo "test: harness/nemesis on its own"

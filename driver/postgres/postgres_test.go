@@ -362,3 +362,95 @@ func TestSchemaVersionBumped(t *testing.T) {
 		t.Errorf("schema.sql's version() does not return schemaVersion %d", schemaVersion)
 	}
 }
+
+// TestPgBouncerTransactionPooling: through PgBouncer in transaction mode
+// (a server connection lent per transaction, no named statements kept),
+// with Options.TransactionPooling, every kind of call works: grants,
+// a held key, a waiter served by polling, shared leases, permits,
+// refresh, Resume, Inspect and the in-transaction check. (The whole
+// conformance suite runs through it in make conformance:
+// TestConformancePgBouncer.)
+func TestPgBouncerTransactionPooling(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	b := testserver.StartPgBouncer(t, pg, "transaction")
+	ctx := tctx(t, 60*time.Second)
+	newL := func() lock.Locker {
+		return newLockerWith(t, b.URL(), &Options{TransactionPooling: true}, &netCut{})
+	}
+	a, w := newL(), newL()
+	key := "pgbouncer/" + time.Now().Format(time.RFC3339Nano)
+	held, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.TryLock(ctx, key); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLock of a held key: %v; want ErrHeld", err)
+	}
+	if err := held.Refresh(ctx, 10*time.Second); err != nil {
+		t.Fatalf("Refresh: %v", err)
+	}
+	handle, err := held.Detach()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := w.Resume(ctx, handle)
+	if err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if resumed.Token() != held.Token() {
+		t.Errorf("Resume's token %d, want %d", resumed.Token(), held.Token())
+	}
+	var ok bool
+	if err := pgx.BeginFunc(ctx, rawPool(t, b.URL()), func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", pgx.QueryExecModeExec, key, int64(resumed.Token())).Scan(&ok)
+	}); err != nil || !ok {
+		t.Errorf("holds_grant through PgBouncer: %v, %v; want true", ok, err)
+	}
+	st, err := lock.Inspect(ctx, a, key)
+	if err != nil || len(st.Holders) != 1 {
+		t.Fatalf("Inspect: %+v, %v; want one holder", st, err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		l, err := a.Lock(ctx, key)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		waited <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := resumed.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not served within 5s of the release (it polls every second)")
+	}
+	rw := w.(lock.RWLocker)
+	r1, err := rw.RLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := a.(lock.RWLocker).TryRLock(ctx, key)
+	if err != nil {
+		t.Fatalf("a second reader: %v", err)
+	}
+	r1.Unlock(ctx)
+	r2.Unlock(ctx)
+	sem, err := lock.Semaphores(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := sem.Acquire(ctx, key+"/sem", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sem.TryAcquire(ctx, key+"/sem", 1); !errors.Is(err, lock.ErrHeld) {
+		t.Errorf("a second permit of one: %v; want ErrHeld", err)
+	}
+	p1.Unlock(ctx)
+}
