@@ -10,9 +10,11 @@ RACE_PKGS ?= ./lock/ ./driver/memory/ ./internal/redisx/ ./driver/redisnx/ ./dri
 # TEST_SKIP: tests make test leaves to make conformance, each covered in make
 # test by a shorter one: the whole suite through PgBouncer in transaction mode
 # (100 s; TestPgBouncerTransactionPooling runs every kind of call through it),
-# and memcached's suite on two servers (124 s; TestCounterOnLockServer checks
-# what two servers change: each lock and its counter on one server).
-TEST_SKIP ?= ^(TestConformancePgBouncer|TestConformanceTwoServers)$$
+# PostgreSQL's suite on a primary with a synchronous standby (60 s; TestFailover
+# checks what the standby changes), and memcached's suite on two servers
+# (124 s; TestCounterOnLockServer checks what two servers change: each lock and
+# its counter on one server).
+TEST_SKIP ?= ^(TestConformancePgBouncer|TestConformanceReplica|TestConformanceTwoServers)$$
 
 .PHONY: test check servers conformance unit images up down test-docker chaos bench nemesis
 

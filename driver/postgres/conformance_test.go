@@ -38,6 +38,19 @@ func TestConformancePgBouncer(t *testing.T) {
 	})
 }
 
+// TestConformanceReplica runs the suite against a primary whose commits
+// wait for its streaming standby (synchronous_standby_names), the
+// arrangement under which a failover keeps every grant (TestFailover).
+func TestConformanceReplica(t *testing.T) {
+	pg := testserver.StartPostgres(t, &testserver.PostgresOptions{Replica: true})
+	if _, err := pg.ExecNode(0, "ALTER SYSTEM SET synchronous_standby_names = '*'; SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	url := pg.NodeURL(0)
+	raw := rawPool(t, url)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: url, raw: raw} }, nil)
+}
+
 // serverURL is the superuser URL of the test binary's shared server.
 func serverURL(t testing.TB) string {
 	t.Helper()
