@@ -9,8 +9,14 @@ import (
 type Request struct {
 	// Cmd is the command: RESP's upper-cased name ("EVALSHA", "EXEC"),
 	// memcached's word ("add", "cas"), ZooKeeper's operation ("create",
-	// "delete", "exists", "ping").
+	// "delete", "exists", "ping"), PostgreSQL's kind of request ("startup",
+	// "query": the simple protocol, "execute": an extended-protocol
+	// request that runs a statement, "prepare": one that only parses it,
+	// "sync", "close", and "sslrequest", "auth", "flush", "terminate").
 	Cmd string
+	// SQL, for PostgreSQL, is the statement the request runs or prepares
+	// (a prepared statement's, found by its name).
+	SQL string
 	// Args are the arguments after the command: RESP's, memcached's words.
 	Args []string
 	// Paths are the ZooKeeper paths the request names (every operation of
@@ -21,11 +27,12 @@ type Request struct {
 	// Mutating is set when applying the request changes the server's
 	// state: RESP writes, scripts and EXEC (not commands queued inside
 	// MULTI), memcached storage commands, ZooKeeper writes and
-	// closeSession.
+	// closeSession, PostgreSQL statements run but LISTEN, UNLISTEN, SHOW
+	// and empty ones (a SELECT may call a function that writes).
 	Mutating bool
-	// Subscribes is set on RESP's SUBSCRIBE, PSUBSCRIBE and SSUBSCRIBE:
-	// from then on the connection carries pub/sub messages (see
-	// Proxy.DelayPubSub).
+	// Subscribes is set on RESP's SUBSCRIBE, PSUBSCRIBE and SSUBSCRIBE,
+	// and PostgreSQL's LISTEN: from then on the connection carries pub/sub
+	// messages, or notifications (see Proxy.DelayPubSub).
 	Subscribes bool
 }
 
@@ -40,6 +47,8 @@ var (
 	RESP      = Protocol{"resp", func() framer { return &respFramer{} }}
 	Memcached = Protocol{"memcached", func() framer { return &mcFramer{} }}
 	ZooKeeper = Protocol{"zookeeper", func() framer { return &zkFramer{} }}
+	// PostgreSQL is version 3 of its wire protocol, unencrypted.
+	PostgreSQL = Protocol{"postgres", func() framer { return &pgFramer{} }}
 )
 
 // framer reads one connection's frames. readRequest runs on the request

@@ -12,7 +12,7 @@ import (
 
 // Proxy is a fault-injecting TCP proxy between clients and one server. It
 // understands just enough of the wire protocol (Protocol: RESP, memcached
-// text, ZooKeeper) to pair each reply with its request, so that it can lose
+// text, ZooKeeper, PostgreSQL) to pair each reply with its request, so that it can lose
 // the reply of one chosen request after the server applied it, which a
 // byte-level proxy cannot do. It can also cut clients off (Partition) and
 // let them back (Heal).
@@ -21,9 +21,10 @@ import (
 // unparsed (see ParseErrors); drop rules do not apply to it.
 //
 // A connection is a command connection until a request subscribes it
-// (Request.Subscribes: Redis's SUBSCRIBE and its kin), then a pub/sub
-// connection: the two kinds are delayed separately (Delay, DelayCommands,
-// DelayPubSub).
+// (Request.Subscribes: Redis's SUBSCRIBE and its kin, PostgreSQL's
+// LISTEN), then a pub/sub connection: the two kinds are delayed
+// separately (Delay, DelayCommands, DelayPubSub), and the messages a
+// pub/sub connection carries can be lost (DropPushes).
 type Proxy struct {
 	target string
 	proto  Protocol
@@ -35,6 +36,7 @@ type Proxy struct {
 	partitioned bool
 	delays      [2]delays // by connection kind: command, pub/sub
 	rules       []*DropRule
+	pushRules   []*DropRule // DropPushes
 	parseErrs   []error
 	closed      bool
 }
@@ -342,7 +344,12 @@ func (c *pconn) replies(f framer) {
 			c.pending = c.pending[1:]
 		}
 		held := pd != nil && pd.drop != nil && pd.drop.hold > 0 && pd.holdsLocked(frame)
+		push := c.pushRuleLocked(answers)
 		c.p.mu.Unlock()
+		if push != nil {
+			push.reportPush(frame)
+			continue // lost whole: the stream goes on without it
+		}
 		if pd != nil && pd.drop != nil && pd.drop.hold > 0 {
 			if held {
 				d = max(d, pd.drop.hold)

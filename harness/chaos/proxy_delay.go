@@ -76,3 +76,43 @@ func (pd *pending) report() {
 	default:
 	}
 }
+
+// DropPushes makes the proxy lose each of the next n frames (n < 0: every
+// one until Stop) that the server sends on a pub/sub connection and that
+// answer no request: Redis's pub/sub messages, PostgreSQL's
+// NotificationResponses on a LISTEN connection. The frame is taken out
+// whole and the connection stays up, so the client never hears of the
+// message. Each lost frame is sent on Dropped as a Request whose Cmd is
+// "push" and whose Args hold the frame.
+func (p *Proxy) DropPushes(n int) *DropRule {
+	d := &DropRule{p: p, left: n, dropped: make(chan Request, 128)}
+	p.mu.Lock()
+	p.pushRules = append(p.pushRules, d)
+	p.mu.Unlock()
+	return d
+}
+
+// pushRuleLocked claims a frame that answers no request on a pub/sub
+// connection for the first DropPushes rule with some left, if any. p.mu
+// held.
+func (c *pconn) pushRuleLocked(answers bool) *DropRule {
+	if answers || !c.pubsub {
+		return nil
+	}
+	for _, d := range c.p.pushRules {
+		if d.left != 0 {
+			d.left--
+			return d
+		}
+	}
+	return nil
+}
+
+// reportPush sends a lost push frame on the rule's Dropped channel,
+// unless that is full.
+func (d *DropRule) reportPush(frame []byte) {
+	select {
+	case d.dropped <- Request{Cmd: "push", Args: []string{string(frame)}}:
+	default:
+	}
+}

@@ -16,6 +16,7 @@ const (
 	RedisBackend     Backend = "redis"
 	MemcachedBackend Backend = "memcached"
 	ZooKeeperBackend Backend = "zookeeper"
+	PostgresBackend  Backend = "postgres"
 )
 
 // Protocol is the wire protocol a Proxy to the backend speaks.
@@ -25,6 +26,8 @@ func (b Backend) Protocol() Protocol {
 		return Memcached
 	case ZooKeeperBackend:
 		return ZooKeeper
+	case PostgresBackend:
+		return PostgreSQL
 	}
 	return RESP
 }
@@ -50,6 +53,8 @@ type Server struct {
 	Nodes []*testserver.Server
 	// ZK is set for ZooKeeper, for its leader.
 	ZK *testserver.ZooKeeper
+	// PG is set for PostgreSQL: its superuser's URL, Exec, CreateUser.
+	PG *testserver.Postgres
 }
 
 // ZKTick is the tick of ZooKeeper servers from StartServer; sessions last
@@ -107,6 +112,16 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 		return &Server{
 			Addrs: z.Addrs(), Pause: z.Pause, Resume: z.Resume, Kill: z.Kill, Restart: z.Restart, ZK: z, Nodes: z.Nodes,
 			Residue: func(ctx context.Context) ([]string, error) { return ZooKeeperResidue(ctx, z.Addrs()) },
+		}
+	case PostgresBackend:
+		p := testserver.StartPostgres(t, nil)
+		p.RequireFaults(t)
+		if err := createPostgresUser(p); err != nil {
+			t.Fatal(err)
+		}
+		return &Server{
+			Addrs: p.Addrs(), Pause: p.Pause, Resume: p.Resume, Kill: p.Kill, Restart: p.Restart, Nodes: p.Nodes, PG: p,
+			Residue: func(ctx context.Context) ([]string, error) { return PostgresResidue(ctx, p.URL()) },
 		}
 	}
 	t.Fatalf("chaos: unknown backend %q", b)
