@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
@@ -20,15 +19,18 @@ const (
 	PostgresPassword = "dlock-app-secret"
 )
 
-// PostgresURL is a postgres:// URL for the driver (lock.Open) to the
-// server or proxy at addr, as PostgresUser, with query (a "k=v&..."
-// string, or "").
+// PostgresURLFormat is the postgres:// URL of the driver (lock.Open) as
+// PostgresUser, with %s for the address (a server's or a proxy's).
+const PostgresURLFormat = "postgres://" + PostgresUser + ":" + PostgresPassword + "@%s/postgres?sslmode=disable"
+
+// PostgresURL is PostgresURLFormat for addr, with query (a "k=v&..."
+// string, or "") added.
 func PostgresURL(addr, query string) string {
-	u := url.URL{Scheme: "postgres", User: url.UserPassword(PostgresUser, PostgresPassword), Host: addr, Path: "/postgres", RawQuery: "sslmode=disable"}
+	u := fmt.Sprintf(PostgresURLFormat, addr)
 	if query != "" {
-		u.RawQuery += "&" + query
+		u += "&" + query
 	}
-	return u.String()
+	return u
 }
 
 func createPostgresUser(p *testserver.Postgres) error {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/harness/chaos"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -60,15 +61,31 @@ type adversary struct {
 // heard is a message: its channel and payload.
 type heard struct{ ch, payload string }
 
-// startAdversary makes the ACL user on every server and starts listening;
-// nil when the target has no notifications or the run no faults.
-func (r *run) startAdversary() *adversary {
+// advRunner is a running adversary: the Redis one (this file) or the
+// PostgreSQL one (adversary_pg.go). Both methods work on a nil one.
+type advRunner interface {
+	close()
+	Counts() map[string]int
+}
+
+// startAdversary starts the adversary of the target's backend; nil when
+// the target has no notifications or the run no faults.
+func (r *run) startAdversary() advRunner {
 	if !r.tg.Notify || r.cfg.NoFaults || r.srv == nil {
-		return nil
+		return (*adversary)(nil)
 	}
 	if len(r.cfg.Faults) > 0 && !slices.Contains(r.cfg.Faults, "adversary") {
-		return nil // a run limited to some faults, the adversary not among them
+		return (*adversary)(nil) // a run limited to some faults, the adversary not among them
 	}
+	if r.tg.Backend == chaos.PostgresBackend {
+		return r.startPGAdversary()
+	}
+	return r.startRedisAdversary()
+}
+
+// startRedisAdversary makes the ACL user on every server and starts
+// listening.
+func (r *run) startRedisAdversary() *adversary {
 	a := &adversary{r: r, nodes: r.srv.Addrs, pass: fmt.Sprintf("p%d", r.cfg.Seed), stop: make(chan struct{}),
 		rng: rand.New(rand.NewPCG(r.cfg.Seed, 11)), counts: map[string]int{}}
 	for _, addr := range a.nodes {

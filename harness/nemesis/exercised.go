@@ -3,6 +3,7 @@ package nemesis
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -80,12 +81,14 @@ func (n *nemesis) only(ks []fault) []fault {
 	return slices.DeleteFunc(ks, func(f fault) bool { return !slices.Contains(n.r.cfg.Faults, f.name) })
 }
 
-// adversarySent counts the messages the pub/sub adversary published.
+// adversarySent counts the messages the pub/sub adversary published
+// (not the calls the PostgreSQL one tried, nor its Inspects).
 func (s Summary) adversarySent() int {
 	n := 0
 	for kind, c := range s.Adversary {
-		switch kind {
-		case "heard", "skipped", "reconnect", "publish-failed":
+		switch {
+		case kind == "heard", kind == "heard-own", kind == "skipped", kind == "reconnect", kind == "publish-failed", kind == "inspect-failed",
+			strings.HasPrefix(kind, "call-"):
 		default:
 			n += c
 		}

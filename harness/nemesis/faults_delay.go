@@ -30,6 +30,9 @@ func (n *nemesis) delayKinds(add func(name string, w int, inject func() bool)) {
 		add("delay-pubsub", 3, n.delayPubSub)
 		add("handover-late", 5, n.handoverLate)
 	}
+	if n.r.tg.Notify && n.r.tg.Backend == chaos.PostgresBackend {
+		add("lost-notify", 2, n.lostNotify)
+	}
 }
 
 // matcher is the requests of class: "any" (every mutating request), or a
@@ -49,14 +52,23 @@ func (r *run) matcher(class string) func(chaos.Request) bool {
 }
 
 // grantsStep reports whether reply is a queued waiter's grant: the reply
-// of a rediswatch transaction that takes the key from the queue, or of a
+// of a rediswatch transaction that takes the key from the queue, of a
 // redisnx wait.lua that granted ({1, token}: an array of two integers,
-// the first 1).
+// the first 1), or of a PostgreSQL check_turn whose row has a token
+// (its first column) above 0.
 func (r *run) grantsStep(q chaos.Request, reply []byte) bool {
 	switch r.tg.classify(q) {
 	case "wait-grant":
 		return true
 	case "wait":
+		if r.tg.Backend == chaos.PostgresBackend {
+			rows := chaos.PostgresRows(reply)
+			if len(rows) != 1 || len(rows[0]) == 0 {
+				return false
+			}
+			tok, ok := chaos.PostgresInt(rows[0][0])
+			return ok && tok > 0
+		}
 		return bytes.HasPrefix(reply, []byte("*2\r\n:1\r\n"))
 	}
 	return false
@@ -189,6 +201,28 @@ func (n *nemesis) handoverLate() bool {
 		n.pubsubDelay(s, late, d)
 		stop()
 		end()
+	})
+	return true
+}
+
+// lostNotify loses the next one to five notifications of one client's
+// LISTEN connections (PostgreSQL), which stay up: a notification only
+// wakes, so the waiter it was for finds its turn at its next step, a
+// heartbeat later at most. It is recorded as a fault once one was lost.
+func (n *nemesis) lostNotify() bool {
+	s := pick(n.rng, n.clientSlots())
+	count := 1 + n.rng.IntN(5)
+	d := n.between(time.Second, 5*time.Second)
+	n.spawn(func() {
+		a := &dropArm{kind: "lost-notify", slot: s.name, class: "notify"}
+		for _, p := range s.proxies {
+			a.rules = append(a.rules, p.DropPushes(count))
+		}
+		n.r.dropMu.Lock()
+		n.r.drops = append(n.r.drops, a)
+		n.r.dropMu.Unlock()
+		n.sleep(d)
+		a.stop()
 	})
 	return true
 }

@@ -204,6 +204,11 @@ func Run(t testing.TB, cfg Config) Summary {
 	if tg.Backend != "" {
 		r.srv = chaos.StartServer(t, tg.Backend, tg.Server)
 		r.wipe = r.wipers()
+		if tg.prepare != nil {
+			if err := tg.prepare(r.srv); err != nil {
+				t.Fatalf("%s: prepare the server: %v", tg.Name, err)
+			}
+		}
 	} else {
 		r.store = memory.NewStore()
 	}

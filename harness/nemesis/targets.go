@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	// The drivers the targets open by URL.
 	_ "github.com/dlock-go/dlock/driver/memcached"
+	_ "github.com/dlock-go/dlock/driver/postgres"
 	_ "github.com/dlock-go/dlock/driver/zookeeper"
 )
 
@@ -39,9 +41,11 @@ type Target struct {
 	// (see resume_ops.go).
 	Resume bool
 	// Notify: the driver's waiters hear of releases on Redis pub/sub
-	// connections, which are delayed apart from the commands, and which an
-	// adversary with pub/sub rights only listens to and forges messages on
-	// (see faults_delay.go, adversary.go).
+	// connections, or PostgreSQL LISTEN connections, which are delayed
+	// apart from the commands, and which an adversary with pub/sub rights
+	// only (on PostgreSQL: no right on dlock's schema; anyone may LISTEN
+	// and NOTIFY) listens to and forges messages on (see faults_delay.go,
+	// adversary.go, adversary_pg.go).
 	Notify bool
 	// TTL is the Lockers' default; LockTTLs and RefreshTTLs are those the
 	// workers pick from, longer and shorter.
@@ -75,6 +79,9 @@ type Target struct {
 	// "grant", "wait" (a queued waiter's step, which may grant), "release",
 	// "refresh", or "".
 	classify func(chaos.Request) string
+	// prepare, if set, readies a server Run started before any Locker is
+	// opened (a broken variant's schema).
+	prepare func(srv *chaos.Server) error
 }
 
 // Session is the ZooKeeper session timeout of the zookeeper target.
@@ -114,6 +121,14 @@ var targets = []*Target{
 		LockTTLs: ms(time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(time.Second, 2*time.Second, 3*time.Second),
 		Bound: Session + time.Second, Recovery: 2*Session + time.Second, ReleaseTimeout: time.Second,
 		url: "zookeeper://%s/nemesis?session_timeout=" + Session.String(), classify: classifyZK,
+	},
+	{
+		// As a non-superuser role that may create the driver's schema
+		// (chaos.PostgresUser); the server keeps its data through kills.
+		Name: "postgres", Reentry: true, Resume: true, Notify: true, Backend: chaos.PostgresBackend, Shared: true, Permits: true, TTL: time.Second,
+		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
+		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
+		url: pgURL(""), classify: classifyPG,
 	},
 	{
 		// Three masters, no replicas: a node paused or killed makes the
@@ -405,6 +420,42 @@ func classifyRESP(r chaos.Request) string {
 		return "refresh"
 	}
 	return ""
+}
+
+// pgURL is the postgres target's URL (with %s for the address) with the
+// extra query parameters query ("k=v&...", or "").
+func pgURL(query string) string {
+	u := chaos.PostgresURLFormat
+	if query != "" {
+		u += "&" + query
+	}
+	return u
+}
+
+// pgCall finds the function of the driver's schema a statement calls
+// (driver/postgres: "SELECT ... FROM dlock.acquire($1, ...)").
+var pgCall = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.(acquire|check_turn|release|refresh|resume)\(`)
+
+// classifyPG: each step of driver/postgres is one call of a function of
+// its schema (schema.sql): acquire grants (or queues), check_turn is a
+// queued waiter's step, release releases (and a waiter's Leave), refresh
+// and resume extend. A request that only prepares the statement (pgx's
+// statement cache) runs nothing.
+func classifyPG(r chaos.Request) string {
+	if r.Cmd != "execute" && r.Cmd != "query" {
+		return ""
+	}
+	m := pgCall.FindStringSubmatch(r.SQL)
+	if m == nil {
+		return ""
+	}
+	switch m[1] {
+	case "acquire":
+		return "grant"
+	case "check_turn":
+		return "wait"
+	}
+	return m[1]
 }
 
 // classifyMemcached: add grants; cas with exptime -1 releases, another cas
