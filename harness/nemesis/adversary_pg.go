@@ -42,7 +42,7 @@ const (
 // pgAdversary is the listener and forger; see above.
 type pgAdversary struct {
 	r    *run
-	url  string     // its own role's, to the server itself
+	url  string      // its own role's, to the server itself
 	spy  lock.Locker // the application's role, for Inspect
 	pool *pgxpool.Pool
 	stop chan struct{}
