@@ -1,0 +1,81 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver/postgres"
+	"github.com/dlock-go/dlock/harness/chaos"
+	"github.com/jackc/pgx/v5"
+)
+
+// Negative controls on PostgreSQL, for TestTeeth: the postgres driver
+// itself over a copy of its schema (schema.sql, under another schema
+// name, made before the run: create_schema=false) with one function
+// broken. The checker must find overlaps in a short run under faults.
+//
+//   - release-any: a release that finds no entry of its owner deletes the
+//     key's grants instead (the unconditional DEL of the Redis seeds): a
+//     holder whose lease ended (its release's reply lost and sent again,
+//     a frozen child, a stalled holder) takes the next holder's grant
+//     away, and a third is granted while the second holds.
+//   - reenter-any: a named owner's re-entry joins the grant of any named
+//     owner of the key, not only its own: two workers hold at once.
+var pgBroken = []struct {
+	name, schema, breaks string
+	// old is the text of schema.sql (its schema name put in) the bug
+	// replaces with new.
+	old, new string
+}{
+	{
+		name: "postgres-release-any", schema: "dlock_release_any",
+		breaks: "a release that finds no entry of its owner deletes the key's grants",
+		old:    "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.owner = o;\n",
+		new: "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.owner = o;\n" +
+			"        IF NOT FOUND THEN\n" +
+			"            DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.granted; -- the bug\n" +
+			"        END IF;\n",
+	},
+	{
+		name: "postgres-reenter-any", schema: "dlock_reenter_any",
+		breaks: "a named owner's re-entry joins any named owner's grant of the key",
+		old:    "AND left(e.owner, 16) = left(o, 16)",
+		new:    "AND true -- the bug: no owner compared",
+	},
+}
+
+func init() {
+	for _, b := range pgBroken {
+		pg := TargetByName("postgres")
+		t := *pg
+		t.Name, t.Broken, t.Notify = "ctl-"+b.name, b.breaks, false
+		t.url = pgURL("schema=" + b.schema + "&create_schema=false")
+		t.prepare = func(srv *chaos.Server) error { return installBroken(srv, b.schema, b.old, b.new) }
+		targets = append(targets, &t)
+	}
+}
+
+// installBroken creates the driver's schema under the name schema, as
+// the application's role, with old replaced by new (exactly once: a
+// schema.sql that changed must fail the run, not run it unbroken).
+func installBroken(srv *chaos.Server, schema, old, new string) error {
+	script, err := postgres.SchemaSQL(schema)
+	if err != nil {
+		return err
+	}
+	if n := strings.Count(script, old); n != 1 {
+		return fmt.Errorf("schema.sql holds %q %d times, want once: update the broken variant", old, n)
+	}
+	script = strings.Replace(script, old, new, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, chaos.PostgresURL(srv.Addrs[0], ""))
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	_, err = c.Exec(ctx, script)
+	return err
+}
