@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"regexp"
 	"strconv"
 )
 
@@ -35,6 +36,21 @@ type Request struct {
 	// messages, or notifications (see Proxy.DelayPubSub).
 	Subscribes bool
 }
+
+// Name is how notes and faults name the request: its Cmd, and for a
+// PostgreSQL statement the function it calls ("execute:dlock.acquire") or
+// else its first word.
+func (r Request) Name() string {
+	if r.SQL == "" {
+		return r.Cmd
+	}
+	if m := sqlCall.FindStringSubmatch(r.SQL); m != nil {
+		return r.Cmd + ":" + m[1]
+	}
+	return r.Cmd + ":" + firstWord(r.SQL)
+}
+
+var sqlCall = regexp.MustCompile(`\b([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)\(`)
 
 // Protocol is a wire protocol the Proxy can frame.
 type Protocol struct {

@@ -280,3 +280,18 @@ func pgconnTimeout(err error) bool {
 	var t interface{ Timeout() bool }
 	return errors.As(err, &t) && t.Timeout()
 }
+
+func TestRequestName(t *testing.T) {
+	for _, c := range []struct {
+		r    Request
+		want string
+	}{
+		{Request{Cmd: "EVALSHA"}, "EVALSHA"},
+		{Request{Cmd: "execute", SQL: "SELECT tok FROM dlock.acquire($1, $2)"}, "execute:dlock.acquire"},
+		{Request{Cmd: "query", SQL: `LISTEN "dlock"`}, "query:LISTEN"},
+	} {
+		if got := c.r.Name(); got != c.want {
+			t.Errorf("%+v: Name %q, want %q", c.r, got, c.want)
+		}
+	}
+}

@@ -288,8 +288,8 @@ func lostGrantReply(e *env) {
 func (e *env) dropped(rule *DropRule, what string) bool {
 	select {
 	case req := <-rule.Dropped():
-		e.res.FaultStart("lost-reply", req.Cmd)()
-		e.note("lost the reply of %s (%s)", req.Cmd, what)
+		e.res.FaultStart("lost-reply", req.Name())()
+		e.note("lost the reply of %s (%s)", req.Name(), what)
 		return true
 	case <-time.After(e.bound + time.Second):
 		e.expect(false, "no %s reply was lost", what)

@@ -667,7 +667,7 @@ func (r *run) drainDrops() {
 		for _, rl := range d.rules {
 			for len(rl.Dropped()) > 0 {
 				q := <-rl.Dropped()
-				d.lost = append(d.lost, q.Cmd)
+				d.lost = append(d.lost, q.Name())
 				r.rec.Stat(d.kind, 1)
 			}
 		}
