@@ -7,14 +7,14 @@ import (
 
 // owed says which of the operations a target declares the run has not
 // exercised yet (see Summary.Unexercised): a live resume, a Resume racing
-// Close, a semaphore filled. They are rare draws of the workers' random
+// Close, a semaphore filled, a named owner's grant re-entered. They are rare draws of the workers' random
 // choices, and a short run can end without one. Once a run is under way
 // (owedAfter) and one is still owed, the workers of the test process
 // choose it far more often until the Recorder has counted one: so that
 // every run, the 10 s passes of make test included, exercises what its
 // target declares, without making them common in long runs.
 type owed struct {
-	liveResume, race, fill atomic.Bool
+	liveResume, race, fill, reentry atomic.Bool
 }
 
 // owedAfter is how long into a run the debts are called in.
@@ -36,6 +36,7 @@ func (r *run) oweLoop(stop <-chan struct{}) {
 		o.liveResume.Store(r.tg.Resume && st.Counts["live-resumed"] == 0)
 		o.race.Store(r.tg.Resume && st.Counts["race"] == 0)
 		o.fill.Store(r.tg.Permits && st.PermitsFull == 0)
+		o.reentry.Store(r.tg.Reentry && st.Reentries == 0)
 	})
 }
 
@@ -55,7 +56,18 @@ func (r *run) awaitOwed(d time.Duration) {
 	o := r.env.owed
 	deadline := time.Now().Add(d)
 	time.Sleep(250 * time.Millisecond) // one update of oweLoop's
-	for (o.liveResume.Load() || o.race.Load() || o.fill.Load()) && time.Now().Before(deadline) {
+	for (o.liveResume.Load() || o.race.Load() || o.fill.Load() || o.reentry.Load()) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// owedFaultsAfter is how long into a run the nemesis of a target that
+// declares AllFaults starts preferring the kinds of fault it has not
+// injected yet (see nemesis.choose): after the first phase, whose choice
+// is the weights' alone.
+const owedFaultsAfter = 8 * time.Second
+
+// allFaultsRun is the shortest run whose faults must all have been
+// injected, on a target that declares AllFaults (a make nemesis run; the
+// 10 s pass of make test is too short for every kind).
+const allFaultsRun = time.Minute

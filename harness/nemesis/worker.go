@@ -199,6 +199,14 @@ func (w *worker) step() {
 		}
 		return
 	}
+	if w.env.tg.Reentry && w.env.owes(func(o *owed) *atomic.Bool { return &o.reentry }) && w.chance(pOwed) {
+		// No re-entry yet: a named owner's TryLock, whose hold re-enters
+		// its grant (see hold).
+		if !w.acquire(in, "otrylock", key) {
+			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
+		}
+		return
+	}
 	n := w.rng.IntN(100)
 	var got bool
 	switch {
@@ -577,7 +585,7 @@ func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 		w.unlock(l) // its grant went with another Locker's lease
 		return
 	}
-	if l.owner != "" && w.chance(0.7) {
+	if l.owner != "" && (w.chance(0.7) || w.env.owes(func(o *owed) *atomic.Bool { return &o.reentry })) {
 		// A re-entry while l is held, after a while: its hold either ends
 		// first (held to its end now), or outlives l (held after l ends),
 		// when the count must keep the key.
