@@ -19,12 +19,15 @@
 //     staleness from the grant order, not from the tokens, so a broken
 //     token is caught rather than trusted.
 //   - Proxy is a TCP proxy that understands enough of RESP, memcached's
-//     text protocol and ZooKeeper's to lose the reply of one chosen request
-//     after the server applied it, and to partition clients from the server.
+//     text protocol, ZooKeeper's and PostgreSQL's to lose the reply of one
+//     chosen request after the server applied it, and to partition clients
+//     from the server; on PostgreSQL it knows a prepared statement's SQL by
+//     its name, and can delay or lose a LISTEN connection's notifications.
 //     (Toxiproxy, the usual library, works on byte streams, cannot pair a
 //     reply with its request, and would add about twenty modules to go.mod.)
-//   - RedisResidue, MemcachedResidue and ZooKeeperResidue find grants and
-//     leaks left on a backend after every holder is gone.
+//   - RedisResidue, MemcachedResidue, ZooKeeperResidue and
+//     PostgresResidue find grants and leaks left on a backend after every
+//     holder is gone.
 //
 // The tests hold the scenarios (a holder process frozen with SIGSTOP mid
 // write or mid release, or killed; the server frozen, killed and

@@ -74,6 +74,19 @@
 // while another holds the key. The summary counts what it heard and sent,
 // the new faults by kind, and the operations on live leases' grants.
 //
+// On the postgres target the waiters' LISTEN connections go through the
+// proxies too: delay-pubsub and handover-late hold their notifications,
+// and lost-notify loses some whole (the connection stays up; a
+// notification only wakes, so the waiter finds its turn at its next
+// step). Its adversary (adversary_pg.go) is a role with no right on the
+// driver's schema, which anyone may be, since any role may LISTEN and
+// NOTIFY: it listens on the driver's channel and sends wake-ups again
+// (duplicated, replayed, stale, reordered) and forged ones, for the
+// waiters it heard of or lock.Inspect shows (owner tokens are no secret),
+// for holders, and for no one; it also tries to call the schema's
+// functions, which must be refused. The target declares AllFaults: a run
+// of a minute or more must inject every kind of fault it may pick.
+//
 // # What is checked, as the run goes
 //
 // Every process observes its leases (on CLOCK_MONOTONIC, which the child

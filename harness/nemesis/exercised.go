@@ -45,6 +45,9 @@ func (r *run) awaitProbe(d time.Duration) {
 //   - Resume: a live lease's handle must have been resumed through another
 //     Locker, and a Resume must have raced a Close; Notify: the pub/sub
 //     adversary must have heard messages and sent some of its own.
+//   - AllFaults: in a run planned for allFaultsRun or longer, with every
+//     fault on, each kind of fault the nemesis may pick started at least
+//     once.
 //   - Every target: fenced writes accepted, and at least one liveness
 //     probe judged.
 func (s Summary) Unexercised(tg *Target) []string {
@@ -67,6 +70,11 @@ func (s Summary) Unexercised(tg *Target) []string {
 	adv := tg.Notify && !s.FaultsLimited
 	add(adv && s.Adversary["heard"] == 0, "%s: the pub/sub adversary heard no message", tg.Name)
 	add(adv && s.adversarySent() == 0, "%s: the pub/sub adversary sent nothing", tg.Name)
+	if tg.AllFaults && !s.FaultsLimited && s.Planned >= allFaultsRun {
+		for _, k := range s.FaultKinds {
+			add(s.Injected[k] == 0, "%s: no %s fault injected in %v", tg.Name, k, s.Planned)
+		}
+	}
 	add(st.Accepted == 0, "%s: no fenced write accepted (%d writes)", tg.Name, st.Writes)
 	add(st.Probes == 0, "%s: no liveness probe judged", tg.Name)
 	return out

@@ -23,6 +23,9 @@ type nemesis struct {
 	faults     sync.WaitGroup // faults under way
 	active     atomic.Int32
 	serverBusy atomic.Bool
+
+	injectedMu sync.Mutex
+	injected   map[string]int // by kind: how many times inject started one
 }
 
 // maxActive bounds the faults under way at once.
@@ -49,6 +52,7 @@ func (n *nemesis) loop(end time.Time) {
 	for _, k := range kinds {
 		total += k.weight
 	}
+	begun := time.Now()
 	n.sleep(500 * time.Millisecond)
 	for !n.stopped() && time.Now().Before(end) {
 		phase := time.Now().Add(n.between(4*time.Second, 8*time.Second))
@@ -58,15 +62,11 @@ func (n *nemesis) loop(end time.Time) {
 				continue
 			}
 			for range 5 { // a busy target: pick another
-				x := n.rng.IntN(total)
-				var k fault
-				for _, k = range kinds {
-					if x < k.weight {
-						break
-					}
-					x -= k.weight
-				}
+				k := n.choose(kinds, total, time.Since(begun) >= owedFaultsAfter)
 				if k.inject() {
+					n.injectedMu.Lock()
+					n.injected[k.name]++
+					n.injectedMu.Unlock()
 					break
 				}
 			}
@@ -74,6 +74,54 @@ func (n *nemesis) loop(end time.Time) {
 		n.sleep(n.between(n.r.tg.Recovery+time.Second, n.r.tg.Recovery+3*time.Second))
 	}
 	n.faults.Wait()
+}
+
+// choose picks a kind of fault by weight; for a target that declares
+// AllFaults, once owed, half of the time among the kinds not injected
+// yet (by weight), so that a full run injects every kind.
+func (n *nemesis) choose(kinds []fault, total int, owed bool) fault {
+	if owed && n.r.tg.AllFaults && n.rng.IntN(2) == 0 {
+		n.injectedMu.Lock()
+		var due []fault
+		dueTotal := 0
+		for _, k := range kinds {
+			if n.injected[k.name] == 0 {
+				due, dueTotal = append(due, k), dueTotal+k.weight
+			}
+		}
+		n.injectedMu.Unlock()
+		if len(due) > 0 {
+			kinds, total = due, dueTotal
+		}
+	}
+	x := n.rng.IntN(total)
+	for _, k := range kinds {
+		if x < k.weight {
+			return k
+		}
+		x -= k.weight
+	}
+	return kinds[len(kinds)-1]
+}
+
+// kindNames are the names of the kinds of fault the run may inject.
+func (n *nemesis) kindNames() []string {
+	var out []string
+	for _, k := range n.only(n.kinds()) {
+		out = append(out, k.name)
+	}
+	return out
+}
+
+// Injected returns how many faults of each kind were started.
+func (n *nemesis) Injected() map[string]int {
+	n.injectedMu.Lock()
+	defer n.injectedMu.Unlock()
+	out := map[string]int{}
+	for k, v := range n.injected {
+		out[k] = v
+	}
+	return out
 }
 
 // spawn runs a fault in the background.

@@ -69,6 +69,12 @@ type Summary struct {
 	// FaultsLimited: the run injected only some kinds of fault
 	// (Config.Faults) or none, so the adversary may not have run.
 	FaultsLimited bool
+	// Planned is Config.Duration; FaultKinds are the kinds of fault the
+	// nemesis could pick for the run, and Injected how many of each it
+	// started (see Unexercised and Target.AllFaults).
+	Planned    time.Duration
+	FaultKinds []string
+	Injected   map[string]int
 }
 
 // Line is the summary line of a run.
@@ -90,6 +96,9 @@ func (s Summary) Details() string {
 	}
 	if len(st.Counts) > 0 {
 		fmt.Fprintf(&b, "\n  live resumes, Close races, held replies: %s", tally(st.Counts, " "))
+	}
+	if len(s.Injected) > 0 {
+		fmt.Fprintf(&b, "\n  injected by kind: %s", tally(s.Injected, " "))
 	}
 	if len(s.Adversary) > 0 {
 		fmt.Fprintf(&b, "\n  adversary (pub/sub rights only): %s", tally(s.Adversary, " "))
@@ -275,7 +284,7 @@ func Run(t testing.TB, cfg Config) Summary {
 			go func() { defer wg.Done(); w.run() }()
 		}
 	}
-	n := &nemesis{r: r, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), stop: make(chan struct{})}
+	n := &nemesis{r: r, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), stop: make(chan struct{}), injected: map[string]int{}}
 	adv := r.startAdversary()
 	if !cfg.NoFaults {
 		n.wg.Add(1)
@@ -334,6 +343,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
 		DuringUnlock: r.rec.GrantedDuringUnlock(), RWLocker: rw, SemLocker: sem, Adversary: adv.Counts(),
 		FaultsLimited: cfg.NoFaults || len(cfg.Faults) > 0,
+		Planned:       cfg.Duration, FaultKinds: n.kindNames(), Injected: n.Injected(),
 	}
 }
 

@@ -47,6 +47,11 @@ type Target struct {
 	// and NOTIFY) listens to and forges messages on (see faults_delay.go,
 	// adversary.go, adversary_pg.go).
 	Notify bool
+	// AllFaults: a run of allFaultsRun or longer must inject every kind
+	// of fault the nemesis may pick for the target (see Unexercised); the
+	// nemesis prefers the kinds not injected yet once the first phase is
+	// over.
+	AllFaults bool
 	// TTL is the Lockers' default; LockTTLs and RefreshTTLs are those the
 	// workers pick from, longer and shorter.
 	TTL                   time.Duration
@@ -125,7 +130,7 @@ var targets = []*Target{
 	{
 		// As a non-superuser role that may create the driver's schema
 		// (chaos.PostgresUser); the server keeps its data through kills.
-		Name: "postgres", Reentry: true, Resume: true, Notify: true, Backend: chaos.PostgresBackend, Shared: true, Permits: true, TTL: time.Second,
+		Name: "postgres", Reentry: true, Resume: true, Notify: true, AllFaults: true, Backend: chaos.PostgresBackend, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		url: pgURL(""), classify: classifyPG,
