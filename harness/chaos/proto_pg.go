@@ -255,18 +255,28 @@ func (f *pgFramer) readReply(r *bufio.Reader, peek func() *Request) ([]byte, boo
 	}
 }
 
-// pgFatal reports whether an ErrorResponse's severity is FATAL or PANIC.
+// pgFatal reports whether an ErrorResponse's severity is FATAL or PANIC
+// (its field V, never localized; else S).
 func pgFatal(body []byte) bool {
+	var sev string
 	for len(body) > 1 {
 		t := body[0]
 		var v string
 		v, body = cstring(body[1:])
-		if t == 'V' || t == 'S' {
+		switch {
+		case t == 'V':
 			return v == "FATAL" || v == "PANIC"
+		case t == 'S':
+			sev = v
 		}
 	}
-	return false
+	return sev == "FATAL" || sev == "PANIC"
 }
+
+// push reports whether a frame that answers no request is a message a
+// DropPushes rule may lose: a NotificationResponse, not a notice or a
+// parameter's new value.
+func (f *pgFramer) push(frame []byte) bool { return len(frame) > 0 && frame[0] == 'A' }
 
 // PostgresRows returns the columns of the DataRows ('D') of a
 // PostgreSQL reply frame, one slice per row (a NULL column is nil): in

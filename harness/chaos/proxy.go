@@ -344,7 +344,7 @@ func (c *pconn) replies(f framer) {
 			c.pending = c.pending[1:]
 		}
 		held := pd != nil && pd.drop != nil && pd.drop.hold > 0 && pd.holdsLocked(frame)
-		push := c.pushRuleLocked(answers)
+		push := c.pushRuleLocked(f, frame, answers)
 		c.p.mu.Unlock()
 		if push != nil {
 			push.reportPush(frame)

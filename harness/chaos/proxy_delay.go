@@ -92,11 +92,18 @@ func (p *Proxy) DropPushes(n int) *DropRule {
 	return d
 }
 
-// pushRuleLocked claims a frame that answers no request on a pub/sub
-// connection for the first DropPushes rule with some left, if any. p.mu
-// held.
-func (c *pconn) pushRuleLocked(answers bool) *DropRule {
+// pusher is a framer that says which of its frames that answer no
+// request are messages DropPushes may lose (the others always pass).
+type pusher interface{ push(frame []byte) bool }
+
+// pushRuleLocked claims frame, which answers no request if not answers,
+// on a pub/sub connection, for the first DropPushes rule with some left,
+// if any. p.mu held.
+func (c *pconn) pushRuleLocked(f framer, frame []byte, answers bool) *DropRule {
 	if answers || !c.pubsub {
+		return nil
+	}
+	if p, ok := f.(pusher); ok && !p.push(frame) {
 		return nil
 	}
 	for _, d := range c.p.pushRules {

@@ -125,6 +125,13 @@ func TestPostgresReplies(t *testing.T) {
 	if ch, payload, ok := PostgresNotification([]byte(notify)); !ok || ch != "dlock" || payload != "0123" {
 		t.Errorf("PostgresNotification: %q %q %v", ch, payload, ok)
 	}
+	if !f.push([]byte(notify)) || f.push([]byte(pgBytes(t, &pgproto3.ParameterStatus{Name: "a", Value: "b"}))) {
+		t.Error("push: a notification is one, a ParameterStatus is not")
+	}
+	localized := pgBytes(t, &pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "ERROR", Code: "42501"})
+	if pgFatal([]byte(localized)[5:]) {
+		t.Error("pgFatal trusted the localized severity over V")
+	}
 }
 
 // Through the proxy, against a real server, with pgx: SCRAM
