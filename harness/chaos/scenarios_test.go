@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -28,6 +29,7 @@ var scenarios = []*scenario{
 	{name: "server-restart/unlock-in-outage", backends: []Backend{RedisBackend, ZooKeeperBackend, PostgresBackend}, server: ServerOptions{Persistence: true}, short: true, run: unlockInOutage},
 	{name: "zk/session-expiry", backends: []Backend{ZooKeeperBackend}, short: true, run: zkSessionExpiry},
 	{name: "zk/leader-loss", backends: []Backend{ZooKeeperBackend}, server: ServerOptions{Ensemble: true}, short: true, run: zkLeaderLoss},
+	{name: "postgres/lost-wakeup", backends: []Backend{PostgresBackend}, short: true, run: pgLostWakeup},
 	{name: "memcached/eviction", backends: []Backend{MemcachedBackend}, server: ServerOptions{MemoryMB: fillMemoryMB}, short: true, run: memcachedEviction},
 	{name: "memcached/eviction-noevict", backends: []Backend{MemcachedBackend}, server: ServerOptions{MemoryMB: fillMemoryMB, NoEvict: true}, run: memcachedNoEvict},
 }
@@ -630,4 +632,41 @@ func zkLeaderLoss(e *env) {
 	case <-time.After(65 * time.Second):
 		e.expect(false, "B's Lock did not return")
 	}
+}
+
+// pgLostWakeup: B waits for the key A holds with a 30 s TTL, and every
+// notification to B's LISTEN connection is lost (the connection stays
+// up). A unlocks: B's own steps, a heartbeat apart, must find the key free
+// within seconds, not when A's TTL would have run out; the notification
+// only ever wakes.
+func pgLostWakeup(e *env) {
+	const ttl = 30 * time.Second
+	p := e.proxy(0)
+	a, b := e.inproc("A", e.srv.Addrs), e.inproc("B", []string{p.Addr()})
+	e.recoverWith = b
+	ga, ok := e.mustLock(a, LockArgs{TTL: ttl})
+	if !ok {
+		return
+	}
+	e.expectWrites(ga, a, 1)
+	lost := p.DropPushes(-1)
+	end := e.fault("lost-notifications", "B")
+	defer func() { lost.Stop(); end() }()
+	waiting := e.lockAsync(b, LockArgs{Timeout: ttl})
+	time.Sleep(1500 * time.Millisecond) // B queued, its LISTEN in force
+	e.must(a.Unlock(5*time.Second), "A's Unlock")
+	released := time.Now()
+	select {
+	case r := <-waiting:
+		waited := time.Since(released)
+		if e.expect(r.err == nil, "B granted after A's Unlock: %s", desc(r.err)) {
+			e.note("B granted %v after A's Unlock, its wake-up lost", waited.Round(10*time.Millisecond))
+			e.expect(waited < 2*driver.Heartbeat+time.Second, "B granted %v after A's Unlock, want within %v (its heartbeat steps)", waited.Round(time.Millisecond), 2*driver.Heartbeat+time.Second)
+			e.expectWrites(r.g, b, 1)
+			b.Unlock(5 * time.Second)
+		}
+	case <-time.After(ttl + 5*time.Second):
+		e.expect(false, "B's Lock did not return")
+	}
+	e.expect(len(lost.Dropped()) > 0, "a notification to B was lost")
 }
