@@ -109,16 +109,20 @@ func (r *run) startPGAdversary() *pgAdversary {
 }
 
 // checkRights makes sure the role can notify on the driver's channel and
-// can neither read its tables nor call its functions (once the schema
-// exists: an Inspect through the application's role makes it).
+// can neither read its tables nor call its functions, once the schema
+// exists (a TryLock through the application's role makes it).
 func (a *pgAdversary) checkRights(ctx context.Context) error {
-	if _, err := lock.Inspect(ctx, a.spy, a.r.env.keys[0]); err != nil {
-		return fmt.Errorf("inspect %s (which makes the schema): %w", a.r.env.keys[0], err)
+	l, err := a.spy.TryLock(ctx, "nemesis/adversary")
+	if err != nil {
+		return fmt.Errorf("a TryLock through the application's role (which makes the schema): %w", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		return fmt.Errorf("unlock nemesis/adversary: %w", err)
 	}
 	if _, err := a.pool.Exec(ctx, "SELECT pg_notify($1, '')", pgAdvChannel); err != nil {
 		return fmt.Errorf("the role %s cannot notify: %w", pgAdvUser, err)
 	}
-	for _, q := range []string{"SELECT count(*) FROM dlock.entries", "SELECT dlock.release('nemesis', '0123456789abcdef0123456789abcdef', false, 1000)"} {
+	for _, q := range []string{"SELECT count(*) FROM dlock.entries", "SELECT dlock.release('nemesis', '0123456789abcdef0123456789abcdef', false, 1000, false)"} {
 		if _, err := a.pool.Exec(ctx, q); !denied(err) {
 			return fmt.Errorf("the role %s may run %q: it answered %v, want permission denied", pgAdvUser, q, err)
 		}
@@ -336,7 +340,7 @@ func (a *pgAdversary) mutateLocked(payload string) {
 // server must refuse (a harness problem otherwise).
 func (a *pgAdversary) callLocked(owner string) {
 	key := a.r.env.keys[a.rng.IntN(len(a.r.env.keys))]
-	q, kind := "SELECT dlock.release($1, $2, false, 1000)", "call-release"
+	q, kind := "SELECT dlock.release($1, $2, false, 1000, false)", "call-release"
 	if a.rng.IntN(2) == 0 {
 		q, kind = "SELECT dlock.check_turn($1, $2, 0, 0, 1000000, 3000000)", "call-check"
 	}
