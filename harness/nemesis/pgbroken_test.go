@@ -16,11 +16,12 @@ import (
 // name, made before the run: create_schema=false) with one function
 // broken. The checker must find overlaps in a short run under faults.
 //
-//   - release-any: a release that finds no entry of its owner deletes the
-//     key's grants instead (the unconditional DEL of the Redis seeds): a
-//     holder whose lease ended (its release's reply lost and sent again,
-//     a frozen child, a stalled holder) takes the next holder's grant
-//     away, and a third is granted while the second holds.
+//   - release-any: a release deletes the key's grants with its owner's
+//     entry (the unconditional DEL of the Redis seeds): a reader's release
+//     ends the other readers' grants, a waiter that gives up (Leave) the
+//     holder's, a holder whose lease ended (a release's reply lost and
+//     sent again, a frozen child) the next holder's, and the key is
+//     granted again while they hold.
 //   - reenter-any: a named owner's re-entry joins the grant of any named
 //     owner of the key, not only its own: two workers hold at once.
 var pgBroken = []struct {
@@ -31,12 +32,9 @@ var pgBroken = []struct {
 }{
 	{
 		name: "postgres-release-any", schema: "dlock_release_any",
-		breaks: "a release that finds no entry of its owner deletes the key's grants",
-		old:    "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.owner = o;\n",
-		new: "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.owner = o;\n" +
-			"        IF NOT FOUND THEN\n" +
-			"            DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.granted; -- the bug\n" +
-			"        END IF;\n",
+		breaks: "a release deletes every grant of the key, its owner's or not",
+		old:    "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.owner = o;",
+		new:    "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND (e.owner = o OR e.granted); -- the bug",
 	},
 	{
 		name: "postgres-reenter-any", schema: "dlock_reenter_any",
