@@ -200,9 +200,10 @@ func (w *worker) step() {
 		return
 	}
 	if w.env.tg.Reentry && w.env.owes(func(o *owed) *atomic.Bool { return &o.reentry }) && w.chance(pOwed) {
-		// No re-entry yet: a named owner's TryLock, whose hold re-enters
-		// its grant (see hold).
-		if !w.acquire(in, "otrylock", key) {
+		// No re-entry yet: a named owner's Lock (a TryLock of a hot key
+		// mostly finds it held), whose hold re-enters its grant (see
+		// hold).
+		if !w.acquire(in, "olock", key) {
 			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
 		}
 		return
