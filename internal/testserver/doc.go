@@ -171,11 +171,13 @@
 //
 // # TLS
 //
-// RedisOptions.TLS, MemcachedOptions.TLS and ZooKeeperOptions.TLS start
-// servers that accept TLS connections only, on their one client port
-// (Redis: port 0 and tls-port; memcached: -Z; ZooKeeper: a
-// secureClientPort with NettyServerCnxnFactory and PEM key and trust
-// stores, and no plain port), with a CA, a server certificate (127.0.0.1,
+// RedisOptions.TLS, MemcachedOptions.TLS, ZooKeeperOptions.TLS and
+// PostgresOptions.TLS start servers that accept TLS connections only, on
+// their one client port (Redis: port 0 and tls-port; memcached: -Z;
+// ZooKeeper: a secureClientPort with NettyServerCnxnFactory and PEM key
+// and trust stores, and no plain port; PostgreSQL: ssl=on and a
+// pg_hba.conf of hostssl lines, hostnossl rejected, clientcert=verify-ca
+// with ClientAuth), with a CA, a server certificate (127.0.0.1,
 // ::1, localhost) and a client certificate made with crypto/x509 at the
 // start and removed with the server. TLSOptions.ClientAuth makes the
 // server require the client certificate. The server's TLS field (a *TLS)
@@ -183,8 +185,8 @@
 // that signed nothing) and ClientConfig. Both providers do it: a container
 // gets the server's files in /dlock/tls. The harness's own probes
 // (readiness, Leader) speak TLS to such servers. A test asking for TLS is
-// skipped when the environment names the servers (DLOCK_*_ADDR): their
-// TLS is not the harness's to set.
+// skipped when the environment names the servers (DLOCK_*_ADDR,
+// DLOCK_POSTGRES_URL): their TLS is not the harness's to set.
 //
 // # No leaks
 //

@@ -3,6 +3,7 @@ package testserver
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -20,10 +21,19 @@ func (dockerProvider) Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, e
 	if err != nil {
 		return nil, err
 	}
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
 	password := randomHex(12)
-	p := newPostgres(password)
+	p := newPostgres(password, t)
 	var nodes []*containerNode
 	p.psql = func(ctx context.Context, i int, url, sql string) (string, error) {
+		if t != nil {
+			// The URL's TLS files are the host's: psql in the container
+			// uses the Unix socket instead, which trusts its users.
+			url = pgSocketURL(url, "/tmp")
+		}
 		return containerPsql(nodes[i], url, sql)
 	}
 	n := 1
@@ -40,7 +50,11 @@ func (dockerProvider) Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, e
 			if err != nil {
 				return err
 			}
-			node, err := e.launch(lt, postgresSpec(port, password, primary, opts.Settings))
+			spec, err := postgresSpec(port, password, primary, opts.Settings, t)
+			if err != nil {
+				return err
+			}
+			node, err := e.launch(lt, spec)
 			if err != nil {
 				return err
 			}
@@ -55,10 +69,29 @@ func (dockerProvider) Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, e
 	return p, nil
 }
 
-func postgresSpec(port int, password, primary string, extra []string) containerSpec {
+// pgContainerKey is where pgstart.sh copies the server's TLS key, as the
+// postgres user's with mode 0600, which PostgreSQL requires of it.
+const pgContainerKey = "/var/lib/postgresql/dlock-server-key.pem"
+
+func postgresSpec(port int, password, primary string, extra []string, t *TLS) (containerSpec, error) {
 	script := containerDir + "/pgstart.sh"
 	pwfile := containerDir + "/pwfile"
 	cmd := []string{script, pwfile, primary}
+	var tlsFiles []containerFile
+	if t != nil {
+		files, paths, err := t.containerFiles()
+		if err != nil {
+			return containerSpec{}, err
+		}
+		hba := containerTLSDir + "/pg_hba.conf"
+		tlsFiles = append(files, containerFile{path: hba, data: []byte(pgTLSHba(paths.clientAuth)), mode: 0o644})
+		// pgstart.sh's third argument: the key to copy to pgContainerKey.
+		cmd = append(cmd, paths.key)
+		paths.key = pgContainerKey
+		extra = append(pgTLSSettings(paths, hba), extra...)
+	} else {
+		cmd = append(cmd, "-")
+	}
 	for _, s := range pgSettings(port, "/tmp", extra) {
 		cmd = append(cmd, "-c", s)
 	}
@@ -68,13 +101,25 @@ func postgresSpec(port int, password, primary string, extra []string) containerS
 		image:      ContainerImage(KindPostgres),
 		entrypoint: []string{"sh"},
 		cmd:        cmd,
-		files: []containerFile{
+		files: append([]containerFile{
 			{path: script, data: pgStartScript, mode: 0o755},
 			{path: pwfile, data: []byte(password + "\n"), mode: 0o644},
-		},
-		ready:   pgStartup("postgres", "postgres"),
+		}, tlsFiles...),
+		ready:   pgStartup("postgres", "postgres", t.probeConfig()),
 		timeout: 60 * time.Second,
+	}, nil
+}
+
+// pgSocketURL is raw (a URL of the harness's) to the server's Unix socket
+// in sockDir instead: same user, password, database and port, no TLS.
+func pgSocketURL(raw, sockDir string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
 	}
+	s := &url.URL{Scheme: u.Scheme, User: u.User, Path: u.Path}
+	s.RawQuery = url.Values{"host": {sockDir}, "port": {u.Port()}}.Encode()
+	return s.String()
 }
 
 // containerPsql runs psql in n's container with sql as its input. The

@@ -46,6 +46,9 @@ func StartPgBouncer(tb testing.TB, pg *Postgres, mode string) *PgBouncer {
 	if !pg.local {
 		tb.Skipf("testserver: PgBouncer runs beside local servers only; %s is not one (a container, or the server %s names)", pg.Addr(), EnvPostgresURL)
 	}
+	if pg.TLS != nil {
+		tb.Fatalf("testserver: StartPgBouncer: %s is a TLS server (PostgresOptions.TLS), which PgBouncer here does not speak to", pg.Addr())
+	}
 	b, err := localPgBouncer(tb, pg, mode)
 	if err != nil {
 		tb.Fatal(err)
@@ -117,7 +120,7 @@ func localPgBouncer(lt Lifetime, pg *Postgres, mode string) (*PgBouncer, error) 
 			dir:     dir,
 			logPath: filepath.Join(dir, "pgbouncer.log"),
 			ready: func(ctx context.Context) error {
-				return pgStartup(pg.User, pg.Database)(ctx, addr)
+				return pgStartup(pg.User, pg.Database, nil)(ctx, addr)
 			},
 			timeout: 15 * time.Second,
 			cred:    u.cred(),

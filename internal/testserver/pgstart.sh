@@ -1,5 +1,5 @@
 #!/bin/sh
-# pgstart.sh PWFILE PRIMARY [postgres option...]
+# pgstart.sh PWFILE PRIMARY KEY [postgres option...]
 #
 # Starts PostgreSQL inside a container for internal/testserver's docker
 # provider (embedded), whichever of two images it runs in: the official
@@ -12,6 +12,11 @@
 # locale) when PRIMARY is "-", else as a hot standby of PRIMARY
 # (host:port) with pg_basebackup -R. Later starts (docker start after a
 # kill) keep it, hence the data. postgres runs with the options given.
+#
+# KEY, unless "-", is the server's TLS key (PostgresOptions.TLS), put in
+# the container readable by all: it is copied to
+# /var/lib/postgresql/dlock-server-key.pem, the postgres user's with mode
+# 0600, as PostgreSQL requires (the options name the copy).
 #
 # docker stop sends SIGTERM, which PostgreSQL takes as a smart shutdown
 # (waiting for every client to leave); this script turns it into a fast
@@ -33,7 +38,14 @@ if [ "$uid" = 0 ]; then
 fi
 pwfile=$1
 primary=$2
-shift 2
+key=$3
+shift 3
+if [ "$key" != - ]; then
+	(
+		umask 077
+		while IFS= read -r l || [ -n "$l" ]; do printf '%s\n' "$l"; done <"$key" >/var/lib/postgresql/dlock-server-key.pem
+	)
+fi
 data=/var/lib/postgresql/dlock
 if [ ! -s "$data/PG_VERSION" ]; then
 	if [ "$primary" = - ]; then

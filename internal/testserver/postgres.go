@@ -3,6 +3,7 @@ package testserver
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,6 +28,14 @@ type PostgresOptions struct {
 	// Settings are extra server settings, each "name=value" (postgres -c),
 	// e.g. "idle_session_timeout=1s". Ignored for external servers.
 	Settings []string
+	// TLS, if set, makes the server accept TLS connections only (ssl=on,
+	// pg_hba.conf with hostssl lines and hostnossl ... reject), with
+	// certificates from a throwaway CA; Postgres.TLS has the client's
+	// files, and URL and the harness's psql use them. With ClientAuth the
+	// server also requires a client certificate signed by the CA
+	// (clientcert=verify-ca, besides the password). Not with Replica; a
+	// test asking for it is skipped on an external server.
+	TLS *TLSOptions
 }
 
 // Postgres is a PostgreSQL server, or a primary and its streaming replica
@@ -39,6 +48,9 @@ type Postgres struct {
 	// User and Password are the superuser's, Database the database URL
 	// names ("postgres" on servers the harness starts).
 	User, Password, Database string
+	// TLS has the PEM files of a server started with PostgresOptions.TLS
+	// (nil otherwise).
+	TLS *TLS
 
 	base    *url.URL // URL of node 0, without user and password
 	psql    psqlRunner
@@ -63,6 +75,9 @@ func StartPostgres(tb testing.TB, opts *PostgresOptions) *Postgres {
 	skipShort(tb)
 	if opts != nil && opts.Replica && envAddrs(KindPostgres) != nil {
 		tb.Skipf("testserver: the test needs a streaming replica; %s names one server", EnvPostgresURL)
+	}
+	if opts != nil && opts.TLS != nil && envAddrs(KindPostgres) != nil {
+		tb.Skipf("testserver: the test needs a TLS server; %s names one whose TLS the harness does not configure", EnvPostgresURL)
 	}
 	p, err := startPostgres(tb, opts)
 	if err != nil {
@@ -94,7 +109,13 @@ func startPostgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error) {
 		if opts.Replica {
 			return nil, fmt.Errorf("testserver: PostgresOptions.Replica on the server from %s", EnvPostgresURL)
 		}
+		if opts.TLS != nil {
+			return nil, fmt.Errorf("testserver: PostgresOptions.TLS on the server from %s", EnvPostgresURL)
+		}
 		return externalPostgres(env[0])
+	}
+	if opts.TLS != nil && opts.Replica {
+		return nil, errors.New("testserver: PostgresOptions.TLS with Replica is not supported")
 	}
 	p, err := pickProvider(KindPostgres)
 	if err != nil {
@@ -129,18 +150,37 @@ func externalPostgres(raw string) (*Postgres, error) {
 }
 
 // newPostgres returns the Postgres of servers the harness started, whose
-// node i listens on addrs[i], with the superuser postgres and password.
-func newPostgres(password string) *Postgres {
-	p := &Postgres{User: "postgres", Password: password, Database: "postgres"}
+// node i listens on Nodes[i].Addr(), with the superuser postgres and
+// password, and TLS files t (nil: a plain server).
+func newPostgres(password string, t *TLS) *Postgres {
+	p := &Postgres{User: "postgres", Password: password, Database: "postgres", TLS: t}
 	p.nodeURL = func(i int) *url.URL {
-		return &url.URL{Scheme: "postgres", Host: p.Nodes[i].Addr(), Path: "/" + p.Database, RawQuery: "sslmode=disable"}
+		return &url.URL{Scheme: "postgres", Host: p.Nodes[i].Addr(), Path: "/" + p.Database, RawQuery: pgSSLParams(t)}
 	}
 	return p
 }
 
+// pgSSLParams are the libpq (and pgx) parameters of a client of a server
+// with TLS files t: sslmode=disable for a plain server, else
+// sslmode=verify-full with the CA, and the client certificate when the
+// server requires one.
+func pgSSLParams(t *TLS) string {
+	if t == nil {
+		return "sslmode=disable"
+	}
+	q := url.Values{"sslmode": {"verify-full"}, "sslrootcert": {t.CAFile}}
+	if t.ClientAuth {
+		q.Set("sslcert", t.CertFile)
+		q.Set("sslkey", t.KeyFile)
+	}
+	return q.Encode()
+}
+
 // URL returns a connection string for the superuser on the primary
 // (Node(0)), as pgx and libpq take it:
-// postgres://postgres:password@127.0.0.1:port/postgres?sslmode=disable.
+// postgres://postgres:password@127.0.0.1:port/postgres?sslmode=disable,
+// or for a TLS server (PostgresOptions.TLS) with sslmode=verify-full,
+// sslrootcert and, with ClientAuth, sslcert and sslkey (pgSSLParams).
 func (p *Postgres) URL() string { return p.NodeURLFor(0, p.User, p.Password) }
 
 // URLFor is URL with another role's user name and password.
@@ -256,17 +296,41 @@ func redactURL(raw string) string {
 // wants the server to ask for authentication. A server that is starting,
 // recovering or shutting down answers with an error instead, which is
 // returned. The connection is closed before authenticating, which the
-// server takes silently (as when psql asks for a password).
-func pgStartup(user, database string) func(ctx context.Context, addr string) error {
+// server takes silently (as when psql asks for a password). With tc it
+// first asks for TLS (SSLRequest) and speaks TLS with tc, as a TLS-only
+// server wants.
+func pgStartup(user, database string, tc *tls.Config) func(ctx context.Context, addr string) error {
 	return func(ctx context.Context, addr string) error {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer func() { c.Close() }()
 		if dl, ok := ctx.Deadline(); ok {
 			c.SetDeadline(dl)
+		}
+		if tc != nil {
+			// SSLRequest: length 8, code 1234.5679.
+			req := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 8), 80877103)
+			if _, err := c.Write(req); err != nil {
+				return err
+			}
+			var b [1]byte
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				return err
+			}
+			if b[0] != 'S' {
+				return fmt.Errorf("postgres startup: SSLRequest answered %q, want 'S'", b[0])
+			}
+			host, _, _ := net.SplitHostPort(addr)
+			cfg := tc.Clone()
+			cfg.ServerName = host
+			tc := tls.Client(c, cfg)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return err
+			}
+			c = tc
 		}
 		var msg []byte
 		msg = binary.BigEndian.AppendUint32(msg, 0) // length, set below

@@ -3,6 +3,7 @@ package testserver
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -337,7 +338,11 @@ func localPostgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error) {
 	if err := u.chown(root); err != nil {
 		return nil, err
 	}
-	p := newPostgres(password)
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
+	p := newPostgres(password, t)
 	p.psql = hostPsql(binDir)
 	p.local, p.binDir, p.runAs = true, binDir, u
 	n := 1
@@ -358,12 +363,20 @@ func localPostgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error) {
 		if err != nil {
 			return nil, err
 		}
+		settings := opts.Settings
+		if t != nil {
+			tlsSettings, err := pgLocalTLS(t, u, dir)
+			if err != nil {
+				return nil, err
+			}
+			settings = append(tlsSettings, settings...)
+		}
 		err = startWithRetry(func() error {
 			port, err := FreePort()
 			if err != nil {
 				return err
 			}
-			proc := newPostgresProcess(binDir, u, dir, data, port, opts.Settings)
+			proc := newPostgresProcess(binDir, u, dir, data, port, settings, t.probeConfig())
 			if err := launch(lt, proc); err != nil {
 				return err
 			}
@@ -388,7 +401,65 @@ func pgBaseBackup(binDir string, u *pgUser, dir, data, addr, password string) er
 		"-D", data, "-R", "-X", "stream", "-c", "fast", "--no-sync")
 }
 
-func newPostgresProcess(binDir string, u *pgUser, dir, data string, port int, extra []string) *process {
+// pgLocalTLS copies t's server files into dir, the node's directory,
+// owned by u with the key's mode 0600 as PostgreSQL wants, writes the
+// pg_hba.conf of a TLS-only server there and returns the settings that
+// use them.
+func pgLocalTLS(t *TLS, u *pgUser, dir string) ([]string, error) {
+	hp := t.hostPaths()
+	var files []containerFile
+	for _, f := range []struct {
+		src, name string
+		mode      int64
+	}{{hp.cert, "server.pem", 0o644}, {hp.key, "server-key.pem", 0o600}, {hp.ca, "ca.pem", 0o644}} {
+		b, err := os.ReadFile(f.src)
+		if err != nil {
+			return nil, fmt.Errorf("testserver: %w", err)
+		}
+		files = append(files, containerFile{path: filepath.Join(dir, f.name), data: b, mode: f.mode})
+	}
+	files = append(files, containerFile{path: filepath.Join(dir, "pg_hba.conf"), data: []byte(pgTLSHba(hp.clientAuth)), mode: 0o600})
+	for _, f := range files {
+		if err := os.WriteFile(f.path, f.data, fs.FileMode(f.mode)); err != nil {
+			return nil, fmt.Errorf("testserver: %w", err)
+		}
+		if err := u.chown(f.path); err != nil {
+			return nil, err
+		}
+	}
+	return pgTLSSettings(tlsPaths{
+		ca: files[2].path, cert: files[0].path, key: files[1].path, clientAuth: hp.clientAuth,
+	}, files[3].path), nil
+}
+
+// pgTLSSettings are the settings of a TLS-only server with the files p and
+// the pg_hba.conf at hba (pgTLSHba).
+func pgTLSSettings(p tlsPaths, hba string) []string {
+	s := []string{"ssl=on", "ssl_cert_file=" + p.cert, "ssl_key_file=" + p.key, "hba_file=" + hba}
+	if p.clientAuth {
+		s = append(s, "ssl_ca_file="+p.ca)
+	}
+	return s
+}
+
+// pgTLSHba is the pg_hba.conf of a TLS-only server: the Unix socket
+// trusts its users (as initdb's), TCP without TLS is rejected, and TCP
+// over TLS wants the password (SCRAM) and, with clientAuth, a client
+// certificate signed by the CA (verify-ca: its name need not be the
+// role's).
+func pgTLSHba(clientAuth bool) string {
+	opt := ""
+	if clientAuth {
+		opt = " clientcert=verify-ca"
+	}
+	return "local all all trust\n" +
+		"hostnossl all all all reject\n" +
+		"hostnossl replication all all reject\n" +
+		"hostssl all all all scram-sha-256" + opt + "\n" +
+		"hostssl replication all all scram-sha-256" + opt + "\n"
+}
+
+func newPostgresProcess(binDir string, u *pgUser, dir, data string, port int, extra []string, tc *tls.Config) *process {
 	addr := hostPort(port)
 	if real, err := filepath.EvalSymlinks(data); err == nil {
 		data = real // as /proc/<pid>/cwd shows it
@@ -399,7 +470,7 @@ func newPostgresProcess(binDir string, u *pgUser, dir, data string, port int, ex
 		argv:    postgresArgv(filepath.Join(binDir, "postgres"), data, pgSettings(port, dir, extra)),
 		dir:     data,
 		logPath: filepath.Join(dir, "postgres.log"),
-		ready:   func(ctx context.Context) error { return pgStartup("postgres", "postgres")(ctx, addr) },
+		ready:   func(ctx context.Context) error { return pgStartup("postgres", "postgres", tc)(ctx, addr) },
 		timeout: 60 * time.Second,
 		cred:    u.cred(),
 		stopSig: syscall.SIGINT, // fast shutdown: clients are disconnected

@@ -31,7 +31,7 @@ func psqlAt(url, sql string, timeout time.Duration) (string, error) {
 func pgAnswers(addr string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return pgStartup("postgres", "postgres")(ctx, addr)
+	return pgStartup("postgres", "postgres", nil)(ctx, addr)
 }
 
 func TestPostgres(t *testing.T) {

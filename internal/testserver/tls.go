@@ -161,8 +161,13 @@ func NewTLSFiles(dir string, opts TLSOptions) (*TLS, error) {
 		{t.serverKeyStore, append(append([]byte{}, srvKeyPEM...), srvPEM...)},
 	} {
 		// 0644: a server in a container may run as another user; the
-		// keys are throwaway.
-		if err := os.WriteFile(f.path, f.data, 0o644); err != nil {
+		// keys are throwaway. The client's key is 0600, as libpq (psql)
+		// wants of the sslkey it is given.
+		mode := os.FileMode(0o644)
+		if f.path == t.KeyFile {
+			mode = 0o600
+		}
+		if err := os.WriteFile(f.path, f.data, mode); err != nil {
 			return fail(err)
 		}
 	}

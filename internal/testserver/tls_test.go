@@ -37,6 +37,20 @@ func TestTLSServers(t *testing.T) {
 			}
 			return z.Addr(), z.TLS
 		}, func(ctx context.Context, addr string, tc *tls.Config) error { return zkServer(tc)(ctx, addr) }},
+		{"postgres", func(t *testing.T) (string, *TLS) {
+			p := StartPostgres(t, &PostgresOptions{TLS: &TLSOptions{ClientAuth: true}})
+			// The harness's psql, over TLS with the URL's files (local)
+			// or the container's socket.
+			if out, err := p.Exec("SELECT 1;"); err != nil || out != "1" {
+				t.Errorf("Exec on a TLS server: %q, %v", out, err)
+			}
+			if !strings.Contains(p.URL(), "sslmode=verify-full") {
+				t.Errorf("URL of a TLS server: %s; want sslmode=verify-full", p.URL())
+			}
+			return p.Addr(), p.TLS
+		}, func(ctx context.Context, addr string, tc *tls.Config) error {
+			return pgStartup("postgres", "postgres", tc)(ctx, addr)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
