@@ -91,16 +91,20 @@ func TestDemoDeletedGrant(t *testing.T) {
 	}
 	args := []string{"demo", "-duration", "500ms", "-workers", "2", "-keys", "1"}
 	for _, b := range compiledIn() {
-		var addrs []string
+		var s startedServer
 		switch b.server {
 		case serverRedis:
-			addrs = testserver.StartRedis(t, nil).Addrs()
+			s.addrs = testserver.StartRedis(t, nil).Addrs()
 		case serverMemcached:
-			addrs = testserver.StartMemcached(t, nil).Addrs()
+			s.addrs = testserver.StartMemcached(t, nil).Addrs()
 		case serverZooKeeper:
-			addrs = testserver.StartZooKeeper(t, nil).Addrs()
+			s.addrs = testserver.StartZooKeeper(t, nil).Addrs()
+		case serverPostgres:
+			s.url = testserver.StartPostgres(t, nil).URL()
+		default:
+			t.Fatalf("no server for %s", b.scheme)
 		}
-		args = append(args, "-url", b.urlFor(addrs))
+		args = append(args, "-url", b.urlFor(s))
 	}
 	cmd := dlockCmd(t, "", "", args...)
 	out := &lockedWriter{}
@@ -109,7 +113,13 @@ func TestDemoDeletedGrant(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("%v\nstdout:\n%s", r, out)
 	}
-	checkFencingLines(t, out.String(), false)
+	text := out.String()
+	for _, b := range compiledIn() { // every server was started: each has its row
+		if !regexp.MustCompile(`(?m)^` + b.scheme + ` +\d+ +\d+ +0 +monotonic`).MatchString(text) {
+			t.Errorf("no table row for %s in:\n%s", b.scheme, text)
+		}
+	}
+	checkFencingLines(t, text, false)
 }
 
 // The fencing scene's two lines of one backend (see scene.lines).
