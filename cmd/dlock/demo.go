@@ -240,9 +240,9 @@ func (d *demoConfig) provision() (targets []target, stop func()) {
 	for _, k := range kinds {
 		switch err := errs[k]; {
 		case errors.Is(err, errNotInstalled):
-			d.printf("  %s not installed: %v\n", k, firstLine(err.Error()))
+			d.printf("  %s not installed: %v\n", k, firstLine(strings.TrimPrefix(err.Error(), errNotInstalled.Error()+": ")))
 		case err != nil:
-			d.printf("  %s failed to start: %v\n", k, firstLine(err.Error()))
+			d.printf("  %s failed to start: %v\n", k, firstAndLastLine(err.Error()))
 		}
 	}
 	for _, b := range compiledIn() {
@@ -305,6 +305,16 @@ func compiledSchemes() []string {
 		s = append(s, b.scheme)
 	}
 	return s
+}
+
+// firstAndLastLine is firstLine with the last line of s, where a failed
+// program's output ends with what went wrong.
+func firstAndLastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) < 2 {
+		return firstLine(s)
+	}
+	return lines[0] + " ... " + strings.TrimSpace(lines[len(lines)-1])
 }
 
 func firstLine(s string) string {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -167,5 +169,77 @@ func checkFencingLines(t *testing.T, text string, paused bool) {
 		case tokenB <= tokenA || f[3] != l[2]:
 			t.Errorf("%s: %q then %q: want B's token above A's, and A's late write with A's token", b.scheme, l[0], f[0])
 		}
+	}
+}
+
+// TestDemoPostgresNotInstalledOrFailed: with -start-servers, a PostgreSQL
+// whose programs are not there is reported as not installed, and one
+// whose programs are there but fail as failing to start, with their
+// message. The other servers are named by address variables at a port
+// where nothing listens, and the docker provider has no helper, so nothing
+// but PostgreSQL is started and the demo ends at once, with no backend.
+func TestDemoPostgresNotInstalledOrFailed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the demo binary")
+	}
+	bin, err := demoBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	// The failing programs: PostgreSQL's run as user postgres when the test
+	// runs as root, so their directory must be open to it.
+	broken, err := os.MkdirTemp("", "dlock-demo-pgbin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(broken) })
+	if err := os.Chmod(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, prog := range []string{"initdb", "postgres", "pg_basebackup", "psql"} {
+		script := "#!/bin/sh\necho \"" + prog + ": broken on purpose\" >&2\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(broken, prog), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name, binDir  string
+		want, notWant string
+	}{
+		{"not installed", t.TempDir(), "postgres not installed: ", "postgres failed to start"},
+		{"failed to start", broken, "postgres failed to start: ", "postgres not installed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := dlockCmd(t, "", "", "demo", "-start-servers", "-duration", "300ms")
+			cmd.Path, cmd.Args[0] = bin, bin
+			cmd.Env = append(cmd.Env,
+				testserver.EnvBackend+"=", testserver.EnvPostgresURL+"=",
+				testserver.EnvRedisAddr+"="+closed, testserver.EnvMemcachedAddr+"="+closed,
+				testserver.EnvZooKeeperAddr+"="+closed,
+				testserver.EnvContainersHelper+"="+filepath.Join(c.binDir, "no-such-helper"),
+				testserver.EnvPostgresBinDir+"="+c.binDir)
+			out := &lockedWriter{}
+			cmd.Stdout = out
+			finish(t, cmd, start(t, cmd))
+			text := out.String()
+			if !strings.Contains(text, c.want) || strings.Contains(text, c.notWant) {
+				t.Errorf("want %q and not %q in:\n%s", c.want, c.notWant, text)
+			}
+			if c.binDir == broken && !strings.Contains(text, "broken on purpose") {
+				t.Errorf("the failure's message is not shown in:\n%s", text)
+			}
+			if strings.Contains(text, "not installed: not installed") {
+				t.Errorf("said twice:\n%s", text)
+			}
+			if !strings.Contains(text, "No backend is reachable") {
+				t.Errorf("a backend answered:\n%s", text)
+			}
+		})
 	}
 }
