@@ -243,3 +243,27 @@ func TestDemoPostgresNotInstalledOrFailed(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoBackendOf: postgresql:// is the postgres backend, and a host
+// without a port is probed on its scheme's standard port.
+func TestDemoBackendOf(t *testing.T) {
+	for _, s := range []string{"postgres", "postgresql"} {
+		if b, ok := backendOf(s); !ok || b.scheme != "postgres" || b.server != serverPostgres {
+			t.Errorf("backendOf(%q) = %v, %v", s, b.scheme, ok)
+		}
+	}
+	if _, ok := backendOf("memory"); ok {
+		t.Error("memory is a network backend")
+	}
+	for _, c := range [][3]string{
+		{"postgres", "db", "db:5432"},
+		{"postgresql", "[::1]", "[::1]:5432"},
+		{"redisnx", "cache", "cache:6379"},
+		{"zookeeper", "zk", "zk:2181"},
+		{"nosuch", "h", "h"},
+	} {
+		if got := withDefaultPort(c[0], c[1]); got != c[2] {
+			t.Errorf("withDefaultPort(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		}
+	}
+}
