@@ -29,8 +29,14 @@ and a resource that checks fencing tokens refuses A's late write. Prints
 live progress, two lines of the lost lease, then a table per backend.
 
 Backends: -url (repeatable), else $DLOCK_URL, else each compiled-in network
-driver on its server's standard port on localhost. With -start-servers the
-demo starts local servers on free ports instead, as the tests do (make demo).
+driver on its server's standard port on localhost: redisnx:// and
+rediswatch://localhost:6379, memcached://localhost:11211,
+zookeeper://localhost:2181/dlock-demo, postgres://localhost:5432/postgres
+(user and password from PGUSER and PGPASSWORD, as psql takes them; or
+-url postgres://USER:PASSWORD@HOST:5432/DB). With -start-servers the demo
+starts local servers on free ports instead, as the tests do (make demo):
+redis-server, memcached, ZooKeeper and PostgreSQL, those installed
+(apt-get install redis-server memcached zookeeper postgresql).
 `
 
 type demoConfig struct {
@@ -50,7 +56,7 @@ func cmdDemo(args []string) int {
 	d := &demoConfig{out: os.Stdout}
 	fs := newFlagSet("demo", demoUsage)
 	fs.Var(&d.urls, "url", "backend URL to include (repeatable; default $DLOCK_URL, else localhost standard ports)")
-	fs.BoolVar(&d.startServers, "start-servers", false, "start local redis-server, memcached and ZooKeeper on free ports for the demo (needs a build with -tags demoservers, as make demo does)")
+	fs.BoolVar(&d.startServers, "start-servers", false, "start local redis-server, memcached, ZooKeeper and PostgreSQL on free ports for the demo (needs a build with -tags demoservers, as make demo does)")
 	fs.IntVar(&d.workers, "workers", 4, "worker processes per backend")
 	fs.IntVar(&d.keys, "keys", 3, "keys the workers contend for, per backend")
 	durationVar(fs, &d.duration, "duration", 2500*time.Millisecond, "contention time per backend, a `duration` or seconds")
@@ -111,7 +117,8 @@ func (d *demoConfig) run(ctx context.Context) int {
 		d.printf("\nNo backend is reachable, so there is nothing to demonstrate.\n")
 		d.printf("Start local servers on free ports for the demo:  %s demo -start-servers   (or: make demo)\n", os.Args[0])
 		d.printf("or point it at yours:  %s demo -url redisnx://HOST:6379 -url memcached://HOST:11211 -url zookeeper://HOST:2181/dlock-demo\n", os.Args[0])
-		d.printf("(servers: apt-get install redis-server memcached zookeeper)\n")
+		d.printf("                       -url postgres://USER:PASSWORD@HOST:5432/DB\n")
+		d.printf("(servers: apt-get install redis-server memcached zookeeper postgresql)\n")
 		return exitBackend
 	}
 
@@ -233,14 +240,14 @@ func (d *demoConfig) provision() (targets []target, stop func()) {
 	for _, k := range kinds {
 		switch err := errs[k]; {
 		case errors.Is(err, errNotInstalled):
-			d.printf("  %s not installed: %v\n", k, firstLine(err.Error()))
+			d.printf("  %s not installed: %v\n", k, firstLine(strings.TrimPrefix(err.Error(), errNotInstalled.Error()+": ")))
 		case err != nil:
-			d.printf("  %s failed to start: %v\n", k, firstLine(err.Error()))
+			d.printf("  %s failed to start: %v\n", k, firstAndLastLine(err.Error()))
 		}
 	}
 	for _, b := range compiledIn() {
 		if s, ok := started[b.server]; ok {
-			targets = append(targets, target{url: b.urlFor(s.addrs), pause: s.pause})
+			targets = append(targets, target{url: b.urlFor(s), pause: s.pause})
 		}
 	}
 	return targets, stop
@@ -256,7 +263,7 @@ func (d *demoConfig) reachable(ctx context.Context, candidates []target) []targe
 		switch s := schemeOf(c.url); {
 		case s == "memory":
 			errs[i] = errors.New("left out: a memory:// store lives in one process, and the workers are separate processes")
-		case s == "" || !slices.Contains(compiledSchemes(), s):
+		case !isCompiledIn(s):
 			errs[i] = fmt.Errorf("left out: no driver for scheme %q in this binary (have %s)", s, strings.Join(compiledSchemes(), ", "))
 		default:
 			wg.Add(1)
@@ -270,6 +277,9 @@ func (d *demoConfig) reachable(ctx context.Context, candidates []target) []targe
 	var out []target
 	for i, c := range candidates {
 		name := schemeOf(c.url)
+		if b, ok := backendOf(name); ok {
+			name = b.scheme // postgresql:// is postgres
+		}
 		if errs[i] != nil {
 			d.printf("  %-11s %-40s %s\n", name, backendName(c.url), firstLine(errs[i].Error()))
 			continue
@@ -284,12 +294,27 @@ func (d *demoConfig) reachable(ctx context.Context, candidates []target) []targe
 	return out
 }
 
+func isCompiledIn(scheme string) bool {
+	_, ok := backendOf(scheme)
+	return ok
+}
+
 func compiledSchemes() []string {
 	var s []string
 	for _, b := range compiledIn() {
 		s = append(s, b.scheme)
 	}
 	return s
+}
+
+// firstAndLastLine is firstLine with the last line of s, where a failed
+// program's output ends with what went wrong.
+func firstAndLastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) < 2 {
+		return firstLine(s)
+	}
+	return lines[0] + " ... " + strings.TrimSpace(lines[len(lines)-1])
 }
 
 func firstLine(s string) string {

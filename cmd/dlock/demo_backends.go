@@ -21,28 +21,42 @@ const (
 	serverRedis     serverKind = "redis"
 	serverMemcached serverKind = "memcached"
 	serverZooKeeper serverKind = "zookeeper"
+	serverPostgres  serverKind = "postgres"
 )
 
 // netBackend is a network scheme the demo knows: where its server listens
 // by default and how to build its URL for servers the demo started.
 type netBackend struct {
 	scheme     string
+	alias      string // another scheme of the same driver, or ""
 	server     serverKind
 	defaultURL string
-	urlFor     func(addrs []string) string
+	urlFor     func(s startedServer) string
 }
 
+// netBackends: PostgreSQL's default URL names no user nor password, which
+// pgx then takes from PGUSER (else the system user) and PGPASSWORD (else
+// ~/.pgpass), as psql does.
 var netBackends = []netBackend{
-	{"redisnx", serverRedis, "redisnx://localhost:6379", func(a []string) string { return "redisnx://" + a[0] }},
-	{"rediswatch", serverRedis, "rediswatch://localhost:6379", func(a []string) string { return "rediswatch://" + a[0] }},
-	{"memcached", serverMemcached, "memcached://localhost:11211", func(a []string) string { return "memcached://" + strings.Join(a, ",") }},
-	{"zookeeper", serverZooKeeper, "zookeeper://localhost:2181/dlock-demo", func(a []string) string { return "zookeeper://" + strings.Join(a, ",") + "/dlock-demo" }},
+	{scheme: "redisnx", server: serverRedis, defaultURL: "redisnx://localhost:6379",
+		urlFor: func(s startedServer) string { return "redisnx://" + s.addrs[0] }},
+	{scheme: "rediswatch", server: serverRedis, defaultURL: "rediswatch://localhost:6379",
+		urlFor: func(s startedServer) string { return "rediswatch://" + s.addrs[0] }},
+	{scheme: "memcached", server: serverMemcached, defaultURL: "memcached://localhost:11211",
+		urlFor: func(s startedServer) string { return "memcached://" + strings.Join(s.addrs, ",") }},
+	{scheme: "zookeeper", server: serverZooKeeper, defaultURL: "zookeeper://localhost:2181/dlock-demo",
+		urlFor: func(s startedServer) string { return "zookeeper://" + strings.Join(s.addrs, ",") + "/dlock-demo" }},
+	{scheme: "postgres", alias: "postgresql", server: serverPostgres, defaultURL: "postgres://localhost:5432/postgres",
+		urlFor: func(s startedServer) string { return s.url }},
 }
 
-// startedServer is a server the demo started: its addresses, and how to
-// pause it (nil if it cannot be).
+// startedServer is a server the demo started: its addresses, its URL
+// where addresses do not say how to connect (PostgreSQL's, with the
+// superuser's name and password), and how to pause it (nil if it cannot
+// be).
 type startedServer struct {
 	addrs []string
+	url   string
 	pause pauser
 }
 
@@ -55,6 +69,17 @@ func compiledIn() []netBackend {
 		}
 	}
 	return out
+}
+
+// backendOf returns the compiled-in network backend of scheme (or of
+// its alias: postgresql is postgres).
+func backendOf(scheme string) (netBackend, bool) {
+	for _, b := range compiledIn() {
+		if scheme != "" && (b.scheme == scheme || b.alias == scheme) {
+			return b, true
+		}
+	}
+	return netBackend{}, false
 }
 
 // compiledURLs lists the compiled-in network schemes as URL prefixes
@@ -92,6 +117,9 @@ func probe(ctx context.Context, raw string) error {
 	if hosts := strings.Split(u.Host, ","); u.Host != "" {
 		var derr error
 		for _, h := range hosts {
+			if _, _, err := net.SplitHostPort(h); err != nil {
+				h = withDefaultPort(u.Scheme, h)
+			}
 			var c net.Conn
 			if c, derr = (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", h); derr == nil {
 				c.Close()
@@ -123,6 +151,20 @@ func probe(ctx context.Context, raw string) error {
 	case <-ctx.Done():
 		return fmt.Errorf("no answer within 5s: %w", ctx.Err())
 	}
+}
+
+// withDefaultPort adds to host (without a port) the port of scheme's
+// default URL: postgres://db/app is db:5432.
+func withDefaultPort(scheme, host string) string {
+	b, ok := backendOf(scheme)
+	if !ok {
+		return host
+	}
+	d, err := url.Parse(b.defaultURL)
+	if err != nil || d.Port() == "" {
+		return host
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), d.Port())
 }
 
 func randomID() string {

@@ -10,9 +10,12 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/go-zookeeper/zk"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/driver/memcached"
+	"github.com/dlock-go/dlock/driver/postgres"
 	"github.com/dlock-go/dlock/driver/zookeeper"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
@@ -124,6 +127,23 @@ func deleteGrant(ctx context.Context, l lock.Locker, rawURL, key string) (string
 			return "", errors.New("no ZooKeeper connection behind the Locker")
 		}
 		return deleteZKNodes(c, strings.TrimSuffix(u.Path, "/")+"/"+zookeeper.EscapeKey(key))
+	case "postgres", "postgresql":
+		var pool *pgxpool.Pool
+		if !lock.As(l, &pool) {
+			return "", errors.New("no PostgreSQL pool behind the Locker")
+		}
+		schema := u.Query().Get("schema")
+		if schema == "" {
+			schema = postgres.DefaultSchema
+		}
+		// A grant is a row of entries with granted set; the demo's key has
+		// A's alone.
+		table := pgx.Identifier{schema, "entries"}.Sanitize()
+		tag, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE key = $1 AND granted", key)
+		if err != nil || tag.RowsAffected() != 1 {
+			return "", fmt.Errorf("DELETE FROM %s: %d rows deleted, %v", table, tag.RowsAffected(), err)
+		}
+		return "PostgreSQL DELETE", nil
 	}
 	return "", fmt.Errorf("no way to delete a grant of %s", u.Scheme)
 }

@@ -17,9 +17,11 @@ const canStartServers = true
 
 // startServers starts local servers of kinds on free loopback ports the
 // way the tests do, with internal/testserver: the installed redis-server,
-// memcached and ZooKeeper (Java), each in a fresh directory, killed by stop
-// and, should dlock die first, by the kernel (parent-death signal). The
-// DLOCK_*_ADDR variables of testserver name external servers instead. A
+// memcached, ZooKeeper (Java) and PostgreSQL (a data directory copied from
+// one initdb, run as the postgres user when dlock runs as root), each in a
+// fresh directory, killed by stop and, should dlock die first, by the
+// kernel (parent-death signal). The DLOCK_*_ADDR variables of testserver
+// (DLOCK_POSTGRES_URL for PostgreSQL) name external servers instead. A
 // kind that cannot be had here has an error wrapping errNotInstalled; one
 // whose server was there and did not start, any other error.
 func startServers(kinds []serverKind, logf func(string, ...any)) (started map[serverKind]startedServer, errs map[serverKind]error, stop func()) {
@@ -53,6 +55,11 @@ func startServers(kinds []serverKind, logf func(string, ...any)) (started map[se
 					z := testserver.StartZooKeeper(tb, nil)
 					srv.pause = pausable(z.Nodes...)
 					return z.Addrs()
+				case serverPostgres:
+					p := testserver.StartPostgres(tb, nil)
+					srv.pause = pausable(p.Nodes...)
+					srv.url = p.URL()
+					return p.Addrs()
 				}
 				tb.Fatalf("unknown server kind %q", k)
 				return nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -91,16 +93,20 @@ func TestDemoDeletedGrant(t *testing.T) {
 	}
 	args := []string{"demo", "-duration", "500ms", "-workers", "2", "-keys", "1"}
 	for _, b := range compiledIn() {
-		var addrs []string
+		var s startedServer
 		switch b.server {
 		case serverRedis:
-			addrs = testserver.StartRedis(t, nil).Addrs()
+			s.addrs = testserver.StartRedis(t, nil).Addrs()
 		case serverMemcached:
-			addrs = testserver.StartMemcached(t, nil).Addrs()
+			s.addrs = testserver.StartMemcached(t, nil).Addrs()
 		case serverZooKeeper:
-			addrs = testserver.StartZooKeeper(t, nil).Addrs()
+			s.addrs = testserver.StartZooKeeper(t, nil).Addrs()
+		case serverPostgres:
+			s.url = testserver.StartPostgres(t, nil).URL()
+		default:
+			t.Fatalf("no server for %s", b.scheme)
 		}
-		args = append(args, "-url", b.urlFor(addrs))
+		args = append(args, "-url", b.urlFor(s))
 	}
 	cmd := dlockCmd(t, "", "", args...)
 	out := &lockedWriter{}
@@ -109,7 +115,13 @@ func TestDemoDeletedGrant(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("%v\nstdout:\n%s", r, out)
 	}
-	checkFencingLines(t, out.String(), false)
+	text := out.String()
+	for _, b := range compiledIn() { // every server was started: each has its row
+		if !regexp.MustCompile(`(?m)^` + b.scheme + ` +\d+ +\d+ +0 +monotonic`).MatchString(text) {
+			t.Errorf("no table row for %s in:\n%s", b.scheme, text)
+		}
+	}
+	checkFencingLines(t, text, false)
 }
 
 // The fencing scene's two lines of one backend (see scene.lines).
@@ -156,6 +168,102 @@ func checkFencingLines(t *testing.T, text string, paused bool) {
 			t.Errorf("%s: %q: A's Done did not fire before B was granted", b.scheme, l[0])
 		case tokenB <= tokenA || f[3] != l[2]:
 			t.Errorf("%s: %q then %q: want B's token above A's, and A's late write with A's token", b.scheme, l[0], f[0])
+		}
+	}
+}
+
+// TestDemoPostgresNotInstalledOrFailed: with -start-servers, a PostgreSQL
+// whose programs are not there is reported as not installed, and one
+// whose programs are there but fail as failing to start, with their
+// message. The other servers are named by address variables at a port
+// where nothing listens, and the docker provider has no helper, so nothing
+// but PostgreSQL is started and the demo ends at once, with no backend.
+func TestDemoPostgresNotInstalledOrFailed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs the demo binary")
+	}
+	bin, err := demoBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	// The failing programs: PostgreSQL's run as user postgres when the test
+	// runs as root, so their directory must be open to it.
+	broken, err := os.MkdirTemp("", "dlock-demo-pgbin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(broken) })
+	if err := os.Chmod(broken, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, prog := range []string{"initdb", "postgres", "pg_basebackup", "psql"} {
+		script := "#!/bin/sh\necho \"" + prog + ": broken on purpose\" >&2\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(broken, prog), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name, binDir  string
+		want, notWant string
+	}{
+		{"not installed", t.TempDir(), "postgres not installed: ", "postgres failed to start"},
+		{"failed to start", broken, "postgres failed to start: ", "postgres not installed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := dlockCmd(t, "", "", "demo", "-start-servers", "-duration", "300ms")
+			cmd.Path, cmd.Args[0] = bin, bin
+			cmd.Env = append(cmd.Env,
+				testserver.EnvBackend+"=", testserver.EnvPostgresURL+"=",
+				testserver.EnvRedisAddr+"="+closed, testserver.EnvMemcachedAddr+"="+closed,
+				testserver.EnvZooKeeperAddr+"="+closed,
+				testserver.EnvContainersHelper+"="+filepath.Join(c.binDir, "no-such-helper"),
+				testserver.EnvPostgresBinDir+"="+c.binDir)
+			out := &lockedWriter{}
+			cmd.Stdout = out
+			finish(t, cmd, start(t, cmd))
+			text := out.String()
+			if !strings.Contains(text, c.want) || strings.Contains(text, c.notWant) {
+				t.Errorf("want %q and not %q in:\n%s", c.want, c.notWant, text)
+			}
+			if c.binDir == broken && !strings.Contains(text, "broken on purpose") {
+				t.Errorf("the failure's message is not shown in:\n%s", text)
+			}
+			if strings.Contains(text, "not installed: not installed") {
+				t.Errorf("said twice:\n%s", text)
+			}
+			if !strings.Contains(text, "No backend is reachable") {
+				t.Errorf("a backend answered:\n%s", text)
+			}
+		})
+	}
+}
+
+// TestDemoBackendOf: postgresql:// is the postgres backend, and a host
+// without a port is probed on its scheme's standard port.
+func TestDemoBackendOf(t *testing.T) {
+	for _, s := range []string{"postgres", "postgresql"} {
+		if b, ok := backendOf(s); !ok || b.scheme != "postgres" || b.server != serverPostgres {
+			t.Errorf("backendOf(%q) = %v, %v", s, b.scheme, ok)
+		}
+	}
+	if _, ok := backendOf("memory"); ok {
+		t.Error("memory is a network backend")
+	}
+	for _, c := range [][3]string{
+		{"postgres", "db", "db:5432"},
+		{"postgresql", "[::1]", "[::1]:5432"},
+		{"redisnx", "cache", "cache:6379"},
+		{"zookeeper", "zk", "zk:2181"},
+		{"nosuch", "h", "h"},
+	} {
+		if got := withDefaultPort(c[0], c[1]); got != c[2] {
+			t.Errorf("withDefaultPort(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
 		}
 	}
 }

@@ -299,24 +299,32 @@
 // must fire before B, asking once the server resumes, is granted the key.
 // On a server it did not start, it deletes A's grant behind A's back with
 // the backend's own client instead (Redis DEL, memcached delete, the
-// ZooKeeper lock node's delete): B is granted at once, before A learns of
-// the loss at its next renewal, which is what no lock can prevent and what
-// fencing tokens are for. Either way B writes with its token, which the
-// resource accepts, and A, late, with its old one, which the resource
-// refuses. Times count from the pause or the deletion. A scene that goes
-// otherwise (Done not firing, or firing after B's grant on a paused server,
-// B's token not above A's, a write taken wrongly) fails the backend.
+// ZooKeeper lock node's delete, PostgreSQL's DELETE of the grant's row of
+// dlock.entries): B is granted at once, before A learns of the loss at its
+// next renewal, which is what no lock can prevent and what fencing tokens
+// are for. Either way B writes with its token, which the resource accepts,
+// and A, late, with its old one, which the resource refuses. Times count
+// from the pause or the deletion. A scene that goes otherwise (Done not
+// firing, or firing after B's grant on a paused server, B's token not above
+// A's, a write taken wrongly) fails the backend.
 //
 // The backends are those of -url (repeatable), else $DLOCK_URL, else every
 // compiled-in network driver on its server's standard port on localhost
-// (6379, 11211, 2181). -start-servers instead starts redis-server, memcached
-// and ZooKeeper on free loopback ports, the way the tests do
-// (internal/testserver, which also honours DLOCK_REDIS_ADDR and its
-// siblings), and stops them at the end. It needs a dlock built with
-// -tags demoservers, as make demo builds it: the test harness, and the
-// container client it links, stay out of the dlock that runs your jobs.
-// memory:// is left out: a memory store lives in one process and the
-// workers are separate processes.
+// (6379, 11211, 2181, and postgres://localhost:5432/postgres, whose user and
+// password pgx takes from PGUSER and PGPASSWORD or ~/.pgpass, as psql does;
+// name another with -url postgres://USER:PASSWORD@HOST:5432/DB).
+// -start-servers instead starts redis-server, memcached, ZooKeeper and
+// PostgreSQL (its server programs from PATH or /usr/lib/postgresql/*/bin,
+// run as the postgres user when dlock runs as root) on free loopback ports,
+// the way the tests do (internal/testserver, which also honours
+// DLOCK_REDIS_ADDR, DLOCK_POSTGRES_URL and their siblings), and stops them
+// at the end. A server that is not installed is reported as such and left
+// out (apt-get install redis-server memcached zookeeper postgresql); one
+// that is installed and fails to start, as failing to start, with why. It
+// needs a dlock built with -tags demoservers, as make demo builds it: the
+// test harness, and the container client it links, stay out of the dlock
+// that runs your jobs. memory:// is left out: a memory store lives in one
+// process and the workers are separate processes.
 //
 // Flags: -workers (4), -keys (3), -duration per backend (2.5s), -hold, the
 // mean time a worker holds a lock (2ms), -ttl of the workers' leases

@@ -61,7 +61,10 @@ func spawn(cmd *exec.Cmd) error {
 // waitStopped waits until every thread of pid is in the stopped state, so
 // that Pause returns only once the server can no longer answer: SIGSTOP is
 // delivered asynchronously and a thread that is running at that moment may
-// otherwise still complete a reply.
+// otherwise still complete a reply. A thread that has exited (a zombie)
+// answers nothing either: a PostgreSQL backend whose client had just
+// disconnected stays one while its parent, the postmaster, is paused and
+// cannot reap it, and must not hold Pause up until the timeout.
 func waitStopped(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -91,7 +94,7 @@ func allThreadsStopped(pid int) (bool, error) {
 		if i < 0 || i+2 >= len(b) {
 			return false, fmt.Errorf("%s: unexpected %q", path, b)
 		}
-		if s := b[i+2]; s != 'T' && s != 't' {
+		if s := b[i+2]; s != 'T' && s != 't' && s != 'Z' && s != 'X' {
 			return false, nil
 		}
 	}
