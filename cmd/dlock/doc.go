@@ -50,7 +50,8 @@
 //
 //	-url URL
 //	    The backend (default $DLOCK_URL): redisnx://host:6379,
-//	    rediswatch://host:6379, memcached://h1:11211,h2:11211,
+//	    rediswatch://host:6379, postgres://user:pw@host:5432/db,
+//	    memcached://h1:11211,h2:11211,
 //	    zookeeper://h1:2181,h2:2181/app/locks, each with the query
 //	    parameters its driver documents (go doc the driver package), and
 //	    ttl= and autorenew= of lock.Open. memory:// is refused (exit
@@ -123,8 +124,8 @@
 //
 // # Connecting
 //
-// The Redis and memcached clients connect when the first request is
-// sent; a ZooKeeper session is established when the backend is opened.
+// The Redis, PostgreSQL and memcached clients connect when the first
+// request is sent; a ZooKeeper session is established when the backend is opened.
 // dlock gives the backend -wait plus 2s to answer, counted from its
 // start (with -wait forever, 2s: an unreachable backend is reported, not
 // waited for in silence), and the first attempt at the key 2s: a backend
