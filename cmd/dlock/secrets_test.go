@@ -43,6 +43,7 @@ var secretForms = map[string][]struct{ name, hosts, path, query string }{
 	"memcached": {{"single", "H", "", ""}, {"several", "H,H2", "", ""}},
 	"zookeeper": {{"single", "H", "/app", ""}, {"ensemble", "H,H2", "/app", ""}},
 	"memory":    {{"named", "name", "", ""}},
+	"postgres":  {{"single", "H", "/db", ""}, {"several", "H,H2", "/db", ""}},
 }
 
 // secretFaults are what makes a URL invalid besides its secret: "" is
@@ -60,6 +61,9 @@ func secretURLs(down string) []secretURL {
 		if strings.HasPrefix(scheme, "redis") {
 			family = "redis"
 		}
+		if scheme == "postgresql" {
+			family = "postgres"
+		}
 		forms, ok := secretForms[family]
 		if !ok {
 			panic("secretForms: no URL forms for scheme " + scheme)
@@ -71,6 +75,11 @@ func secretURLs(down string) []secretURL {
 					stem := fmt.Sprintf("Sk%03dz", n)
 					secret := stem + "%21" // ! percent-encoded: both forms must stay hidden
 					valid := fault == "" && place.validOn != nil && place.validOn(form.name)
+					if family == "postgres" {
+						// pgx takes every query parameter (the server's
+						// runtime parameters) and any database name.
+						valid = fault == "" || fault == "unknown parameter" || fault == "bad path"
+					}
 					if fault == "" && !valid {
 						continue
 					}

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errtext"
@@ -87,9 +88,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	pgxURL.RawQuery = pgxq.Encode()
 	cfg, err := pgxpool.ParseConfig(pgxURL.String())
 	if err != nil {
-		// pgx's message quotes the connection string with its password
-		// masked.
-		return nil, nil, bad("%s", errtext.Bound(err.Error()))
+		return nil, nil, bad("%s", errtext.Bound(scrub(err.Error(), pgxURL.String())))
 	}
 	if tc != nil {
 		if tc.ServerName == "" {
@@ -100,8 +99,18 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, bad("%s", errtext.Bound(err.Error()))
+		return nil, nil, bad("%s", errtext.Bound(scrub(err.Error(), pgxURL.String())))
 	}
 	d, lo := newDriver(pool, o, true)
 	return d, lo, nil
+}
+
+// scrub hides raw's secrets in text: pgx's messages quote the connection
+// string with only the user information's password masked, and a
+// password= parameter (or any other secret one) would show.
+func scrub(text, raw string) string {
+	for _, secret := range redact.Secrets(raw) {
+		text = strings.ReplaceAll(text, secret, redact.Mask)
+	}
+	return text
 }
