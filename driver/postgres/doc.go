@@ -31,6 +31,9 @@
 // silently with its connection, and it is re-entrant per session. See
 // docs/design.md.
 //
+// Keys are stored as they are, in text columns; a key holding a NUL byte,
+// which PostgreSQL's text cannot hold, is refused with lock.ErrInvalid.
+//
 // # Checking a lease in your own transaction
 //
 // When the data a lock guards lives in the same database, check the
