@@ -236,6 +236,18 @@ type Notifier interface {
 	Subscribe(ctx context.Context, key string) (c <-chan struct{}, cancel func(), err error)
 }
 
+// Prompt is implemented by drivers whose calls return by their context's
+// end on their own: the client stops a request when its context is
+// cancelled or its deadline passes (pgx), or no call waits on I/O (the
+// in-process store). lock makes such a driver's calls on the caller's
+// goroutine when Prompt returns true; it hands every other driver's calls
+// to a goroutine of its own, so that the caller can return at its
+// context's end while the call goes on (go-redis honours deadlines only,
+// gomemcache and go-zookeeper take no context).
+type Prompt interface {
+	Prompt() bool
+}
+
 // DriftMargin is what lock subtracts from a validity to get a lease's
 // local deadline: 1% of the validity for clock-rate drift between client
 // and server, plus 2 ms for timer and scheduling delays. A driver that ends

@@ -126,6 +126,9 @@ func New(d driver.Driver, o *Options) Locker {
 	lk.bgCtx, lk.bgCancel = context.WithCancel(context.Background())
 	lk.notifier, _ = d.(driver.Notifier)
 	lk.queuer, _ = d.(driver.Queuer)
+	if p, ok := d.(driver.Prompt); ok {
+		lk.prompt = p.Prompt()
+	}
 	lk.sched = newScheduler(lk)
 	s, ok := d.(driver.Sharer)
 	shared := ok && s.SupportsShared()
@@ -146,6 +149,7 @@ type locker struct {
 	name     string   // the driver's name, for metrics and logs
 	m        *metrics // nil without Options.MeterProvider
 	notifier driver.Notifier
+	prompt   bool // the driver's calls return by their context's end (driver.Prompt)
 	queuer   driver.Queuer
 	opts     Options
 	optsErr  error

@@ -107,6 +107,10 @@ func (d *memDriver) alive(ctx context.Context) error {
 	return nil
 }
 
+// Prompt reports that the driver's calls return by their context's end
+// (driver.Prompt): none waits, but for the Store's mutex.
+func (d *memDriver) Prompt() bool { return true }
+
 func (d *memDriver) Name() string { return "memory" } // the dlock.driver attribute of metrics and logs
 
 func (d *memDriver) As(target any) bool {

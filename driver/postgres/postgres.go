@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,8 +95,8 @@ type pgDriver struct {
 	q      queries
 	mode   []any // the first arguments of every query: pgx.QueryExecModeExec with TransactionPooling
 
-	installMu sync.Mutex
-	installed atomic.Bool
+	installing chan struct{} // held (one value in it) by the call that reads or installs the schema
+	installed  atomic.Bool
 }
 
 var (
@@ -109,6 +108,7 @@ var (
 	_ driver.Reenterer      = (*pgDriver)(nil)
 	_ driver.Semaphorer     = (*pgDriver)(nil)
 	_ driver.Inspector      = (*pgDriver)(nil)
+	_ driver.Prompt         = (*pgDriver)(nil)
 )
 
 // queries are the statements of the driver's steps, for its schema.
@@ -134,7 +134,7 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 	if o != nil {
 		opts = *o
 	}
-	d := &pgDriver{pool: pool, owned: owned, schema: opts.Schema, create: !opts.NoCreate}
+	d := &pgDriver{pool: pool, owned: owned, schema: opts.Schema, create: !opts.NoCreate, installing: make(chan struct{}, 1)}
 	if d.schema == "" {
 		d.schema = DefaultSchema
 	}
@@ -152,6 +152,11 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 	}
 	return d, &opts.Options
 }
+
+// Prompt reports that the driver's calls return by their context's end
+// (driver.Prompt): pgx stops a query when its context ends, and the one
+// wait of the driver's own, for the schema's install, does too.
+func (d *pgDriver) Prompt() bool { return true }
 
 func (d *pgDriver) Name() string { return "postgres" } // the dlock.driver attribute of metrics and logs
 
@@ -198,8 +203,13 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	if d.installed.Load() {
 		return true, nil
 	}
-	d.installMu.Lock()
-	defer d.installMu.Unlock()
+	// Waits for another call's install as long as ctx lasts (see Prompt).
+	select {
+	case d.installing <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-d.installing }()
 	if d.installed.Load() {
 		return true, nil
 	}

@@ -1,0 +1,81 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// promptFake is a fake that says its calls return by their context's end
+// (driver.Prompt), so lock makes them on the caller's goroutine. Its
+// Acquire can also grant after its context ended (lateGrant): a reply
+// that came just too late.
+type promptFake struct {
+	*fake
+	lateGrant bool
+	stacks    chan string // the stack of each Acquire, when not nil
+}
+
+func (p *promptFake) Prompt() bool { return true }
+
+func (p *promptFake) Acquire(ctx context.Context, l *driver.Lease) error {
+	if p.stacks != nil {
+		buf := make([]byte, 1<<16)
+		p.stacks <- string(buf[:runtime.Stack(buf, false)])
+	}
+	if p.lateGrant {
+		<-ctx.Done()
+		p.lateGrant = false
+		return p.fake.Acquire(context.Background(), l) // applied, but after the caller's end
+	}
+	return p.fake.Acquire(ctx, l)
+}
+
+var _ driver.Prompt = (*promptFake)(nil)
+
+// TestPromptCallsRunOnCallersGoroutine: a driver.Prompt's calls are made
+// on the caller's goroutine, with no hand-off to one of lock's (whose
+// stack would not hold the caller's frames).
+func TestPromptCallsRunOnCallersGoroutine(t *testing.T) {
+	p := &promptFake{fake: newFake(), stacks: make(chan string, 1)}
+	l := lock.New(p, nil)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease, err := l.TryLock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Unlock(ctx)
+	if st := <-p.stacks; !strings.Contains(st, "TestPromptCallsRunOnCallersGoroutine") {
+		t.Errorf("Acquire ran on another goroutine than TryLock's caller:\n%s", st)
+	}
+}
+
+// TestPromptLateGrantReleased: a driver.Prompt's call that returns after
+// its context ended is treated as one the caller gave up on: the caller
+// gets the context's error at once, and a grant the call made is released
+// in the background, as after a hand-off.
+func TestPromptLateGrantReleased(t *testing.T) {
+	p := &promptFake{fake: newFake(), lateGrant: true}
+	l := lock.New(p, nil)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.TryLock(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("TryLock whose grant came after its context's end: err = %v, want DeadlineExceeded", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.holder("k") != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the grant made after TryLock gave up is still held by %q: never released", p.holder("k"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
