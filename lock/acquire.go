@@ -304,8 +304,11 @@ func (lk *locker) steps(ctx context.Context, dl *driver.Lease) (time.Time, error
 		} else {
 			err = lk.queuer.Join(ctx, dl, wake)
 		}
-		var held *driver.HeldError
-		if !errors.As(err, &held) {
+		if err == nil {
+			return start, nil
+		}
+		held := asHeld(err)
+		if held == nil {
 			return start, err
 		}
 		next := driver.Heartbeat
@@ -324,6 +327,17 @@ func (lk *locker) steps(ctx context.Context, dl *driver.Lease) (time.Time, error
 		case <-t.C:
 		}
 	}
+}
+
+// asHeld returns the *driver.HeldError in err's chain, or nil. (Its
+// own function: errors.As moves its target to the heap, which a wait's
+// loop would pay for each step, a grant's included.)
+func asHeld(err error) *driver.HeldError {
+	var held *driver.HeldError
+	if errors.As(err, &held) {
+		return held
+	}
+	return nil
 }
 
 // pacer spaces a waiter's attempts on a held key: by the retry strategy's

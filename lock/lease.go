@@ -34,6 +34,7 @@ type Lease struct {
 	// a Refresh): the backend then applies them in the order they were
 	// sent, so the deadline of the last one to succeed is the right one.
 	refreshing chan struct{}
+	release    releaseJob // Unlock's driver call
 
 	mu        sync.Mutex
 	err       error // set when done is closed
@@ -420,11 +421,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 	released := newError("unlock", l.dl.Key, ErrNotHeld, errReleased)
 	until := l.expiry()
-	ok, err := l.lk.within(ctx, func() error { return l.lk.d.Release(ctx, l.dl) }, func(err error) {
-		if err != nil && !errors.Is(err, driver.ErrNotHeld) {
-			l.lk.releaseLater(l.dl, until)
-		}
-	})
+	l.release = releaseJob{l: l, ctx: ctx, until: until}
+	ok, err := l.lk.withinJob(ctx, &l.release)
 	switch {
 	case !ok:
 		// Gave up at the context's end; the release goes on in the
@@ -449,6 +447,23 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		return ctxError("unlock", l.dl.Key, nil, ctx)
 	}
 	return newError("unlock", l.dl.Key, nil, err)
+}
+
+// releaseJob is Unlock's driver call, a job for withinJob (kept in the
+// Lease, which makes one: no closures per call). When Unlock gave up on
+// it, a failure is retried in the background until the lease's expiry.
+type releaseJob struct {
+	l     *Lease
+	ctx   context.Context
+	until time.Time
+}
+
+func (r *releaseJob) run() error { return r.l.lk.d.Release(r.ctx, r.l.dl) }
+
+func (r *releaseJob) after(err error) {
+	if err != nil && !errors.Is(err, driver.ErrNotHeld) {
+		r.l.lk.releaseLater(r.l.dl, r.until)
+	}
 }
 
 // unlockLater ends the lease as Unlock does, and releases its grant in the
