@@ -7,9 +7,11 @@
 -- refused; so is a shared attempt or a permit while a waiter is queued
 -- behind the readers or permits.
 --
--- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
--- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers (the
--- permits set is KEYS[1] .. ":s", in the same slot)
+-- KEYS[1] lock key, the only key sent; the first line makes the others
+-- from it (scripts.go puts in the suffixes, internal/redisx's)
+-- (KEYS[2] fencing counter, KEYS[3] tombstone of this attempt, KEYS[4]
+-- queue, KEYS[5] queue entries, KEYS[6] readers; the permits set is
+-- KEYS[1] .. ":s"), all in its slot
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] "x" exclusive, "s"
 -- shared, "o" a hold of a named owner (a re-entry when its owner holds the
 -- key), "pN" a permit of a semaphore of N permits
@@ -23,6 +25,7 @@
 
 -- The common case first: exclusive, no tombstone, no queue, one call for
 -- both.
+local KEYS = {KEYS[1], KEYS[1] .. '{{counter}}', KEYS[1] .. '{{void}}' .. ARGV[1], KEYS[1] .. '{{queue}}', KEYS[1] .. '{{entries}}', KEYS[1] .. '{{readers}}'}
 if ARGV[3] == 'x' and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return next_token(KEYS[2])

@@ -243,10 +243,10 @@ func BenchmarkScriptCost(b *testing.B) {
 			return c.Del(ctx, n[0]+"-plain").Err()
 		}},
 		{metric: "scripts-ns", run: func() error {
-			if err := acquireScript.Run(ctx, c, n[:5], owner, 60000).Err(); err != nil {
+			if err := acquireScript.Run(ctx, c, n[:1], owner, 60000, "x").Err(); err != nil {
 				return err
 			}
-			return releaseScript.Run(ctx, c, []string{n[0], n[1], n[3], n[4]}, owner, n[0]+channelSuffix, 0).Err()
+			return releaseScript.Run(ctx, c, n[:1], owner, 0, "x").Err()
 		}},
 	}
 	for b.Loop() {
@@ -347,8 +347,8 @@ func BenchmarkScriptServerTime(b *testing.B) {
 				var err error
 				if side == &ours {
 					keys := names(DefaultPrefix, k, owner)
-					if err = acquireScript.Run(ctx, c, keys[:5], owner, 60000).Err(); err == nil {
-						err = releaseScript.Run(ctx, c, []string{keys[0], keys[1], keys[3], keys[4]}, owner, keys[5], 0).Err()
+					if err = acquireScript.Run(ctx, c, keys[:1], owner, 60000, "x").Err(); err == nil {
+						err = releaseScript.Run(ctx, c, keys[:1], owner, 0, "x").Err()
 					}
 				} else {
 					if err = plainSet.Run(ctx, c, []string{n[0] + "-plain"}, owner, 60000).Err(); err == nil {

@@ -73,18 +73,19 @@ func limitMismatch(l *driver.Lease, m int64) error {
 // Acquire runs acquire.lua: SET PX if the key is free and no one is queued,
 // and the fencing counter, one round trip.
 func (d *redisDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	return d.acquire(ctx, l, names(d.Prefix, l.Key, l.Owner))
+	return d.acquire(ctx, l, lockKey(d.Prefix, l.Key))
 }
 
-// acquire is Acquire with the key's names already made.
-func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, keys *keyNames) error {
+// acquire is Acquire with the lock key's name already made (lk): the
+// script makes the other names from it.
+func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, lk string) error {
 	l.Data = nil
 	if err := ctx.Err(); err != nil {
 		l.Data = noGrant{}
 		return err
 	}
 	px, validity := ms(l.TTL)
-	res, err := acquireScript.Run(ctx, d.Client, keys[:6], l.Owner, px, modeArg(l)).Result()
+	res, err := acquireScript.Run(ctx, d.Client, []string{lk}, l.Owner, px, modeArg(l)).Result()
 	if err != nil {
 		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
 	}
@@ -118,18 +119,18 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	_, queued := l.Data.(viaQueue)
-	n := names(d.Prefix, l.Key, l.Owner)
-	keys := []string{n[0], n[1], n[3], n[4], n[5]}
-	args := []any{l.Owner, n[6], 0, modeArg(l)}
-	if queued || l.Token == 0 {
-		args[2] = 1
-	}
-	if l.Token == 0 {
+	keys := []string{lockKey(d.Prefix, l.Key)}
+	var r int64
+	var err error
+	switch {
+	case l.Token == 0: // a clean-up: it leaves a tombstone
 		px, _ := ms(l.TTL)
-		keys = append(keys, n[2])
-		args = append(args, max(px, 1))
+		r, err = releaseScript.Run(ctx, d.Client, keys, l.Owner, 1, modeArg(l), max(px, 1)).Int64()
+	case queued:
+		r, err = releaseScript.Run(ctx, d.Client, keys, l.Owner, 1, modeArg(l)).Int64()
+	default:
+		r, err = releaseScript.Run(ctx, d.Client, keys, l.Owner, 0, modeArg(l)).Int64()
 	}
-	r, err := releaseScript.Run(ctx, d.Client, keys, args...).Int64()
 	if err != nil {
 		return fmt.Errorf("redisnx: release: %w", redisx.WithCtx(ctx, err))
 	}

@@ -44,17 +44,18 @@ var errAbandoned = errors.New("redisnx: wait: attempt abandoned")
 // that the hand-over message is not missed. (On a busy key they are:
 // wait.lua is the first attempt.)
 func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
-	keys := names(d.Prefix, l.Key, l.Owner)
-	confirmed := d.Notify.Confirmed(keys[0])
+	lk := lockKey(d.Prefix, l.Key)
+	confirmed := d.Notify.Confirmed(lk)
 	var hint time.Duration
 	if !confirmed {
-		err := d.acquire(ctx, l, keys)
+		err := d.acquire(ctx, l, lk)
 		var held *driver.HeldError
 		if !errors.As(err, &held) {
 			return err // granted, or failed: Leave cleans up
 		}
 		l.Data, hint = noGrant{}, held.RetryAfter
 	}
+	keys := names(d.Prefix, l.Key, l.Owner)
 	w, err := d.Notify.Queue(keys[0], l.Owner, wake)
 	if err != nil {
 		return fmt.Errorf("redisnx: wait: %w", err)

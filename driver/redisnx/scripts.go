@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"strings"
 
+	"github.com/dlock-go/dlock/internal/redisx"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -28,12 +30,24 @@ var (
 	//go:embed resume.lua
 	resumeLua string
 
-	acquireScript = redis.NewScript(compose(acquireLua))
+	acquireScript = redis.NewScript(suffixes.Replace(compose(acquireLua)))
 	waitScript    = redis.NewScript(compose(waitLua))
 	leaveScript   = redis.NewScript(compose(leaveLua))
-	releaseScript = redis.NewScript(compose(releaseLua))
+	releaseScript = redis.NewScript(suffixes.Replace(compose(releaseLua)))
 	refreshScript = redis.NewScript(refreshLua)
 	resumeScript  = redis.NewScript(resumeLua)
+)
+
+// suffixes puts the suffixes of a key's names (keys.go) where acquire.lua
+// and release.lua, which are sent the lock key alone (a boxed argument
+// less per name and call), make the names of the others from it.
+var suffixes = strings.NewReplacer(
+	"{{counter}}", counterSuffix,
+	"{{void}}", redisx.VoidInfix,
+	"{{queue}}", queueSuffix,
+	"{{entries}}", entriesSuffix,
+	"{{readers}}", readersSuffix,
+	"{{channel}}", channelSuffix,
 )
 
 // compose puts the two parts of prelude.lua into script, in place of its
