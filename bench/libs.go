@@ -156,13 +156,17 @@ func dialMemcached(addr string) (*memcache.Client, error) {
 	return mc, nil
 }
 
+// openDlockZK dials as lock.Open does: the Locker makes the connection, so
+// it knows when the session began (a Locker over a connection made by its
+// user has no proof of the session until a request of its own is 0.3 of
+// the timeout old, and its first grant waits for that: see
+// zookeeper.New).
 func openDlockZK(ctx context.Context, addr string) (client, error) {
-	conn, err := dialZK(addr)
+	l, err := zookeeper.Dial(ctx, []string{addr}, &zookeeper.Options{SessionTimeout: zkSessionTimeout})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("zookeeper %s: %w", addr, err)
 	}
-	l := zookeeper.New(conn, &zookeeper.Options{SessionTimeout: zkSessionTimeout})
-	return &dlockClient{l: l, close: func() error { conn.Close(); return nil }}, nil
+	return &dlockClient{l: l, close: func() error { return nil }}, nil
 }
 
 // dialZK connects and waits for the session: zk.Connect returns before it.

@@ -169,10 +169,12 @@
 // latest of those was sent plus the session timeout. The write or sync
 // itself proves nothing yet, as the follower may be cut off right after
 // answering it. A connection's handshake counts too: the leader touches a
-// session when it is created or resumed on any server. While a Locker
-// holds or waits for leases, a background goroutine (one per Locker, not
-// per lease) keeps such proof fresh with a sync when it is a third of the
-// session timeout old and a request is old enough to be proven, and:
+// session when it is created or resumed on any server. While the session
+// lasts, idle or not, a background goroutine (one per Locker, not per
+// lease) keeps such proof fresh with a sync when it is a fifth of the
+// session timeout old and a request is old enough to be proven, so that a
+// grant, which waits for proof at most half the timeout old, need not
+// wait after an idle spell; and:
 //
 //   - when the last proof is older than the session timeout minus a
 //     drift margin (1% plus 2 ms), which happens when the connection is

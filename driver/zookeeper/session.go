@@ -194,7 +194,11 @@ func (m *monitor) tick(now time.Time) time.Duration {
 	if beatAt.Before(m.beatAfter) {
 		beatAt = m.beatAfter
 	}
-	if active && !m.beating && !now.Before(beatAt) {
+	// The proof is kept fresh while the session lasts, idle or not: a
+	// grant after an idle spell would otherwise wait reportLag (3 s of a
+	// 10 s session) for a request old enough to be proven. It costs a
+	// sync per fifth of the timeout or so, beside go-zookeeper's own pings.
+	if (active || connected) && !m.beating && !now.Before(beatAt) {
 		m.beating = true
 		m.wg.Add(1)
 		go m.heartbeat(timeout)
@@ -215,7 +219,9 @@ func (m *monitor) tick(now time.Time) time.Duration {
 	}
 
 	var next time.Duration
-	if active || len(m.orphans) > 0 || now.Sub(m.busyAt) < linger {
+	polling := active || len(m.orphans) > 0 || now.Sub(m.busyAt) < linger
+	switch {
+	case polling:
 		next = pollEvery(timeout)
 		if len(m.leases) > 0 {
 			next = min(next, deadline.Sub(now))
@@ -224,8 +230,11 @@ func (m *monitor) tick(now time.Time) time.Duration {
 			next = min(next, beatAt.Sub(now))
 		}
 		next = max(next, time.Millisecond)
+	case connected && !m.beating:
+		// Idle: the loop wakes for the next heartbeat, or a poke.
+		next = max(beatAt.Sub(now), time.Millisecond)
 	}
-	m.sleeping = next == 0
+	m.sleeping = !polling
 	m.mu.Unlock()
 
 	for _, x := range lost {
@@ -383,13 +392,15 @@ func (m *monitor) connectedSince(sid int64, at time.Time) {
 }
 
 // beatAtLocked is when the heartbeat is due: once the proof of session sid
-// is a third of the timeout old, as soon as a sync can prove a touch newer
+// is a fifth of the timeout old, as soon as a sync can prove a touch newer
 // than it (one answered reportLag before), or, when there is none, early
-// enough to make one that a sync can prove by then.
+// enough to make one that a sync can prove by then. A fifth plus
+// reportLag (0.3) keeps the proof under half the timeout old, which a
+// grant needs (ensureProof).
 func (m *monitor) beatAtLocked(now time.Time, sid int64, timeout time.Duration) time.Time {
 	due, since, lag := now, time.Time{}, reportLag(timeout)
 	if m.proofSid == sid {
-		due, since = m.proofAt.Add(timeout/3), m.proofAt
+		due, since = m.proofAt.Add(timeout/5), m.proofAt
 	}
 	if t, ok := m.oldestTouchLocked(sid, since); ok {
 		return later(due, t.answered.Add(lag))

@@ -97,7 +97,11 @@ type Options struct {
 //
 // The driver does not need conn's event channel: it learns of session
 // events by watching conn.State and conn.SessionID while it holds or waits
-// for leases, and from its own requests.
+// for leases, and from its own requests. It does not know when conn's
+// session began either, so it has no proof that the leader heard from the
+// session until a request of its own is 0.3 of the timeout old: a grant in
+// the first 3 s (of a 10 s session) after New waits for that. Dial and
+// lock.Open count the session's handshake, and do not wait.
 func New(conn *zk.Conn, o *Options) lock.Locker {
 	d, lo := newDriver(conn, o, nil)
 	if d.optsErr == nil && d.timeout.get() <= 0 {
