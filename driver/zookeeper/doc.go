@@ -201,17 +201,17 @@
 //     grant or refresh, as lock counts it, that is the timeout less the
 //     proof's age then (and a little less, so that lock's drift margin
 //     ends the lease no later than the monitor would). A grant waits
-//     until the proof is at most half the timeout old, which on a Locker
-//     idle for a while (or just made by New) takes up to 0.3 of the
-//     timeout: a sync, and another once the first is old enough to be
-//     proven; its validity is then at least half the timeout. A refresh
+//     until the proof is at most half the timeout old, which the
+//     heartbeat keeps it (on a Locker just made by New it takes up to 0.3
+//     of the timeout: a sync, and another once the first is old enough to
+//     be proven); its validity is then at least half the timeout. A refresh
 //     checks that the lease's node still exists with a read, which proves
 //     nothing to the leader: its validity is counted from the proof the
-//     heartbeats keep, which is 0.3 to 0.6 of the timeout old, so it is
-//     about 0.4 to 0.7 of the timeout (a grant right after Dial, whose
+//     heartbeats keep, which is 0.3 to 0.5 of the timeout old, so it is
+//     about 0.5 to 0.7 of the timeout (a grant right after Dial, whose
 //     handshake is a fresh proof, gets nearly all of it). lock renews a
-//     third of the way to the deadline, so a renewal comes every 0.13 to
-//     0.23 of the session timeout (1.3 to 2.3 s with a 10 s session); a
+//     third of the way to the deadline, so a renewal comes every 0.17 to
+//     0.23 of the session timeout (1.7 to 2.3 s with a 10 s session); a
 //     node deleted behind the holder's back ends its lease by the next
 //     one. The TTL is not used.
 //   - With auto-renewal off, a lease lasts its grant's validity (at least
