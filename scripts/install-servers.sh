@@ -2,7 +2,7 @@
 # Installs the backend servers the tests run against (Debian packages):
 # redis-server and redis-cli, memcached, ZooKeeper with a Java runtime,
 # PostgreSQL 15 (postgresql: initdb, postgres, psql, pg_basebackup under
-# /usr/lib/postgresql/15/bin) and PgBouncer.
+# /usr/lib/postgresql/15/bin), PgBouncer and etcd (etcd-server 3.4).
 # Does nothing for what is already installed; needs root or sudo otherwise.
 set -euo pipefail
 
@@ -14,6 +14,7 @@ command -v memcached >/dev/null || missing+=(memcached)
 command -v java >/dev/null || missing+=(default-jre-headless)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql)
 command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+command -v etcd >/dev/null || missing+=(etcd-server)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -38,7 +39,7 @@ $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # runs them (a PostgreSQL cluster that was there before is left alone).
 for svc in "${missing[@]}"; do
   case $svc in
-  redis-server | memcached | zookeeper | postgresql | pgbouncer)
+  redis-server | memcached | zookeeper | postgresql | pgbouncer | etcd-server)
     $sudo service "$svc" stop >/dev/null 2>&1 || true ;;
   esac
 done

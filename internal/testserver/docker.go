@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -128,9 +129,24 @@ func (dockerProvider) Name() string { return "docker" }
 // Available reports whether the helper runs, a Docker engine answers and
 // has (or can pull) the image for kind.
 func (dockerProvider) Available(kind Kind) error {
+	if kind == KindEtcd || kind == KindEtcdCluster {
+		return errNoEtcdImage
+	}
 	e, err := getEngine()
 	if err != nil {
 		return err
 	}
 	return e.ensureImage(kind, ContainerImage(kind))
+}
+
+// errNoEtcdImage: the docker provider has no etcd image yet; the local
+// provider runs Debian's etcd-server.
+var errNoEtcdImage = errors.New("no etcd container image: install etcd-server (apt-get install etcd-server)")
+
+func (dockerProvider) Etcd(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
+	return nil, errNoEtcdImage
+}
+
+func (dockerProvider) EtcdCluster(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
+	return nil, errNoEtcdImage
 }
