@@ -39,7 +39,9 @@ $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # runs them (a PostgreSQL cluster that was there before is left alone).
 for svc in "${missing[@]}"; do
   case $svc in
-  redis-server | memcached | zookeeper | postgresql | pgbouncer | etcd-server)
+  redis-server | memcached | zookeeper | postgresql | pgbouncer)
     $sudo service "$svc" stop >/dev/null 2>&1 || true ;;
+  etcd-server)
+    $sudo service etcd stop >/dev/null 2>&1 || true ;;
   esac
 done
