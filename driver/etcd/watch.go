@@ -41,7 +41,7 @@ type watcher struct {
 // watch is one watched key or range.
 type watch struct {
 	key, end string
-	rev      int64             // the next revision to watch from
+	rev      int64              // the next revision to watch from
 	fn       func(deleted bool) // called without w.mu; must not block
 }
 
