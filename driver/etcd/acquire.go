@@ -272,7 +272,7 @@ func (d *etcdDriver) step(ctx context.Context, c *clientv3.Client, n names, l *d
 				return limitError(o, l.Limit)
 			}
 		}
-		ahead := st.entries[:i]
+		ahead := before(st.entries, ws.create)
 		if !turn(ahead, l.Mode, l.Limit) {
 			d.rewatch(n, ws, ahead, l, st.rev+1)
 			return &driver.HeldError{}
@@ -308,6 +308,16 @@ func (d *etcdDriver) step(ctx context.Context, c *clientv3.Client, n names, l *d
 			return transient(ctx, err)
 		}
 	}
+}
+
+// before returns the entries of es (in create revision order) created
+// before revision rev.
+func before(es []entry, rev int64) []entry {
+	i := 0
+	for i < len(es) && es[i].create < rev {
+		i++
+	}
+	return es[:i]
 }
 
 // rewatch replaces ws's watches with watches, from revision from, on the
