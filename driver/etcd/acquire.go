@@ -113,7 +113,7 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			return err
 		}
 		if ok {
-			d.granted(l, n, tok, rev)
+			d.granted(l, n, tok, rev, lease)
 			return nil
 		}
 	}
@@ -144,7 +144,7 @@ func (d *etcdDriver) reenter(ctx context.Context, c *clientv3.Client, n names, l
 	if !resp.Succeeded {
 		return &driver.HeldError{}
 	}
-	d.granted(l, n, v.token, resp.Header.Revision)
+	d.granted(l, n, v.token, resp.Header.Revision, e.lease)
 	return nil
 }
 
@@ -298,7 +298,7 @@ func (d *etcdDriver) step(ctx context.Context, c *clientv3.Client, n names, l *d
 		}
 		if ok {
 			d.endWait(l.Owner, ws)
-			d.granted(l, n, tok, rev)
+			d.granted(l, n, tok, rev, lease)
 			return nil
 		}
 		if try == maxTries {

@@ -177,8 +177,8 @@ var errDeleted = errors.New("etcd: the lease's key was deleted (expired, release
 
 // granted fills l for a grant made at revision rev, and watches its
 // entry from the next revision: a deletion ends the lease at once.
-func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev int64) {
-	l.Token = token
+func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev, lease int64) {
+	l.Token, l.Data = token, lease
 	l.Validity = l.TTL // its lease lasts seconds(TTL) ≥ TTL from the request
 	d.settled(l.Owner)
 	d.watchHolder(l, n, rev+1)

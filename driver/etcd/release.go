@@ -98,67 +98,66 @@ func (d *etcdDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dura
 // (etcd's --max-txn-ops defaults to 128).
 const txnOps = 128
 
-// RefreshBatch implements driver.BatchRefresher: one KV/Txn per 128
-// leases reads their entries (the owner check: the entry is there, and
-// for a named owner's hold, lists it), then one LeaseKeepAlive stream
-// renews their leases, each to its whole TTL from when the server gets
-// the request, after the call began; a lease shorter than ttl (the grant
-// was made with a shorter TTL through another Lease) is lengthened (see
-// extend). A lease that is gone, or an entry that is, is ErrNotHeld.
+// RefreshBatch implements driver.BatchRefresher, in one round trip: one
+// LeaseKeepAlive stream renews the leases the grants were made with
+// (Lease.Data), each to its whole TTL from when the server gets the
+// request, after the call began; meanwhile one KV/Txn per 128 leases
+// reads their entries (the owner check: the entry is there, and for a
+// named owner's hold, lists it). An entry found on another lease (moved
+// to a longer one through another Lease of the grant, see lengthen) has
+// that lease renewed too, and a lease shorter than ttl is lengthened. A
+// lease that is gone, or an entry that is, is ErrNotHeld.
 func (d *etcdDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
 	errs := make([]error, len(ls))
-	fill := func(err error) {
+	fill := func(err error) (time.Duration, []error) {
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = err
 			}
 		}
+		return 0, errs
 	}
 	c, err := d.client()
 	if err != nil {
-		fill(err)
-		return 0, errs
-	}
-	es := make([]entry, len(ls))
-	keys := make([]string, len(ls))
-	for lo := 0; lo < len(ls); lo += txnOps {
-		hi := min(lo+txnOps, len(ls))
-		ops := make([]clientv3.Op, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			n := d.names(ls[i].Key)
-			keys[i] = n.queue + entryName(ls[i])
-			ops = append(ops, clientv3.OpGet(keys[i]))
-		}
-		resp, err := c.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			fill(err)
-			return 0, errs
-		}
-		for i := lo; i < hi; i++ {
-			kvs := resp.Responses[i-lo].GetResponseRange().Kvs
-			if len(kvs) == 0 {
-				errs[i] = driver.ErrNotHeld
-				continue
-			}
-			es[i] = parseEntry(d.names(ls[i].Key), kvs[0])
-			if !holds(es[i], ls[i]) {
-				errs[i] = driver.ErrNotHeld
-			}
-		}
+		return fill(err)
 	}
 	var ids []int64
-	for i := range ls {
-		if errs[i] == nil && !slices.Contains(ids, es[i].lease) {
-			ids = append(ids, es[i].lease)
+	for _, l := range ls {
+		if id := leaseOf(l); id != 0 && !slices.Contains(ids, id) {
+			ids = append(ids, id)
 		}
 	}
-	if len(ids) == 0 {
-		return ttl, errs
-	}
-	ttls, err := keepAlive(ctx, c, ids)
+	var ttls map[int64]int64
+	var kaErr error
+	kaDone := make(chan struct{})
+	go func() {
+		defer close(kaDone)
+		if len(ids) > 0 {
+			ttls, kaErr = keepAlive(ctx, c, ids)
+		}
+	}()
+	es, keys, err := d.readEntries(ctx, c, ls, errs)
+	<-kaDone
 	if err != nil {
-		fill(err)
-		return 0, errs
+		return fill(err)
+	}
+	if kaErr != nil {
+		return fill(kaErr)
+	}
+	var more []int64
+	for i := range ls {
+		if errs[i] == nil && es[i].lease != leaseOf(ls[i]) && !slices.Contains(more, es[i].lease) {
+			more = append(more, es[i].lease)
+		}
+	}
+	if len(more) > 0 {
+		got, err := keepAlive(ctx, c, more)
+		if err != nil {
+			return fill(err)
+		}
+		for id, ttl := range got {
+			ttls[id] = ttl
+		}
 	}
 	sec := seconds(ttl)
 	for i := range ls {
@@ -173,6 +172,43 @@ func (d *etcdDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl t
 		}
 	}
 	return ttl, errs
+}
+
+// leaseOf is the lease l's grant was made (or resumed) with.
+func leaseOf(l *driver.Lease) int64 {
+	id, _ := l.Data.(int64)
+	return id
+}
+
+// readEntries reads the entries of ls, in one KV/Txn per 128, and sets
+// errs[i] to ErrNotHeld where ls[i] has no grant.
+func (d *etcdDriver) readEntries(ctx context.Context, c *clientv3.Client, ls []*driver.Lease, errs []error) ([]entry, []string, error) {
+	es := make([]entry, len(ls))
+	keys := make([]string, len(ls))
+	for lo := 0; lo < len(ls); lo += txnOps {
+		hi := min(lo+txnOps, len(ls))
+		ops := make([]clientv3.Op, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			keys[i] = d.names(ls[i].Key).queue + entryName(ls[i])
+			ops = append(ops, clientv3.OpGet(keys[i]))
+		}
+		resp, err := c.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := lo; i < hi; i++ {
+			kvs := resp.Responses[i-lo].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				errs[i] = driver.ErrNotHeld
+				continue
+			}
+			es[i] = parseEntry(d.names(ls[i].Key), kvs[0])
+			if !holds(es[i], ls[i]) {
+				errs[i] = driver.ErrNotHeld
+			}
+		}
+	}
+	return es, keys, nil
 }
 
 // holds reports whether e is l's grant: l's own entry, with a token, or
@@ -250,7 +286,7 @@ func (d *etcdDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if err := d.extend(ctx, c, key, e, seconds(l.TTL)); err != nil {
 		return err
 	}
-	l.Validity = l.TTL
+	l.Validity, l.Data = l.TTL, e.lease
 	d.watchHolder(l, n, resp.Header.Revision+1)
 	return nil
 }
