@@ -11,15 +11,18 @@
 // Each Start or Shared function finds a server in this order:
 //
 //  1. An address from the environment: DLOCK_REDIS_ADDR (host:port),
-//     DLOCK_REDIS_CLUSTER_ADDRS, DLOCK_MEMCACHED_ADDR and
-//     DLOCK_ZOOKEEPER_ADDR (comma-separated host:port lists), and
+//     DLOCK_REDIS_CLUSTER_ADDRS, DLOCK_MEMCACHED_ADDR,
+//     DLOCK_ZOOKEEPER_ADDR and DLOCK_ETCD_ADDR (comma-separated host:port
+//     lists; etcd's are plain-http client addresses), and
 //     DLOCK_POSTGRES_URL (a URL, postgres://user:password@host:port/db,
 //     of a superuser). The harness
 //     does not control such servers: their fault hooks return ErrNoFaults,
 //     and RequireFaults skips the tests that need them.
 //  2. The local binaries (redis-server and redis-cli, memcached, java with
 //     ZooKeeper's jars, PostgreSQL's initdb, postgres, pg_basebackup and
-//     psql) started on free loopback ports, each in a fresh
+//     psql, etcd: one member or a three-member cluster, with 100 ms
+//     heartbeats and a 500 ms election timeout, so leases of one second
+//     are granted as asked) started on free loopback ports, each in a fresh
 //     directory under $TMPDIR/dlock-testserver-<pid>, and killed when the
 //     test (or, for shared servers, the test binary) ends.
 //  3. Containers (the "docker" provider, through the helper dlock-containers),
@@ -48,7 +51,8 @@
 //
 // # Containers
 //
-// The docker provider starts one container per server from the images
+// The docker provider has no etcd image yet (Available says so): etcd
+// runs on the local provider only. It starts one container per server from the images
 // redis:7.0, memcached:1.6, zookeeper:3.8 and postgres:15, or those named
 // by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE, DLOCK_ZOOKEEPER_IMAGE and
 // DLOCK_POSTGRES_IMAGE (ContainerImage). A missing image is pulled; on a machine without a
