@@ -75,7 +75,7 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		d.settled(l.Owner)
 		return err
 	}
-	for range maxTries {
+	for try := 1; ; try++ {
 		st, err := d.read(ctx, c, n)
 		if err != nil {
 			return err
@@ -92,7 +92,7 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 				return giveUp(&driver.HeldError{})
 			}
 		}
-		if !turn(st.entries, l.Mode, l.Limit) {
+		if !turn(st.entries, l.Mode, l.Limit) || try > maxTries {
 			if wake == nil {
 				return giveUp(&driver.HeldError{})
 			}
@@ -117,13 +117,12 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			return nil
 		}
 	}
-	return giveUp(&driver.HeldError{})
 }
 
 // reenter adds l's hold to its named owner's grant e, first in the queue:
 // its lease is renewed (lengthened to l's TTL if shorter), then the hold
 // is written if the entry did not change since the read.
-func (d *etcdDriver) reenter(ctx context.Context, c *clientv3.Client, n names, l *driver.Lease, e entry) error {
+func (d *etcdDriver) reenter(ctx context.Context, c *conn, n names, l *driver.Lease, e entry) error {
 	if !e.dlockNamed {
 		return &driver.HeldError{}
 	}
@@ -150,7 +149,7 @@ func (d *etcdDriver) reenter(ctx context.Context, c *clientv3.Client, n names, l
 
 // enqueue puts l's entry at the end of the queue, attached to a lease of
 // its own, and takes the first step of its wait.
-func (d *etcdDriver) enqueue(ctx context.Context, c *clientv3.Client, n names, l *driver.Lease, wake chan<- struct{}) error {
+func (d *etcdDriver) enqueue(ctx context.Context, c *conn, n names, l *driver.Lease, wake chan<- struct{}) error {
 	ws := &waitState{name: entryName(l), wake: wake}
 	d.mu.Lock()
 	if old := d.waits[l.Owner]; old != nil {
@@ -163,7 +162,7 @@ func (d *etcdDriver) enqueue(ctx context.Context, c *clientv3.Client, n names, l
 
 // place makes ws's entry (a lease, then one transaction that writes the
 // entry and reads the queue and counter) and steps.
-func (d *etcdDriver) place(ctx context.Context, c *clientv3.Client, n names, l *driver.Lease, ws *waitState) error {
+func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
 	sec := max(seconds(l.TTL), waitSeconds)
 	lease, err := d.grantLease(ctx, c, l.Owner, sec)
 	if err != nil {
@@ -245,7 +244,7 @@ func transient(ctx context.Context, err error) error {
 }
 
 // requeue gives up ws's lost place and queues again at the end.
-func (d *etcdDriver) requeue(ctx context.Context, c *clientv3.Client, n names, l *driver.Lease, ws *waitState) error {
+func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
 	d.unwatch(ws)
 	if err := revoke(ctx, c, ws.lease, ws.grantLease); err != nil {
 		return transient(ctx, err)
@@ -260,7 +259,7 @@ func (d *etcdDriver) requeue(ctx context.Context, c *clientv3.Client, n names, l
 // the grant (its token, and the counter, if the entry is still the one it
 // made, on its lease, and no grant came since the read), or watches the
 // entries whose departure may be its turn, from the revision after st.
-func (d *etcdDriver) step(ctx context.Context, c *clientv3.Client, n names, l *driver.Lease, ws *waitState, st *state) error {
+func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, st *state) error {
 	key := n.queue + ws.name
 	for try := 1; ; try++ {
 		i := st.find(ws.name)

@@ -18,7 +18,7 @@ import (
 
 // read gets a lock key's queue (by create revision) and counter in one
 // KV/Txn, at one revision.
-func (d *etcdDriver) read(ctx context.Context, c *clientv3.Client, n names) (*state, error) {
+func (d *etcdDriver) read(ctx context.Context, c *conn, n names) (*state, error) {
 	resp, err := c.Txn(ctx).Then(
 		clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 		clientv3.OpGet(n.counter),
@@ -74,12 +74,11 @@ func parseEntry(n names, kv *mvccpb.KeyValue) entry {
 // grantLease makes a lease of sec seconds for owner's attempt, and
 // records it until the attempt ends (a clean-up revokes it: a request of
 // the attempt that lands late then fails for want of its lease).
-func (d *etcdDriver) grantLease(ctx context.Context, c *clientv3.Client, owner string, sec int64) (int64, error) {
-	resp, err := c.Grant(ctx, sec)
+func (d *etcdDriver) grantLease(ctx context.Context, c *conn, owner string, sec int64) (int64, error) {
+	id, err := c.Grant(ctx, sec)
 	if err != nil {
 		return 0, err
 	}
-	id := int64(resp.ID)
 	d.mu.Lock()
 	d.pending[owner] = append(d.pending[owner], id)
 	d.mu.Unlock()
@@ -94,13 +93,13 @@ func (d *etcdDriver) settled(owner string) {
 }
 
 // revoke revokes leases, ignoring those already gone.
-func revoke(ctx context.Context, c *clientv3.Client, ids ...int64) error {
+func revoke(ctx context.Context, c *conn, ids ...int64) error {
 	var errs []error
 	for _, id := range ids {
 		if id == 0 {
 			continue
 		}
-		if _, err := c.Revoke(ctx, clientv3.LeaseID(id)); err != nil && !isLeaseNotFound(err) {
+		if err := c.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
 			errs = append(errs, err)
 		}
 	}
@@ -116,10 +115,10 @@ func isLeaseNotFound(err error) bool {
 // applied: 0 for a lease that is gone. The server renews each lease to
 // its whole TTL from the moment it handles the request, after it was
 // sent.
-func keepAlive(ctx context.Context, c *clientv3.Client, ids []int64) (map[int64]int64, error) {
+func keepAlive(ctx context.Context, c *conn, ids []int64) (map[int64]int64, error) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	s, err := pb.NewLeaseClient(c.ActiveConnection()).LeaseKeepAlive(ctx)
+	s, err := c.lease.LeaseKeepAlive(ctx, failFast)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +143,7 @@ func keepAlive(ctx context.Context, c *clientv3.Client, ids []int64) (map[int64]
 
 // grantWrite writes l's entry, granted with the next token, and the
 // counter, in one KV/Txn, if cmps and the counter's revision hold.
-func (d *etcdDriver) grantWrite(ctx context.Context, c *clientv3.Client, n names, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
+func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
 	now := time.Now().UnixMicro()
 	token = nextToken(st.counter, now)
 	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holds}

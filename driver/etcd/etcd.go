@@ -58,6 +58,7 @@ type etcdDriver struct {
 	c     *clientv3.Client
 	cfg   *clientv3.Config // set for a client made from a URL, at the first call
 	owned bool
+	conn  *conn
 	w     *watcher
 
 	mu      sync.Mutex
@@ -139,7 +140,7 @@ func seconds(ttl time.Duration) int64 {
 // client returns the etcd client, making it at the first call for a
 // Locker opened from a URL (clientv3.New authenticates, a round trip
 // that lock.Open must not make).
-func (d *etcdDriver) client() (*clientv3.Client, error) {
+func (d *etcdDriver) client() (*conn, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -155,10 +156,11 @@ func (d *etcdDriver) client() (*clientv3.Client, error) {
 	if d.c == nil {
 		return nil, errors.New("etcd: no client")
 	}
-	if d.w == nil {
+	if d.conn == nil {
+		d.conn = newConn(d.c)
 		d.w = newWatcher(d.c)
 	}
-	return d.c, nil
+	return d.conn, nil
 }
 
 // Close stops the watches, and closes the client if the Locker made it.

@@ -50,18 +50,18 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 
 // releaseHold takes l's hold out of its named owner's grant, deleting the
 // grant with the last hold.
-func (d *etcdDriver) releaseHold(ctx context.Context, c *clientv3.Client, n names, l *driver.Lease) error {
+func (d *etcdDriver) releaseHold(ctx context.Context, c *conn, n names, l *driver.Lease) error {
 	key := n.queue + entryName(l)
 	for range maxTries {
-		resp, err := c.Get(ctx, key)
+		kvs, _, err := c.get(ctx, key)
 		if err != nil {
 			return err
 		}
-		if len(resp.Kvs) == 0 {
+		if len(kvs) == 0 {
 			d.settled(l.Owner)
 			return driver.ErrNotHeld
 		}
-		e := parseEntry(n, resp.Kvs[0])
+		e := parseEntry(n, kvs[0])
 		i := slices.Index(e.v.holds, l.Owner)
 		if !e.dlockNamed || i < 0 {
 			d.settled(l.Owner)
@@ -182,7 +182,7 @@ func leaseOf(l *driver.Lease) int64 {
 
 // readEntries reads the entries of ls, in one KV/Txn per 128, and sets
 // errs[i] to ErrNotHeld where ls[i] has no grant.
-func (d *etcdDriver) readEntries(ctx context.Context, c *clientv3.Client, ls []*driver.Lease, errs []error) ([]entry, []string, error) {
+func (d *etcdDriver) readEntries(ctx context.Context, c *conn, ls []*driver.Lease, errs []error) ([]entry, []string, error) {
 	es := make([]entry, len(ls))
 	keys := make([]string, len(ls))
 	for lo := 0; lo < len(ls); lo += txnOps {
@@ -222,7 +222,7 @@ func holds(e entry, l *driver.Lease) bool {
 
 // extend renews e's lease and lengthens it to sec seconds if it is
 // shorter; ErrNotHeld when the lease is gone.
-func (d *etcdDriver) extend(ctx context.Context, c *clientv3.Client, key string, e entry, sec int64) error {
+func (d *etcdDriver) extend(ctx context.Context, c *conn, key string, e entry, sec int64) error {
 	ttls, err := keepAlive(ctx, c, []int64{e.lease})
 	if err != nil {
 		return err
@@ -242,20 +242,21 @@ func (d *etcdDriver) extend(ctx context.Context, c *clientv3.Client, key string,
 // longer TTL must extend the grant to it. The old lease is left to
 // expire: another Lease of the grant may be renewing it, and finds the
 // entry's new lease at its next refresh.
-func (d *etcdDriver) lengthen(ctx context.Context, c *clientv3.Client, key string, e entry, sec int64) error {
+func (d *etcdDriver) lengthen(ctx context.Context, c *conn, key string, e entry, sec int64) error {
 	g, err := c.Grant(ctx, sec)
 	if err != nil {
 		return err
 	}
+	lease := clientv3.LeaseID(g)
 	resp, err := c.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(key), "=", e.create),
 		clientv3.Compare(clientv3.LeaseValue(key), "=", e.lease),
-	).Then(clientv3.OpPut(key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(g.ID))).Commit()
+	).Then(clientv3.OpPut(key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease))).Commit()
 	if err != nil {
 		return err
 	}
 	if !resp.Succeeded {
-		revoke(ctx, c, int64(g.ID))
+		revoke(ctx, c, g)
 		return driver.ErrNotHeld
 	}
 	return nil
@@ -272,14 +273,14 @@ func (d *etcdDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	}
 	n := d.names(l.Key)
 	key := n.queue + entryName(l)
-	resp, err := c.Get(ctx, key)
+	kvs, rev, err := c.get(ctx, key)
 	if err != nil {
 		return err
 	}
-	if len(resp.Kvs) == 0 {
+	if len(kvs) == 0 {
 		return driver.ErrNotHeld
 	}
-	e := parseEntry(n, resp.Kvs[0])
+	e := parseEntry(n, kvs[0])
 	if !holds(e, l) || e.v.token != l.Token || (!l.Reentrant && (e.v.mode != l.Mode || e.v.limit != l.Limit)) {
 		return driver.ErrNotHeld
 	}
@@ -287,6 +288,6 @@ func (d *etcdDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		return err
 	}
 	l.Validity, l.Data = l.TTL, e.lease
-	d.watchHolder(l, n, resp.Header.Revision+1)
+	d.watchHolder(l, n, rev+1)
 	return nil
 }

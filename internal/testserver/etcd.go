@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,19 +22,32 @@ type EtcdOptions struct {
 	// whole seconds): the defaults give one second, so tests can use
 	// one-second leases.
 	Heartbeat, Election time.Duration
+	// TLS, if set, makes every member accept TLS client connections only
+	// (https client URLs; the members talk to each other in the clear);
+	// Etcd.TLS has the clients' files. A test asking for it is skipped on
+	// external members (DLOCK_ETCD_ADDR).
+	TLS *TLSOptions
 }
 
 // Etcd is a single etcd member or a three-member cluster. Its hooks act
 // on every member; Node(i) acts on one. Committed data survives Restart.
 type Etcd struct {
 	Group
+	// TLS has the PEM files of members started with EtcdOptions.TLS, nil
+	// otherwise.
+	TLS *TLS
 }
 
-// Endpoints returns every member's client URL (http://host:port).
+// Endpoints returns every member's client URL (http://host:port, or
+// https:// with TLS).
 func (e *Etcd) Endpoints() []string {
+	scheme := "http://"
+	if e.TLS != nil {
+		scheme = "https://"
+	}
 	var eps []string
 	for _, a := range e.Addrs() {
-		eps = append(eps, "http://"+a)
+		eps = append(eps, scheme+a)
 	}
 	return eps
 }
@@ -45,6 +59,9 @@ func (e *Etcd) Endpoints() []string {
 func StartEtcd(tb testing.TB, opts *EtcdOptions) *Etcd {
 	tb.Helper()
 	skipShort(tb)
+	if opts != nil && opts.TLS != nil && envAddrs(KindEtcd) != nil {
+		tb.Skipf("testserver: the test needs TLS members; %s names some whose TLS the harness does not configure", EnvEtcdAddr)
+	}
 	e, err := startEtcd(tb, KindEtcd, opts)
 	if err != nil {
 		tb.Fatal(err)
@@ -83,6 +100,9 @@ func startEtcd(lt Lifetime, kind Kind, opts *EtcdOptions) (*Etcd, error) {
 		opts = &EtcdOptions{}
 	}
 	if addrs := envAddrs(kind); addrs != nil {
+		if opts.TLS != nil {
+			return nil, fmt.Errorf("testserver: EtcdOptions.TLS on members from %s", EnvEtcdAddr)
+		}
 		return &Etcd{Group: externalGroup(kind, addrs)}, nil
 	}
 	p, err := pickProvider(kind)
@@ -103,7 +123,7 @@ func (e *Etcd) Leader() (int, error) {
 	var errs []error
 	for i, n := range e.Nodes {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		id, lead, err := etcdStatus(ctx, n.Addr())
+		id, lead, err := etcdStatus(ctx, n.Addr(), e.TLS.probeConfig())
 		cancel()
 		if err != nil {
 			errs = append(errs, err)
@@ -146,12 +166,13 @@ func (e *Etcd) KillLeader() (int, error) {
 
 // etcdStatus asks the member at addr for its id and its leader's id
 // (decimal strings, as the JSON gateway writes uint64s).
-func etcdStatus(ctx context.Context, addr string) (id, leader string, err error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://"+addr+"/v3/maintenance/status", strings.NewReader("{}"))
+func etcdStatus(ctx context.Context, addr string, tc *tls.Config) (id, leader string, err error) {
+	scheme, client := probeHTTP(tc)
+	req, err := http.NewRequestWithContext(ctx, "POST", scheme+addr+"/v3/maintenance/status", strings.NewReader("{}"))
 	if err != nil {
 		return "", "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", "", err
 	}
@@ -178,14 +199,24 @@ func jsonField(s, name string) string {
 	return s[:end]
 }
 
-// etcdHealthy is the readiness probe: /health says true (a leader is
-// known and the member serves reads).
-func etcdHealthy(ctx context.Context, addr string) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/health", nil)
+// probeHTTP is the scheme and HTTP client of the probes: over TLS with
+// tc, plain when nil.
+func probeHTTP(tc *tls.Config) (string, *http.Client) {
+	if tc == nil {
+		return "http://", http.DefaultClient
+	}
+	return "https://", &http.Client{Transport: &http.Transport{TLSClientConfig: tc, DisableKeepAlives: true}}
+}
+
+// etcdHealthy is the readiness probe, over TLS with tc (plain when nil):
+// /health says true (a leader is known and the member serves reads).
+func etcdHealthy(ctx context.Context, addr string, tc *tls.Config) error {
+	scheme, client := probeHTTP(tc)
+	req, err := http.NewRequestWithContext(ctx, "GET", scheme+addr+"/health", nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
@@ -204,11 +235,15 @@ type etcdMember struct {
 }
 
 func localEtcd(lt Lifetime, opts *EtcdOptions, members int) (*Etcd, error) {
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
 	root, err := newWorkDir(lt, "etcd")
 	if err != nil {
 		return nil, err
 	}
-	e := &Etcd{}
+	e := &Etcd{TLS: t}
 	err = startWithRetry(func() error {
 		ports, err := FreePorts(2 * members)
 		if err != nil {
@@ -225,7 +260,7 @@ func localEtcd(lt Lifetime, opts *EtcdOptions, members int) (*Etcd, error) {
 		}
 		procs := make([]*process, members)
 		for i, m := range ms {
-			procs[i] = newEtcdProcess(m, ms, opts)
+			procs[i] = newEtcdProcess(m, ms, opts, t)
 		}
 		// Start all at once: a member is healthy only with a quorum.
 		errs := make([]error, members)
@@ -253,8 +288,9 @@ func localEtcd(lt Lifetime, opts *EtcdOptions, members int) (*Etcd, error) {
 	return e, nil
 }
 
-// etcdArgs are member m's etcd arguments in the cluster all.
-func etcdArgs(m etcdMember, all []etcdMember, opts *EtcdOptions) []string {
+// etcdArgs are member m's etcd arguments in the cluster all; tp, when
+// set, makes its client URL https with those files.
+func etcdArgs(m etcdMember, all []etcdMember, opts *EtcdOptions, tp *tlsPaths) []string {
 	hb, el := opts.Heartbeat, opts.Election
 	if hb <= 0 {
 		hb = 100 * time.Millisecond
@@ -267,14 +303,22 @@ func etcdArgs(m etcdMember, all []etcdMember, opts *EtcdOptions) []string {
 		cluster = append(cluster, o.name+"=http://"+hostPort(o.peer))
 	}
 	client, peer := "http://"+hostPort(m.client), "http://"+hostPort(m.peer)
-	return []string{
+	var tlsArgs []string
+	if tp != nil {
+		client = "https://" + hostPort(m.client)
+		tlsArgs = []string{"--cert-file", tp.cert, "--key-file", tp.key, "--trusted-ca-file", tp.ca}
+		if tp.clientAuth {
+			tlsArgs = append(tlsArgs, "--client-cert-auth")
+		}
+	}
+	return append(tlsArgs,
 		"--name", m.name,
 		"--data-dir", filepath.Join(m.dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", strings.Join(cluster, ","),
 		"--initial-cluster-state", "new",
-		"--initial-cluster-token", "dlock-test-" + strconv.Itoa(all[0].client),
+		"--initial-cluster-token", "dlock-test-"+strconv.Itoa(all[0].client),
 		"--heartbeat-interval", strconv.FormatInt(hb.Milliseconds(), 10),
 		"--election-timeout", strconv.FormatInt(el.Milliseconds(), 10),
 		// A killed member keeps what it wrote (the page cache survives
@@ -282,18 +326,23 @@ func etcdArgs(m etcdMember, all []etcdMember, opts *EtcdOptions) []string {
 		"--unsafe-no-fsync",
 		"--logger", "zap", "--log-outputs", "stderr",
 		"--enable-v2=false",
-	}
+	)
 }
 
-func newEtcdProcess(m etcdMember, all []etcdMember, opts *EtcdOptions) *process {
+func newEtcdProcess(m etcdMember, all []etcdMember, opts *EtcdOptions, t *TLS) *process {
 	addr := hostPort(m.client)
+	var tp *tlsPaths
+	if t != nil {
+		p := t.hostPaths()
+		tp = &p
+	}
 	return &process{
 		name:    "etcd " + addr,
 		addr:    addr,
-		argv:    append([]string{"etcd"}, etcdArgs(m, all, opts)...),
+		argv:    append([]string{"etcd"}, etcdArgs(m, all, opts, tp)...),
 		dir:     m.dir,
 		logPath: filepath.Join(m.dir, "etcd.log"),
-		ready:   func(ctx context.Context) error { return etcdHealthy(ctx, addr) },
+		ready:   func(ctx context.Context) error { return etcdHealthy(ctx, addr, t.probeConfig()) },
 		timeout: 30 * time.Second,
 	}
 }

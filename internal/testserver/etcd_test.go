@@ -34,7 +34,7 @@ func TestEtcdCluster(t *testing.T) {
 	if err := e.Node(i).Restart(); err != nil {
 		t.Fatal(err)
 	}
-	if err := etcdHealthy(t.Context(), e.Node(i).Addr()); err != nil {
+	if err := etcdHealthy(t.Context(), e.Node(i).Addr(), nil); err != nil {
 		t.Fatal(err)
 	}
 }
