@@ -113,8 +113,6 @@ func TestOpenNoServer(t *testing.T) {
 	t.Logf("after %v: %v", time.Since(start), err)
 }
 
-
-
 // A Locker opened from a URL locks, gives its client through lock.As,
 // and its Close closes the client.
 func TestOpenURL(t *testing.T) {
