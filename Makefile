@@ -142,7 +142,7 @@ bin/dlock-containers:
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_PROJECT ?= dlock
 
-## images: build redis:7.0, memcached:1.6, zookeeper:3.8 and postgres:15 from this machine's
+## images: build redis:7.0, memcached:1.6, zookeeper:3.8, postgres:15 and etcd:3.4 from this machine's
 ## Debian packages, offline (docker/README-containers.md); up to date images are kept.
 images: servers
 	@bash docker/build-images.sh

@@ -51,11 +51,12 @@
 //
 // # Containers
 //
-// The docker provider has no etcd image yet (Available says so): etcd
-// runs on the local provider only. It starts one container per server from the images
-// redis:7.0, memcached:1.6, zookeeper:3.8 and postgres:15, or those named
-// by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE, DLOCK_ZOOKEEPER_IMAGE and
-// DLOCK_POSTGRES_IMAGE (ContainerImage). A missing image is pulled; on a machine without a
+// The docker provider starts one container per server from the images
+// redis:7.0, memcached:1.6, zookeeper:3.8, postgres:15 and etcd:3.4 (no
+// official image: make images builds it from Debian's etcd-server), or
+// those named by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE,
+// DLOCK_ZOOKEEPER_IMAGE, DLOCK_POSTGRES_IMAGE and DLOCK_ETCD_IMAGE
+// (ContainerImage). A missing image is pulled; on a machine without a
 // registry, `make images` builds images with these tags from the Debian
 // packages installed there (docker/README-containers.md). Each server gets
 // the same configuration as a local one, written into the container, and a

@@ -1,7 +1,6 @@
 package testserver
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -31,6 +30,7 @@ const (
 	EnvMemcachedImage = "DLOCK_MEMCACHED_IMAGE" // default memcached:1.6
 	EnvZooKeeperImage = "DLOCK_ZOOKEEPER_IMAGE" // default zookeeper:3.8
 	EnvPostgresImage  = "DLOCK_POSTGRES_IMAGE"  // default postgres:15
+	EnvEtcdImage      = "DLOCK_ETCD_IMAGE"      // default etcd:3.4 (make images builds it from Debian's etcd-server)
 )
 
 // ContainerImage returns the image the docker provider runs for kind: the
@@ -44,6 +44,8 @@ func ContainerImage(kind Kind) string {
 		env, def = EnvZooKeeperImage, "zookeeper:3.8"
 	case KindPostgres:
 		env, def = EnvPostgresImage, "postgres:15"
+	case KindEtcd, KindEtcdCluster:
+		env, def = EnvEtcdImage, "etcd:3.4"
 	}
 	if v := strings.TrimSpace(os.Getenv(env)); v != "" {
 		return v
@@ -59,6 +61,8 @@ func imageEnv(kind Kind) string {
 		return EnvZooKeeperImage
 	case KindPostgres:
 		return EnvPostgresImage
+	case KindEtcd, KindEtcdCluster:
+		return EnvEtcdImage
 	}
 	return EnvRedisImage
 }
@@ -129,24 +133,9 @@ func (dockerProvider) Name() string { return "docker" }
 // Available reports whether the helper runs, a Docker engine answers and
 // has (or can pull) the image for kind.
 func (dockerProvider) Available(kind Kind) error {
-	if kind == KindEtcd || kind == KindEtcdCluster {
-		return errNoEtcdImage
-	}
 	e, err := getEngine()
 	if err != nil {
 		return err
 	}
 	return e.ensureImage(kind, ContainerImage(kind))
-}
-
-// errNoEtcdImage: the docker provider has no etcd image yet; the local
-// provider runs Debian's etcd-server.
-var errNoEtcdImage = errors.New("no etcd container image: install etcd-server (apt-get install etcd-server)")
-
-func (dockerProvider) Etcd(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
-	return nil, errNoEtcdImage
-}
-
-func (dockerProvider) EtcdCluster(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
-	return nil, errNoEtcdImage
 }
