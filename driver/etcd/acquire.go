@@ -22,14 +22,13 @@ const waitSeconds = 3
 
 // waitState is a queued wait: its entry and lease, and its watches.
 type waitState struct {
-	name       string
-	wake       chan<- struct{}
-	create     int64 // the entry's create revision; 0 before it is made
-	lease      int64 // the entry's lease while it waits
-	leaseSec   int64
-	grantLease int64 // a lease of the grant's TTL, when leaseSec is not it
-	watches    []int64
-	left       bool
+	name     string
+	wake     chan<- struct{}
+	create   int64 // the entry's create revision; 0 before it is made
+	lease    int64 // the entry's lease while it waits
+	leaseSec int64
+	watches  []int64
+	left     bool
 }
 
 // errPlaceLost: the waiter's entry is gone or not the one it made (its
@@ -188,7 +187,7 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 		return fmt.Errorf("etcd: the waiter's key %q exists already", key)
 	}
 	d.mu.Lock()
-	ws.create, ws.lease, ws.leaseSec, ws.grantLease = resp.Header.Revision, lease, sec, 0
+	ws.create, ws.lease, ws.leaseSec = resp.Header.Revision, lease, sec
 	d.mu.Unlock()
 	st := parseState(n, resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs)
 	return d.step(ctx, c, n, l, ws, st)
@@ -246,11 +245,11 @@ func transient(ctx context.Context, err error) error {
 // requeue gives up ws's lost place and queues again at the end.
 func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
 	d.unwatch(ws)
-	if err := revoke(ctx, c, ws.lease, ws.grantLease); err != nil {
+	if err := revoke(ctx, c, ws.lease); err != nil {
 		return transient(ctx, err)
 	}
 	d.mu.Lock()
-	ws.create, ws.lease, ws.grantLease = 0, 0, 0
+	ws.create, ws.lease = 0, 0
 	d.mu.Unlock()
 	return d.place(ctx, c, n, l, ws)
 }
@@ -259,8 +258,18 @@ func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Le
 // the grant (its token, and the counter, if the entry is still the one it
 // made, on its lease, and no grant came since the read), or watches the
 // entries whose departure may be its turn, from the revision after st.
+// The grant's lease is ws's, renewed by this call (Check's keep-alive,
+// or place's grant), or, when its TTL is not the grant's, one made by
+// this call: a lease's expiry must count from within the call whose
+// start lock counts the validity from.
 func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, st *state) error {
 	key := n.queue + ws.name
+	var fresh int64 // a lease of the grant's TTL, made by this call
+	defer func() {
+		if fresh != 0 {
+			revoke(ctx, c, fresh) // not granted; else Leave revokes it (pending)
+		}
+	}()
 	for try := 1; ; try++ {
 		i := st.find(ws.name)
 		if i < 0 || st.entries[i].create != ws.create || st.entries[i].lease != ws.lease {
@@ -278,24 +287,24 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 		}
 		lease := ws.lease
 		if sec := seconds(l.TTL); ws.leaseSec != sec {
-			if ws.grantLease == 0 {
+			if fresh == 0 {
 				gl, err := d.grantLease(ctx, c, l.Owner, sec)
 				if err != nil {
 					return err
 				}
-				d.mu.Lock()
-				ws.grantLease = gl
-				d.mu.Unlock()
+				fresh = gl
 			}
-			lease = ws.grantLease
+			lease = fresh
 		}
 		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease, nil,
 			clientv3.Compare(clientv3.CreateRevision(key), "=", ws.create),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", ws.lease))
 		if err != nil {
+			fresh = 0 // the write may have landed: Leave revokes it
 			return err
 		}
 		if ok {
+			fresh = 0
 			d.endWait(l.Owner, ws)
 			d.granted(l, n, tok, rev, lease)
 			return nil
@@ -376,7 +385,7 @@ func (d *etcdDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	var leases []int64
 	if ws != nil {
 		ws.left = true
-		leases = append(leases, ws.lease, ws.grantLease)
+		leases = append(leases, ws.lease)
 	}
 	leases = append(leases, d.pending[l.Owner]...)
 	d.mu.Unlock()
