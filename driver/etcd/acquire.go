@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -29,6 +31,7 @@ type waitState struct {
 	leaseSec int64
 	watches  []int64
 	left     bool
+	failing  time.Time // since when its steps have failed; zero after one went through
 }
 
 // errPlaceLost: the waiter's entry is gone or not the one it made (its
@@ -75,9 +78,9 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		return err
 	}
 	for try := 1; ; try++ {
-		st, err := d.read(ctx, c, n)
+		st, err := d.read(ctx, c, n, 0)
 		if err != nil {
-			return err
+			return d.later(ctx, l, wake, err)
 		}
 		if l.Mode == driver.Permit {
 			if o := otherLimit(st.entries, l.Limit, name); o != 0 {
@@ -96,13 +99,13 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 				return giveUp(&driver.HeldError{})
 			}
 			if err := giveUp(nil); err != nil {
-				return err
+				return d.later(ctx, l, wake, err)
 			}
 			return d.enqueue(ctx, c, n, l, wake)
 		}
 		if lease == 0 {
 			if lease, err = d.grantLease(ctx, c, l.Owner, sec); err != nil {
-				return err
+				return d.later(ctx, l, wake, err)
 			}
 		}
 		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease, holdsOf(l),
@@ -146,6 +149,24 @@ func (d *etcdDriver) reenter(ctx context.Context, c *conn, n names, l *driver.Le
 	return nil
 }
 
+// later is a Join's answer to a backend failure before its entry was
+// made (a member died under the request): a wait whose first Check makes
+// the entry, so that the waiter rides the failure out. Without wake (an
+// Acquire) or once ctx ended, the failure is returned.
+func (d *etcdDriver) later(ctx context.Context, l *driver.Lease, wake chan<- struct{}, err error) error {
+	if wake == nil || ctx.Err() != nil {
+		return err
+	}
+	d.mu.Lock()
+	ws := d.waits[l.Owner]
+	if ws == nil {
+		ws = &waitState{name: entryName(l), wake: wake}
+		d.waits[l.Owner] = ws
+	}
+	d.mu.Unlock()
+	return d.ride(ctx, ws, err)
+}
+
 // enqueue puts l's entry at the end of the queue, attached to a lease of
 // its own, and takes the first step of its wait.
 func (d *etcdDriver) enqueue(ctx context.Context, c *conn, n names, l *driver.Lease, wake chan<- struct{}) error {
@@ -165,7 +186,7 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 	sec := max(seconds(l.TTL), waitSeconds)
 	lease, err := d.grantLease(ctx, c, l.Owner, sec)
 	if err != nil {
-		return err
+		return d.ride(ctx, ws, err) // the next Check places it
 	}
 	d.mu.Lock()
 	left := ws.left
@@ -179,18 +200,55 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 		clientv3.OpPut(key, v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
 		clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
 		clientv3.OpGet(n.counter),
-	).Commit()
+	).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
-		return err
+		return d.ride(ctx, ws, err) // the next Check places it, or adopts it if it landed
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("etcd: the waiter's key %q exists already", key)
+		return d.adopt(ctx, c, n, l, ws, lease, resp.Responses[0].GetResponseRange().Kvs)
 	}
 	d.mu.Lock()
-	ws.create, ws.lease, ws.leaseSec = resp.Header.Revision, lease, sec
+	ws.create, ws.lease, ws.leaseSec, ws.failing = resp.Header.Revision, lease, sec, time.Time{}
 	d.mu.Unlock()
 	st := parseState(n, resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs)
 	return d.step(ctx, c, n, l, ws, st)
+}
+
+// adopt takes over the waiting entry that an earlier place of ws made
+// while its reply was lost (on a lease this attempt made), renewing its
+// lease in this call, and steps; unused, the lease just made, goes.
+func (d *etcdDriver) adopt(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, unused int64, kvs []*mvccpb.KeyValue) error {
+	key := n.queue + ws.name
+	revoke(ctx, c, unused)
+	var e entry
+	if len(kvs) == 1 {
+		e = parseEntry(n, kvs[0])
+	}
+	if !e.dlockAnon || e.v.token != 0 || !d.made(l.Owner, e.lease) {
+		return fmt.Errorf("etcd: the waiter's key %q exists already", key)
+	}
+	ttls, err := keepAlive(ctx, c, []int64{e.lease})
+	if err != nil {
+		return d.ride(ctx, ws, err)
+	}
+	if ttls[e.lease] <= 0 {
+		return d.ride(ctx, ws, errPlaceLost) // gone with its lease: the next Check places it again
+	}
+	d.mu.Lock()
+	ws.create, ws.lease, ws.leaseSec, ws.failing = e.create, e.lease, ttls[e.lease], time.Time{}
+	d.mu.Unlock()
+	st, err := d.read(ctx, c, n, ws.create)
+	if err != nil {
+		return d.ride(ctx, ws, err)
+	}
+	return d.step(ctx, c, n, l, ws, st)
+}
+
+// made reports whether this attempt of owner made lease (see grantLease).
+func (d *etcdDriver) made(owner string, lease int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Contains(d.pending[owner], lease)
 }
 
 // Check implements driver.Queuer. It renews the waiter's lease first: a
@@ -217,14 +275,15 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 	}
 	ttls, err := keepAlive(ctx, c, []int64{ws.lease})
 	if err != nil {
-		return transient(ctx, err)
+		return d.ride(ctx, ws, err)
 	}
+	d.through(ws)
 	if ttls[ws.lease] <= 0 {
 		return d.requeue(ctx, c, n, l, ws)
 	}
-	st, err := d.read(ctx, c, n)
+	st, err := d.read(ctx, c, n, ws.create)
 	if err != nil {
-		return transient(ctx, err)
+		return d.ride(ctx, ws, err)
 	}
 	err = d.step(ctx, c, n, l, ws, st)
 	if errors.Is(err, errPlaceLost) {
@@ -233,20 +292,43 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 	return err
 }
 
-// transient is a step's failure that the queue entry survives: a
-// HeldError, so lock checks again, unless ctx ended.
-func transient(ctx context.Context, err error) error {
+// rideOut is how long a waiter rides out backend failures (a member
+// died, an election, the network cut): twice as long as its place lives
+// without a renewal (it queues again if it lost it). Then the failure
+// ends the wait, so that a Lock with no deadline fails when etcd cannot
+// be reached.
+const rideOut = 2 * waitSeconds * time.Second
+
+// ride is a step's answer to a backend failure: a HeldError, so lock
+// checks again, until the failures have lasted rideOut; the failure
+// itself once ctx ended or then.
+func (d *etcdDriver) ride(ctx context.Context, ws *waitState, err error) error {
 	if ctx.Err() != nil {
 		return errors.Join(err, ctx.Err())
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ws.failing.IsZero() {
+		ws.failing = time.Now()
+	}
+	if time.Since(ws.failing) > rideOut {
+		return err
+	}
 	return &driver.HeldError{RetryAfter: 100 * time.Millisecond}
+}
+
+// through notes that a step of ws reached the server.
+func (d *etcdDriver) through(ws *waitState) {
+	d.mu.Lock()
+	ws.failing = time.Time{}
+	d.mu.Unlock()
 }
 
 // requeue gives up ws's lost place and queues again at the end.
 func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
 	d.unwatch(ws)
 	if err := revoke(ctx, c, ws.lease); err != nil {
-		return transient(ctx, err)
+		return d.ride(ctx, ws, err)
 	}
 	d.mu.Lock()
 	ws.create, ws.lease = 0, 0
@@ -312,8 +394,8 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 		if try == maxTries {
 			return &driver.HeldError{}
 		}
-		if st, err = d.read(ctx, c, n); err != nil {
-			return transient(ctx, err)
+		if st, err = d.read(ctx, c, n, ws.create); err != nil {
+			return d.ride(ctx, ws, err)
 		}
 	}
 }

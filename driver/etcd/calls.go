@@ -17,12 +17,15 @@ import (
 // stream per batch), and the Locker's one Watch/Watch stream.
 
 // read gets a lock key's queue (by create revision) and counter in one
-// KV/Txn, at one revision.
-func (d *etcdDriver) read(ctx context.Context, c *conn, n names) (*state, error) {
-	resp, err := c.Txn(ctx).Then(
-		clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-		clientv3.OpGet(n.counter),
-	).Commit()
+// KV/Txn, at one revision; with upTo set, only the entries created at or
+// before that revision: a waiter's step needs those ahead of it and its
+// own, not the queue behind it.
+func (d *etcdDriver) read(ctx context.Context, c *conn, n names, upTo int64) (*state, error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	if upTo > 0 {
+		opts = append(opts, clientv3.WithMaxCreateRev(upTo))
+	}
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(n.queue, opts...), clientv3.OpGet(n.counter)).Commit()
 	if err != nil {
 		return nil, err
 	}

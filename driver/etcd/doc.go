@@ -60,5 +60,9 @@
 // # Errors
 //
 // A TTL under a second is refused with lock.ErrInvalid. Backend failures
-// are the client's errors, wrapped by lock with the key.
+// are the client's errors, wrapped by lock with the key. Requests do not
+// wait for a connection: while no member answers, a call fails at once
+// with the connection's error (a refused certificate says so), and a
+// queued Lock rides out failures (an election, a member's death) for 6 s
+// before it fails.
 package etcd

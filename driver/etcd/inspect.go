@@ -18,7 +18,7 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (driver.KeyState, 
 	if err != nil {
 		return ks, err
 	}
-	st, err := d.read(ctx, c, d.names(key))
+	st, err := d.read(ctx, c, d.names(key), 0)
 	if err != nil {
 		return ks, err
 	}

@@ -18,8 +18,39 @@ type delayProxy struct {
 	mu     sync.Mutex
 	delay  time.Duration
 	down   bool
-	upDown bool // what the client sends is dropped
+	upDown bool          // what the client sends is dropped
+	held   chan struct{} // while set, nothing flows either way; closed by release
 	conns  []net.Conn
+}
+
+// hold stops every byte both ways, as a paused process's connections
+// are: open, and silent, until release.
+func (p *delayProxy) hold() {
+	p.mu.Lock()
+	if p.held == nil {
+		p.held = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// release lets what hold stopped flow again, in order.
+func (p *delayProxy) release() {
+	p.mu.Lock()
+	if p.held != nil {
+		close(p.held)
+		p.held = nil
+	}
+	p.mu.Unlock()
+}
+
+// wait blocks while the proxy holds.
+func (p *delayProxy) wait() {
+	p.mu.Lock()
+	h := p.held
+	p.mu.Unlock()
+	if h != nil {
+		<-h
+	}
 }
 
 func newDelayProxy(t *testing.T, target string) *delayProxy {
@@ -90,6 +121,7 @@ func (p *delayProxy) upstream(c, s net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := c.Read(buf)
+		p.wait()
 		p.mu.Lock()
 		drop := p.upDown
 		p.mu.Unlock()
@@ -130,6 +162,7 @@ func (p *delayProxy) delayed(c, s net.Conn) {
 	}()
 	for ch := range q {
 		time.Sleep(time.Until(ch.at))
+		p.wait()
 		if _, err := c.Write(ch.b); err != nil {
 			break
 		}

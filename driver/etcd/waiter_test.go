@@ -14,17 +14,18 @@ import (
 
 // TestWaiterLeaseExpired is etcd-io/etcd#11456 (Jepsen: concurrency.Mutex
 // returned after blocking without checking that its session's lease was
-// alive): a waiter whose lease expires while it is blocked (here its
-// network is cut, as a paused process's is) loses its place, and when it
-// is back it must not be granted the key that the waiter behind it got
-// meanwhile: it queues again at the end.
+// alive): a waiter whose lease expires while it is blocked (here a proxy
+// holds every byte of its connection, as a paused process's connection
+// is held: open and silent) loses its place, and when it is back it must
+// not be granted the key that the waiter behind it got meanwhile: it
+// queues again at the end.
 func TestWaiterLeaseExpired(t *testing.T) {
 	e := testserver.SharedEtcd(t)
 	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
 	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 2 * time.Second}}
 	holder := newTestLocker(t, e.Endpoints(), opts, &netCut{})
-	cut := &netCut{}
-	paused := newTestLocker(t, e.Endpoints(), opts, cut)
+	p := newDelayProxy(t, e.Addr())
+	paused := newTestLocker(t, []string{"http://" + p.addr()}, opts, &netCut{})
 	next := newTestLocker(t, e.Endpoints(), opts, &netCut{})
 	raw := rawClient(t, e.Endpoints())
 	k := "jepsen-11456"
@@ -46,7 +47,7 @@ func TestWaiterLeaseExpired(t *testing.T) {
 		pausedGot <- result{l, err}
 	}()
 	waitEntries(t, raw, queue, 2)
-	cut.setDown(true) // its keep-alives stop: its lease (3 s) expires
+	p.hold() // its keep-alives stop: its lease (3 s) expires
 	waitEntries(t, raw, queue, 1)
 
 	nextGot := make(chan result, 1)
@@ -67,24 +68,27 @@ func TestWaiterLeaseExpired(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the next waiter was not granted the released key")
 	}
-	cut.setDown(false) // the paused waiter is back
+	p.release() // the paused waiter is back
 	select {
-	case p := <-pausedGot:
-		t.Fatalf("the waiter whose lease expired while it was blocked was granted the key (err %v) while the next waiter holds it (token %d)", p.err, n.l.Token())
+	case pg := <-pausedGot:
+		if pg.err != nil {
+			t.Fatalf("the waiter whose lease expired while it was blocked failed: %v; want it queued again", pg.err)
+		}
+		t.Fatalf("the waiter whose lease expired while it was blocked was granted the key (token %d) while the next waiter holds it (token %d)", pg.l.Token(), n.l.Token())
 	case <-time.After(3 * time.Second):
 	}
 	if err := n.l.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case p := <-pausedGot:
-		if p.err != nil {
-			t.Fatalf("the waiter, queued again: %v", p.err)
+	case pg := <-pausedGot:
+		if pg.err != nil {
+			t.Fatalf("the waiter, queued again: %v", pg.err)
 		}
-		if p.l.Token() <= n.l.Token() {
-			t.Errorf("token %d after %d", p.l.Token(), n.l.Token())
+		if pg.l.Token() <= n.l.Token() {
+			t.Errorf("token %d after %d", pg.l.Token(), n.l.Token())
 		}
-		p.l.Unlock(ctx)
+		pg.l.Unlock(ctx)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter, queued again, was not granted the key after its release")
 	}
