@@ -77,6 +77,7 @@ var (
 	_ driver.Reenterer      = (*etcdDriver)(nil)
 	_ driver.Semaphorer     = (*etcdDriver)(nil)
 	_ driver.Inspector      = (*etcdDriver)(nil)
+	_ driver.Prompt         = (*etcdDriver)(nil)
 )
 
 func newDriver(o *Options) (*etcdDriver, *lock.Options) {
@@ -108,6 +109,16 @@ func (d *etcdDriver) As(target any) bool {
 		return true
 	}
 	return false
+}
+
+// Prompt reports whether the driver's calls return by their context's
+// end (driver.Prompt): every request is a gRPC call, which ends with its
+// context. The one exception is the first call of a Locker opened from a
+// URL with a user and password: clientv3.New authenticates, bounded by
+// the dial timeout and not by any call's context, so such a Locker's
+// calls keep lock's hand-off.
+func (d *etcdDriver) Prompt() bool {
+	return d.cfg == nil || d.cfg.Username == ""
 }
 
 func (d *etcdDriver) SupportsShared() bool { return true }
