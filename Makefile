@@ -36,6 +36,8 @@ test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
 	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS)
 	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))'))
+	@echo "test: driver/etcd module (a module of its own: etcd's client reaches only its users)"
+	cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@echo "test: harness/nemesis on its own"
@@ -44,16 +46,19 @@ test: servers check
 	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-docker
 
-## check: go vet, staticcheck and gofmt, in all three modules. staticcheck
-## comes from the Go module proxy at the version named here.
+## check: go vet, staticcheck and gofmt, in every module (the main one, harness/,
+## bench/, driver/etcd/). staticcheck comes from the Go module proxy at the version
+## named here.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 check:
 	$(GO) vet ./...
 	cd harness && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	cd driver/etcd && $(GO) vet ./...
 	$(STATICCHECK) ./...
 	cd harness && $(STATICCHECK) ./...
 	cd bench && $(STATICCHECK) ./...
+	cd driver/etcd && $(STATICCHECK) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
 
@@ -137,7 +142,7 @@ bin/dlock-containers:
 COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 COMPOSE_PROJECT ?= dlock
 
-## images: build redis:7.0, memcached:1.6, zookeeper:3.8 and postgres:15 from this machine's
+## images: build redis:7.0, memcached:1.6, zookeeper:3.8, postgres:15 and etcd:3.4 from this machine's
 ## Debian packages, offline (docker/README-containers.md); up to date images are kept.
 images: servers
 	@bash docker/build-images.sh

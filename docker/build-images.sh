@@ -13,11 +13,11 @@
 #   4. `docker import`s that root with the official image's tag, command,
 #      working directory and a label saying where it came from.
 #
-# Usage: docker/build-images.sh [redis] [memcached] [zookeeper] [postgres]   (default: all)
+# Usage: docker/build-images.sh [redis] [memcached] [zookeeper] [postgres] [etcd]   (default: all)
 #
-# Tags: redis:7.0, memcached:1.6, zookeeper:3.8, postgres:15 (the provider's
-# defaults), or DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE,
-# DLOCK_ZOOKEEPER_IMAGE, DLOCK_POSTGRES_IMAGE. A tag that
+# Tags: redis:7.0, memcached:1.6, zookeeper:3.8, postgres:15, etcd:3.4 (the
+# provider's defaults), or DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE,
+# DLOCK_ZOOKEEPER_IMAGE, DLOCK_POSTGRES_IMAGE, DLOCK_ETCD_IMAGE. A tag that
 # holds an image this script did not build (e.g. a pulled official image) is
 # left alone unless FORCE=1. An image built from the same package versions
 # is kept as it is (REBUILD=1 rebuilds it).
@@ -35,6 +35,7 @@ redis_tag=${DLOCK_REDIS_IMAGE:-redis:7.0}
 memcached_tag=${DLOCK_MEMCACHED_IMAGE:-memcached:1.6}
 zookeeper_tag=${DLOCK_ZOOKEEPER_IMAGE:-zookeeper:3.8}
 postgres_tag=${DLOCK_POSTGRES_IMAGE:-postgres:15}
+etcd_tag=${DLOCK_ETCD_IMAGE:-etcd:3.4}
 
 jvm=/usr/lib/jvm/java-17-openjdk-amd64
 
@@ -214,6 +215,7 @@ build() {
 }
 
 extra_redis() { :; }
+extra_etcd() { :; }
 extra_memcached() { :; }
 extra_zookeeper() {
 	local root=$1
@@ -250,6 +252,10 @@ smoke_redis() {
 	docker run --rm --network none --entrypoint redis-cli "$1" --version >/dev/null ||
 		die "$1: redis-cli does not run in the image"
 }
+smoke_etcd() {
+	docker run --rm --network none --entrypoint etcd "$1" --version >/dev/null ||
+		die "$1: etcd does not run in the image"
+}
 smoke_memcached() {
 	docker run --rm --network none --entrypoint memcached "$1" -V >/dev/null ||
 		die "$1: memcached does not run in the image"
@@ -273,12 +279,15 @@ staged=()
 trap 'rm -rf "${staged[@]}"' EXIT
 load_providers
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(redis memcached zookeeper postgres)
+[ ${#targets[@]} -gt 0 ] || targets=(redis memcached zookeeper postgres etcd)
 for t in "${targets[@]}"; do
 	case $t in
 	redis)
 		build redis "$redis_tag" "redis-server redis-tools dash" \
 			'WORKDIR /data' 'EXPOSE 6379' 'CMD ["redis-server", "--protected-mode", "no"]' ;;
+	etcd)
+		build etcd "$etcd_tag" "etcd-server dash" \
+			'WORKDIR /data' 'EXPOSE 2379 2380' 'CMD ["etcd"]' ;;
 	memcached)
 		build memcached "$memcached_tag" "memcached dash" \
 			'USER memcache' 'EXPOSE 11211' 'CMD ["memcached"]' ;;

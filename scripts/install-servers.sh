@@ -2,7 +2,7 @@
 # Installs the backend servers the tests run against (Debian packages):
 # redis-server and redis-cli, memcached, ZooKeeper with a Java runtime,
 # PostgreSQL 15 (postgresql: initdb, postgres, psql, pg_basebackup under
-# /usr/lib/postgresql/15/bin) and PgBouncer.
+# /usr/lib/postgresql/15/bin), PgBouncer and etcd (etcd-server 3.4).
 # Does nothing for what is already installed; needs root or sudo otherwise.
 set -euo pipefail
 
@@ -14,6 +14,7 @@ command -v memcached >/dev/null || missing+=(memcached)
 command -v java >/dev/null || missing+=(default-jre-headless)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql)
 command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+command -v etcd >/dev/null || missing+=(etcd-server)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
@@ -40,5 +41,7 @@ for svc in "${missing[@]}"; do
   case $svc in
   redis-server | memcached | zookeeper | postgresql | pgbouncer)
     $sudo service "$svc" stop >/dev/null 2>&1 || true ;;
+  etcd-server)
+    $sudo service etcd stop >/dev/null 2>&1 || true ;;
   esac
 done

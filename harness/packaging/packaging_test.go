@@ -163,9 +163,20 @@ func TestRequirementsAreBuildDependencies(t *testing.T) {
 
 // The go directive is the oldest Go the code and its dependencies need,
 // not this machine's toolchain: below 1.26, and no toolchain line forces
-// one on users.
+// one on users. The same holds for the modules of drivers that are
+// modules of their own (driver/etcd).
 func TestGoDirective(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(root(t), "go.mod"))
+	for _, gomod := range append([]string{"go.mod"}, driverModules...) {
+		t.Run(gomod, func(t *testing.T) { checkGoDirective(t, filepath.Join(root(t), gomod)) })
+	}
+}
+
+// driverModules are the go.mod files of the drivers that are modules of
+// their own, so that only their users download their clients.
+var driverModules = []string{"driver/etcd/go.mod"}
+
+func checkGoDirective(t *testing.T, gomod string) {
+	b, err := os.ReadFile(gomod)
 	must(t, err)
 	var goLine string
 	for _, l := range strings.Split(string(b), "\n") {
@@ -183,7 +194,7 @@ func TestGoDirective(t *testing.T) {
 	major, err1 := strconv.Atoi(parts[0])
 	minor, err2 := strconv.Atoi(parts[1])
 	if err1 != nil || err2 != nil || major != 1 || minor >= 26 {
-		t.Errorf("go.mod says go %s; want a release below 1.26 (the oldest the code needs)", goLine)
+		t.Errorf("%s says go %s; want a release below 1.26 (the oldest the code needs)", gomod, goLine)
 	}
 }
 
@@ -214,7 +225,8 @@ func main() {
 // TestRedisOnlyConsumerGoSum: a program that imports only a Redis driver
 // downloads no other driver's client: pgx (PostgreSQL), gomemcache and
 // go-zookeeper reach its go.sum as go.mod lines only (module graph
-// pruning needs those), never as module contents.
+// pruning needs those), never as module contents; etcd's client, whose
+// driver is a module of its own, not even as go.mod lines.
 func TestRedisOnlyConsumerGoSum(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go mod tidy and go build")
@@ -230,6 +242,9 @@ func TestRedisOnlyConsumerGoSum(t *testing.T) {
 	sc := bufio.NewScanner(bytes.NewReader(sum))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
+		if len(f) == 3 && (strings.HasPrefix(f[0], "go.etcd.io/") || strings.HasPrefix(f[0], "github.com/dlock-go/dlock/driver/etcd")) {
+			t.Errorf("a Redis-only program's go.sum has a line of %s %s: etcd's driver and client belong to their own module", f[0], f[1])
+		}
 		if len(f) != 3 || strings.HasSuffix(f[1], "/go.mod") {
 			continue
 		}
@@ -239,6 +254,80 @@ func TestRedisOnlyConsumerGoSum(t *testing.T) {
 			}
 		}
 	}
+}
+
+// etcdOnly is a user's program that imports the etcd driver, a module of
+// its own.
+const etcdOnly = `package main
+
+import (
+	"github.com/dlock-go/dlock/driver/etcd"
+	"github.com/dlock-go/dlock/lock"
+)
+
+func main() {
+	l := etcd.New(nil, nil)
+	l.Close()
+	_ = lock.ErrHeld
+}
+`
+
+// etcdClientOnly is a program that imports etcd's client alone: what it
+// downloads is what any etcd user downloads.
+const etcdClientOnly = `package main
+
+import clientv3 "go.etcd.io/etcd/client/v3"
+
+func main() { _, _ = clientv3.New(clientv3.Config{}) }
+`
+
+// TestEtcdConsumerGoSum: a program that imports the etcd driver's module
+// builds, and its go.sum lists no module of dlock's test harness beyond
+// those etcd's client brings itself (its dependencies' tests: goleak,
+// the OpenTelemetry SDK), which a program importing the client alone
+// lists too.
+func TestEtcdConsumerGoSum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go mod tidy and go build")
+	}
+	dlock := root(t)
+	gomod := fmt.Sprintf("module example.com/consumer\n\ngo 1.24.0\n\nrequire (\n\tgithub.com/dlock-go/dlock v0.0.0\n\tgithub.com/dlock-go/dlock/driver/etcd v0.0.0\n)\n\nreplace github.com/dlock-go/dlock => %s\n\nreplace github.com/dlock-go/dlock/driver/etcd => %s\n",
+		dlock, filepath.Join(dlock, "driver", "etcd"))
+	mods, lines := consumerSum(t, gomod, etcdOnly)
+	if !slices.Contains(mods, "go.etcd.io/etcd/client/v3") {
+		t.Errorf("the etcd consumer's go.sum lacks etcd's client: %v", mods)
+	}
+	var client string
+	for _, r := range strings.Split(goCmd(t, filepath.Join(dlock, "driver", "etcd"), "list", "-m", "go.etcd.io/etcd/client/v3"), "\n") {
+		if f := strings.Fields(r); len(f) == 2 {
+			client = f[1]
+		}
+	}
+	base, _ := consumerSum(t, "module example.com/etcdclient\n\ngo 1.24.0\n\nrequire go.etcd.io/etcd/client/v3 "+client+"\n", etcdClientOnly)
+	var bad []string
+	for _, m := range forbiddenIn(mods) {
+		if !slices.Contains(base, m) {
+			bad = append(bad, m)
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("an etcd user's go.sum lists modules only dlock's tests use: %v", bad)
+	}
+	t.Logf("an etcd user's go.sum: %d lines, %d modules (etcd's client %s alone: %d modules)", lines, len(mods), client, len(base))
+}
+
+// consumerSum makes a throwaway module of gomod and main, tidies and
+// builds it, and returns its go.sum's modules and line count.
+func consumerSum(t *testing.T, gomod, main string) ([]string, int) {
+	t.Helper()
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644))
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "build", "-o", filepath.Join(dir, "consumer"), ".")
+	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	must(t, err)
+	return sumModules(sum), bytes.Count(sum, []byte("\n"))
 }
 
 // sumModules returns the module paths of go.sum's lines, sorted, once each.

@@ -11,15 +11,18 @@
 // Each Start or Shared function finds a server in this order:
 //
 //  1. An address from the environment: DLOCK_REDIS_ADDR (host:port),
-//     DLOCK_REDIS_CLUSTER_ADDRS, DLOCK_MEMCACHED_ADDR and
-//     DLOCK_ZOOKEEPER_ADDR (comma-separated host:port lists), and
+//     DLOCK_REDIS_CLUSTER_ADDRS, DLOCK_MEMCACHED_ADDR,
+//     DLOCK_ZOOKEEPER_ADDR and DLOCK_ETCD_ADDR (comma-separated host:port
+//     lists; etcd's are plain-http client addresses), and
 //     DLOCK_POSTGRES_URL (a URL, postgres://user:password@host:port/db,
 //     of a superuser). The harness
 //     does not control such servers: their fault hooks return ErrNoFaults,
 //     and RequireFaults skips the tests that need them.
 //  2. The local binaries (redis-server and redis-cli, memcached, java with
 //     ZooKeeper's jars, PostgreSQL's initdb, postgres, pg_basebackup and
-//     psql) started on free loopback ports, each in a fresh
+//     psql, etcd: one member or a three-member cluster, with 100 ms
+//     heartbeats and a 500 ms election timeout, so leases of one second
+//     are granted as asked) started on free loopback ports, each in a fresh
 //     directory under $TMPDIR/dlock-testserver-<pid>, and killed when the
 //     test (or, for shared servers, the test binary) ends.
 //  3. Containers (the "docker" provider, through the helper dlock-containers),
@@ -49,9 +52,11 @@
 // # Containers
 //
 // The docker provider starts one container per server from the images
-// redis:7.0, memcached:1.6, zookeeper:3.8 and postgres:15, or those named
-// by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE, DLOCK_ZOOKEEPER_IMAGE and
-// DLOCK_POSTGRES_IMAGE (ContainerImage). A missing image is pulled; on a machine without a
+// redis:7.0, memcached:1.6, zookeeper:3.8, postgres:15 and etcd:3.4 (no
+// official image: make images builds it from Debian's etcd-server), or
+// those named by DLOCK_REDIS_IMAGE, DLOCK_MEMCACHED_IMAGE,
+// DLOCK_ZOOKEEPER_IMAGE, DLOCK_POSTGRES_IMAGE and DLOCK_ETCD_IMAGE
+// (ContainerImage). A missing image is pulled; on a machine without a
 // registry, `make images` builds images with these tags from the Debian
 // packages installed there (docker/README-containers.md). Each server gets
 // the same configuration as a local one, written into the container, and a

@@ -30,6 +30,7 @@ const (
 	EnvMemcachedImage = "DLOCK_MEMCACHED_IMAGE" // default memcached:1.6
 	EnvZooKeeperImage = "DLOCK_ZOOKEEPER_IMAGE" // default zookeeper:3.8
 	EnvPostgresImage  = "DLOCK_POSTGRES_IMAGE"  // default postgres:15
+	EnvEtcdImage      = "DLOCK_ETCD_IMAGE"      // default etcd:3.4 (make images builds it from Debian's etcd-server)
 )
 
 // ContainerImage returns the image the docker provider runs for kind: the
@@ -43,6 +44,8 @@ func ContainerImage(kind Kind) string {
 		env, def = EnvZooKeeperImage, "zookeeper:3.8"
 	case KindPostgres:
 		env, def = EnvPostgresImage, "postgres:15"
+	case KindEtcd, KindEtcdCluster:
+		env, def = EnvEtcdImage, "etcd:3.4"
 	}
 	if v := strings.TrimSpace(os.Getenv(env)); v != "" {
 		return v
@@ -58,6 +61,8 @@ func imageEnv(kind Kind) string {
 		return EnvZooKeeperImage
 	case KindPostgres:
 		return EnvPostgresImage
+	case KindEtcd, KindEtcdCluster:
+		return EnvEtcdImage
 	}
 	return EnvRedisImage
 }

@@ -308,3 +308,82 @@ func zkSpec(n zkNode, all []zkNode, opts *ZooKeeperOptions, t *TLS) (containerSp
 		timeout:    60 * time.Second,
 	}, nil
 }
+
+func (dockerProvider) Etcd(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
+	return dockerEtcd(lt, opts, 1)
+}
+
+func (dockerProvider) EtcdCluster(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
+	return dockerEtcd(lt, opts, 3)
+}
+
+// dockerEtcd starts etcd members in containers (host network), with the
+// local provider's arguments and the data directory in the container.
+func dockerEtcd(lt Lifetime, opts *EtcdOptions, members int) (*Etcd, error) {
+	e, err := getEngine()
+	if err != nil {
+		return nil, err
+	}
+	t, err := newTLS(lt, opts.TLS)
+	if err != nil {
+		return nil, err
+	}
+	var files []containerFile
+	var tp *tlsPaths
+	if t != nil {
+		var p tlsPaths
+		if files, p, err = t.containerFiles(); err != nil {
+			return nil, err
+		}
+		tp = &p
+	}
+	et := &Etcd{TLS: t}
+	err = startWithRetry(func() error {
+		ports, err := FreePorts(2 * members)
+		if err != nil {
+			return err
+		}
+		ms := make([]etcdMember, members)
+		for i := range ms {
+			ms[i] = etcdMember{name: "m" + strconv.Itoa(i+1), client: ports[2*i], peer: ports[2*i+1], dir: containerDir}
+		}
+		// Start all at once: a member is healthy only with a quorum.
+		nodes := make([]*containerNode, members)
+		errs := make([]error, members)
+		var wg sync.WaitGroup
+		for i, m := range ms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				nodes[i], errs[i] = e.launch(lt, containerSpec{
+					server:     "etcd",
+					port:       m.client,
+					image:      ContainerImage(KindEtcd),
+					entrypoint: []string{"etcd"},
+					cmd:        etcdArgs(m, ms, opts, tp),
+					files:      files,
+					ready:      func(ctx context.Context, addr string) error { return etcdHealthy(ctx, addr, t.probeConfig()) },
+					timeout:    30 * time.Second,
+				})
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			for _, n := range nodes {
+				if n != nil {
+					n.Kill()
+				}
+			}
+			return err
+		}
+		et.Nodes = nil
+		for _, n := range nodes {
+			et.Nodes = append(et.Nodes, NewServer(n))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return et, nil
+}

@@ -188,6 +188,7 @@ func TestContainerImage(t *testing.T) {
 	for kind, want := range map[Kind]string{
 		KindRedis: "redis:7.0", KindRedisCluster: "redis:7.0", KindMemcached: "memcached:1.6",
 		KindZooKeeper: "zookeeper:3.8", KindZooKeeperEnsemble: "zookeeper:3.8",
+		KindEtcd: "etcd:3.4", KindEtcdCluster: "etcd:3.4",
 	} {
 		t.Setenv(imageEnv(kind), "")
 		if got := ContainerImage(kind); got != want {

@@ -13,6 +13,7 @@ const (
 	EnvMemcachedAddr     = "DLOCK_MEMCACHED_ADDR"      // host:port[,host:port...]
 	EnvZooKeeperAddr     = "DLOCK_ZOOKEEPER_ADDR"      // host:port[,host:port...]
 	EnvPostgresURL       = "DLOCK_POSTGRES_URL"        // postgres://user:password@host:port/dbname?sslmode=disable
+	EnvEtcdAddr          = "DLOCK_ETCD_ADDR"           // host:port[,host:port...] (client URLs' hosts, plain http)
 )
 
 var envAddrVar = map[Kind]string{
@@ -22,6 +23,8 @@ var envAddrVar = map[Kind]string{
 	KindZooKeeper:         EnvZooKeeperAddr,
 	KindZooKeeperEnsemble: EnvZooKeeperAddr,
 	KindPostgres:          EnvPostgresURL,
+	KindEtcd:              EnvEtcdAddr,
+	KindEtcdCluster:       EnvEtcdAddr,
 }
 
 // envAddrs returns the addresses the environment gives for kind, or nil.

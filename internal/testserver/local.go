@@ -25,6 +25,8 @@ func (localProvider) Available(kind Kind) error {
 	case KindZooKeeper, KindZooKeeperEnsemble:
 		_, _, err := zkJava()
 		return err
+	case KindEtcd, KindEtcdCluster:
+		return need("etcd", "apt-get install etcd-server")
 	case KindPostgres:
 		if _, err := postgresBinDir(); err != nil {
 			return err
@@ -64,4 +66,12 @@ func (localProvider) Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, er
 
 func (localProvider) ZooKeeperEnsemble(lt Lifetime, opts *ZooKeeperOptions) (*ZooKeeper, error) {
 	return localZooKeeper(lt, opts, 3)
+}
+
+func (localProvider) Etcd(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
+	return localEtcd(lt, opts, 1)
+}
+
+func (localProvider) EtcdCluster(lt Lifetime, opts *EtcdOptions) (*Etcd, error) {
+	return localEtcd(lt, opts, 3)
 }

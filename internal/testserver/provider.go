@@ -19,6 +19,8 @@ const (
 	KindZooKeeper         Kind = "zookeeper"
 	KindZooKeeperEnsemble Kind = "zookeeper-ensemble"
 	KindPostgres          Kind = "postgres"
+	KindEtcd              Kind = "etcd"
+	KindEtcdCluster       Kind = "etcd-cluster"
 )
 
 // Lifetime is where a provider registers the teardown of what it started and
@@ -47,6 +49,8 @@ type Provider interface {
 	ZooKeeper(lt Lifetime, opts *ZooKeeperOptions) (*ZooKeeper, error)
 	ZooKeeperEnsemble(lt Lifetime, opts *ZooKeeperOptions) (*ZooKeeper, error)
 	Postgres(lt Lifetime, opts *PostgresOptions) (*Postgres, error)
+	Etcd(lt Lifetime, opts *EtcdOptions) (*Etcd, error)
+	EtcdCluster(lt Lifetime, opts *EtcdOptions) (*Etcd, error)
 }
 
 // EnvBackend forces one provider by name ("local", "docker") and makes the

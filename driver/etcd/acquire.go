@@ -1,0 +1,496 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// maxTries bounds the writes a step makes when it loses a race of its own
+// (another grant moved the counter, an entry appeared since its read).
+const maxTries = 10
+
+// waitSeconds is the least TTL of a waiter's lease: lock steps every
+// waiter at least every driver.Heartbeat, and each step renews it, so a
+// waiter's place outlives a few missed steps. A grant whose TTL is
+// shorter moves the entry to a lease of its own TTL.
+const waitSeconds = 3
+
+// waitState is a queued wait: its entry and lease, and its watches.
+type waitState struct {
+	name     string
+	wake     chan<- struct{}
+	create   int64 // the entry's create revision; 0 before it is made
+	lease    int64 // the entry's lease while it waits
+	leaseSec int64
+	watches  []int64
+	left     bool
+	failing  time.Time // since when its steps have failed; zero after one went through
+}
+
+// errPlaceLost: the waiter's entry is gone or not the one it made (its
+// lease expired while it waited: a paused process, a partition).
+var errPlaceLost = errors.New("etcd: the waiter's entry is gone")
+
+func limitError(other, limit int) error {
+	return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrInvalid, other, limit)
+}
+
+func holdsOf(l *driver.Lease) []string {
+	if l.Reentrant {
+		return []string{l.Owner}
+	}
+	return nil
+}
+
+// Acquire makes one attempt: a read of the key's queue and counter, and,
+// when the grant rule lets a new entry in, a lease and one transaction
+// that writes the entry and the counter if nothing entered the queue and
+// no grant was made since the read. A held key leaves nothing behind.
+func (d *etcdDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	return d.attempt(ctx, l, nil)
+}
+
+// Join implements driver.Queuer: Acquire's attempt, and when the key is
+// held, an entry at the end of the queue (see enqueue).
+func (d *etcdDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
+	return d.attempt(ctx, l, wake)
+}
+
+func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
+	c, err := d.client()
+	if err != nil {
+		return err
+	}
+	n, name, sec := d.names(l.Key), entryName(l), seconds(l.TTL)
+	var lease int64
+	giveUp := func(err error) error {
+		if rerr := revoke(ctx, c, lease); rerr != nil {
+			return rerr // unknown: lock's clean-up (Release) revokes it
+		}
+		d.settled(l.Owner)
+		return err
+	}
+	for try := 1; ; try++ {
+		st, err := d.read(ctx, c, n, 0)
+		if err != nil {
+			return d.later(ctx, l, wake, err)
+		}
+		if l.Mode == driver.Permit {
+			if o := otherLimit(st.entries, l.Limit, name); o != 0 {
+				return giveUp(limitError(o, l.Limit))
+			}
+		}
+		if l.Reentrant {
+			if i := st.find(name); i == 0 {
+				return d.reenter(ctx, c, n, l, st.entries[0])
+			} else if i > 0 {
+				return giveUp(&driver.HeldError{})
+			}
+		}
+		if !turn(st.entries, l.Mode, l.Limit) || try > maxTries {
+			if wake == nil {
+				return giveUp(&driver.HeldError{})
+			}
+			if err := giveUp(nil); err != nil {
+				return d.later(ctx, l, wake, err)
+			}
+			return d.enqueue(ctx, c, n, l, wake)
+		}
+		if lease == 0 {
+			if lease, err = d.grantLease(ctx, c, l.Owner, sec); err != nil {
+				return d.later(ctx, l, wake, err)
+			}
+		}
+		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease, holdsOf(l),
+			clientv3.Compare(clientv3.ModRevision(n.queue).WithPrefix(), "<", st.rev+1),
+			clientv3.Compare(clientv3.CreateRevision(n.queue+name), "=", 0))
+		if err != nil {
+			return err
+		}
+		if ok {
+			d.granted(l, n, tok, rev, lease)
+			return nil
+		}
+	}
+}
+
+// reenter adds l's hold to its named owner's grant e, first in the queue:
+// its lease is renewed (lengthened to l's TTL if shorter), then the hold
+// is written if the entry did not change since the read.
+func (d *etcdDriver) reenter(ctx context.Context, c *conn, n names, l *driver.Lease, e entry) error {
+	if !e.dlockNamed {
+		return &driver.HeldError{}
+	}
+	key := n.queue + e.name
+	if err := d.extend(ctx, c, key, e, seconds(l.TTL)); err != nil {
+		if errors.Is(err, driver.ErrNotHeld) {
+			return &driver.HeldError{}
+		}
+		return err
+	}
+	v := e.v
+	v.holds = append(append([]string(nil), v.holds...), l.Owner)
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", e.mod)).
+		Then(clientv3.OpPut(key, v.String(), clientv3.WithIgnoreLease())).Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return &driver.HeldError{}
+	}
+	d.granted(l, n, v.token, resp.Header.Revision, e.lease)
+	return nil
+}
+
+// later is a Join's answer to a backend failure before its entry was
+// made (a member died under the request): a wait whose first Check makes
+// the entry, so that the waiter rides the failure out. Without wake (an
+// Acquire) or once ctx ended, the failure is returned.
+func (d *etcdDriver) later(ctx context.Context, l *driver.Lease, wake chan<- struct{}, err error) error {
+	if wake == nil || ctx.Err() != nil {
+		return err
+	}
+	d.mu.Lock()
+	ws := d.waits[l.Owner]
+	if ws == nil {
+		ws = &waitState{name: entryName(l), wake: wake}
+		d.waits[l.Owner] = ws
+	}
+	d.mu.Unlock()
+	return d.ride(ctx, ws, err)
+}
+
+// enqueue puts l's entry at the end of the queue, attached to a lease of
+// its own, and takes the first step of its wait.
+func (d *etcdDriver) enqueue(ctx context.Context, c *conn, n names, l *driver.Lease, wake chan<- struct{}) error {
+	ws := &waitState{name: entryName(l), wake: wake}
+	d.mu.Lock()
+	if old := d.waits[l.Owner]; old != nil {
+		ws = old
+	}
+	d.waits[l.Owner] = ws
+	d.mu.Unlock()
+	return d.place(ctx, c, n, l, ws)
+}
+
+// place makes ws's entry (a lease, then one transaction that writes the
+// entry and reads the queue and counter) and steps.
+func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
+	sec := max(seconds(l.TTL), waitSeconds)
+	lease, err := d.grantLease(ctx, c, l.Owner, sec)
+	if err != nil {
+		return d.ride(ctx, ws, err) // the next Check places it
+	}
+	d.mu.Lock()
+	left := ws.left
+	d.mu.Unlock()
+	if left {
+		return errors.Join(errors.New("etcd: the wait was left"), revoke(ctx, c, lease))
+	}
+	key := n.queue + ws.name
+	v := entryValue{mode: l.Mode, limit: l.Limit, since: time.Now().UnixMicro()}
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
+		clientv3.OpPut(key, v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
+		clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(n.counter),
+	).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return d.ride(ctx, ws, err) // the next Check places it, or adopts it if it landed
+	}
+	if !resp.Succeeded {
+		return d.adopt(ctx, c, n, l, ws, lease, resp.Responses[0].GetResponseRange().Kvs)
+	}
+	d.mu.Lock()
+	ws.create, ws.lease, ws.leaseSec, ws.failing = resp.Header.Revision, lease, sec, time.Time{}
+	d.mu.Unlock()
+	st := parseState(n, resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs)
+	return d.step(ctx, c, n, l, ws, st)
+}
+
+// adopt takes over the waiting entry that an earlier place of ws made
+// while its reply was lost (on a lease this attempt made), renewing its
+// lease in this call, and steps; unused, the lease just made, goes.
+func (d *etcdDriver) adopt(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, unused int64, kvs []*mvccpb.KeyValue) error {
+	key := n.queue + ws.name
+	revoke(ctx, c, unused)
+	var e entry
+	if len(kvs) == 1 {
+		e = parseEntry(n, kvs[0])
+	}
+	if !e.dlockAnon || e.v.token != 0 || !d.made(l.Owner, e.lease) {
+		return fmt.Errorf("etcd: the waiter's key %q exists already", key)
+	}
+	ttls, err := keepAlive(ctx, c, []int64{e.lease})
+	if err != nil {
+		return d.ride(ctx, ws, err)
+	}
+	if ttls[e.lease] <= 0 {
+		return d.ride(ctx, ws, errPlaceLost) // gone with its lease: the next Check places it again
+	}
+	d.mu.Lock()
+	ws.create, ws.lease, ws.leaseSec, ws.failing = e.create, e.lease, ttls[e.lease], time.Time{}
+	d.mu.Unlock()
+	st, err := d.read(ctx, c, n, ws.create)
+	if err != nil {
+		return d.ride(ctx, ws, err)
+	}
+	return d.step(ctx, c, n, l, ws, st)
+}
+
+// made reports whether this attempt of owner made lease (see grantLease).
+func (d *etcdDriver) made(owner string, lease int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Contains(d.pending[owner], lease)
+}
+
+// Check implements driver.Queuer. It renews the waiter's lease first: a
+// lease that expired while the waiter was blocked (a paused process, a
+// partition) ends its place, and it never takes the key on it (the
+// check that etcd's concurrency.Mutex lacked, etcd-io/etcd#11456): it
+// queues again at the end, with a new lease. Then it reads the queue and
+// takes the key if the rule grants its entry, which must be the one it
+// made, on the lease it made it with.
+func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
+	c, err := d.client()
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	ws := d.waits[l.Owner]
+	d.mu.Unlock()
+	if ws == nil {
+		return fmt.Errorf("etcd: Check of a lease that did not Join")
+	}
+	n := d.names(l.Key)
+	if ws.create == 0 {
+		return d.place(ctx, c, n, l, ws)
+	}
+	ttls, err := keepAlive(ctx, c, []int64{ws.lease})
+	if err != nil {
+		return d.ride(ctx, ws, err)
+	}
+	d.through(ws)
+	if ttls[ws.lease] <= 0 {
+		return d.requeue(ctx, c, n, l, ws)
+	}
+	st, err := d.read(ctx, c, n, ws.create)
+	if err != nil {
+		return d.ride(ctx, ws, err)
+	}
+	err = d.step(ctx, c, n, l, ws, st)
+	if errors.Is(err, errPlaceLost) {
+		return d.requeue(ctx, c, n, l, ws)
+	}
+	return err
+}
+
+// rideOut is how long a waiter rides out backend failures (a member
+// died, an election, the network cut): twice as long as its place lives
+// without a renewal (it queues again if it lost it). Then the failure
+// ends the wait, so that a Lock with no deadline fails when etcd cannot
+// be reached.
+const rideOut = 2 * waitSeconds * time.Second
+
+// ride is a step's answer to a backend failure: a HeldError, so lock
+// checks again, until the failures have lasted rideOut; the failure
+// itself once ctx ended or then.
+func (d *etcdDriver) ride(ctx context.Context, ws *waitState, err error) error {
+	if ctx.Err() != nil {
+		return errors.Join(err, ctx.Err())
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ws.failing.IsZero() {
+		ws.failing = time.Now()
+	}
+	if time.Since(ws.failing) > rideOut {
+		return err
+	}
+	return &driver.HeldError{RetryAfter: 100 * time.Millisecond}
+}
+
+// through notes that a step of ws reached the server.
+func (d *etcdDriver) through(ws *waitState) {
+	d.mu.Lock()
+	ws.failing = time.Time{}
+	d.mu.Unlock()
+}
+
+// requeue gives up ws's lost place and queues again at the end.
+func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
+	d.unwatch(ws)
+	if err := revoke(ctx, c, ws.lease); err != nil {
+		return d.ride(ctx, ws, err)
+	}
+	d.mu.Lock()
+	ws.create, ws.lease = 0, 0
+	d.mu.Unlock()
+	return d.place(ctx, c, n, l, ws)
+}
+
+// step decides from st whether ws's entry is granted, and either writes
+// the grant (its token, and the counter, if the entry is still the one it
+// made, on its lease, and no grant came since the read), or watches the
+// entries whose departure may be its turn, from the revision after st.
+// The grant's lease is ws's, renewed by this call (Check's keep-alive,
+// or place's grant), or, when its TTL is not the grant's, one made by
+// this call: a lease's expiry must count from within the call whose
+// start lock counts the validity from.
+func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, st *state) error {
+	key := n.queue + ws.name
+	var fresh int64 // a lease of the grant's TTL, made by this call
+	defer func() {
+		if fresh != 0 {
+			revoke(ctx, c, fresh) // not granted; else Leave revokes it (pending)
+		}
+	}()
+	for try := 1; ; try++ {
+		i := st.find(ws.name)
+		if i < 0 || st.entries[i].create != ws.create || st.entries[i].lease != ws.lease {
+			return errPlaceLost
+		}
+		if l.Mode == driver.Permit {
+			if o := otherLimit(st.entries, l.Limit, ws.name); o != 0 {
+				return limitError(o, l.Limit)
+			}
+		}
+		ahead := before(st.entries, ws.create)
+		if !turn(ahead, l.Mode, l.Limit) {
+			d.rewatch(n, ws, ahead, l, st.rev+1)
+			return &driver.HeldError{}
+		}
+		lease := ws.lease
+		if sec := seconds(l.TTL); ws.leaseSec != sec {
+			if fresh == 0 {
+				gl, err := d.grantLease(ctx, c, l.Owner, sec)
+				if err != nil {
+					return err
+				}
+				fresh = gl
+			}
+			lease = fresh
+		}
+		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease, nil,
+			clientv3.Compare(clientv3.CreateRevision(key), "=", ws.create),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", ws.lease))
+		if err != nil {
+			fresh = 0 // the write may have landed: Leave revokes it
+			return err
+		}
+		if ok {
+			fresh = 0
+			d.endWait(l.Owner, ws)
+			d.granted(l, n, tok, rev, lease)
+			return nil
+		}
+		if try == maxTries {
+			return &driver.HeldError{}
+		}
+		if st, err = d.read(ctx, c, n, ws.create); err != nil {
+			return d.ride(ctx, ws, err)
+		}
+	}
+}
+
+// before returns the entries of es (in create revision order) created
+// before revision rev.
+func before(es []entry, rev int64) []entry {
+	i := 0
+	for i < len(es) && es[i].create < rev {
+		i++
+	}
+	return es[:i]
+}
+
+// rewatch replaces ws's watches with watches, from revision from, on the
+// entries whose departure may be its turn.
+func (d *etcdDriver) rewatch(n names, ws *waitState, ahead []entry, l *driver.Lease, from int64) {
+	d.unwatch(ws)
+	wake := ws.wake
+	fn := func(bool) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	blocking, all := blockers(ahead, l.Mode, l.Limit)
+	var ids []int64
+	if all {
+		ids = append(ids, d.w.add(n.queue, clientv3.GetPrefixRangeEnd(n.queue), from, fn))
+	}
+	for _, b := range blocking {
+		ids = append(ids, d.w.add(n.queue+b, "", from, fn))
+	}
+	d.mu.Lock()
+	ws.watches = ids
+	d.mu.Unlock()
+}
+
+func (d *etcdDriver) unwatch(ws *waitState) {
+	d.mu.Lock()
+	ids := ws.watches
+	ws.watches = nil
+	d.mu.Unlock()
+	for _, id := range ids {
+		d.w.remove(id)
+	}
+}
+
+// endWait forgets ws after its grant.
+func (d *etcdDriver) endWait(owner string, ws *waitState) {
+	d.unwatch(ws)
+	d.mu.Lock()
+	if d.waits[owner] == ws {
+		delete(d.waits, owner)
+	}
+	d.mu.Unlock()
+}
+
+// Leave implements driver.Queuer: it deletes l's entry, granted or not,
+// and revokes every lease the attempt made, so that a step of l's still
+// on its way (its reply lost, its context ended) fails when it lands.
+func (d *etcdDriver) Leave(ctx context.Context, l *driver.Lease) error {
+	c, err := d.client()
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	ws := d.waits[l.Owner]
+	var leases []int64
+	if ws != nil {
+		ws.left = true
+		leases = append(leases, ws.lease)
+	}
+	leases = append(leases, d.pending[l.Owner]...)
+	d.mu.Unlock()
+	if ws != nil {
+		d.unwatch(ws)
+	}
+	d.dropHolder(l.Owner)
+	n := d.names(l.Key)
+	resp, err := c.Txn(ctx).Then(clientv3.OpDelete(n.queue+entryName(l), clientv3.WithPrevKV())).Commit()
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Responses[0].GetResponseDeleteRange().PrevKvs {
+		leases = append(leases, kv.Lease)
+	}
+	if err := revoke(ctx, c, leases...); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	if d.waits[l.Owner] == ws {
+		delete(d.waits, l.Owner)
+	}
+	delete(d.pending, l.Owner)
+	d.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,217 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The driver's requests, one gRPC method each: KV/Txn (reads and every
+// write), Lease/LeaseGrant, Lease/LeaseRevoke, Lease/LeaseKeepAlive (one
+// stream per batch), and the Locker's one Watch/Watch stream.
+
+// read gets a lock key's queue (by create revision) and counter in one
+// KV/Txn, at one revision; with upTo set, only the entries created at or
+// before that revision: a waiter's step needs those ahead of it and its
+// own, not the queue behind it.
+func (d *etcdDriver) read(ctx context.Context, c *conn, n names, upTo int64) (*state, error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
+	if upTo > 0 {
+		opts = append(opts, clientv3.WithMaxCreateRev(upTo))
+	}
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(n.queue, opts...), clientv3.OpGet(n.counter)).Commit()
+	if err != nil {
+		return nil, err
+	}
+	return parseState(n, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs), nil
+}
+
+func parseState(n names, rev int64, queue, counter []*mvccpb.KeyValue) *state {
+	st := &state{rev: rev}
+	for _, kv := range queue {
+		st.entries = append(st.entries, parseEntry(n, kv))
+	}
+	if len(counter) == 1 {
+		st.counterMod = counter[0].ModRevision
+		st.counter = parseCounter(string(counter[0].Value))
+	}
+	return st
+}
+
+func parseCounter(s string) uint64 {
+	var v uint64
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v
+}
+
+func parseEntry(n names, kv *mvccpb.KeyValue) entry {
+	e := entry{
+		name:   strings.TrimPrefix(string(kv.Key), n.queue),
+		create: kv.CreateRevision,
+		mod:    kv.ModRevision,
+		lease:  kv.Lease,
+	}
+	v, ok := parseValue(string(kv.Value))
+	switch {
+	case ok && !v.named && driver.IsOwner(e.name):
+		e.v, e.dlockAnon, e.modeForGrants = v, true, v.mode
+	case ok && v.named && strings.HasPrefix(e.name, "o-") && len(e.name) == 2+driver.NamedOwnerLen:
+		e.v, e.dlockNamed = v, true
+	default:
+		e.foreign = true
+	}
+	return e
+}
+
+// grantLease makes a lease of sec seconds for owner's attempt, and
+// records it until the attempt ends (a clean-up revokes it: a request of
+// the attempt that lands late then fails for want of its lease).
+func (d *etcdDriver) grantLease(ctx context.Context, c *conn, owner string, sec int64) (int64, error) {
+	id, err := c.Grant(ctx, sec)
+	if err != nil {
+		return 0, err
+	}
+	d.mu.Lock()
+	d.pending[owner] = append(d.pending[owner], id)
+	d.mu.Unlock()
+	return id, nil
+}
+
+// settled forgets owner's leases: the attempt ended, granted or not.
+func (d *etcdDriver) settled(owner string) {
+	d.mu.Lock()
+	delete(d.pending, owner)
+	d.mu.Unlock()
+}
+
+// revoke revokes leases, ignoring those already gone.
+func revoke(ctx context.Context, c *conn, ids ...int64) error {
+	var errs []error
+	for _, id := range ids {
+		if id == 0 {
+			continue
+		}
+		if err := c.Revoke(ctx, id); err != nil && !isLeaseNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isLeaseNotFound(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "requested lease not found")
+}
+
+// keepAlive renews leases on one LeaseKeepAlive stream (a request per
+// lease, then the replies, in order) and returns each lease's TTL as
+// applied: 0 for a lease that is gone. The server renews each lease to
+// its whole TTL from the moment it handles the request, after it was
+// sent.
+func keepAlive(ctx context.Context, c *conn, ids []int64) (map[int64]int64, error) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	s, err := c.lease.LeaseKeepAlive(ctx, failFast)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range ids {
+		if err := s.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+			return nil, errors.Join(err, ctx.Err())
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		return nil, err
+	}
+	out := make(map[int64]int64, len(ids))
+	for range ids {
+		resp, err := s.Recv()
+		if err != nil {
+			return nil, errors.Join(err, ctx.Err())
+		}
+		out[resp.ID] = resp.TTL
+	}
+	return out, nil
+}
+
+// grantWrite writes l's entry, granted with the next token, and the
+// counter, in one KV/Txn, if cmps and the counter's revision hold.
+func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
+	now := time.Now().UnixMicro()
+	token = nextToken(st.counter, now)
+	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holds}
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(n.counter), "=", st.counterMod))
+	resp, err := c.Txn(ctx).If(cmps...).Then(
+		clientv3.OpPut(n.queue+entryName(l), v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
+		clientv3.OpPut(n.counter, uitoa(token)),
+	).Commit()
+	if err != nil {
+		return false, 0, 0, err
+	}
+	return resp.Succeeded, resp.Header.Revision, token, nil
+}
+
+func uitoa(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// errDeleted ends a lease whose entry was deleted.
+var errDeleted = errors.New("etcd: the lease's key was deleted (expired, released through another Lease, or removed behind the lock's back)")
+
+// granted fills l for a grant made at revision rev, and watches its
+// entry from the next revision: a deletion ends the lease at once.
+func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev, lease int64) {
+	l.Token, l.Data = token, lease
+	l.Validity = l.TTL // its lease lasts seconds(TTL) ≥ TTL from the request
+	d.settled(l.Owner)
+	d.watchHolder(l, n, rev+1)
+}
+
+func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
+	owner, lost := l.Owner, l.Lost
+	id := d.w.add(n.queue+entryName(l), "", from, func(deleted bool) {
+		if !deleted {
+			return
+		}
+		d.dropHolder(owner)
+		if lost != nil {
+			lost(errDeleted)
+		}
+	})
+	d.mu.Lock()
+	if old, ok := d.holders[owner]; ok {
+		defer d.w.remove(old)
+	}
+	d.holders[owner] = id
+	d.mu.Unlock()
+}
+
+// dropHolder ends owner's watch on its entry.
+func (d *etcdDriver) dropHolder(owner string) {
+	d.mu.Lock()
+	id, ok := d.holders[owner]
+	delete(d.holders, owner)
+	d.mu.Unlock()
+	if ok {
+		d.w.remove(id)
+	}
+}

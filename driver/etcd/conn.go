@@ -1,0 +1,95 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+)
+
+// conn is the driver's access to a client: every request fails at once
+// with the connection's error while no member can be reached (gRPC's
+// WaitForReady off: clientv3 waits for a connection until the context
+// ends, and would hide why, a certificate refused, say), so a call fails
+// within the client's dial timeout with no deadline of its own.
+type conn struct {
+	client *clientv3.Client
+	raw    *grpc.ClientConn
+	kv     clientv3.KV
+	lease  pb.LeaseClient
+}
+
+func newConn(c *clientv3.Client) *conn {
+	raw := c.ActiveConnection()
+	return &conn{
+		client: c,
+		raw:    raw,
+		kv:     clientv3.NewKVFromKVClient(failFastKV{pb.NewKVClient(raw)}, c),
+		lease:  pb.NewLeaseClient(raw),
+	}
+}
+
+var failFast = grpc.WaitForReady(false)
+
+// failFastKV adds failFast to every KV call (clientv3's KV takes no call
+// options of its own).
+type failFastKV struct{ pb.KVClient }
+
+func (k failFastKV) Range(ctx context.Context, in *pb.RangeRequest, opts ...grpc.CallOption) (*pb.RangeResponse, error) {
+	return k.KVClient.Range(ctx, in, append(opts, failFast)...)
+}
+
+func (k failFastKV) Put(ctx context.Context, in *pb.PutRequest, opts ...grpc.CallOption) (*pb.PutResponse, error) {
+	return k.KVClient.Put(ctx, in, append(opts, failFast)...)
+}
+
+func (k failFastKV) DeleteRange(ctx context.Context, in *pb.DeleteRangeRequest, opts ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
+	return k.KVClient.DeleteRange(ctx, in, append(opts, failFast)...)
+}
+
+func (k failFastKV) Txn(ctx context.Context, in *pb.TxnRequest, opts ...grpc.CallOption) (*pb.TxnResponse, error) {
+	return k.KVClient.Txn(ctx, in, append(opts, failFast)...)
+}
+
+// Txn starts a transaction (one KV/Txn).
+func (c *conn) Txn(ctx context.Context) clientv3.Txn { return c.kv.Txn(ctx) }
+
+// Grant makes a lease of sec seconds (one Lease/LeaseGrant).
+func (c *conn) Grant(ctx context.Context, sec int64) (int64, error) {
+	resp, err := c.lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: sec}, failFast)
+	if err != nil {
+		return 0, ctxErr(ctx, err)
+	}
+	if resp.Error != "" {
+		return 0, errors.New("etcd: lease grant: " + resp.Error)
+	}
+	return resp.ID, nil
+}
+
+// Revoke revokes a lease (one Lease/LeaseRevoke).
+func (c *conn) Revoke(ctx context.Context, id int64) error {
+	_, err := c.lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id}, failFast)
+	return ctxErr(ctx, err)
+}
+
+// ctxErr joins ctx's error to err when ctx ended: gRPC reports it as a
+// status, which errors.Is does not match with context's errors.
+func ctxErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return errors.Join(err, ctx.Err())
+	}
+	return err
+}
+
+// get reads one key (a KV/Txn, which clientv3 does not retry: a Range
+// it would, for a while, when no member answers).
+func (c *conn) get(ctx context.Context, key string) ([]*mvccpb.KeyValue, int64, error) {
+	resp, err := c.Txn(ctx).Then(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, nil
+}

@@ -1,0 +1,68 @@
+// Package etcd is the dlock driver for etcd (the v3 API, etcd 3.4 and
+// later), through go.etcd.io/etcd/client/v3. It is a Go module of its
+// own, so that a program that imports only other drivers never
+// downloads etcd's client.
+//
+// A lock key K is a queue of entries under PREFIX "q/" K "/" (K with '%'
+// and '/' escaped), one per attempt, each attached to an etcd lease of
+// its own, ordered by create revision; K's fencing counter is PREFIX
+// "c/" K. The grant rule reads the queue alone: an exclusive entry is
+// granted when first, a shared one when only shared entries are ahead, a
+// permit when only permits, fewer than its limit, are ahead. A waiter
+// watches only the entries whose departure may be its turn, from the
+// revision after the read that found them, so no departure is missed and
+// a release wakes only the next waiter; the watch event only wakes it:
+// the grant is the waiter's own transaction, which writes its token and
+// the counter only if its entry is still the one it made, on its lease,
+// and only after renewing that lease (a lease that expired while the
+// waiter was blocked ends its place: etcd-io/etcd#11456). Every holder
+// watches its own entry: a deletion (expiry, or an operator's delete)
+// ends the lease at once. docs/design.md, "etcd keys and values",
+// describes every key and value.
+//
+// concurrency.Mutex is not used, nor its Session: dlock needs a lease per
+// grant (each with its own TTL; Detach and Resume hand one grant over),
+// renewals batched on one keep-alive stream, and a validity counted from
+// when the request was sent. A concurrency.Mutex made with MutexPrefix(K)
+// and dlock's locks of K exclude each other.
+//
+// # TTLs
+//
+// etcd's leases last whole seconds: a TTL is rounded up, and must be at
+// least MinTTL (one second). The server also has a least lease TTL, 1.5 ×
+// its election timeout rounded up to a second (2 s with the default
+// 1 s), which it applies to shorter leases: a crashed holder's grant then
+// lasts that long. The validity reported is the TTL, which the lease is
+// sure to last from the request.
+//
+// # Fencing tokens
+//
+// Every grant takes max(counter + 1, the client's clock in µs), written
+// with the grant in one transaction that compares the counter's revision:
+// the Redis and PostgreSQL drivers' scale, strictly increasing per key
+// while the counter lives (etcd keeps it across restarts and leader
+// changes), and rising from the clock if it is deleted.
+//
+// # URLs
+//
+//	etcd://[user:password@]host[:port][,host[:port]...][/prefix][?ttl=30s&autorenew=true&tls_ca=...]
+//
+// The port defaults to 2379; the path is the key prefix (a "/" is added);
+// the tls_* parameters (tls_ca, tls_cert, tls_key, tls_server_name,
+// tls_insecure_skip_verify) switch to TLS. lock.Open makes no round trip:
+// the client is made, and authenticates, at the Locker's first call.
+//
+// # As
+//
+// lock.As gives the *clientv3.Client (for a Locker opened from a URL,
+// once its first call made it).
+//
+// # Errors
+//
+// A TTL under a second is refused with lock.ErrInvalid. Backend failures
+// are the client's errors, wrapped by lock with the key. Requests do not
+// wait for a connection: while no member answers, a call fails at once
+// with the connection's error (a refused certificate says so), and a
+// queued Lock rides out failures (an election, a member's death) for 6 s
+// before it fails.
+package etcd

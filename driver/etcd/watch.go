@@ -1,0 +1,197 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// watcher multiplexes every watch of one Locker over one gRPC Watch
+// stream, read by one goroutine (none per lease): a holder's watch on its
+// own entry, which ends the lease when the entry is deleted, and a
+// waiter's watches on the entries ahead of it, which only wake it. Each
+// watch starts at the revision after the read that chose it, so no
+// deletion since that read is missed; only deletions are sent (the NOPUT
+// filter). The ids are the client's (WatchCreateRequest.watch_id, etcd
+// 3.4 and later).
+//
+// When the stream fails it is opened again and every watch is created
+// again from the revision after the last event it got; meanwhile every
+// watch's function is called with deleted false, so waiters check the
+// key at once (a holder's renewal finds a deletion it missed). A watch
+// whose revision was compacted starts again at the compaction revision.
+type watcher struct {
+	c *clientv3.Client
+
+	mu      sync.Mutex
+	ws      map[int64]*watch
+	next    int64
+	stream  pb.Watch_WatchClient // nil while down
+	started bool
+	closed  bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// watch is one watched key or range.
+type watch struct {
+	key, end string
+	rev      int64              // the next revision to watch from
+	fn       func(deleted bool) // called without w.mu; must not block
+}
+
+func newWatcher(c *clientv3.Client) *watcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &watcher{c: c, ws: map[int64]*watch{}, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// add watches deletions of key (of [key, end) when end is set) from
+// revision rev on, and returns the watch's id (0 after close).
+func (w *watcher) add(key, end string, rev int64, fn func(deleted bool)) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return 0
+	}
+	w.next++
+	id := w.next
+	wt := &watch{key: key, end: end, rev: rev, fn: fn}
+	w.ws[id] = wt
+	if !w.started {
+		w.started = true
+		go w.loop()
+	} else if w.stream != nil {
+		w.sendCreate(id, wt) // a failure is the stream's: loop creates it again
+	}
+	return id
+}
+
+// remove ends the watch id; removing it twice, or 0, is harmless.
+func (w *watcher) remove(id int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.ws[id]; !ok {
+		return
+	}
+	delete(w.ws, id)
+	if w.stream != nil {
+		w.stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+			CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+	}
+}
+
+// sendCreate sends watch id's create request. w.mu held.
+func (w *watcher) sendCreate(id int64, wt *watch) error {
+	cr := &pb.WatchCreateRequest{
+		Key:           []byte(wt.key),
+		StartRevision: wt.rev,
+		WatchId:       id,
+		Filters:       []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
+	}
+	if wt.end != "" {
+		cr.RangeEnd = []byte(wt.end)
+	}
+	return w.stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: cr}})
+}
+
+func (w *watcher) loop() {
+	defer close(w.done)
+	for w.ctx.Err() == nil {
+		w.run()
+		select {
+		case <-w.ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// run opens the stream, creates every watch on it, and reads it until it
+// fails; then it calls every watch's function, so waiters check.
+func (w *watcher) run() {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+	defer cancel()
+	s, err := pb.NewWatchClient(w.c.ActiveConnection()).Watch(ctx)
+	if err == nil {
+		w.mu.Lock()
+		w.stream = s
+		for id, wt := range w.ws {
+			if err = w.sendCreate(id, wt); err != nil {
+				break
+			}
+		}
+		w.mu.Unlock()
+		if err == nil {
+			w.recv(s)
+		}
+	}
+	w.mu.Lock()
+	w.stream = nil
+	fns := make([]func(bool), 0, len(w.ws))
+	for _, wt := range w.ws {
+		fns = append(fns, wt.fn)
+	}
+	w.mu.Unlock()
+	for _, fn := range fns {
+		fn(false)
+	}
+}
+
+var errWatchCanceled = errors.New("etcd: watch canceled by the server")
+
+// recv reads the stream until it fails.
+func (w *watcher) recv(s pb.Watch_WatchClient) error {
+	for {
+		resp, err := s.Recv()
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		wt := w.ws[resp.WatchId]
+		if wt == nil {
+			w.mu.Unlock()
+			continue
+		}
+		if resp.Canceled {
+			if resp.CompactRevision <= 0 {
+				w.mu.Unlock()
+				return errWatchCanceled // start over: every watch is created again
+			}
+			wt.rev = resp.CompactRevision
+			err := w.sendCreate(resp.WatchId, wt)
+			w.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			wt.fn(false)
+			continue
+		}
+		deleted := false
+		for _, ev := range resp.Events {
+			wt.rev = ev.Kv.ModRevision + 1
+			deleted = deleted || ev.Type == 1 // mvccpb.DELETE
+		}
+		fn := wt.fn
+		w.mu.Unlock()
+		if deleted {
+			fn(true)
+		}
+	}
+}
+
+// close ends the stream and the goroutine, and every watch.
+func (w *watcher) close() {
+	w.mu.Lock()
+	w.closed = true
+	started := w.started
+	w.ws = map[int64]*watch{}
+	w.mu.Unlock()
+	w.cancel()
+	if started {
+		<-w.done
+	}
+}
