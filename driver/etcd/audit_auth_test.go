@@ -16,7 +16,8 @@ import (
 
 // authEtcd is an etcd member of its own with auth on: root, an "app"
 // user with read-write on prefix, a "reader" with read on it, and
-// "nobody", a user with no role.
+// "nobody", a user with no role, and "queueonly", with read-write on
+// the queues and read on the counters.
 func authEtcd(t *testing.T, prefix string) *testserver.Etcd {
 	t.Helper()
 	e := testserver.StartEtcd(t, nil)
@@ -42,6 +43,17 @@ func authEtcd(t *testing.T, prefix string) *testserver.Etcd {
 		func() error { _, err := c.UserAdd(ctx, "reader", "readerpw"); return err },
 		func() error { _, err := c.UserGrantRole(ctx, "reader", "reader"); return err },
 		func() error { _, err := c.UserAdd(ctx, "nobody", "nobodypw"); return err },
+		func() error { _, err := c.RoleAdd(ctx, "queueonly"); return err },
+		func() error {
+			_, err := c.RoleGrantPermission(ctx, "queueonly", prefix+"q/", clientv3.GetPrefixRangeEnd(prefix+"q/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error {
+			_, err := c.RoleGrantPermission(ctx, "queueonly", prefix+"c/", clientv3.GetPrefixRangeEnd(prefix+"c/"), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		},
+		func() error { _, err := c.UserAdd(ctx, "queueonly", "queueonlypw"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "queueonly", "queueonly"); return err },
 		func() error { _, err := c.AuthEnable(ctx); return err },
 	}
 	for i, s := range steps {
@@ -142,5 +154,96 @@ func TestAuditForeignKeepAlive(t *testing.T) {
 			}
 			t.Fatal(err)
 		})
+	}
+}
+
+func authLocker(t *testing.T, e *testserver.Etcd, user, pw string, opts *Options) lock.Locker {
+	t.Helper()
+	d, lo := newDriver(opts)
+	d.c = userClient(t, e.Endpoints(), user, pw, nil)
+	l := lock.New(d, lo)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestAuditAuthWatchesAndRights: under auth, (1) a holder's watch works:
+// its Done closes at once when its entry is deleted; (2) a waiter is
+// woken by a release at once (C10); (3) a user who may write the queue
+// but not the counters fails to lock, with the cause, and leaves no
+// entry behind (C7), whether its attempt was a Try or a queued wait.
+func TestAuditAuthWatchesAndRights(t *testing.T) {
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	e := authEtcd(t, prefix)
+	root := userClient(t, e.Endpoints(), "root", "rootpw", nil)
+	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 30 * time.Second}}
+	a := authLocker(t, e, "app", "apppw", opts)
+	b := authLocker(t, e, "app", "apppw", opts)
+	q := authLocker(t, e, "queueonly", "queueonlypw", opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	k := "audit-auth-watch"
+	l, err := a.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := root.Delete(ctx, MutexPrefix(prefix, k)+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Errorf("a holder's Done is open 2 s after its entry was deleted (its watch does not work under auth)")
+	}
+
+	k = "audit-auth-wake"
+	l, err = a.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if bl, err := b.Lock(ctx, k); err == nil {
+			got <- time.Now()
+			bl.Unlock(ctx)
+		} else {
+			t.Error(err)
+			close(got)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	rel := time.Now()
+	l.Unlock(ctx)
+	if at, ok := <-got; ok {
+		if d := at.Sub(rel); d > time.Second {
+			t.Errorf("the waiter was granted %v after the release, want within 1 s", d)
+		}
+	}
+
+	for _, try := range []bool{true, false} {
+		k = fmt.Sprintf("audit-auth-queueonly-%v", try)
+		var err error
+		if try {
+			_, err = q.TryLock(ctx, k)
+		} else {
+			hl, herr := a.Lock(ctx, k)
+			if herr != nil {
+				t.Fatal(herr)
+			}
+			go func() { time.Sleep(time.Second); hl.Unlock(ctx) }()
+			_, err = q.Lock(ctx, k)
+		}
+		t.Logf("try=%v: %v", try, err)
+		if err == nil {
+			t.Errorf("try=%v: a user with no write right on the counters was granted the key", try)
+		}
+		time.Sleep(500 * time.Millisecond)
+		resp, rerr := root.Get(ctx, MutexPrefix(prefix, k)+"/", clientv3.WithPrefix())
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		for _, kv := range resp.Kvs {
+			t.Errorf("try=%v: left behind: %s = %q (lease %x)", try, kv.Key, kv.Value, kv.Lease)
+		}
 	}
 }
