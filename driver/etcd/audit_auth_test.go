@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,5 +246,87 @@ func TestAuditAuthWatchesAndRights(t *testing.T) {
 		for _, kv := range resp.Kvs {
 			t.Errorf("try=%v: left behind: %s = %q (lease %x)", try, kv.Key, kv.Value, kv.Lease)
 		}
+	}
+}
+
+// TestAuditURLSecrets: a Locker opened from a URL with a wrong password,
+// and one with the right password whose user lacks rights, report
+// errors that do not show the password; the right one locks.
+func TestAuditURLSecrets(t *testing.T) {
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	e := authEtcd(t, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct{ user, pw, path string }{
+		{"app", "Wr0ngSecretPw", prefix},
+		{"nobody", "nobodypw", prefix},
+		{"app", "apppw", "elsewhere/"},
+		{"app", "apppw", prefix},
+	} {
+		l, err := lock.Open(ctx, fmt.Sprintf("etcd://%s:%s@%s/%s", c.user, c.pw, e.Addr(), c.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ll, err := l.TryLock(ctx, "audit-secrets")
+		took := time.Since(start)
+		l.Close()
+		t.Logf("%s:%s on %s: %v (TryLock %v, with Close %v)", c.user, c.pw, c.path, err, took, time.Since(start))
+		if err == nil {
+			ll.Unlock(ctx)
+			if c.pw != "apppw" || c.path != prefix {
+				t.Errorf("%s:%s on %s locked", c.user, c.pw, c.path)
+			}
+			continue
+		}
+		if c.pw == "apppw" && c.path == prefix {
+			t.Errorf("the app user failed: %v", err)
+		}
+		if strings.Contains(err.Error(), c.pw) {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	}
+}
+
+// TestAuditDefiniteErrorsRetried (finding, low: a refusal is handled as
+// an unknown outcome). A user without write rights (or with a wrong
+// password) fails TryLock at once; the failure is a gRPC
+// PermissionDenied (or an authentication failure before anything was
+// sent), which says the write did not land, but the driver returns it as
+// an unknown outcome: lock's clean-up then retries Release, whose Txn is
+// refused again, in the background until Close's bound, so Close takes
+// the whole ReleaseTimeout (the lease the attempt made is revoked only
+// after Release's Txn, which is refused: it is left to its TTL). With a
+// wrong password every retry makes a new client and authenticates again.
+func TestAuditDefiniteErrorsRetried(t *testing.T) {
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	e := authEtcd(t, prefix)
+	root := userClient(t, e.Endpoints(), "root", "rootpw", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	before, err := root.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"nobody:nobodypw", "app:Wr0ngPw"} {
+		l, err := lock.Open(ctx, fmt.Sprintf("etcd://%s@%s/%s", who, e.Addr(), prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = l.TryLock(ctx, "audit-definite")
+		start := time.Now()
+		l.Close()
+		took := time.Since(start)
+		t.Logf("%s: TryLock: %v; Close took %v", who, err, took)
+		if took > time.Second {
+			t.Errorf("%s: Close took %v after a TryLock the server refused (nothing to release)", who, took)
+		}
+	}
+	after, err := root.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(after.Leases) - len(before.Leases); n > 0 {
+		t.Errorf("%d lease(s) left behind by the refused attempts", n)
 	}
 }
