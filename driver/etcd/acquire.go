@@ -9,17 +9,22 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // maxTries bounds the writes a step makes when it loses a race of its own
 // (another grant moved the counter, an entry appeared since its read).
 const maxTries = 10
 
-// waitSeconds is the least TTL of a waiter's lease: lock steps every
-// waiter at least every driver.Heartbeat, and each step renews it, so a
-// waiter's place outlives a few missed steps. A grant whose TTL is
-// shorter moves the entry to a lease of its own TTL.
+// waitSeconds is the TTL of a waiter's lease: lock steps every waiter at
+// least every driver.Heartbeat, and each step renews it, so a waiter's
+// place outlives a few missed steps, and the place of a waiter that died,
+// or whose Leave could not reach etcd, holds up those behind it for 3 s
+// at most (as on Redis), whatever the TTL it asked for. The grant moves
+// the entry to a lease of the grant's TTL, made by the granting call.
 const waitSeconds = 3
 
 // waitState is a queued wait: its entry and lease, and its watches.
@@ -63,9 +68,34 @@ func (d *etcdDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- stru
 	return d.attempt(ctx, l, wake)
 }
 
+// noGrant marks, in driver.Lease.Data, an attempt known to have granted
+// nothing (nothing was sent, or the server refused the grant and its
+// lease is revoked), so that the clean-up lock makes after an error
+// needs no round trip (Release answers ErrNotHeld at once).
+type noGrant struct{}
+
+// refused reports whether err is the server's refusal of a request, which
+// was then not applied: no right (PermissionDenied), a failed or missing
+// authentication, a request it will not take. lock counts other errors
+// as unknown outcomes and releases by owner in the background; a refusal
+// would refuse that release too, again and again until Close's bound.
+func refused(err error) bool {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	}
+	switch code {
+	case codes.PermissionDenied, codes.Unauthenticated, codes.InvalidArgument, codes.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
 func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
 	c, err := d.client()
 	if err != nil {
+		l.Data = noGrant{} // nothing was sent
 		return err
 	}
 	n, name, sec := d.names(l.Key), entryName(l), seconds(l.TTL)
@@ -80,6 +110,9 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 	for try := 1; ; try++ {
 		st, err := d.read(ctx, c, n, 0)
 		if err != nil {
+			if refused(err) {
+				return d.refusal(l, giveUp(err), err)
+			}
 			return d.later(ctx, l, wake, err)
 		}
 		if l.Mode == driver.Permit {
@@ -89,7 +122,14 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		}
 		if l.Reentrant {
 			if i := st.find(name); i == 0 {
-				return d.reenter(ctx, c, n, l, st.entries[0])
+				err := d.reenter(ctx, c, n, l, st.entries[0])
+				if errors.Is(err, errChanged) {
+					if try <= maxTries {
+						continue // read the entry again
+					}
+					err = &driver.HeldError{}
+				}
+				return err
 			} else if i > 0 {
 				return giveUp(&driver.HeldError{})
 			}
@@ -112,6 +152,9 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			clientv3.Compare(clientv3.ModRevision(n.queue).WithPrefix(), "<", st.rev+1),
 			clientv3.Compare(clientv3.CreateRevision(n.queue+name), "=", 0))
 		if err != nil {
+			if refused(err) {
+				return d.refusal(l, giveUp(err), err)
+			}
 			return err
 		}
 		if ok {
@@ -121,9 +164,26 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 	}
 }
 
+// refusal ends an attempt that the server refused (err) once giveUp
+// revoked its lease (gave is giveUp's answer: err, or the revoke's error,
+// which leaves the outcome to lock's clean-up).
+func (d *etcdDriver) refusal(l *driver.Lease, gave, err error) error {
+	if gave == err {
+		l.Data = noGrant{}
+	}
+	return gave
+}
+
+// errChanged is reenter's answer when the entry changed between the read
+// and the write (its lease was lengthened, by this call or by another
+// Lease of the grant, or another hold came or went): the caller reads it
+// again.
+var errChanged = errors.New("etcd: the grant's entry changed since it was read")
+
 // reenter adds l's hold to its named owner's grant e, first in the queue:
 // its lease is renewed (lengthened to l's TTL if shorter), then the hold
-// is written if the entry did not change since the read.
+// is written if the entry did not change since the read (errChanged if
+// it did).
 func (d *etcdDriver) reenter(ctx context.Context, c *conn, n names, l *driver.Lease, e entry) error {
 	if !e.dlockNamed {
 		return &driver.HeldError{}
@@ -143,7 +203,7 @@ func (d *etcdDriver) reenter(ctx context.Context, c *conn, n names, l *driver.Le
 		return err
 	}
 	if !resp.Succeeded {
-		return &driver.HeldError{}
+		return errChanged
 	}
 	d.granted(l, n, v.token, resp.Header.Revision, e.lease)
 	return nil
@@ -183,7 +243,7 @@ func (d *etcdDriver) enqueue(ctx context.Context, c *conn, n names, l *driver.Le
 // place makes ws's entry (a lease, then one transaction that writes the
 // entry and reads the queue and counter) and steps.
 func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
-	sec := max(seconds(l.TTL), waitSeconds)
+	sec := int64(waitSeconds)
 	lease, err := d.grantLease(ctx, c, l.Owner, sec)
 	if err != nil {
 		return d.ride(ctx, ws, err) // the next Check places it

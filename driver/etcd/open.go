@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -69,11 +70,14 @@ func parseURL(u *url.URL) (*clientv3.Config, *Options, error) {
 		if h == "" {
 			return bad("empty server in %s", errtext.Quote(u.Host))
 		}
-		if _, _, err := net.SplitHostPort(h); err != nil {
+		if _, port, err := net.SplitHostPort(h); err != nil {
 			if strings.Contains(h, ":") && !strings.HasPrefix(h, "[") {
 				return bad("server %s: %s", errtext.Quote(h), errtext.Bound(err.Error()))
 			}
 			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
+		} else if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+			// url.Parse checks only the port after the last colon.
+			return bad("server %s: the port must be a number from 1 to 65535", errtext.Quote(h))
 		}
 		cfg.Endpoints = append(cfg.Endpoints, scheme+h)
 	}

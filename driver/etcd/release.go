@@ -15,6 +15,9 @@ import (
 // attempt's write, if it lands later, fails). A named owner's hold is
 // taken out of its grant, which goes with the last.
 func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
+	if _, ok := l.Data.(noGrant); ok {
+		return driver.ErrNotHeld
+	}
 	c, err := d.client()
 	if err != nil {
 		return err
