@@ -3,17 +3,19 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // EtcdResidue lists the keys attached to a lease left in an etcd service
 // (driver/etcd's entries: a grant or a waiting place); its counters
 // have no lease and stay by design.
 func EtcdResidue(ctx context.Context, addrs []string) ([]string, error) {
-	c, err := clientv3.New(clientv3.Config{Endpoints: addrs, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	// As root if EtcdEnableAuth turned authentication on.
+	c, err := EtcdClient(addrs, EtcdRoot, EtcdRootPassword)
+	if err != nil {
+		c, err = EtcdClient(addrs, "", "")
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -84,6 +84,9 @@ type Target struct {
 	// "grant", "wait" (a queued waiter's step, which may grant), "release",
 	// "refresh", or "".
 	classify func(chaos.Request) string
+	// etcdAuth: etcd's authentication is on (prepare turns it on), and
+	// the adversary is a reader (adversary_etcd.go).
+	etcdAuth bool
 	// prepare, if set, readies a server Run started before any Locker is
 	// opened (a broken variant's schema).
 	prepare func(srv *chaos.Server) error
