@@ -22,15 +22,17 @@ import (
 //     leave out the granted entries: a waiter sees no holder ahead of it
 //     and grants itself the key (the counter's compare passes: no grant
 //     came between its read and its write).
-//   - etcd-no-own-check: a grant's transaction loses its compares on the
-//     waiter's own entry (its create revision and its lease, the
-//     etcd-io/etcd#11456 hole): only the counter's revision is compared.
+//
+// A grant whose transaction loses its compares on the waiter's own entry
+// (its create revision and lease, the etcd-io/etcd#11456 hole) is not
+// among them: the nemesis found nothing in 20 s, as the driver reads its
+// own entry just before (a race of milliseconds); driver/etcd's
+// TestWaiterLeaseExpired is the test that reaches it.
 var etcdBroken = []struct {
 	name, breaks string
 	tamper       grpc.UnaryClientInterceptor
 }{
 	{"etcd-blind", "the reads of a key's queue miss its granted entries", blindQueue},
-	{"etcd-no-own-check", "a grant compares the counter only, not the waiter's own entry and lease", noOwnCheck},
 }
 
 func init() {
@@ -83,28 +85,4 @@ func blindQueue(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 		rng.Kvs, rng.Count = kvs, int64(len(kvs))
 	}
 	return nil
-}
-
-// noOwnCheck drops, from a Txn that writes a counter (a grant), the
-// compares on other keys than the counter.
-func noOwnCheck(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if in, ok := req.(*pb.TxnRequest); ok && writesCounter(in) {
-		cmps := in.Compare[:0:0]
-		for _, c := range in.Compare {
-			if strings.Contains(string(c.Key), "/c/") {
-				cmps = append(cmps, c)
-			}
-		}
-		in.Compare = cmps
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-func writesCounter(in *pb.TxnRequest) bool {
-	for _, op := range in.Success {
-		if p := op.GetRequestPut(); p != nil && strings.Contains(string(p.Key), "/c/") {
-			return true
-		}
-	}
-	return false
 }
