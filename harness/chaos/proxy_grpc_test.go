@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testserver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -30,6 +31,20 @@ func TestProxyGRPC(t *testing.T) {
 	if _, err := c.Put(ctx, "grpc/a", "1"); err != nil {
 		t.Fatal(err)
 	}
+	// Requests etcd never answers (cancelling watches that do not exist)
+	// wait ahead of the Txn: a proxy that paired replies in order would
+	// give the Txn's reply frames (headers, message, trailers) to them,
+	// and lose none.
+	ws, err := pb.NewWatchClient(c.ActiveConnection()).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range int64(4) {
+		if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: 12345 + id}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
 	rule := p.DropReplies(func(q Request) bool { return q.Cmd == "Txn" && q.Mutating }, 1)
 	_, err = c.Txn(ctx).Then(clientv3.OpPut("grpc/b", "2")).Commit()
 	if err == nil {
