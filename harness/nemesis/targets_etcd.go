@@ -39,8 +39,8 @@ func init() {
 		},
 		// A member with etcd's authentication on, and the reader
 		// adversary: Long, as it fails (liveness, after a member restart
-		// of several seconds; NEMESIS_SEED=622068163) where the etcd
-		// target passes with the same seed.
+		// of several seconds; NEMESIS_SEED=622068163, with or without the
+		// adversary) where the etcd target passes with the same seed.
 		&Target{
 			Name: "etcd-auth", Reentry: true, Resume: true, Shared: true, Permits: true, AllFaults: true, Long: true,
 			Backend: chaos.EtcdBackend, TTL: 2 * time.Second,
