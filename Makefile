@@ -184,4 +184,4 @@ nemesis: servers
 ## servers from the test harness; the report goes to bench/results/.
 bench: servers
 	@$(GO) build -o bin/serve ./internal/testserver/cmd/serve
-	bin/serve -kinds redis,memcached,zookeeper,postgres -- sh -c 'cd bench && BENCH_COMMAND="make bench" $(GO) run . -out results/'
+	bin/serve -kinds redis,memcached,zookeeper,postgres,etcd -- sh -c 'cd bench && BENCH_COMMAND="make bench" $(GO) run . -out results/'

@@ -24,7 +24,7 @@ import (
 // A lib is one lock library, in one configuration, on one backend.
 type lib struct {
 	name    string // as printed: "redisnx", "redsync", "redsync (1ms)"
-	backend string // "redis", "memcached", "zookeeper", "postgres"
+	backend string // "redis", "memcached", "zookeeper", "postgres", "etcd"
 	peer    bool   // a peer library, not dlock
 	plain   bool   // a plain lock of the backend's, a baseline of its own (postgres advisory locks)
 	note    string // what the configuration is, for the legend
@@ -78,6 +78,8 @@ func libraries() []lib {
 		{name: "zk.Lock", backend: "zookeeper", peer: true, note: "go-zookeeper v1.0.4 zk.Lock (watches its predecessor; no retry delay to tune)", open: openZkLock},
 		{name: "postgres", backend: "postgres", note: "dlock defaults (pgxpool defaults; waiters woken by LISTEN/NOTIFY)", open: openDlockPostgres},
 		{name: "advisory (1ms)", backend: "postgres", plain: true, note: "plain pg_try_advisory_lock every 1ms, pg_advisory_unlock, one connection per worker (no TTL, no fencing, no queue)", open: openAdvisory},
+		{name: "etcd", backend: "etcd", note: "dlock defaults (TTL 30s, auto-renew; waiters watch the entry ahead)", open: openDlockEtcd},
+		{name: "concurrency.Mutex", backend: "etcd", peer: true, note: "etcd client v3 concurrency.Mutex: a Session (TTL 60s) per client, NewMutex per Lock (waits on its predecessor's delete)", open: openEtcdMutex},
 		{name: "pglock", backend: "postgres", peer: true, note: "cirello.io/pglock", missing: pglockMissing},
 	}
 }

@@ -51,7 +51,7 @@ type config struct {
 	rounds         int // interleaved alternations of the contention scenarios
 }
 
-var backendOrder = []string{"redis", "memcached", "zookeeper", "postgres"}
+var backendOrder = []string{"redis", "memcached", "zookeeper", "postgres", "etcd"}
 
 // backends returns the backends with an address and a library to run.
 func (c *config) backends() []string {
@@ -154,14 +154,14 @@ func run() int {
 		cfg.hotDur, cfg.manyDur, cfg.baseDur = time.Second, time.Second, 200*time.Millisecond
 		cfg.leases, cfg.renewTTL = []int{2000}, time.Second
 	}
-	for b, env := range map[string]string{"redis": "DLOCK_REDIS_ADDR", "memcached": "DLOCK_MEMCACHED_ADDR", "zookeeper": "DLOCK_ZOOKEEPER_ADDR", "postgres": "DLOCK_POSTGRES_URL"} {
+	for b, env := range map[string]string{"redis": "DLOCK_REDIS_ADDR", "memcached": "DLOCK_MEMCACHED_ADDR", "zookeeper": "DLOCK_ZOOKEEPER_ADDR", "postgres": "DLOCK_POSTGRES_URL", "etcd": "DLOCK_ETCD_ADDR"} {
 		if a := os.Getenv(env); a != "" {
 			a, _, _ = strings.Cut(a, ",") // the first server of a list
 			cfg.addr[b] = a
 		}
 	}
 	if len(cfg.addr) == 0 {
-		fmt.Fprintln(os.Stderr, "bench: no servers: set DLOCK_REDIS_ADDR, DLOCK_MEMCACHED_ADDR, DLOCK_ZOOKEEPER_ADDR and/or DLOCK_POSTGRES_URL, or run `make bench`, which starts them")
+		fmt.Fprintln(os.Stderr, "bench: no servers: set DLOCK_REDIS_ADDR, DLOCK_MEMCACHED_ADDR, DLOCK_ZOOKEEPER_ADDR, DLOCK_POSTGRES_URL and/or DLOCK_ETCD_ADDR, or run `make bench`, which starts them")
 		return 2
 	}
 

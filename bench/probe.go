@@ -12,7 +12,7 @@ import (
 
 // A probe makes the backend's cheapest round trip, the unit the lock
 // figures are compared with: Redis PING, Memcached version, ZooKeeper
-// exists, PostgreSQL SELECT 1. It uses its own connection, through the same client library as
+// exists, PostgreSQL SELECT 1, etcd Get (a linearizable read). It uses its own connection, through the same client library as
 // the drivers.
 type probe interface {
 	roundTrip(ctx context.Context) error
@@ -20,7 +20,7 @@ type probe interface {
 }
 
 // probeName is what the baselines are called.
-var probeName = map[string]string{"redis": "PING", "memcached": "version", "zookeeper": "exists", "postgres": "SELECT 1"}
+var probeName = map[string]string{"redis": "PING", "memcached": "version", "zookeeper": "exists", "postgres": "SELECT 1", "etcd": "Get"}
 
 func openProbe(ctx context.Context, backend, addr string) (probe, error) {
 	switch backend {
@@ -48,6 +48,12 @@ func openProbe(ctx context.Context, backend, addr string) (probe, error) {
 			return nil, err
 		}
 		return postgresProbe{conn}, nil
+	case "etcd":
+		c, err := dialEtcd(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return etcdProbe{c}, nil
 	}
 	return nil, fmt.Errorf("unknown backend %q", backend)
 }
@@ -85,6 +91,8 @@ func serverVersion(ctx context.Context, backend, addr string) string {
 		return "zookeeper " + zkVersion(addr)
 	case "postgres":
 		return "postgresql " + postgresVersion(ctx, addr)
+	case "etcd":
+		return "etcd " + etcdVersion(ctx, addr)
 	}
 	return "?"
 }

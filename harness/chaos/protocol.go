@@ -35,6 +35,9 @@ type Request struct {
 	// and PostgreSQL's LISTEN: from then on the connection carries pub/sub
 	// messages, or notifications (see Proxy.DelayPubSub).
 	Subscribes bool
+	// Stream, for gRPC, is the HTTP/2 stream the request was sent on: its
+	// reply is the next frame the server sends on it.
+	Stream uint32
 }
 
 // Name is how notes and faults name the request: its Cmd, and for a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -339,9 +340,9 @@ func (c *pconn) replies(f framer) {
 		c.p.mu.Lock()
 		d := c.delaysLocked().rep
 		var pd *pending
-		if answers && len(c.pending) > 0 {
-			pd = c.pending[0]
-			c.pending = c.pending[1:]
+		if i := c.answeredLocked(f, answers); i >= 0 {
+			pd = c.pending[i]
+			c.pending = slices.Delete(c.pending, i, i+1)
 		}
 		held := pd != nil && pd.drop != nil && pd.drop.hold > 0 && pd.holdsLocked(frame)
 		push := c.pushRuleLocked(f, frame, answers)
@@ -407,4 +408,22 @@ func isParseError(err error) bool { return errors.Is(err, errParse) }
 
 func parseErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errParse}, args...)...)
+}
+
+// streamer is a framer whose replies answer requests by stream (gRPC's
+// HTTP/2), not in order.
+type streamer interface{ replyStream() uint32 }
+
+// answeredLocked is the index in c.pending of the request the reply just
+// read answers, or -1. p.mu held.
+func (c *pconn) answeredLocked(f framer, answers bool) int {
+	if !answers || len(c.pending) == 0 {
+		return -1
+	}
+	s, ok := f.(streamer)
+	if !ok {
+		return 0
+	}
+	id := s.replyStream()
+	return slices.IndexFunc(c.pending, func(pd *pending) bool { return pd.req.Stream == id })
 }

@@ -28,6 +28,8 @@ func (b Backend) Protocol() Protocol {
 		return ZooKeeper
 	case PostgresBackend:
 		return PostgreSQL
+	case EtcdBackend:
+		return GRPC
 	}
 	return RESP
 }
@@ -39,6 +41,8 @@ type ServerOptions struct {
 	NoEvict     bool // memcached -M
 	Ensemble    bool // ZooKeeper: three servers
 	Cluster     bool // Redis: a Redis Cluster of three masters
+	// EtcdCluster: etcd, three members.
+	EtcdCluster bool
 }
 
 // Server is a dedicated backend with its fault hooks: Pause (SIGSTOP),
@@ -55,6 +59,8 @@ type Server struct {
 	ZK *testserver.ZooKeeper
 	// PG is set for PostgreSQL: its superuser's URL, Exec, CreateUser.
 	PG *testserver.Postgres
+	// Etcd is set for etcd, for its leader.
+	Etcd *testserver.Etcd
 }
 
 // ZKTick is the tick of ZooKeeper servers from StartServer; sessions last
@@ -122,6 +128,18 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 		return &Server{
 			Addrs: p.Addrs(), Pause: p.Pause, Resume: p.Resume, Kill: p.Kill, Restart: p.Restart, Nodes: p.Nodes, PG: p,
 			Residue: func(ctx context.Context) ([]string, error) { return PostgresResidue(ctx, p.URL()) },
+		}
+	case EtcdBackend:
+		var e *testserver.Etcd
+		if o.EtcdCluster {
+			e = testserver.StartEtcdCluster(t, nil)
+		} else {
+			e = testserver.StartEtcd(t, nil)
+		}
+		e.RequireFaults(t)
+		return &Server{
+			Addrs: e.Addrs(), Pause: e.Pause, Resume: e.Resume, Kill: e.Kill, Restart: e.Restart, Nodes: e.Nodes, Etcd: e,
+			Residue: func(ctx context.Context) ([]string, error) { return EtcdResidue(ctx, e.Addrs()) },
 		}
 	}
 	t.Fatalf("chaos: unknown backend %q", b)

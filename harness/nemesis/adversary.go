@@ -71,6 +71,9 @@ type advRunner interface {
 // startAdversary starts the adversary of the target's backend; nil when
 // the target has no notifications or the run no faults.
 func (r *run) startAdversary() advRunner {
+	if r.tg.etcdAuth && !r.cfg.NoFaults && (len(r.cfg.Faults) == 0 || slices.Contains(r.cfg.Faults, "adversary")) {
+		return r.startEtcdAdversary()
+	}
 	if !r.tg.Notify || r.cfg.NoFaults || r.srv == nil {
 		return (*adversary)(nil)
 	}

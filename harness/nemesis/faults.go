@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/harness/chaos"
+	"github.com/dlock-go/dlock/internal/testserver"
 )
 
 // nemesis injects faults at random moments, overlapping, in phases: a few
@@ -155,6 +156,10 @@ func (n *nemesis) kinds() []fault {
 	case r.srv.ZK != nil && len(r.srv.Nodes) > 1: // an ensemble
 		add("leader-loss", 3, n.leaderLoss)
 		add("node-pause", 2, n.nodePause)
+	case r.srv.Etcd != nil && len(r.srv.Nodes) > 1: // an etcd cluster
+		add("leader-loss", 3, n.leaderLoss)
+		add("node-pause", 2, n.nodePause)
+		add("node-restart", 2, n.nodeRestart(false))
 	case r.tg.cluster:
 		// Restarting the whole cluster waits for each node to serve the
 		// cluster, which it cannot alone: one node at a time.
@@ -311,7 +316,15 @@ func (n *nemesis) serverRestart(volatile bool) func() bool {
 	}
 }
 
-// leaderLoss kills the ensemble's leader; the others elect a new one; the
+// leaderGroup is a group with a leader: a ZooKeeper ensemble, an etcd
+// cluster.
+type leaderGroup interface {
+	KillLeader() (int, error)
+	WaitLeader(timeout time.Duration) (int, error)
+	Node(i int) *testserver.Server
+}
+
+// leaderLoss kills the ensemble's (or cluster's) leader; the others elect a new one; the
 // old leader comes back a while later.
 func (n *nemesis) leaderLoss() bool {
 	if !n.serverBusy.CompareAndSwap(false, true) {
@@ -320,7 +333,10 @@ func (n *nemesis) leaderLoss() bool {
 	down := n.between(Session/2, 2*n.r.tg.Bound)
 	n.spawn(func() {
 		defer n.serverBusy.Store(false)
-		z := n.r.srv.ZK
+		var z leaderGroup = n.r.srv.ZK
+		if n.r.srv.Etcd != nil {
+			z = n.r.srv.Etcd
+		}
 		end := n.r.rec.FaultStart(Fault{Kind: "leader-loss", Target: "down " + down.Round(time.Millisecond).String(), Server: true})
 		defer end()
 		i, err := z.KillLeader()

@@ -30,6 +30,9 @@ func (n *nemesis) delayKinds(add func(name string, w int, inject func() bool)) {
 		add("delay-pubsub", 3, n.delayPubSub)
 		add("handover-late", 5, n.handoverLate)
 	}
+	if n.r.tg.Backend == chaos.EtcdBackend {
+		add("keepalive-held", 2, n.keepAliveHeld)
+	}
 	if n.r.tg.Notify && n.r.tg.Backend == chaos.PostgresBackend {
 		add("lost-notify", 2, n.lostNotify)
 	}
@@ -45,6 +48,9 @@ func (r *run) matcher(class string) func(chaos.Request) bool {
 		}
 		if r.tg.classify == nil {
 			return false
+		}
+		if class == "keepalive" {
+			return q.Cmd == "LeaseKeepAlive"
 		}
 		c := r.tg.classify(q)
 		return c == class || class == "grant" && strings.HasPrefix(c, "wait") || class == "wait" && c == "wait-grant"
@@ -223,6 +229,24 @@ func (n *nemesis) lostNotify() bool {
 		n.r.dropMu.Unlock()
 		n.sleep(d)
 		a.stop()
+	})
+	return true
+}
+
+// keepAliveHeld holds the replies of one client's next keep-alive
+// messages (etcd's LeaseKeepAlive stream) for up to 2.5s, past the
+// shorter leases' TTLs: etcd renewed the lease on time, the client hears
+// of it late (and every frame behind the held one on that member's
+// connection waits too, as on the real stream).
+func (n *nemesis) keepAliveHeld() bool {
+	s := pick(n.rng, n.clientSlots())
+	hold := n.between(300*time.Millisecond, 2500*time.Millisecond)
+	count := 1 + n.rng.IntN(5)
+	d := n.between(time.Second, 4*time.Second)
+	n.spawn(func() {
+		stop := n.r.armHold(s.proxies, s.name, "keepalive", count, hold, nil)
+		n.sleep(d)
+		stop()
 	})
 	return true
 }

@@ -101,7 +101,7 @@ func (s Summary) Details() string {
 		fmt.Fprintf(&b, "\n  injected by kind: %s", tally(s.Injected, " "))
 	}
 	if len(s.Adversary) > 0 {
-		fmt.Fprintf(&b, "\n  adversary (pub/sub rights only): %s", tally(s.Adversary, " "))
+		fmt.Fprintf(&b, "\n  adversary (pub/sub rights only; etcd: read only): %s", tally(s.Adversary, " "))
 	}
 	if len(s.Excused) > 0 {
 		fmt.Fprintf(&b, "\n  excused: %s", tally(s.Excused, ": "))

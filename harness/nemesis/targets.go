@@ -84,6 +84,12 @@ type Target struct {
 	// "grant", "wait" (a queued waiter's step, which may grant), "release",
 	// "refresh", or "".
 	classify func(chaos.Request) string
+	// etcdAuth: etcd's authentication is on (prepare turns it on), and
+	// the adversary is a reader (adversary_etcd.go).
+	etcdAuth bool
+	// opener, if set, opens the Lockers instead of the URL (a broken
+	// variant's, over a client of its own).
+	opener func(ctx context.Context, addrs []string, o lock.Options) (lock.Locker, error)
 	// prepare, if set, readies a server Run started before any Locker is
 	// opened (a broken variant's schema).
 	prepare func(srv *chaos.Server) error
@@ -230,6 +236,8 @@ func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) 
 		return memory.New(store, &o), nil
 	case t.cluster:
 		return t.openCluster(addrs, o), nil
+	case t.opener != nil:
+		return t.opener(ctx, addrs, o)
 	}
 	u := fmt.Sprintf(t.url, strings.Join(addrs, ","))
 	sep := "?"

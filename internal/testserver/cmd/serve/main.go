@@ -48,6 +48,7 @@ var kinds = map[string]struct {
 	"zookeeper": {testserver.EnvZooKeeperAddr, func(tb testing.TB) []string { return testserver.StartZooKeeper(tb, nil).Addrs() }},
 	// postgres: its variable holds a URL with the superuser's password.
 	"postgres": {testserver.EnvPostgresURL, func(tb testing.TB) []string { return []string{testserver.StartPostgres(tb, nil).URL()} }},
+	"etcd":     {testserver.EnvEtcdAddr, func(tb testing.TB) []string { return testserver.StartEtcd(tb, nil).Addrs() }},
 }
 
 func main() {
@@ -56,7 +57,7 @@ func main() {
 
 func run() int {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	list := fs.String("kinds", "redis,memcached,zookeeper", "comma-separated servers to start: redis, memcached, zookeeper, postgres")
+	list := fs.String("kinds", "redis,memcached,zookeeper", "comma-separated servers to start: redis, memcached, zookeeper, postgres, etcd")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: serve [-kinds redis,memcached,zookeeper] [-- command [args...]]\n")
 		fs.PrintDefaults()
