@@ -136,6 +136,11 @@ func TestNemesis(t *testing.T) {
 	s, d := seed(t), duration(t)
 	var total Summary
 	var bad []string
+	if os.Getenv(envDrivers) == "" && fullMode() {
+		for name, why := range Left() {
+			say("nemesis: %s left out (run it with NEMESIS_DRIVERS=%s): open failure: %s", name, name, why)
+		}
+	}
 	for _, name := range selected(t, envDrivers, Drivers(fullMode())) {
 		t.Run(name, func(t *testing.T) {
 			cfg := Config{Target: TargetByName(name), Seed: s, Duration: d, Replay: replay(name, s, d), Faults: faultsOf()}

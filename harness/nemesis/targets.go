@@ -65,6 +65,11 @@ type Target struct {
 	// Long: run only in the long mode (make nemesis), it takes longer to
 	// set up (an ensemble, a cluster).
 	Long bool
+	// Open names a failure of the real driver found by this target and
+	// not fixed yet (the issue that tracks it, docs/safety.md): the target
+	// runs only when NEMESIS_DRIVERS names it, so that make nemesis tells
+	// new failures, and its summary line says why it was left out.
+	Open string
 	// Broken, for a negative control of this package's own (not one of
 	// chaos's), says how it breaks the contract.
 	Broken string
@@ -192,8 +197,20 @@ func init() {
 func Drivers(long bool) []string {
 	var out []string
 	for _, t := range targets {
-		if !t.control() && (long || !t.Long) {
+		if !t.control() && (long || !t.Long) && t.Open == "" {
 			out = append(out, t.Name)
+		}
+	}
+	return out
+}
+
+// Left are the real drivers' targets that Drivers leaves out for a known,
+// open failure (Target.Open), with the failure.
+func Left() map[string]string {
+	out := map[string]string{}
+	for _, t := range targets {
+		if t.Open != "" {
+			out[t.Name] = t.Open
 		}
 	}
 	return out
