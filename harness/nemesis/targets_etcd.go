@@ -44,7 +44,7 @@ func init() {
 		// it by name until that is fixed.
 		&Target{
 			Name: "etcd-auth", Reentry: true, Resume: true, Shared: true, Permits: true, AllFaults: true, Long: true,
-			Open: "liveness: free keys not granted for 30 s after an 8.7 s restart of the member with authentication on (NEMESIS_SEED=622068163); docs/safety.md",
+			Open:    "liveness: free keys not granted for 30 s after an 8.7 s restart of the member with authentication on (NEMESIS_SEED=622068163); docs/safety.md",
 			Backend: chaos.EtcdBackend, TTL: 2 * time.Second,
 			LockTTLs: ms(time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(time.Second, 2*time.Second, 4*time.Second),
 			Bound: 5 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
