@@ -35,9 +35,11 @@ TEST_P ?= 4
 test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
 	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS)
-	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))'))
-	@echo "test: driver/etcd module (a module of its own: etcd's client reaches only its users)"
-	cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...
+	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector; its output follows theirs"
+	@mkdir -p bin; (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./... > ../../bin/etcd-test.out 2>&1; echo $$? > ../../bin/etcd-test.rc) & \
+	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
+	  wait; echo "test: driver/etcd module"; cat bin/etcd-test.out; \
+	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc)" = 0 ]
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@echo "test: harness/nemesis on its own"
