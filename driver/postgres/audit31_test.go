@@ -236,3 +236,56 @@ func TestAudit31CloseDuringHeldLock(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	freeWithin(t, other, key, 8*time.Second)
 }
+
+// Close while an inline Unlock or Refresh with a context that never ends
+// is held on the network: Close returns within its bound and so does the
+// call (Locker.Close: "calls under way ... are waited for up to the same
+// bound, then cut short"). Lock's context is ended by Close (callCtx);
+// Unlock's and Refresh's are the caller's alone, and pgx has no read
+// timeout, so the call waits as long as the server does.
+func TestAudit31CloseDuringHeldUnlockRefresh(t *testing.T) {
+	for _, name := range []string{"Unlock", "Refresh"} {
+		t.Run(name, func(t *testing.T) {
+			url := serverURL(t)
+			px := newPGProxy(t, serverAddr(t, url))
+			const rt = 1 * time.Second
+			b := proxiedLocker(t, url, px, 1, &Options{Options: lock.Options{ReleaseTimeout: rt, DisableAutoRenew: true}})
+			key := auditKey("audit31-close-" + name)
+			l, err := b.Lock(context.Background(), key, lock.WithTTL(30*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			px.holdAll()
+			res := make(chan error, 1)
+			go func() {
+				if name == "Unlock" {
+					res <- l.Unlock(context.Background())
+				} else {
+					res <- l.Refresh(context.Background(), 30*time.Second)
+				}
+			}()
+			waitFor(t, "the request on the network", 3*time.Second, func() bool { return px.heldBytes() > 0 })
+			time.Sleep(50 * time.Millisecond)
+			start := time.Now()
+			cerr := make(chan error, 1)
+			go func() { cerr <- b.Close() }()
+			select {
+			case err := <-cerr:
+				d := time.Since(start)
+				t.Logf("Close returned after %v: %v", d, err)
+				if d > rt+500*time.Millisecond {
+					t.Errorf("Close took %v, want <= ReleaseTimeout %v (+500ms)", d, rt)
+				}
+			case <-time.After(rt + 10*time.Second):
+				t.Errorf("Close did not return %v after it began (ReleaseTimeout %v)", rt+10*time.Second, rt)
+			}
+			select {
+			case err := <-res:
+				t.Logf("%s returned after %v: %v", name, time.Since(start), err)
+			case <-time.After(5 * time.Second):
+				t.Errorf("%s with a held request did not return 5 s after Close began", name)
+			}
+			px.deliver()
+		})
+	}
+}
