@@ -22,7 +22,7 @@ const promptBound = 150 * time.Millisecond
 func heldCall(t *testing.T, px interface {
 	holdAll()
 	heldBytes() int
-}, call func(ctx context.Context) error) (error, time.Duration) {
+}, call func(ctx context.Context) error) (time.Duration, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -36,10 +36,10 @@ func heldCall(t *testing.T, px interface {
 	cancel()
 	select {
 	case err := <-res:
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the call did not return 10 s after its context was cancelled")
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -93,7 +93,7 @@ func TestAudit31CancelHeldAcquire(t *testing.T) {
 			b := proxiedLocker(t, url, px, 1, nil)
 			warm(t, b)
 			key := auditKey("audit31-acq-" + tc.name)
-			err, took := heldCall(t, px, func(ctx context.Context) error {
+			took, err := heldCall(t, px, func(ctx context.Context) error {
 				var l *lock.Lease
 				var err error
 				if tc.try {
@@ -150,7 +150,7 @@ func TestAudit31CancelHeldUnlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err, took := heldCall(t, px, func(ctx context.Context) error { return l.Unlock(ctx) })
+	took, err := heldCall(t, px, func(ctx context.Context) error { return l.Unlock(ctx) })
 	t.Logf("Unlock returned %v after cancel: %v", took, err)
 	if took > promptBound {
 		t.Errorf("Unlock returned %v after cancel, want <= %v", took, promptBound)
@@ -170,7 +170,7 @@ func TestAudit31CancelHeldRefresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err, took := heldCall(t, px, func(ctx context.Context) error { return l.Refresh(ctx, 30*time.Second) })
+	took, err := heldCall(t, px, func(ctx context.Context) error { return l.Refresh(ctx, 30*time.Second) })
 	t.Logf("Refresh returned %v after cancel: %v", took, err)
 	if took > promptBound {
 		t.Errorf("Refresh returned %v after cancel, want <= %v", took, promptBound)
