@@ -570,8 +570,11 @@ func (lk *locker) forget(l *Lease) {
 // Close ends every lease of the Locker at once (Done closes, Err reports
 // ErrClosed), then releases their grants, retrying failed releases, for at
 // most ReleaseTimeout in all; calls under way and background releases are
-// waited for up to the same bound, then cut short. A second Close returns
-// nil.
+// waited for up to the same bound, then Close returns. Lock, TryLock,
+// Resume and Inspect calls under way end with ErrClosed; an Unlock or
+// Refresh under way ends with its own context (or, for Refresh, the
+// lease's deadline), which Close does not cut short. A second Close
+// returns nil.
 func (lk *locker) Close() error {
 	lk.mu.Lock()
 	if lk.closed {
