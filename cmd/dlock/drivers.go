@@ -1,12 +1,6 @@
 package main
 
-// The backends dlock can use: each import registers its URL schemes with
-// lock.Open.
-import (
-	_ "github.com/dlock-go/dlock/driver/memcached"
-	_ "github.com/dlock-go/dlock/driver/memory"
-	_ "github.com/dlock-go/dlock/driver/postgres"
-	_ "github.com/dlock-go/dlock/driver/redisnx"
-	_ "github.com/dlock-go/dlock/driver/rediswatch"
-	_ "github.com/dlock-go/dlock/driver/zookeeper"
-)
+// The backends this dlock can use: the main module's drivers, each
+// registering its URL schemes with lock.Open. etcd's driver is a module
+// of its own: driver/etcd/cmd/dlock is this command with it.
+import _ "github.com/dlock-go/dlock/internal/cli/drivers"

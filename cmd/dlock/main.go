@@ -1,60 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"os"
-	"strings"
 
-	"github.com/dlock-go/dlock/lock"
+	"github.com/dlock-go/dlock/internal/cli"
 )
 
-const mainUsage = `dlock runs a command under a distributed lock, on any dlock backend.
-
-Usage:
-  dlock run [flags] KEY [--] COMMAND [ARGS...]  run COMMAND while holding KEY
-  dlock demo [flags]                            workers contend for locks on every reachable backend
-  dlock inspect [flags] KEY                     who holds KEY and who waits for it (dlock inspect -h)
-  dlock help [run|demo|inspect]                 this text, or a command's flags
-  dlock version                                 dlock's version and Go's (also -version, --version)
-
-Backends compiled in: %s.
-The manual: go doc github.com/dlock-go/dlock/cmd/dlock
-`
-
-func main() { os.Exit(dispatch(os.Args[1:])) }
-
-func dispatch(args []string) int {
-	if len(args) == 0 {
-		usage(os.Stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "run":
-		return cmdRun(args[1:])
-	case "demo":
-		return cmdDemo(args[1:])
-	case "inspect":
-		return cmdInspect(args[1:])
-	case demoWorkerCmd: // hidden: one worker process of dlock demo
-		return cmdDemoWorker(args[1:])
-	case "version", "-version", "--version":
-		fmt.Println(versionLine())
-		return exitOK
-	case "help", "-h", "-help", "--help":
-		switch {
-		case len(args) == 1:
-			usage(os.Stdout)
-			return exitOK
-		case args[1] == "run" || args[1] == "demo" || args[1] == "inspect":
-			return dispatch([]string{args[1], "-h"})
-		}
-		fmt.Fprintf(os.Stderr, "dlock help: no command %q: run, demo or inspect\n(dlock help for the commands)\n", args[1])
-		return exitUsage
-	}
-	fmt.Fprintf(os.Stderr, "dlock: unknown command %q\n(dlock help for the commands)\n", args[0])
-	return exitUsage
-}
-
-func usage(w *os.File) {
-	fmt.Fprintf(w, mainUsage, strings.Join(lock.Schemes(), ", "))
-}
+func main() { os.Exit(cli.Main(os.Args[1:])) }
