@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dlock-go/dlock/lock"
 )
 
 const demoUsage = `Usage: dlock demo [flags]
@@ -263,6 +265,10 @@ func (d *demoConfig) reachable(ctx context.Context, candidates []target) []targe
 		switch s := schemeOf(c.url); {
 		case s == "memory":
 			errs[i] = errors.New("left out: a memory:// store lives in one process, and the workers are separate processes")
+		case notCompiledIn(c.url) != "":
+			errs[i] = fmt.Errorf("left out: this dlock has no %s backend (%s has it)", s, etcdCommand)
+		case !isCompiledIn(s) && slices.Contains(lock.Schemes(), s):
+			errs[i] = fmt.Errorf("left out: the demo does not run on %s:// (it runs on %s)", s, strings.Join(compiledSchemes(), ", "))
 		case !isCompiledIn(s):
 			errs[i] = fmt.Errorf("left out: no driver for scheme %q in this binary (have %s)", s, strings.Join(compiledSchemes(), ", "))
 		default:

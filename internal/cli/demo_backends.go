@@ -83,11 +83,15 @@ func backendOf(scheme string) (netBackend, bool) {
 }
 
 // compiledURLs lists the compiled-in network schemes as URL prefixes
-// (redisnx://, ...), for messages.
+// (redisnx://, ...), for messages: the demo's, and etcd:// in the dlock
+// that has etcd's driver (the demo does not run on it).
 func compiledURLs() []string {
 	var s []string
 	for _, b := range compiledIn() {
 		s = append(s, b.scheme+"://")
+	}
+	if slices.Contains(lock.Schemes(), "etcd") {
+		s = append(s, "etcd://")
 	}
 	return s
 }

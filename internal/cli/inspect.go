@@ -70,6 +70,9 @@ func parseInspect(args []string, stderr io.Writer) (*inspectConfig, error) {
 	if cfg.url == "" {
 		return nil, usageError("no backend: set -url or DLOCK_URL, e.g. redisnx://localhost:6379")
 	}
+	if msg := notCompiledIn(cfg.url); msg != "" {
+		return nil, usageError("backend URL %q: %s", backendNameRaw(cfg.url), msg)
+	}
 	if cfg.timeout <= 0 {
 		return nil, usageError("-timeout %v: want a positive duration", cfg.timeout)
 	}

@@ -80,7 +80,8 @@ func argURLs(args []string) []string {
 // schemeHint explains a URL without a scheme, which net/url misreads
 // (127.0.0.1:6379 is an error, localhost:6379 the scheme "localhost"):
 // it suggests the URL with the scheme that the port suggests, redisnx
-// unless the port is memcached's or ZooKeeper's, and lists the schemes.
+// unless the port is memcached's or ZooKeeper's (or etcd's, in the dlock
+// that has etcd's driver), and lists the schemes.
 // It returns "" for a URL that names a scheme.
 func schemeHint(raw string) string {
 	if strings.Contains(raw, "://") {
@@ -103,6 +104,10 @@ func schemeHint(raw string) string {
 			scheme = "memcached"
 		case "2181":
 			scheme = "zookeeper"
+		case "2379":
+			if slices.Contains(lock.Schemes(), "etcd") {
+				scheme = "etcd"
+			}
 		}
 	}
 	guess := redact.Raw(scheme + "://" + raw)

@@ -148,6 +148,9 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	if hint := schemeHint(cfg.url); hint != "" {
 		return nil, usageError("backend URL %q: %s", backendNameRaw(cfg.url), hint)
 	}
+	if msg := notCompiledIn(cfg.url); msg != "" {
+		return nil, usageError("backend URL %q: %s", backendNameRaw(cfg.url), msg)
+	}
 	if cfg.ttl < 0 {
 		return nil, usageError("-ttl %v is negative", cfg.ttl)
 	}
