@@ -161,7 +161,11 @@ func open(ctx context.Context, rawURL string) (driver.Driver, *Options, error) {
 
 // driverPackages are dlock's driver packages, for the hint of an unknown
 // scheme (names only: lock imports no driver).
-var driverPackages = []string{"memory", "redisnx", "rediswatch", "memcached", "zookeeper", "postgres"}
+var driverPackages = []string{"memory", "redisnx", "rediswatch", "memcached", "zookeeper", "postgres", "etcd"}
+
+// ownModules are the driver packages that are Go modules of their own,
+// which a program must require besides dlock's main module.
+var ownModules = []string{"etcd"}
 
 // unknownScheme is the error for a scheme no driver registered, with what
 // to do: import the driver that registers it, or, for go-redis's redis://
@@ -185,6 +189,9 @@ func importHint(scheme string) string {
 	}
 	for _, p := range driverPackages {
 		if p == scheme || p == name {
+			if slices.Contains(ownModules, p) {
+				return fmt.Sprintf("import _ %q (a module of its own: go get %s)", base+p, base+p)
+			}
 			return fmt.Sprintf("import _ %q", base+p)
 		}
 	}
