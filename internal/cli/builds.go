@@ -14,7 +14,7 @@ const etcdCommand = "github.com/dlock-go/dlock/driver/etcd/cmd/dlock"
 // etcdMissing says what to do about an etcd:// URL given to a dlock
 // without etcd's driver.
 const etcdMissing = "this dlock has no etcd backend: etcd's client is a Go module of its own, which this build leaves out. " +
-	"The dlock with etcd and every other backend is " + etcdCommand + ": go install " + etcdCommand + "@latest, " +
+	"The dlock with etcd and every other backend is " + etcdCommand + ": go install " + etcdCommand + "@latest (a release), " +
 	"or, in a clone of dlock's repository, cd driver/etcd && go build -o dlock ./cmd/dlock"
 
 // notCompiledIn explains a URL whose scheme is that of a dlock driver
