@@ -246,10 +246,10 @@ func TestRunSemaphoreCheckCatches(t *testing.T) {
 }
 
 // TestRunPermitQueue checks, on memory:// in this process, what the
-// manual (cmd/dlock's package doc) says of -n and plain locks of one key: they exclude each
-// other and wait in one queue, in arrival order (-n 1 included); a run
-// whose -n differs from the key's running permits' exits 2; -wait 0 takes
-// a free permit, and exits 1 when there is none.
+// manual (cmd/dlock's package doc) says of -n and plain locks of one key:
+// they exclude each other and wait in one queue, in arrival order (-n 1
+// included); a run whose -n differs from the key's running permits' exits
+// 2; -wait 0 takes a free permit, and exits 1 when there is none.
 func TestRunPermitQueue(t *testing.T) {
 	key := "queue/" + t.Name()
 	ctx := context.Background()
