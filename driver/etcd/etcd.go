@@ -3,6 +3,7 @@ package etcd
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,6 +58,7 @@ type etcdDriver struct {
 	cmu   sync.Mutex
 	c     *clientv3.Client
 	cfg   *clientv3.Config // set for a client made from a URL, at the first call
+	login *login           // that client's log-in, when the URL has a user
 	owned bool
 	conn  *conn
 	w     *watcher
@@ -111,15 +113,11 @@ func (d *etcdDriver) As(target any) bool {
 	return false
 }
 
-// Prompt reports whether the driver's calls return by their context's
-// end (driver.Prompt): every request is a gRPC call, which ends with its
-// context. The one exception is the first call of a Locker opened from a
-// URL with a user and password: clientv3.New authenticates, bounded by
-// the dial timeout and not by any call's context, so such a Locker's
-// calls keep lock's hand-off.
-func (d *etcdDriver) Prompt() bool {
-	return d.cfg == nil || d.cfg.Username == ""
-}
+// Prompt reports that the driver's calls return by their context's end
+// (driver.Prompt): every request is a gRPC call, which ends with its
+// context; a Locker opened from a URL with a user and password logs in
+// at its first call, with that call's context (login).
+func (d *etcdDriver) Prompt() bool { return true }
 
 func (d *etcdDriver) SupportsShared() bool { return true }
 func (d *etcdDriver) Semaphores() error    { return nil }
@@ -149,8 +147,8 @@ func seconds(ttl time.Duration) int64 {
 }
 
 // client returns the etcd client, making it at the first call for a
-// Locker opened from a URL (clientv3.New authenticates, a round trip
-// that lock.Open must not make).
+// Locker opened from a URL (lock.Open makes no connection). Such a
+// client logs in through login, not clientv3's own.
 func (d *etcdDriver) client() (*conn, error) {
 	if d.err != nil {
 		return nil, d.err
@@ -158,7 +156,13 @@ func (d *etcdDriver) client() (*conn, error) {
 	d.cmu.Lock()
 	defer d.cmu.Unlock()
 	if d.c == nil && d.cfg != nil {
-		c, err := clientv3.New(*d.cfg)
+		cfg := *d.cfg
+		if cfg.Username != "" {
+			d.login = newLogin(cfg.Username, cfg.Password)
+			cfg.Username, cfg.Password = "", ""
+			cfg.DialOptions = append(slices.Clip(cfg.DialOptions), d.login.dialOptions()...)
+		}
+		c, err := clientv3.New(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("etcd: connecting: %w", err)
 		}
@@ -169,7 +173,7 @@ func (d *etcdDriver) client() (*conn, error) {
 	}
 	if d.conn == nil {
 		d.conn = newConn(d.c)
-		d.w = newWatcher(d.c)
+		d.w = newWatcher(d.c, d.login)
 	}
 	return d.conn, nil
 }

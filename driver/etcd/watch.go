@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +26,8 @@ import (
 // key at once (a holder's renewal finds a deletion it missed). A watch
 // whose revision was compacted starts again at the compaction revision.
 type watcher struct {
-	c *clientv3.Client
+	c     *clientv3.Client
+	login *login // nil unless the driver logs in itself
 
 	mu      sync.Mutex
 	ws      map[int64]*watch
@@ -45,9 +47,9 @@ type watch struct {
 	fn       func(deleted bool) // called without w.mu; must not block
 }
 
-func newWatcher(c *clientv3.Client) *watcher {
+func newWatcher(c *clientv3.Client, login *login) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &watcher{c: c, ws: map[int64]*watch{}, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &watcher{c: c, login: login, ws: map[int64]*watch{}, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // add watches deletions of key (of [key, end) when end is set) from
@@ -143,6 +145,12 @@ func (w *watcher) run() {
 
 var errWatchCanceled = errors.New("etcd: watch canceled by the server")
 
+// deniedWatch reports whether a watch was cancelled for its rights (or
+// its token: etcd 3.4 does not tell them apart).
+func deniedWatch(reason string) bool {
+	return strings.Contains(reason, "permission denied") || strings.Contains(reason, "auth")
+}
+
 // recv reads the stream until it fails.
 func (w *watcher) recv(s pb.Watch_WatchClient) error {
 	for {
@@ -159,6 +167,11 @@ func (w *watcher) recv(s pb.Watch_WatchClient) error {
 		if resp.Canceled {
 			if resp.CompactRevision <= 0 {
 				w.mu.Unlock()
+				if w.login != nil && deniedWatch(resp.CancelReason) {
+					// etcd 3.4 cancels a watch opened with a stale
+					// token as if its user had no right: log in again
+					w.login.expire()
+				}
 				return errWatchCanceled // start over: every watch is created again
 			}
 			wt.rev = resp.CompactRevision
