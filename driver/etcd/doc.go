@@ -50,7 +50,20 @@
 // The port defaults to 2379; the path is the key prefix (a "/" is added);
 // the tls_* parameters (tls_ca, tls_cert, tls_key, tls_server_name,
 // tls_insecure_skip_verify) switch to TLS. lock.Open makes no round trip:
-// the client is made, and authenticates, at the Locker's first call.
+// the client is made, and logs in, at the Locker's first call.
+//
+// # Authentication
+//
+// A Locker opened from a URL with a user logs in itself, not through
+// clientv3's Config.Username: it sends Authenticate with no token, and a
+// call refused for its token (a member that restarted forgets its simple
+// tokens; a JWT expires) logs in again and is sent once more. etcd's
+// client v3.6 sends its stale token with the Authenticate meant to
+// replace it, which etcd before 3.5 refuses (etcd-io/etcd#12165): a
+// client given to New with Username and Password then fails every call
+// after such a member restarts, until it is made again. With etcd 3.4,
+// give New a client on a cluster run with JWT tokens (--auth-token
+// jwt,...: they outlive a restart), or open the Locker by URL.
 //
 // # As
 //
