@@ -125,7 +125,9 @@ func TestRenewalUsesBatches(t *testing.T) {
 func TestBatchRenewalConcurrencyIsBounded(t *testing.T) {
 	var inFlight, peak atomic.Int64
 	f := slowBatchingFake{fake: newFake(), delay: 20 * time.Millisecond, inFlight: &inFlight, peakIn: &peak}
-	l := lock.New(f, &lock.Options{TTL: 600 * time.Millisecond})
+	// A TTL long enough that making 12000 leases under the race detector
+	// on a loaded machine does not outlast it (600 ms did once).
+	l := lock.New(f, &lock.Options{TTL: 2 * time.Second})
 	defer l.Close()
 	var leases []*lock.Lease
 	for i := range 12000 { // 12 batches of 1000, due together
@@ -135,7 +137,7 @@ func TestBatchRenewalConcurrencyIsBounded(t *testing.T) {
 		}
 		leases = append(leases, lease)
 	}
-	time.Sleep(700 * time.Millisecond) // past the first renewal round
+	time.Sleep(2100 * time.Millisecond) // past the first renewal round
 	if p := peak.Load(); p == 0 || p > 4 {
 		t.Errorf("%d RefreshBatch calls in flight at once for 12 due batches; want 1 to 4", p)
 	}
