@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -132,5 +133,45 @@ func TestAudit32WatchAuthEnabled(t *testing.T) {
 	case <-held.Done():
 	case <-time.After(2 * time.Second):
 		t.Errorf("Done is open 2 s after root deleted the entry (the holder's watch is gone)")
+	}
+}
+
+// TestAudit32WatchTokenExpired: a URL Locker holds a key with no other
+// call for longer than its token lives (renewals are keep-alives, which
+// etcd does not check), then locks another key: that call logs in
+// again, but the watch stream still carries the old token, so the new
+// holder's watch is refused (with watch id -1). Its Done must still
+// close at once when root deletes its entry. No restart is needed: an
+// unused simple token lives 5 minutes by default.
+func TestAudit32WatchTokenExpired(t *testing.T) {
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	e := authEtcdWith(t, prefix, &testserver.EtcdOptions{AuthTokenTTL: time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := lock.Open(ctx, fmt.Sprintf("etcd://app:apppw@%s/%s?ttl=30s", e.Addr(), prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	first, err := l.Lock(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Unlock(ctx)
+	time.Sleep(3 * time.Second) // the token expires
+	second, err := l.Lock(ctx, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// root's client is made now: clientv3 cannot log in again once its
+	// own token expired (it sends the stale one with Authenticate).
+	root := userClient(t, e.Endpoints(), "root", "rootpw", nil)
+	if _, err := root.Delete(ctx, MutexPrefix(prefix, "second")+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-second.Done():
+	case <-time.After(2 * time.Second):
+		t.Errorf("Done is open 2 s after root deleted the entry (the holder's watch was refused for the stream's old token)")
 	}
 }
