@@ -337,14 +337,18 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if err != nil {
 		return d.ride(ctx, ws, err)
 	}
-	d.through(ws)
 	if ttls[ws.lease] <= 0 {
+		d.through(ws)
 		return d.requeue(ctx, c, n, l, ws)
 	}
 	st, err := d.read(ctx, c, n, ws.create)
 	if err != nil {
+		// a renewal that went through is no step that did: etcd
+		// does not check a keep-alive's user, whose reads it may
+		// refuse from then on
 		return d.ride(ctx, ws, err)
 	}
+	d.through(ws)
 	err = d.step(ctx, c, n, l, ws, st)
 	if errors.Is(err, errPlaceLost) {
 		return d.requeue(ctx, c, n, l, ws)
@@ -361,10 +365,14 @@ const rideOut = 2 * waitSeconds * time.Second
 
 // ride is a step's answer to a backend failure: a HeldError, so lock
 // checks again, until the failures have lasted rideOut; the failure
-// itself once ctx ended or then.
+// itself once ctx ended or then, or at once when the server refused the
+// user (see userRefused).
 func (d *etcdDriver) ride(ctx context.Context, ws *waitState, err error) error {
 	if ctx.Err() != nil {
 		return errors.Join(err, ctx.Err())
+	}
+	if userRefused(err) {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -375,6 +383,18 @@ func (d *etcdDriver) ride(ctx context.Context, ws *waitState, err error) error {
 		return err
 	}
 	return &driver.HeldError{RetryAfter: 100 * time.Millisecond}
+}
+
+// userRefused reports whether the server refused the Locker's user: its
+// log-in failed (a wrong password, a deleted user), or it has no right
+// to the keys. Waiting does not mend either; a wait that rode them out
+// would step, and log in, every 100 ms until its context ended.
+func userRefused(err error) bool {
+	switch rpctypes.Error(err) {
+	case rpctypes.ErrAuthFailed, rpctypes.ErrPermissionDenied:
+		return true
+	}
+	return false
 }
 
 // through notes that a step of ws reached the server.
