@@ -337,18 +337,14 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if err != nil {
 		return d.ride(ctx, ws, err)
 	}
+	d.through(ws)
 	if ttls[ws.lease] <= 0 {
-		d.through(ws)
 		return d.requeue(ctx, c, n, l, ws)
 	}
 	st, err := d.read(ctx, c, n, ws.create)
 	if err != nil {
-		// a renewal that went through is no step that did: etcd
-		// does not check a keep-alive's user, whose reads it may
-		// refuse from then on
 		return d.ride(ctx, ws, err)
 	}
-	d.through(ws)
 	err = d.step(ctx, c, n, l, ws, st)
 	if errors.Is(err, errPlaceLost) {
 		return d.requeue(ctx, c, n, l, ws)
