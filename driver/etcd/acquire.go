@@ -361,10 +361,14 @@ const rideOut = 2 * waitSeconds * time.Second
 
 // ride is a step's answer to a backend failure: a HeldError, so lock
 // checks again, until the failures have lasted rideOut; the failure
-// itself once ctx ended or then.
+// itself once ctx ended or then, or at once when the server refused the
+// user (see userRefused).
 func (d *etcdDriver) ride(ctx context.Context, ws *waitState, err error) error {
 	if ctx.Err() != nil {
 		return errors.Join(err, ctx.Err())
+	}
+	if userRefused(err) {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -375,6 +379,18 @@ func (d *etcdDriver) ride(ctx context.Context, ws *waitState, err error) error {
 		return err
 	}
 	return &driver.HeldError{RetryAfter: 100 * time.Millisecond}
+}
+
+// userRefused reports whether the server refused the Locker's user: its
+// log-in failed (a wrong password, a deleted user), or it has no right
+// to the keys. Waiting does not mend either; a wait that rode them out
+// would step, and log in, every 100 ms until its context ended.
+func userRefused(err error) bool {
+	switch rpctypes.Error(err) {
+	case rpctypes.ErrAuthFailed, rpctypes.ErrPermissionDenied:
+		return true
+	}
+	return false
 }
 
 // through notes that a step of ws reached the server.

@@ -20,7 +20,13 @@ import (
 // the queues and read on the counters.
 func authEtcd(t *testing.T, prefix string) *testserver.Etcd {
 	t.Helper()
-	e := testserver.StartEtcd(t, nil)
+	return authEtcdWith(t, prefix, nil)
+}
+
+// authEtcdWith is authEtcd with the member's options.
+func authEtcdWith(t *testing.T, prefix string, opts *testserver.EtcdOptions) *testserver.Etcd {
+	t.Helper()
+	e := testserver.StartEtcd(t, opts)
 	c := rawClient(t, e.Endpoints())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -22,7 +22,8 @@ import (
 // its context ends. login sends Authenticate with no token; a call
 // refused for its token (invalid, empty, or of an older auth revision)
 // logs in again and is sent once more (refused for its token, it did
-// nothing on the server).
+// nothing on the server); one refused for an older auth revision is
+// first sent again as it is.
 type login struct {
 	user, password string
 
@@ -105,7 +106,8 @@ func (a *login) unary(ctx context.Context, method string, req, reply any, cc *gr
 	if method == authenticateMethod {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	for try := 0; ; try++ {
+	resent, renewed := false, false
+	for {
 		_, in, gen := a.state()
 		if !in {
 			if err := a.renew(ctx, cc, gen); err != nil {
@@ -114,12 +116,27 @@ func (a *login) unary(ctx context.Context, method string, req, reply any, cc *gr
 			_, _, gen = a.state()
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if try > 0 || !tokenRefused(err) {
+		if !tokenRefused(err) {
+			return err
+		}
+		if !resent && rpctypes.Error(err) == rpctypes.ErrAuthOldRevision {
+			// Checked before a change of users or roles and applied
+			// after it: a simple token is still good (it stands for
+			// the store's revision at each check), so it is sent
+			// again as it is; a log-in, which etcd makes again while
+			// the store changes under its password check, could take
+			// seconds while roles change. A JWT names its revision:
+			// refused again, it is renewed.
+			resent = true
+			continue
+		}
+		if renewed {
 			return err
 		}
 		if err := a.renew(ctx, cc, gen); err != nil {
 			return err
 		}
+		renewed = true
 	}
 }
 

@@ -57,7 +57,9 @@
 // A Locker opened from a URL with a user logs in itself, not through
 // clientv3's Config.Username: it sends Authenticate with no token, and a
 // call refused for its token (a member that restarted forgets its simple
-// tokens; a JWT expires) logs in again and is sent once more. etcd's
+// tokens; a JWT expires) logs in again and is sent once more (one
+// refused for an older auth revision is first sent again as it is: a
+// simple token is still good after a change of roles). etcd's
 // client v3.6 sends its stale token with the Authenticate meant to
 // replace it, which etcd before 3.5 refuses (etcd-io/etcd#12165): a
 // client given to New with Username and Password then fails every call

@@ -145,10 +145,17 @@ func (w *watcher) run() {
 
 var errWatchCanceled = errors.New("etcd: watch canceled by the server")
 
-// deniedWatch reports whether a watch was cancelled for its rights (or
-// its token: etcd 3.4 does not tell them apart).
+// deniedWatch reports whether a watch was cancelled for its rights or
+// its token (before 3.4.21 etcd does not tell them apart): "permission
+// denied", "invalid auth token", "revision of auth store is old", or
+// "user name is empty" (no token: auth was off at the log-in).
 func deniedWatch(reason string) bool {
-	return strings.Contains(reason, "permission denied") || strings.Contains(reason, "auth")
+	for _, s := range []string{"permission denied", "auth", "user name is empty"} {
+		if strings.Contains(reason, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // recv reads the stream until it fails.
@@ -157,6 +164,13 @@ func (w *watcher) recv(s pb.Watch_WatchClient) error {
 		resp, err := s.Recv()
 		if err != nil {
 			return err
+		}
+		if resp.Canceled && resp.WatchId == clientv3.InvalidWatchID {
+			// etcd 3.4.21 and later refuse a create (a token or a
+			// right refused) with watch id -1, not the id asked for:
+			// which watch it was is unknown, so every watch is
+			// created again on a new stream
+			return w.canceled(resp.CancelReason)
 		}
 		w.mu.Lock()
 		wt := w.ws[resp.WatchId]
@@ -167,12 +181,7 @@ func (w *watcher) recv(s pb.Watch_WatchClient) error {
 		if resp.Canceled {
 			if resp.CompactRevision <= 0 {
 				w.mu.Unlock()
-				if w.login != nil && deniedWatch(resp.CancelReason) {
-					// etcd 3.4 cancels a watch opened with a stale
-					// token as if its user had no right: log in again
-					w.login.expire()
-				}
-				return errWatchCanceled // start over: every watch is created again
+				return w.canceled(resp.CancelReason)
 			}
 			wt.rev = resp.CompactRevision
 			err := w.sendCreate(resp.WatchId, wt)
@@ -194,6 +203,17 @@ func (w *watcher) recv(s pb.Watch_WatchClient) error {
 			fn(true)
 		}
 	}
+}
+
+// canceled ends a stream on which the server cancelled a watch (not for
+// compaction): run starts over, and every watch is created again.
+func (w *watcher) canceled(reason string) error {
+	if w.login != nil && deniedWatch(reason) {
+		// etcd cancels a watch opened with a stale token (before
+		// 3.4.21 as if its user had no right): log in again
+		w.login.expire()
+	}
+	return errWatchCanceled
 }
 
 // close ends the stream and the goroutine, and every watch.

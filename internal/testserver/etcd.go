@@ -27,6 +27,10 @@ type EtcdOptions struct {
 	// Etcd.TLS has the clients' files. A test asking for it is skipped on
 	// external members (DLOCK_ETCD_ADDR).
 	TLS *TLSOptions
+	// AuthTokenTTL, if set, is how long an unused simple auth token
+	// lives (--auth-token-ttl, whole seconds; etcd's default is 5
+	// minutes). A test asking for it is skipped on external members.
+	AuthTokenTTL time.Duration
 }
 
 // Etcd is a single etcd member or a three-member cluster. Its hooks act
@@ -61,6 +65,9 @@ func StartEtcd(tb testing.TB, opts *EtcdOptions) *Etcd {
 	skipShort(tb)
 	if opts != nil && opts.TLS != nil && envAddrs(KindEtcd) != nil {
 		tb.Skipf("testserver: the test needs TLS members; %s names some whose TLS the harness does not configure", EnvEtcdAddr)
+	}
+	if opts != nil && opts.AuthTokenTTL > 0 && envAddrs(KindEtcd) != nil {
+		tb.Skipf("testserver: the test needs members with an auth token TTL of its own; %s names some the harness does not configure", EnvEtcdAddr)
 	}
 	e, err := startEtcd(tb, KindEtcd, opts)
 	if err != nil {
@@ -102,6 +109,9 @@ func startEtcd(lt Lifetime, kind Kind, opts *EtcdOptions) (*Etcd, error) {
 	if addrs := envAddrs(kind); addrs != nil {
 		if opts.TLS != nil {
 			return nil, fmt.Errorf("testserver: EtcdOptions.TLS on members from %s", EnvEtcdAddr)
+		}
+		if opts.AuthTokenTTL > 0 {
+			return nil, fmt.Errorf("testserver: EtcdOptions.AuthTokenTTL on members from %s", EnvEtcdAddr)
 		}
 		return &Etcd{Group: externalGroup(kind, addrs)}, nil
 	}
@@ -305,15 +315,19 @@ func etcdArgs(m etcdMember, all []etcdMember, opts *EtcdOptions, tp *tlsPaths) [
 		cluster = append(cluster, o.name+"=http://"+hostPort(o.peer))
 	}
 	client, peer := "http://"+hostPort(m.client), "http://"+hostPort(m.peer)
-	var tlsArgs []string
+	var args []string
 	if tp != nil {
 		client = "https://" + hostPort(m.client)
-		tlsArgs = []string{"--cert-file", tp.cert, "--key-file", tp.key, "--trusted-ca-file", tp.ca}
+		args = []string{"--cert-file", tp.cert, "--key-file", tp.key, "--trusted-ca-file", tp.ca}
 		if tp.clientAuth {
-			tlsArgs = append(tlsArgs, "--client-cert-auth")
+			args = append(args, "--client-cert-auth")
 		}
 	}
-	return append(tlsArgs,
+	if opts.AuthTokenTTL > 0 {
+		sec := int64((opts.AuthTokenTTL + time.Second - 1) / time.Second)
+		args = append(args, "--auth-token-ttl", strconv.FormatInt(sec, 10))
+	}
+	return append(args,
 		"--name", m.name,
 		"--data-dir", filepath.Join(m.dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
