@@ -353,11 +353,15 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 }
 
 // rideOut is how long a waiter rides out backend failures (a member
-// died, an election, the network cut): twice as long as its place lives
-// without a renewal (it queues again if it lost it). Then the failure
-// ends the wait, so that a Lock with no deadline fails when etcd cannot
-// be reached.
-const rideOut = 2 * waitSeconds * time.Second
+// died, an election, the network cut, a quorum lost while a member
+// restarts). It is longer than etcd's own request timeout (5 s plus two
+// election timeouts, 7 s by default), after which a member answers a
+// request it could not commit with "request timed out": one such request
+// must not end the wait. Then the failure ends the wait, so that a Lock
+// with no deadline fails when etcd cannot be reached. (The waiter's place
+// lives waitSeconds without a renewal: after a longer failure it queues
+// again.)
+const rideOut = 15 * time.Second
 
 // ride is a step's answer to a backend failure: a HeldError, so lock
 // checks again, until the failures have lasted rideOut; the failure

@@ -27,7 +27,7 @@ func TestFailover(t *testing.T) {
 	e := testserver.StartEtcdCluster(t, nil)
 	e.RequireFaults(t)
 	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
-	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 3 * time.Second}}
+	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 5 * time.Second}}
 	a := newTestLocker(t, e.Endpoints(), opts, &netCut{})
 	b := newTestLocker(t, e.Endpoints(), opts, &netCut{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -78,6 +78,6 @@
 // are the client's errors, wrapped by lock with the key. Requests do not
 // wait for a connection: while no member answers, a call fails at once
 // with the connection's error (a refused certificate says so), and a
-// queued Lock rides out failures (an election, a member's death) for 6 s
+// queued Lock rides out failures (an election, a member's death) for 15 s
 // before it fails.
 package etcd
