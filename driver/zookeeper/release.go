@@ -67,6 +67,13 @@ func (d *zkDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 		d.mon.remove(l)
 		return 0, fmt.Errorf("zookeeper: session %#x of %s ended: %w", g.session, g.path, driver.ErrNotHeld)
 	}
+	// A read is answered by the server the session is connected to, which
+	// may not have applied a deletion that another server committed (and
+	// a grant to another client after it): sync first, so the read sees
+	// every write committed before the Refresh.
+	if _, err := write(ctx, d, func() (string, error) { return d.conn.Sync("/") }); err != nil {
+		return 0, err
+	}
 	ok, st, err := exists(ctx, d, g.path)
 	if err != nil {
 		return 0, err
