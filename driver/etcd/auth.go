@@ -62,7 +62,8 @@ func (a *login) expire() {
 	a.mu.Unlock()
 }
 
-// renew logs in, unless another call has since log-in gen.
+// renew logs in, unless another call logged in since log-in gen (and
+// the token was not expired since): callers refused together log in once.
 func (a *login) renew(ctx context.Context, cc *grpc.ClientConn, gen int) error {
 	select {
 	case a.sem <- struct{}{}:
