@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -101,5 +102,118 @@ func TestThroughputTargetsWithZeroPeer(t *testing.T) {
 	}
 	if v := verdict(200, 100); !strings.HasSuffix(v, " met") {
 		t.Errorf("200/s against 100/s: %q; want met", v)
+	}
+}
+
+// verdicts returns the verdict of each target of tb whose name has
+// prefix: "met", "MISSED" or "not measured", with the measured column.
+func verdicts(t *testing.T, tb *table, prefix string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, tg := range targets(tb) {
+		if !strings.HasPrefix(tg.name, prefix) {
+			continue
+		}
+		v := "MISSED"
+		switch {
+		case tg.missing:
+			v = "not measured"
+		case tg.met:
+			v = "met"
+		}
+		out[tg.name] = v + " (" + tg.measured + ")"
+	}
+	return out
+}
+
+// hotKeyTable is a hot-key scenario in which redisnx is granted twice as
+// often as the one peer, with waits a tenth of the peer's and every
+// contender served alike; faults adds figures to redisnx's row.
+func hotKeyTable(peerGrants float64, faults ...figure) *table {
+	s := fmt.Sprintf(scenHotKey, 32)
+	var tb table
+	figs := func(g float64, p99 time.Duration) []figure {
+		return []figure{
+			{name: "grants/s", value: g, unit: rate, dir: higherBetter},
+			durFig("p99 wait", p99, lowerBetter),
+			{name: "most/fewest grants", value: 1, unit: ratio, dir: lowerBetter, note: "100..100 per contender"},
+			{name: "failed acquisitions", value: 0, unit: count, dir: lowerBetter},
+		}
+	}
+	dl := figs(2000, time.Millisecond)
+	for _, f := range faults {
+		if i := slices.IndexFunc(dl, func(g figure) bool { return g.name == f.name }); i >= 0 {
+			dl[i] = f
+		} else {
+			dl = append(dl, f)
+		}
+	}
+	tb.add(&row{scenario: s, backend: "redis", lib: "redisnx", kind: dlockRow, figs: dl})
+	tb.add(&row{scenario: s, backend: "redis", lib: "redislock", kind: peerRow, figs: figs(peerGrants, 10*time.Millisecond)})
+	return &tb
+}
+
+// TestAudit38HotKeyFaultsMissTargets: a hot-key round of redisnx's with
+// overlapping grants, or with failed acquisitions, misses its grants/s,
+// FIFO and p99 targets, and the measured column says why; the same round
+// without them meets them.
+func TestAudit38HotKeyFaultsMissTargets(t *testing.T) {
+	const prefix = "hot key 32: redisnx "
+	clean := verdicts(t, hotKeyTable(1000), prefix)
+	if len(clean) != 3 {
+		t.Fatalf("redisnx hot-key targets: %q; want grants/s, FIFO and p99", clean)
+	}
+	for name, v := range clean {
+		if !strings.HasPrefix(v, "met") {
+			t.Errorf("clean round: %q reads %q; want met", name, v)
+		}
+	}
+	overlap := figure{name: "OVERLAPPING GRANTS / unlock errors", value: 400, unit: count, note: "0 unlock errors"}
+	failed := figure{name: "failed acquisitions", value: 100000, unit: count, dir: lowerBetter}
+	for what, fs := range map[string][]figure{
+		"400 overlapping grants":       {overlap},
+		"100000 failed acquisitions":   {failed},
+		"overlaps and failed attempts": {overlap, failed},
+	} {
+		for name, v := range verdicts(t, hotKeyTable(1000, fs...), prefix) {
+			if !strings.HasPrefix(v, "MISSED") || !strings.Contains(v, "failed acquisitions") {
+				t.Errorf("round with %s: %q reads %q; want MISSED, with the faults in the measured column", what, name, v)
+			}
+		}
+	}
+}
+
+// TestAudit38HotKeyZeroPeerNotMeasured: with no grant for any peer in the
+// hot-key scenario, redisnx's grants/s target compares with zero: it is
+// not measured, never met.
+func TestAudit38HotKeyZeroPeerNotMeasured(t *testing.T) {
+	name := "hot key 32: redisnx grants/s >= 1.0 x best peer's"
+	if v := verdicts(t, hotKeyTable(0), name)[name]; !strings.HasPrefix(v, "not measured") {
+		t.Errorf("peer with no grants: %q reads %q; want not measured", name, v)
+	}
+	if v := verdicts(t, hotKeyTable(1000), name)[name]; !strings.HasPrefix(v, "met") {
+		t.Errorf("peer with 1000 grants/s: %q reads %q; want met", name, v)
+	}
+}
+
+// TestAudit38ZeroMeasuredNotMet: a target's measured value of zero (server
+// CPU of 0 against redislock's 20 µs: nothing was read) is not measured,
+// not met; a real 10 µs is met.
+func TestAudit38ZeroMeasuredNotMet(t *testing.T) {
+	name := "uncontended: redisnx server CPU <= 1.25 x redislock's"
+	verdict := func(cpu time.Duration) string {
+		t.Helper()
+		var tb table
+		tb.add(&row{scenario: scenUncontended, backend: "redis", lib: "redisnx", kind: dlockRow,
+			figs: []figure{durFig("server CPU/cycle", cpu, lowerBetter)}})
+		tb.add(&row{scenario: scenUncontended, backend: "redis", lib: "redislock", kind: peerRow,
+			figs: []figure{durFig("server CPU/cycle", 20*time.Microsecond, lowerBetter)}})
+		return verdicts(t, &tb, name)[name]
+	}
+	if v := verdict(0); !strings.HasPrefix(v, "not measured") {
+		t.Errorf("server CPU 0 vs 20µs: %q; want not measured", v)
+	}
+	if v := verdict(10 * time.Microsecond); !strings.HasPrefix(v, "met") {
+		t.Errorf("server CPU 10µs vs 20µs: %q; want met", v)
 	}
 }
