@@ -1,6 +1,7 @@
 package doccheck
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -38,8 +39,16 @@ func markdownFiles(t *testing.T) []string {
 	return files
 }
 
-// linkRE matches an inline Markdown link's target: [text](target).
-var linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+// inlineRE matches an inline Markdown link's target, with or without a
+// title: [text](target), [text](target "title"), [text](<target>).
+var inlineRE = regexp.MustCompile(`\]\(\s*(<[^>\n]*>|[^)\s]+)(?:\s+(?:"[^"\n]*"|'[^'\n]*'|\([^)\n]*\)))?\s*\)`)
+
+// refDefRE matches a link reference definition: [ref]: target "title".
+var refDefRE = regexp.MustCompile(`(?m)^ {0,3}\[([^\]\n]+)\]:[ \t]*(<[^>\n]*>|\S+)`)
+
+// refUseRE matches a reference-style link: [text][ref], or [text][] for
+// the reference named by its text.
+var refUseRE = regexp.MustCompile(`\[([^\]\n]+)\]\[([^\]\n]*)\]`)
 
 // codeRE matches fenced code blocks and inline code, whose text is not
 // Markdown.
@@ -50,26 +59,101 @@ var codeRE = regexp.MustCompile("(?s)```.*?```|`[^`\n]*`")
 // names a heading of the Markdown file it points to.
 func TestRelativeLinks(t *testing.T) {
 	for _, file := range markdownFiles(t) {
-		text := readFile(t, file)
-		for _, m := range linkRE.FindAllStringSubmatch(codeRE.ReplaceAllString(text, ""), -1) {
-			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
-				continue
-			}
-			path, anchor, _ := strings.Cut(target, "#")
-			dest := file
-			if path != "" {
-				dest = filepath.Join(filepath.Dir(file), path)
-				if _, err := os.Stat(filepath.Join(root, dest)); err != nil {
-					t.Errorf("%s: link %q: %v", file, target, err)
-					continue
-				}
-			}
-			if anchor != "" && strings.HasSuffix(dest, ".md") && !hasAnchor(readFile(t, dest), anchor) {
-				t.Errorf("%s: link %q: %s has no heading with anchor #%s", file, target, dest, anchor)
-			}
+		for _, p := range brokenLinks(file, readFile(t, file)) {
+			t.Error(p)
 		}
 	}
+}
+
+// TestAudit38LinkForms: a broken link is found in each of the forms
+// Markdown writes links in: inline, inline with a title, and
+// reference-style (whose definition may carry a title too); a reference
+// with no definition is broken as well. Good links of the same forms pass.
+func TestAudit38LinkForms(t *testing.T) {
+	good := "[a](docs/design.md) [b](docs/design.md \"Design\") [c](<docs/testing.md>)\n" +
+		"[d][design] [testing][] [e](docs/safety.md#trust-model 'Trust')\n\n" +
+		"[design]: docs/design.md \"The design\"\n[Testing]: <docs/testing.md>\n"
+	if p := brokenLinks("README.md", good); len(p) != 0 {
+		t.Errorf("good links reported broken: %q", p)
+	}
+	for _, c := range []struct{ form, text, want string }{
+		{"inline", "[x](docs/nowhere.md)", `"docs/nowhere.md"`},
+		{"inline with a title", `[x](docs/nowhere.md "title")`, `"docs/nowhere.md"`},
+		{"inline with a title, bad anchor", `[x](docs/design.md#nowhere "title")`, "#nowhere"},
+		{"reference-style", "[x][ref]\n\n[ref]: docs/nowhere.md\n", `"docs/nowhere.md"`},
+		{"reference-style with a title", "[x][ref]\n\n[ref]: docs/nowhere.md 'title'\n", `"docs/nowhere.md"`},
+		{"collapsed reference", "[ref][]\n\n[ref]: docs/nowhere.md\n", `"docs/nowhere.md"`},
+		{"undefined reference", "[x][nowhere]", "no definition"},
+	} {
+		p := brokenLinks("README.md", c.text)
+		if len(p) != 1 || !strings.Contains(p[0], c.want) {
+			t.Errorf("%s link %q: reported %q; want one problem mentioning %s", c.form, c.text, p, c.want)
+		}
+	}
+}
+
+// brokenLinks returns a line for each relative link of file (whose text
+// is text) that names no file or directory of the repository, or whose
+// #anchor names no heading of the Markdown file it points to, and for
+// each reference-style link with no definition.
+func brokenLinks(file, text string) []string {
+	text = codeRE.ReplaceAllString(text, "")
+	var targets, problems []string
+	for _, m := range inlineRE.FindAllStringSubmatch(text, -1) {
+		targets = append(targets, m[1])
+	}
+	defs := map[string]bool{}
+	for _, m := range refDefRE.FindAllStringSubmatch(text, -1) {
+		defs[refLabel(m[1])] = true
+		targets = append(targets, m[2])
+	}
+	for _, m := range refUseRE.FindAllStringSubmatch(text, -1) {
+		ref := m[2]
+		if ref == "" {
+			ref = m[1]
+		}
+		if !defs[refLabel(ref)] {
+			problems = append(problems, fmt.Sprintf("%s: link [%s][%s]: no definition [%s]: of the reference", file, m[1], m[2], ref))
+		}
+	}
+	for _, target := range targets {
+		if p := checkTarget(file, strings.Trim(target, "<>")); p != "" {
+			problems = append(problems, p)
+		}
+	}
+	return problems
+}
+
+// refLabel is a reference's label as Markdown matches it: case and runs
+// of white space do not count.
+func refLabel(s string) string {
+	return strings.ToLower(strings.Join(strings.Fields(s), " "))
+}
+
+// checkTarget returns what is wrong with a link of file to target, or ""
+// for a good link or one that leaves the repository.
+func checkTarget(file, target string) string {
+	if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+		return ""
+	}
+	path, anchor, _ := strings.Cut(target, "#")
+	dest := file
+	if path != "" {
+		dest = filepath.Join(filepath.Dir(file), path)
+		if _, err := os.Stat(filepath.Join(root, dest)); err != nil {
+			return fmt.Sprintf("%s: link %q: %v", file, target, err)
+		}
+	}
+	if anchor != "" && strings.HasSuffix(dest, ".md") {
+		b, err := os.ReadFile(filepath.Join(root, dest))
+		if err != nil {
+			return fmt.Sprintf("%s: link %q: %v", file, target, err)
+		}
+		if !hasAnchor(string(b), anchor) {
+			return fmt.Sprintf("%s: link %q: %s has no heading with anchor #%s", file, target, dest, anchor)
+		}
+	}
+	return ""
 }
 
 // hasAnchor reports whether a heading of the Markdown text has the anchor
