@@ -22,7 +22,7 @@ import (
 const DefaultSchema = "dlock"
 
 // schemaVersion is what schema.sql's version() returns.
-const schemaVersion = 1
+const schemaVersion = 2
 
 //go:embed schema.sql
 var schemaSQL string
@@ -97,6 +97,10 @@ type pgDriver struct {
 
 	installing chan struct{} // held (one value in it) by the call that reads or installs the schema
 	installed  atomic.Bool
+	damaged    atomic.Bool // a step found part of the schema gone
+	sweep      *sweeper
+	rides      rides
+	rideOut    time.Duration // rideOut; shorter in tests
 }
 
 var (
@@ -113,7 +117,7 @@ var (
 
 // queries are the statements of the driver's steps, for its schema.
 type queries struct {
-	version, acquire, check, release, refresh, resume, inspect string
+	version, acquire, check, release, refresh, resume, sweep, inspect string
 }
 
 func newQueries(s string) queries {
@@ -124,6 +128,7 @@ func newQueries(s string) queries {
 		release: "SELECT " + s + ".release($1, $2, $3, $4, $5)",
 		refresh: "SELECT " + s + ".refresh($1, $2, $3)",
 		resume:  "SELECT " + s + ".resume($1, $2, $3, $4, $5, $6, $7)",
+		sweep:   "SELECT " + s + ".sweep($1, $2)",
 		inspect: "SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires - c.t, e.since, e.joined, coalesce(cardinality(e.holds), -1)" +
 			" FROM " + s + ".entries e, (SELECT clock_timestamp() AS t) c WHERE e.key = $1 AND e.expires > c.t ORDER BY e.seq",
 	}
@@ -134,7 +139,7 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 	if o != nil {
 		opts = *o
 	}
-	d := &pgDriver{pool: pool, owned: owned, schema: opts.Schema, create: !opts.NoCreate, installing: make(chan struct{}, 1)}
+	d := &pgDriver{pool: pool, owned: owned, schema: opts.Schema, create: !opts.NoCreate, installing: make(chan struct{}, 1), sweep: newSweeper(), rideOut: rideOut}
 	if d.schema == "" {
 		d.schema = DefaultSchema
 	}
@@ -215,12 +220,16 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	}
 	var v int
 	err := d.pool.QueryRow(ctx, d.q.version, d.mode...).Scan(&v)
-	if err == nil && v >= schemaVersion {
+	// After a step found part of the schema gone, the script runs again
+	// (it makes only what is missing) unless a later version made it.
+	redo := d.damaged.Load() && install && d.create && v == schemaVersion
+	if err == nil && v >= schemaVersion && !redo {
 		d.installed.Store(true)
+		d.damaged.Store(false)
 		return true, nil
 	}
 	var pe *pgconn.PgError
-	missing := errors.As(err, &pe) && (pe.Code == "42883" || pe.Code == "3F000") // undefined_function, invalid_schema_name
+	missing := errors.As(err, &pe) && schemaMissing(pe.Code)
 	switch {
 	case err != nil && !missing:
 		return false, fmt.Errorf("postgres: reading the version of schema %s: %w", d.schema, err)
@@ -234,10 +243,20 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 		return false, fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate is set: run the output of postgres.SchemaSQL(%q) (version %d) as a user with the CREATE right", d.schema, have, d.schema, schemaVersion)
 	}
 	if err := d.install(ctx); err != nil {
-		return false, fmt.Errorf("postgres: creating schema %s: %w", d.schema, err)
+		return false, fmt.Errorf("postgres: creating schema %s: %w%s", d.schema, err, createHint(err, d.schema))
 	}
 	d.installed.Store(true)
+	d.damaged.Store(false)
 	return true, nil
+}
+
+// createHint says what to do when the role may not create the schema.
+func createHint(err error, schema string) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" { // insufficient_privilege
+		return ""
+	}
+	return fmt.Sprintf(" (the role needs the CREATE right on the database, and to own the schema's objects to update them; or run the output of postgres.SchemaSQL(%q) as a role that may, and set Options.NoCreate, create_schema=false)", schema)
 }
 
 // install runs schema.sql in one transaction, under a transaction-level
@@ -301,13 +320,46 @@ func outcome(l *driver.Lease, s step) error {
 	return &driver.HeldError{RetryAfter: after}
 }
 
+// step runs acquire or check_turn (see run) and reads its result.
+func (d *pgDriver) step(ctx context.Context, query string, args ...any) (step, error) {
+	rows, err := d.run(ctx, query, args...)
+	if err != nil {
+		return step{}, err
+	}
+	d.tick()
+	r, err := row1(rows, 4)
+	if err != nil {
+		return step{}, err
+	}
+	var s step
+	if s.token, err = textInt(r[0]); err == nil {
+		if s.retry, err = textInt(r[1]); err == nil {
+			s.otherLim, err = textInt(r[2])
+		}
+	}
+	s.voided = textBool(r[3])
+	return s, err
+}
+
+// boolStep runs a step that returns one boolean (release, resume).
+func (d *pgDriver) boolStep(ctx context.Context, query string, args ...any) (bool, error) {
+	rows, err := d.run(ctx, query, args...)
+	if err != nil {
+		return false, err
+	}
+	d.tick()
+	r, err := row1(rows, 1)
+	if err != nil {
+		return false, err
+	}
+	return textBool(r[0]), nil
+}
+
 func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) error {
 	if err := d.ready(ctx); err != nil {
 		return err
 	}
-	var s step
-	err := d.pool.QueryRow(ctx, d.q.acquire, d.args(l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife))...).
-		Scan(&s.token, &s.retry, &s.otherLim, &s.voided)
+	s, err := d.step(ctx, d.q.acquire, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife))
 	if err != nil {
 		return err
 	}
@@ -327,7 +379,7 @@ func (d *pgDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct
 	if d.ln != nil {
 		d.ln.add(l.Owner, wake)
 	}
-	err := d.acquire(ctx, l, true)
+	err := d.ride(ctx, l.Owner, d.acquire(ctx, l, true))
 	if err == nil && d.ln != nil {
 		d.ln.remove(l.Owner)
 	}
@@ -337,14 +389,13 @@ func (d *pgDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct
 // Check implements driver.Queuer.
 func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if err := d.ready(ctx); err != nil {
-		return err
+		return d.ride(ctx, l.Owner, err)
 	}
-	var s step
-	err := d.pool.QueryRow(ctx, d.q.check, d.args(l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife))...).
-		Scan(&s.token, &s.retry, &s.otherLim, &s.voided)
+	s, err := d.step(ctx, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife))
 	if err != nil {
-		return err
+		return d.ride(ctx, l.Owner, err)
 	}
+	d.endRide(l.Owner)
 	err = outcome(l, s)
 	if err == nil && d.ln != nil {
 		d.ln.remove(l.Owner)
@@ -356,6 +407,7 @@ func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
 // and leaves a tombstone, so that a step of l's still on its way (held in
 // the network or a pooler) changes nothing when it lands.
 func (d *pgDriver) Leave(ctx context.Context, l *driver.Lease) error {
+	d.endRide(l.Owner)
 	if d.ln != nil {
 		d.ln.remove(l.Owner)
 	}
@@ -377,9 +429,7 @@ func (d *pgDriver) release(ctx context.Context, l *driver.Lease, reentrant, leav
 	if err := d.ready(ctx); err != nil {
 		return false, err
 	}
-	var ok bool
-	err := d.pool.QueryRow(ctx, d.q.release, d.args(l.Key, l.Owner, reentrant, micros(l.TTL), leave)...).Scan(&ok)
-	return ok, err
+	return d.boolStep(ctx, d.q.release, l.Key, l.Owner, reentrant, micros(l.TTL), leave)
 }
 
 // Refresh extends l's grant to at least ttl from now.
@@ -405,17 +455,16 @@ func (d *pgDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 	for i, l := range ls {
 		keys[i], owners[i] = l.Key, l.Owner
 	}
-	rows, err := d.pool.Query(ctx, d.q.refresh, d.args(keys, owners, micros(ttl))...)
+	rows, err := d.run(ctx, d.q.refresh, keys, owners, micros(ttl))
 	if err != nil {
 		return fail(err)
 	}
-	done, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fail(err)
-	}
-	extended := make(map[string]bool, len(done))
-	for _, o := range done {
-		extended[o] = true
+	d.tick()
+	extended := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		if len(r) == 1 {
+			extended[string(r[0])] = true
+		}
 	}
 	for i, l := range ls {
 		if !extended[l.Owner] {
@@ -431,8 +480,7 @@ func (d *pgDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if err := d.ready(ctx); err != nil {
 		return err
 	}
-	var ok bool
-	err := d.pool.QueryRow(ctx, d.q.resume, d.args(l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentrant, micros(l.TTL))...).Scan(&ok)
+	ok, err := d.boolStep(ctx, d.q.resume, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentrant, micros(l.TTL))
 	if err != nil {
 		return err
 	}
@@ -445,6 +493,7 @@ func (d *pgDriver) Resume(ctx context.Context, l *driver.Lease) error {
 
 // Close stops the listener, and closes the pool if the Locker made it.
 func (d *pgDriver) Close() error {
+	d.sweep.close()
 	if d.ln != nil {
 		d.ln.close()
 	}

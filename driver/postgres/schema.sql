@@ -1,4 +1,4 @@
--- dlock's state on PostgreSQL, version 1: the tables and functions of
+-- dlock's state on PostgreSQL, version 2: the tables and functions of
 -- driver/postgres. The driver runs this script (with {{schema}} replaced by
 -- Options.Schema, "dlock" by default) the first time a Locker finds the
 -- functions missing; a user who creates schema by hand runs the output of
@@ -12,7 +12,11 @@
 -- transaction of its own: it first locks the key's row of keys (begin_key),
 -- so steps on one key run one at a time, and it judges every expiry by
 -- clock_timestamp() taken after that lock (never now(), which is the
--- transaction's start).
+-- transaction's start). The transaction is READ COMMITTED (the driver
+-- begins it so, whatever the defaults): each statement sees what
+-- committed before it, the steps this one waited for included. The
+-- functions refuse to run at another level (at_read_committed), where a
+-- step's snapshot is older than its wait.
 
 CREATE SCHEMA IF NOT EXISTS {{schema}};
 
@@ -63,6 +67,26 @@ CREATE TABLE IF NOT EXISTS {{schema}}.voids (
     PRIMARY KEY (key, owner)
 );
 
+-- The three tables are small and churn: vacuum them after a few hundred
+-- changed rows, not a fifth of the table.
+ALTER TABLE {{schema}}.keys SET (autovacuum_vacuum_scale_factor = 0.05, autovacuum_vacuum_threshold = 500);
+ALTER TABLE {{schema}}.entries SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
+    autovacuum_analyze_scale_factor = 0.05);
+ALTER TABLE {{schema}}.voids SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500);
+
+-- at_read_committed refuses a step in a transaction of another isolation
+-- level (a client older than version 2 under a database's or role's
+-- default_transaction_isolation, or a call by hand): there a step's
+-- snapshot is taken before it waits for the key's row, and it would not
+-- see the entries the steps it waited for committed.
+CREATE OR REPLACE FUNCTION {{schema}}.at_read_committed() RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'dlock: a step must run at transaction isolation read committed, not %', current_setting('transaction_isolation')
+            USING HINT = 'dlock clients of schema version 2 or later begin their steps so; an older client runs at the default of the database or role';
+    END IF;
+END $$;
+
 -- fits: may an entry of mode m (of lim permits) be granted after n live
 -- entries, all shared (sh) or all permits (pm)?
 CREATE OR REPLACE FUNCTION {{schema}}.fits(m bigint, lim bigint, n bigint, sh boolean, pm boolean)
@@ -99,8 +123,9 @@ DECLARE
     t      timestamptz;
     purged bigint;
 BEGIN
-    -- The row may be deleted (an operator, a restore) between the INSERT
-    -- and the lock: lock it only once it is seen.
+    PERFORM {{schema}}.at_read_committed();
+    -- The row may be deleted (an operator, a restore, sweep) between the
+    -- INSERT and the lock: lock it only once it is seen.
     LOOP
         PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
         EXIT WHEN FOUND;
@@ -277,13 +302,20 @@ END $$;
 
 -- refresh extends each grant of owners os at keys ks (pairwise) to at
 -- least ttl µs from now, never shortening it, and returns the owners it
--- extended. It locks the keys' rows in key order, so two batches never
--- wait for each other in a cycle.
+-- extended. It locks the keys' rows FOR KEY SHARE, which excludes the
+-- steps (FOR UPDATE) but not holds_grant (FOR SHARE) nor other batches:
+-- a user's transaction that checked one key does not hold up the renewal
+-- of any key. Batches lock the entries they extend in (key, owner) order
+-- (a named owner's grant may be in two batches), and a step locks one
+-- key's row, so nothing waits in a cycle.
 CREATE OR REPLACE FUNCTION {{schema}}.refresh(ks text[], os text[], ttl bigint) RETURNS SETOF text LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t timestamptz;
 BEGIN
-    PERFORM 1 FROM {{schema}}.keys WHERE key = ANY (ks) ORDER BY key FOR UPDATE;
+    PERFORM {{schema}}.at_read_committed();
+    PERFORM 1 FROM {{schema}}.keys WHERE key = ANY (ks) ORDER BY key FOR KEY SHARE;
+    PERFORM 1 FROM {{schema}}.entries e WHERE e.key = ANY (ks) AND e.granted
+        AND (e.owner = ANY (os) OR e.holds && os) ORDER BY e.key, e.owner FOR UPDATE;
     t := clock_timestamp();
     -- Several holds of one named grant may be in the batch: the UPDATE
     -- extends the row once, and the join gives each of them.
@@ -329,5 +361,45 @@ BEGIN
                    WHERE e.key = k AND e.granted AND e.token = tk AND e.expires > clock_timestamp());
 END $$;
 
+-- sweep deletes what keys used once leave behind, for at most lim keys
+-- whose counter is more than keep µs behind the clock and that no live
+-- entry or tombstone depends on: their expired entries and tombstones,
+-- then their row. Tokens never go back (the next one is the clock in
+-- µs, above a counter that far behind). It skips rows that a step
+-- (FOR UPDATE), a refresh (FOR KEY SHARE) or a user's holds_grant
+-- transaction (FOR SHARE) has locked, and never waits for a key's row.
+-- It returns how many rows it deleted.
+CREATE OR REPLACE FUNCTION {{schema}}.sweep(lim bigint, keep bigint) RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t   timestamptz := clock_timestamp();
+    cut bigint      := (extract(epoch FROM t) * 1000000)::bigint - keep;
+    k   text;
+    n   bigint      := 0;
+    m   bigint;
+BEGIN
+    PERFORM {{schema}}.at_read_committed();
+    FOR k IN SELECT x.key FROM {{schema}}.keys x
+             WHERE coalesce(x.counter, 0) < cut
+               AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = x.key AND e.expires > t)
+               AND NOT EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = x.key AND v.expires > t)
+             LIMIT lim FOR UPDATE SKIP LOCKED LOOP
+        t := clock_timestamp();
+        DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.expires <= t;
+        GET DIAGNOSTICS m = ROW_COUNT;
+        n := n + m;
+        DELETE FROM {{schema}}.voids v WHERE v.key = k AND v.expires <= t;
+        GET DIAGNOSTICS m = ROW_COUNT;
+        n := n + m;
+        -- Under the row's lock no step adds to the key: what is left is
+        -- live, and keeps the row.
+        DELETE FROM {{schema}}.keys x WHERE x.key = k
+            AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k)
+            AND NOT EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k);
+        GET DIAGNOSTICS m = ROW_COUNT;
+        n := n + m;
+    END LOOP;
+    RETURN n;
+END $$;
+
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 1 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 2 $$;

@@ -379,3 +379,40 @@ func pgErrorText(body []byte) string {
 	}
 	return fmt.Sprintf("%s %s: %s", f['S'], f['C'], f['M'])
 }
+
+// CreateDatabase creates the database name on the primary, with
+// settings (each "name=value") that ALTER DATABASE gives every session
+// that connects to it (default_transaction_isolation=serializable, say),
+// drops it at the end of the test, and returns URL for it. On a shared
+// or external server the name must be unique to the test.
+func (p *Postgres) CreateDatabase(tb testing.TB, name string, settings ...string) string {
+	tb.Helper()
+	sql := fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE);\nCREATE DATABASE %s;\n", QuoteIdent(name), QuoteIdent(name))
+	for _, s := range settings {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok {
+			tb.Fatalf("testserver: CreateDatabase: setting %q, want name=value", s)
+		}
+		sql += fmt.Sprintf("ALTER DATABASE %s SET %s = %s;\n", QuoteIdent(name), QuoteIdent(strings.TrimSpace(k)), QuoteLiteral(strings.TrimSpace(v)))
+	}
+	if _, err := p.Exec(sql); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if _, err := p.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE);", QuoteIdent(name))); err != nil {
+			tb.Logf("testserver: %v", err)
+		}
+	})
+	return DatabaseURL(p.URL(), name)
+}
+
+// DatabaseURL is the connection string raw (a Postgres's or a
+// PgBouncer's) with the database name instead of its own.
+func DatabaseURL(raw, name string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	u.Path = "/" + name
+	return u.String()
+}
