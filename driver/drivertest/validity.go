@@ -125,6 +125,45 @@ func checkValidity(t *testing.T, what string, c Caps, lease *lock.Lease, sent se
 	t.Logf("%s: TTL %v, Validity %v", what, ttl, v)
 }
 
+// Probing a held key: from validityProbeFrom before the holder's
+// Deadline until the Deadline, another Locker tries the key every
+// validityProbeEvery. A backend that ends grants early (an expiry tick
+// ahead of the TTL, a purge by a clock that runs fast) grants one of the
+// tries before the Deadline.
+const (
+	validityProbeFrom  = time.Second
+	validityProbeEvery = 3 * time.Millisecond
+)
+
+// probeUntil tries k through other, held through another Locker until
+// dl, from validityProbeFrom before dl until dl: it fails the test if a
+// try returns granted before dl. A try that was still under way at dl
+// proves nothing either way, and ends the probing.
+func probeUntil(t *testing.T, other lock.Locker, k string, dl time.Time) {
+	t.Helper()
+	time.Sleep(time.Until(dl.Add(-validityProbeFrom)))
+	tries := 0
+	for time.Now().Before(dl) {
+		tries++
+		l, err := other.TryLock(ctx(t, 10*time.Second), k)
+		at := time.Now()
+		if err == nil {
+			if at.Before(dl) {
+				t.Errorf("another Locker was granted the key %v before the lease's Deadline (try %d, one every %v from %v before it)",
+					dl.Sub(at), tries, validityProbeEvery, validityProbeFrom)
+			}
+			l.Unlock(ctx(t, 10*time.Second))
+			return
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("TryLock %v before the Deadline: %v", dl.Sub(at), err)
+			return
+		}
+		time.Sleep(min(validityProbeEvery, time.Until(dl)))
+	}
+	t.Logf("%d tries of the key in the %v before the Deadline: none granted", tries, validityProbeFrom)
+}
+
 // checkValidityKept waits for lease, held through another Locker than
 // other, to end by itself: the backend must keep its grant from other
 // until its deadline, its Done must close no earlier than the validity
@@ -137,15 +176,7 @@ func checkValidity(t *testing.T, what string, c Caps, lease *lock.Lease, sent se
 func checkValidityKept(t *testing.T, c Caps, other lock.Locker, k string, lease *lock.Lease, sent sentSpan) {
 	t.Helper()
 	v, dl := lease.Validity(), lease.Deadline()
-	time.Sleep(time.Until(dl.Add(-100 * time.Millisecond)))
-	if l, err := other.TryLock(ctx(t, 10*time.Second), k); err == nil {
-		if time.Now().Before(dl) {
-			t.Errorf("another Locker was granted the key %v before the lease's Deadline", time.Until(dl))
-		}
-		l.Unlock(ctx(t, 10*time.Second))
-	} else if !errors.Is(err, lock.ErrNotAcquired) {
-		t.Errorf("TryLock before the Deadline: %v", err)
-	}
+	probeUntil(t, other, k, dl)
 	select {
 	case <-lease.Done():
 	case <-time.After(time.Until(dl) + validityLate):
