@@ -117,8 +117,17 @@ func isLeaseNotFound(err error) bool {
 // lease, then the replies, in order) and returns each lease's TTL as
 // applied: 0 for a lease that is gone. The server renews each lease to
 // its whole TTL from the moment it handles the request, after it was
-// sent.
-func keepAlive(ctx context.Context, c *conn, ids []int64) (map[int64]int64, error) {
+// sent. A try that times out (bound.go) is made again on a new stream,
+// which goes to the next member: a renewal sent twice does no harm.
+func keepAlive(ctx context.Context, c *conn, ids []int64) (out map[int64]int64, err error) {
+	err = retried(ctx, func(tctx context.Context) error {
+		out, err = keepAliveOnce(tctx, c, ids)
+		return err
+	})
+	return out, err
+}
+
+func keepAliveOnce(ctx context.Context, c *conn, ids []int64) (map[int64]int64, error) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	s, err := c.lease.LeaseKeepAlive(ctx, failFast)
@@ -145,20 +154,39 @@ func keepAlive(ctx context.Context, c *conn, ids []int64) (map[int64]int64, erro
 }
 
 // grantWrite writes l's entry, granted with the next token, and the
-// counter, in one KV/Txn, if cmps and the counter's revision hold.
+// counter, in one KV/Txn, if cmps and the counter's revision hold. A try
+// that timed out or found its member unavailable is sent again (to the
+// next member): if the first landed, the second finds the counter moved
+// and reads the entry, which is then l's, on lease, with this value.
 func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
 	now := time.Now().UnixMicro()
 	token = nextToken(st.counter, now)
 	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holds}
+	key, value := n.queue+entryName(l), v.String()
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(n.counter), "=", st.counterMod))
-	resp, err := c.Txn(ctx).If(cmps...).Then(
-		clientv3.OpPut(n.queue+entryName(l), v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
-		clientv3.OpPut(n.counter, uitoa(token)),
-	).Commit()
-	if err != nil {
-		return false, 0, 0, err
+	for try := 1; ; try++ {
+		resp, err := c.Txn(ctx).If(cmps...).Then(
+			clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(lease))),
+			clientv3.OpPut(n.counter, uitoa(token)),
+		).Else(clientv3.OpGet(key)).Commit()
+		switch {
+		case err != nil && (ctx.Err() != nil || try == tries || !again(err)):
+			return false, 0, 0, err
+		case err != nil:
+			continue
+		case resp.Succeeded:
+			return true, resp.Header.Revision, token, nil
+		case try > 1 && landed(resp.Responses[0].GetResponseRange().Kvs, lease, value):
+			return true, resp.Responses[0].GetResponseRange().Kvs[0].ModRevision, token, nil
+		}
+		return false, 0, 0, nil
 	}
-	return resp.Succeeded, resp.Header.Revision, token, nil
+}
+
+// landed reports whether kvs is the entry an earlier try wrote: on its
+// lease, with its value (its token and time).
+func landed(kvs []*mvccpb.KeyValue, lease int64, value string) bool {
+	return len(kvs) == 1 && kvs[0].Lease == lease && string(kvs[0].Value) == value
 }
 
 func uitoa(v uint64) string {

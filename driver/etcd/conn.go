@@ -35,31 +35,59 @@ func newConn(c *clientv3.Client) *conn {
 var failFast = grpc.WaitForReady(false)
 
 // failFastKV adds failFast to every KV call (clientv3's KV takes no call
-// options of its own).
+// options of its own), and bounds it (bound.go): a read is sent again
+// when a try times out or finds its member unavailable, a write is made
+// once.
 type failFastKV struct{ pb.KVClient }
 
-func (k failFastKV) Range(ctx context.Context, in *pb.RangeRequest, opts ...grpc.CallOption) (*pb.RangeResponse, error) {
-	return k.KVClient.Range(ctx, in, append(opts, failFast)...)
+func (k failFastKV) Range(ctx context.Context, in *pb.RangeRequest, opts ...grpc.CallOption) (out *pb.RangeResponse, err error) {
+	err = retried(ctx, func(ctx context.Context) error {
+		out, err = k.KVClient.Range(ctx, in, append(opts, failFast)...)
+		return err
+	})
+	return out, err
 }
 
-func (k failFastKV) Put(ctx context.Context, in *pb.PutRequest, opts ...grpc.CallOption) (*pb.PutResponse, error) {
-	return k.KVClient.Put(ctx, in, append(opts, failFast)...)
+func (k failFastKV) Put(ctx context.Context, in *pb.PutRequest, opts ...grpc.CallOption) (out *pb.PutResponse, err error) {
+	err = once(ctx, func(ctx context.Context) error {
+		out, err = k.KVClient.Put(ctx, in, append(opts, failFast)...)
+		return err
+	})
+	return out, err
 }
 
-func (k failFastKV) DeleteRange(ctx context.Context, in *pb.DeleteRangeRequest, opts ...grpc.CallOption) (*pb.DeleteRangeResponse, error) {
-	return k.KVClient.DeleteRange(ctx, in, append(opts, failFast)...)
+func (k failFastKV) DeleteRange(ctx context.Context, in *pb.DeleteRangeRequest, opts ...grpc.CallOption) (out *pb.DeleteRangeResponse, err error) {
+	err = once(ctx, func(ctx context.Context) error {
+		out, err = k.KVClient.DeleteRange(ctx, in, append(opts, failFast)...)
+		return err
+	})
+	return out, err
 }
 
-func (k failFastKV) Txn(ctx context.Context, in *pb.TxnRequest, opts ...grpc.CallOption) (*pb.TxnResponse, error) {
-	return k.KVClient.Txn(ctx, in, append(opts, failFast)...)
+func (k failFastKV) Txn(ctx context.Context, in *pb.TxnRequest, opts ...grpc.CallOption) (out *pb.TxnResponse, err error) {
+	try := once
+	if readOnly(in) {
+		try = retried
+	}
+	err = try(ctx, func(ctx context.Context) error {
+		out, err = k.KVClient.Txn(ctx, in, append(opts, failFast)...)
+		return err
+	})
+	return out, err
 }
 
 // Txn starts a transaction (one KV/Txn).
 func (c *conn) Txn(ctx context.Context) clientv3.Txn { return c.kv.Txn(ctx) }
 
-// Grant makes a lease of sec seconds (one Lease/LeaseGrant).
+// Grant makes a lease of sec seconds (one Lease/LeaseGrant, sent again
+// when a try times out: a lease the first try made goes unused, and
+// expires after sec seconds).
 func (c *conn) Grant(ctx context.Context, sec int64) (int64, error) {
-	resp, err := c.lease.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: sec}, failFast)
+	var resp *pb.LeaseGrantResponse
+	err := retried(ctx, func(tctx context.Context) (err error) {
+		resp, err = c.lease.LeaseGrant(tctx, &pb.LeaseGrantRequest{TTL: sec}, failFast)
+		return err
+	})
 	if err != nil {
 		return 0, ctxErr(ctx, err)
 	}
@@ -69,9 +97,13 @@ func (c *conn) Grant(ctx context.Context, sec int64) (int64, error) {
 	return resp.ID, nil
 }
 
-// Revoke revokes a lease (one Lease/LeaseRevoke).
+// Revoke revokes a lease (one Lease/LeaseRevoke, sent again when a try
+// times out: a second revocation finds the lease gone).
 func (c *conn) Revoke(ctx context.Context, id int64) error {
-	_, err := c.lease.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id}, failFast)
+	err := retried(ctx, func(tctx context.Context) error {
+		_, err := c.lease.LeaseRevoke(tctx, &pb.LeaseRevokeRequest{ID: id}, failFast)
+		return err
+	})
 	return ctxErr(ctx, err)
 }
 

@@ -29,6 +29,18 @@ func init() {
 // a call while no member is reachable.
 const DialTimeout = 5 * time.Second
 
+// KeepAliveTime and KeepAliveTimeout are the gRPC keep-alive of a client
+// made from a URL: while a request or the watch stream is open on a
+// member's connection, a ping unanswered for KeepAliveTimeout after
+// KeepAliveTime without news closes the connection, so that a member
+// that went silent with its connection open (a paused process, a cut
+// link) leaves the round-robin until it answers again. KeepAliveTime is
+// gRPC's least; a client given to New keeps its own settings.
+const (
+	KeepAliveTime    = 10 * time.Second
+	KeepAliveTimeout = 3 * time.Second
+)
+
 // open is the OpenFunc for etcd://[user:password@]host[:port][,host[:port]...][/prefix][?params].
 // It makes no connection: the client is made at the Locker's first call.
 func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error) {
@@ -65,7 +77,10 @@ func parseURL(u *url.URL) (*clientv3.Config, *Options, error) {
 	if tc != nil {
 		scheme = "https://"
 	}
-	cfg := &clientv3.Config{DialTimeout: DialTimeout, TLS: tc, Logger: zap.NewNop()}
+	cfg := &clientv3.Config{
+		DialTimeout: DialTimeout, TLS: tc, Logger: zap.NewNop(),
+		DialKeepAliveTime: KeepAliveTime, DialKeepAliveTimeout: KeepAliveTimeout,
+	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
 			return bad("empty server in %s", errtext.Quote(u.Host))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -119,6 +120,10 @@ func (w *watcher) run() {
 	defer cancel()
 	s, err := pb.NewWatchClient(w.c.ActiveConnection()).Watch(ctx)
 	if err == nil {
+		heard := new(atomic.Int64)
+		heard.Store(time.Now().UnixNano())
+		s = heardStream{s, heard}
+		go w.watchdog(ctx, cancel, s, heard)
 		w.mu.Lock()
 		w.stream = s
 		for id, wt := range w.ws {
@@ -226,5 +231,61 @@ func (w *watcher) close() {
 	w.cancel()
 	if started {
 		<-w.done
+	}
+}
+
+// A stream whose member went silent with its connection open (a paused
+// process, a cut link, a proxy that holds the stream alone) would keep
+// every watch on it without news until gRPC's keep-alive closed the
+// connection: the watchdog asks for progress every progressEvery, which
+// the member answers at once, and starts the stream over (on the next
+// member, by round-robin) when it heard nothing for progressSilence.
+const (
+	progressEvery   = time.Second
+	progressSilence = 3 * time.Second
+)
+
+// heardStream notes when a reply last came.
+type heardStream struct {
+	pb.Watch_WatchClient
+	heard *atomic.Int64 // Unix nanoseconds
+}
+
+func (s heardStream) Recv() (*pb.WatchResponse, error) {
+	resp, err := s.Watch_WatchClient.Recv()
+	if err == nil {
+		s.heard.Store(time.Now().UnixNano())
+	}
+	return resp, err
+}
+
+// watchdog ends the stream s (cancel) once it has been silent for
+// progressSilence while it carries a watch, asking for progress every
+// progressEvery until ctx ends. (etcd 3.5 and later answer only once
+// every watch of the stream caught up: one still catching up is silent
+// longer, and the stream starts over, with no event lost.)
+func (w *watcher) watchdog(ctx context.Context, cancel context.CancelFunc, s pb.Watch_WatchClient, heard *atomic.Int64) {
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	progress := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		idle := len(w.ws) == 0
+		if idle {
+			heard.Store(time.Now().UnixNano()) // nothing to hear about
+		} else if time.Since(time.Unix(0, heard.Load())) > progressSilence {
+			w.mu.Unlock()
+			cancel()
+			return
+		}
+		if !idle {
+			s.Send(progress) // a failure is the stream's: recv sees it
+		}
+		w.mu.Unlock()
 	}
 }
