@@ -14,6 +14,13 @@
 // every holder's token, time left and grant time, and every waiter's
 // arrival.
 //
+// A key used once leaves nothing in its Store: a key with no grant and no
+// waiter is forgotten with its counter (the next grant's token is still
+// higher: the Store keeps the largest counter it forgot, one number for
+// all keys), and a grant that expired unreleased on a key no call touches
+// again is dropped by the first call on the Store a minute after it
+// expired at the latest.
+//
 // A Store's DeleteKey, StealKey, DeleteCounter and Crash do behind its
 // Lockers' back what an operator, an eviction, a restart or a process's
 // death does to a server: for tests of a program's lost-lease paths. With

@@ -19,12 +19,23 @@ type Store struct {
 	mu       sync.Mutex
 	keys     map[string]*queue
 	counters map[string]uint64
-	now      func() time.Time
+	// floor is the largest counter the Store forgot (see forgetLocked):
+	// a counter made again starts above it.
+	floor uint64
+	// swept is when sweepLocked last looked at every key; it looks again
+	// sweepEvery later.
+	swept      time.Time
+	sweepEvery time.Duration
+	now        func() time.Time
 }
+
+// sweepEvery is how often a Store in use drops the grants that expired
+// unreleased on keys no call touched since.
+const sweepEvery = time.Minute
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{keys: map[string]*queue{}, counters: map[string]uint64{}, now: time.Now}
+	return &Store{keys: map[string]*queue{}, counters: map[string]uint64{}, sweepEvery: sweepEvery, swept: time.Now(), now: time.Now}
 }
 
 // queue is one key: its holders and waiters in arrival order. An exclusive
@@ -117,8 +128,11 @@ func (q *queue) signal() {
 }
 
 // queueLocked returns key's queue after dropping expired grants, creating
-// it if create is set; nil if there is none.
+// it if create is set; nil if there is none. It sweeps the Store first
+// when a sweep is due.
 func (s *Store) queueLocked(key string, create bool) *queue {
+	now := s.now()
+	s.sweepLocked(now)
 	q := s.keys[key]
 	if q == nil {
 		if !create {
@@ -127,30 +141,62 @@ func (s *Store) queueLocked(key string, create bool) *queue {
 		q = &queue{}
 		s.keys[key] = q
 	}
-	now := s.now()
+	q.dropExpired(now)
+	return q
+}
+
+// dropExpired drops q's grants that expired by now, and wakes the waiters
+// if there were any.
+func (q *queue) dropExpired(now time.Time) {
 	n := len(q.entries)
 	q.entries = slices.DeleteFunc(q.entries, func(e *entry) bool { return e.granted && !now.Before(e.expires) })
 	if len(q.entries) != n {
 		q.signal()
 	}
-	return q
 }
 
-// dropIfEmptyLocked forgets a key with no entries, so that nothing is left
-// behind.
+// sweepLocked drops the expired grants of every key, and forgets the keys
+// left empty, once every s.sweepEvery: a grant that expired unreleased on
+// a key that no call touches again is gone by the first call a sweep
+// interval after its expiry, so keys used once do not pile up. A sweep
+// costs one look at each key the Store keeps.
+func (s *Store) sweepLocked(now time.Time) {
+	if now.Sub(s.swept) < s.sweepEvery && !now.Before(s.swept) {
+		return
+	}
+	s.swept = now
+	for key, q := range s.keys {
+		q.dropExpired(now)
+		s.dropIfEmptyLocked(key, q)
+	}
+}
+
+// dropIfEmptyLocked forgets a key with no entries, its counter included,
+// so that nothing is left behind (see forgetLocked).
 func (s *Store) dropIfEmptyLocked(key string, q *queue) {
 	if len(q.entries) == 0 {
 		delete(s.keys, key)
+		s.forgetLocked(key)
+	}
+}
+
+// forgetLocked forgets key's fencing counter, raising s.floor to it: the
+// next grant of key seeds a counter above every token the key was given.
+func (s *Store) forgetLocked(key string) {
+	if c, ok := s.counters[key]; ok {
+		s.floor = max(s.floor, c)
+		delete(s.counters, key)
 	}
 }
 
 // nextTokenLocked increments key's fencing counter. A missing counter is
-// seeded from the clock in microseconds, so tokens keep increasing after
-// the counter is lost.
+// seeded from the clock in microseconds, or from s.floor when that is
+// larger (a counter the Store forgot), so tokens keep increasing after the
+// counter is forgotten or lost.
 func (s *Store) nextTokenLocked(key string) uint64 {
 	c, ok := s.counters[key]
 	if !ok {
-		c = uint64(s.now().UnixMicro())
+		c = max(uint64(s.now().UnixMicro()), s.floor)
 	}
 	c++
 	s.counters[key] = c
