@@ -155,6 +155,10 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			if refused(err) {
 				return d.refusal(l, giveUp(err), err)
 			}
+			if isLeaseNotFound(err) && try <= maxTries {
+				lease = 0 // revoked before the write took it: a new one
+				continue
+			}
 			return err
 		}
 		if ok {
@@ -461,7 +465,12 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease, nil,
 			clientv3.Compare(clientv3.CreateRevision(key), "=", ws.create),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", ws.lease))
-		if err != nil {
+		switch {
+		case err != nil && isLeaseNotFound(err) && lease == fresh:
+			fresh = 0 // revoked before the write took it: a new one
+		case err != nil && isLeaseNotFound(err):
+			return errPlaceLost // the waiting lease went, and the entry with it
+		case err != nil:
 			fresh = 0 // the write may have landed: Leave revokes it
 			return err
 		}
