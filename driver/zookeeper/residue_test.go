@@ -118,11 +118,13 @@ func TestAudit38KeysUsedOnceLeaveNoNodes(t *testing.T) {
 	const n, workers = 1000, 8
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := w; i < n; i += workers {
 				useKeyOnce(t, live, dead, i, fmt.Sprintf("audit38-once-%d", i))
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	if t.Failed() {
