@@ -2,13 +2,10 @@ package rediswatch
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -99,150 +96,6 @@ func pexpire(ctx context.Context, p redis.Pipeliner, lk string, ttl time.Duratio
 	cmd := redis.NewIntCmd(ctx, "pexpire", lk, strconv.FormatInt(ttl.Milliseconds(), 10))
 	_ = p.Process(ctx, cmd)
 	return cmd
-}
-
-// maxBatchGroups is how many transactions of one RefreshBatch call run at
-// once (Redis Cluster: one per slot).
-const maxBatchGroups = 8
-
-// RefreshBatch refreshes many leases in two round trips per group of keys
-// that one transaction may watch: all of them on a standalone server, those
-// of one slot on a Cluster (where a transaction cannot span slots, and
-// every key has a slot of its own unless hash tags in the prefix say
-// otherwise), each key alone on other clients.
-//
-//	WATCH lock1 ... lockN; MGET lock1 ... lockN; PTTL lock1; ...; PTTL lockN
-//	MULTI; PEXPIRE lock_i ttl (for each lock_i that holds its owner, if its PTTL < ttl); EXEC
-//
-// A lease whose key does not hold its owner gets driver.ErrNotHeld. As
-// Refresh, the batch never shortens a grant: a key that lasts ttl or more
-// is left as it is (and when every key does, the transaction is UNWATCH
-// alone). If the
-// transaction is aborted (one of the keys changed, say by a concurrent
-// Refresh of one lease), the group's leases are refreshed one at a time,
-// each as by Refresh.
-func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
-	ttl = px(ttl)
-	errs := make([]error, len(ls))
-	lks := make([]string, len(ls))
-	for i, l := range ls {
-		lks[i] = d.LockKey(l.Key)
-	}
-	groups := d.Groups(lks, len(ls), false)
-	if len(groups) == 1 {
-		d.refreshGroup(ctx, ls, groups[0], ttl, errs)
-		return ttl, errs
-	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, maxBatchGroups)
-	for _, g := range groups {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			d.refreshGroup(ctx, ls, g, ttl, errs)
-		}()
-	}
-	wg.Wait()
-	return ttl, errs
-}
-
-// refreshGroup refreshes ls[idx...] in one transaction, setting errs.
-func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx []int, ttl time.Duration, errs []error) {
-	// Shares, permits and holds are refreshed one at a time (their
-	// transactions watch the readers, the permits or the holds, not only
-	// the lock key).
-	excl := idx[:0:0]
-	for _, i := range idx {
-		if ls[i].Mode != driver.Exclusive || ls[i].Reentrant {
-			_, errs[i] = d.Refresh(ctx, ls[i], ttl)
-		} else {
-			excl = append(excl, i)
-		}
-	}
-	idx = excl
-	if len(idx) == 0 {
-		return
-	}
-	if len(idx) == 1 {
-		_, errs[idx[0]] = d.Refresh(ctx, ls[idx[0]], ttl)
-		return
-	}
-	keys := make([]string, len(idx))
-	for j, i := range idx {
-		keys[j] = d.LockKey(ls[i].Key)
-	}
-	var (
-		owned   []int           // positions in idx of the leases whose key holds their owner
-		applied []*redis.IntCmd // for each of owned, its PEXPIRE, nil where the key lasts ttl already
-	)
-	err := d.onConn(ctx, keys[0], func(tx *redis.Tx) error {
-		owned, applied = owned[:0], applied[:0]
-		var (
-			mget *redis.SliceCmd
-			pttl = make([]*redis.DurationCmd, len(keys))
-		)
-		err := watchAndRead(ctx, tx, keys, func(p redis.Pipeliner) {
-			mget = p.MGet(ctx, keys...)
-			for j, k := range keys {
-				pttl[j] = p.PTTL(ctx, k)
-			}
-		})
-		if err != nil {
-			return err
-		}
-		short := 0 // owned keys that end sooner than ttl
-		for j, v := range mget.Val() {
-			if s, ok := v.(string); ok && s == ls[idx[j]].Owner {
-				owned = append(owned, j)
-				if pttl[j].Val() < ttl {
-					short++
-				}
-			}
-		}
-		applied = make([]*redis.IntCmd, len(owned))
-		if short == 0 {
-			unwatch(ctx, tx)
-			return nil
-		}
-		d.hook("refresh", keys[0])
-		return exec(ctx, tx, func(p redis.Pipeliner) {
-			for n, j := range owned {
-				if pttl[j].Val() < ttl {
-					applied[n] = pexpire(ctx, p, keys[j], ttl)
-				}
-			}
-		})
-	})
-	switch {
-	case errors.Is(err, errAborted):
-		d.stats.refreshAborts.Add(1)
-		d.stats.batchFallbacks.Add(1)
-		isOwned := make(map[int]bool, len(owned))
-		for _, j := range owned {
-			isOwned[j] = true
-		}
-		for j, i := range idx {
-			if isOwned[j] {
-				_, errs[i] = d.Refresh(ctx, ls[i], ttl)
-			} else {
-				errs[i] = driver.ErrNotHeld
-			}
-		}
-	case err != nil:
-		for _, i := range idx {
-			errs[i] = redisx.WithCtx(ctx, err)
-		}
-	default:
-		for _, i := range idx {
-			errs[i] = driver.ErrNotHeld
-		}
-		for n, j := range owned {
-			if applied[n] == nil || applied[n].Val() == 1 {
-				errs[idx[j]] = nil
-			}
-		}
-	}
 }
 
 // Resumable implements driver.Resumer.
