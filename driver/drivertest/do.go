@@ -22,13 +22,10 @@ func testDoCancelsOnLoss(t *testing.T, h Harness) {
 		if err := h.DeleteKey(ctx(t, 10*time.Second), k); err != nil {
 			t.Fatalf("DeleteKey: %v", err)
 		}
-		select {
-		case <-c.Done():
-			if !errors.Is(context.Cause(c), lock.ErrLost) {
-				t.Errorf("fn's context cause = %v, want ErrLost", context.Cause(c))
-			}
-		case <-time.After(ttl + 2*time.Second):
+		if !closedBy(t, c.Done(), ttl+2*time.Second) {
 			t.Errorf("fn's context not cancelled after the lease was lost")
+		} else if !errors.Is(context.Cause(c), lock.ErrLost) {
+			t.Errorf("fn's context cause = %v, want ErrLost", context.Cause(c))
 		}
 		return nil
 	})

@@ -131,7 +131,7 @@ func reentryShortHoldOnce(t *testing.T, h Harness) (time.Duration, bool) {
 	if err != nil {
 		t.Fatalf("re-entry: %v", err)
 	}
-	if !closedWithin(l2.Done(), h.Caps().validityBound(short)+time.Second) {
+	if !closedBy(t, l2.Done(), h.Caps().validityBound(short)+time.Second) {
 		t.Fatalf("the short hold outlived its TTL")
 	}
 	// Past the short hold's TTL on the backend too.
@@ -179,7 +179,7 @@ func testReentryLostTogether(t *testing.T, h Harness) {
 		t.Fatal(err)
 	}
 	for i, l := range []*lock.Lease{l1, l2} {
-		if !closedWithin(l.Done(), h.Caps().validityBound(ttl)+time.Second) {
+		if !closedBy(t, l.Done(), h.Caps().validityBound(ttl)+time.Second) {
 			t.Fatalf("hold %d: Done still open after its grant was deleted", i+1)
 		}
 		if !errors.Is(l.Err(), lock.ErrLost) {

@@ -216,7 +216,7 @@ func testResumeLossKeepsResumed(t *testing.T, h Harness) {
 	gs := grantEachKind(t, h, a, c, lock.WithTTL(short), lock.WithAutoRenew(false))
 	resumed := resumeEach(t, b, gs, lock.WithTTL(long))
 	for _, g := range gs {
-		if !closedWithin(g.lease.Done(), short+2*time.Second) {
+		if !closedBy(t, g.lease.Done(), short+2*time.Second) {
 			t.Fatalf("the first %s lease is still held past its TTL without renewal", g.what)
 		}
 		if !errors.Is(g.lease.Err(), lock.ErrLost) {

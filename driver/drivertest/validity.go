@@ -177,12 +177,13 @@ func checkValidityKept(t *testing.T, c Caps, other lock.Locker, k string, lease 
 	t.Helper()
 	v, dl := lease.Validity(), lease.Deadline()
 	probeUntil(t, other, k, dl)
-	select {
-	case <-lease.Done():
-	case <-time.After(time.Until(dl) + validityLate):
+	due := newCanary(dl)
+	at, ok := awaitBy(lease.Done(), due, validityLate)
+	if !ok {
 		t.Fatalf("Done still open %v after the Deadline, with renewal off", validityLate)
 	}
-	ended := time.Since(sent.from)
+	checkBy(t, due, at, validityLate, "Done closed %v after the Deadline", at.Sub(dl))
+	ended := at.Sub(sent.from)
 	if room := v - validityDrift(v) - validityEarly; ended < room {
 		t.Errorf("Done closed %v after the call began (%v before its Deadline), Validity %v; want no earlier than %v: the lease claimed more than its backend could keep (%v)",
 			ended, time.Until(dl), v, room, lease.Err())
@@ -195,12 +196,12 @@ func checkValidityKept(t *testing.T, c Caps, other lock.Locker, k string, lease 
 		keep = max(v, c.SessionTimeout) // a crashed holder's session lives that long
 	}
 	freeBy := sent.from.Add(keep + validityFree)
+	free := newCanary(sent.from.Add(keep))
 	l, err := other.Lock(ctx(t, time.Until(freeBy)+5*time.Second), k)
 	if err != nil {
 		t.Fatalf("key not free after the lease ended: %v", err)
 	}
 	defer l.Unlock(ctx(t, 10*time.Second))
-	if time.Now().After(freeBy) {
-		t.Errorf("key free %v after the call began; want within %v (Validity %v, TTL %v) plus %v", time.Since(sent.from), keep, v, lease.TTL(), validityFree)
-	}
+	checkBy(t, free, time.Now(), validityFree, "key free %v after the call began; want within %v (Validity %v, TTL %v) plus %v",
+		time.Since(sent.from), keep, v, lease.TTL(), validityFree)
 }
