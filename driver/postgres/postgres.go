@@ -232,7 +232,7 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	missing := errors.As(err, &pe) && schemaMissing(pe.Code)
 	switch {
 	case err != nil && !missing:
-		return false, fmt.Errorf("postgres: reading the version of schema %s: %w", d.schema, err)
+		return false, fmt.Errorf("postgres: reading the version of schema %s: %w%s", d.schema, err, usageHint(err, d.schema))
 	case !install:
 		return false, nil
 	case !d.create:
@@ -250,10 +250,24 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	return true, nil
 }
 
-// createHint says what to do when the role may not create the schema.
-func createHint(err error, schema string) string {
+// refused reports whether err is the server's insufficient_privilege.
+func refused(err error) bool {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "42501" { // insufficient_privilege
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// usageHint says what a role that may not use the schema needs.
+func usageHint(err error, schema string) string {
+	if !refused(err) {
+		return ""
+	}
+	return fmt.Sprintf(" (the role needs USAGE on schema %s, SELECT, INSERT, UPDATE and DELETE on its tables, and EXECUTE on its functions)", schema)
+}
+
+// createHint says what to do when the role may not create or update
+// the schema.
+func createHint(err error, schema string) string {
+	if !refused(err) {
 		return ""
 	}
 	return fmt.Sprintf(" (the role needs the CREATE right on the database, and to own the schema's objects to update them; or run the output of postgres.SchemaSQL(%q) as a role that may, and set Options.NoCreate, create_schema=false)", schema)

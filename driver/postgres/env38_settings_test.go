@@ -1,0 +1,150 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// TestEnv38Timeouts: a database's statement_timeout, lock_timeout or
+// idle_in_transaction_session_timeout does not fail the steps that wait
+// for a busy key's row (here behind a user's transaction that checked
+// the lease for 400 ms): the call's context bounds them. A step waiting
+// 50 ms failed with 57014 (statement_timeout) or 55P03 (lock_timeout).
+func TestEnv38Timeouts(t *testing.T) {
+	for _, tc := range []struct{ name, db, setting string }{
+		{"StatementTimeout", "env38_stmt_timeout", "statement_timeout=50ms"},
+		{"LockTimeout", "env38_lock_timeout", "lock_timeout=20ms"},
+		{"IdleInTransaction", "env38_idle_timeout", "idle_in_transaction_session_timeout=100ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := envDB(t, tc.db, tc.setting)
+			raw := rawPool(t, url)
+			ctx := tctx(t, 60*time.Second)
+			a := newTestLocker(t, url, nil, &netCut{})
+			b := newTestLocker(t, url, nil, &netCut{})
+			key := auditKey("env38-timeout")
+			held, err := a.Lock(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tx, err := raw.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+				t.Fatal(err)
+			}
+			var ok bool
+			if err := tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", key, int64(held.Token())).Scan(&ok); err != nil || !ok {
+				t.Fatalf("holds_grant: %v, %v", ok, err)
+			}
+			try := make(chan error, 1)
+			go func() {
+				_, err := b.TryLock(ctx, key)
+				try <- err
+			}()
+			unlock := make(chan error, 1)
+			go func() { unlock <- held.Unlock(ctx) }()
+			waitFor(t, "both steps waiting for the key's row", 10*time.Second, func() bool { return lockWaits(t, raw, tc.db) == 2 })
+			time.Sleep(400 * time.Millisecond)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-unlock; err != nil {
+				t.Errorf("Unlock that waited for the key's row: %v", err)
+			}
+			if err := <-try; err != nil && !errors.Is(err, lock.ErrHeld) {
+				t.Errorf("TryLock that waited for the key's row: %v; want a grant or ErrHeld", err)
+			}
+			contend(t, url, Options{})
+		})
+	}
+}
+
+// TestEnv38RoleRights: a role that may not create the schema is told
+// what to run; a role without rights on a schema another role owns is
+// told what it needs, and gets nothing; with the rights granted it
+// works; a schema of an older version owned by another role is not
+// used (nor half updated), and the error says what to run.
+func TestEnv38RoleRights(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	ctx := tctx(t, 60*time.Second)
+	url := envDB(t, "env38_rights")
+	raw := rawPool(t, url)
+	roles := []string{"env38_owner", "env38_app"}
+	drop := func() {
+		for _, r := range roles {
+			pg.Exec("DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '" + r + "') THEN EXECUTE 'DROP OWNED BY " + r + " CASCADE'; EXECUTE 'DROP ROLE " + r + "'; END IF; END $$")
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	drop2 := func() { raw.Exec(context.Background(), "DROP SCHEMA IF EXISTS env38_owned CASCADE; DROP SCHEMA IF EXISTS env38_mine CASCADE") }
+	t.Cleanup(drop2)
+	execAll(t, raw,
+		"CREATE ROLE env38_owner LOGIN PASSWORD '"+rolePassword+"'",
+		"CREATE ROLE env38_app LOGIN PASSWORD '"+rolePassword+"'",
+		"GRANT CREATE ON DATABASE env38_rights TO env38_owner",
+	)
+	appURL := asRole(t, url, "env38_app")
+	key := auditKey("env38-rights")
+
+	t.Run("NoCreateRight", func(t *testing.T) {
+		l := newLockerWith(t, appURL, &Options{Schema: "env38_mine"}, &netCut{})
+		_, err := l.TryLock(ctx, key)
+		if err == nil || !strings.Contains(err.Error(), "CREATE right") || !strings.Contains(err.Error(), `SchemaSQL("env38_mine")`) {
+			t.Fatalf("TryLock of a role that may not create the schema: %v; want the error to say what to run", err)
+		}
+		t.Log(err)
+	})
+
+	script, err := SchemaSQL("env38_owned")
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := rawPool(t, asRole(t, url, "env38_owner"))
+	if _, err := owner.Exec(ctx, script); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("NoRights", func(t *testing.T) {
+		l := newLockerWith(t, appURL, &Options{Schema: "env38_owned"}, &netCut{})
+		_, err := l.TryLock(ctx, key)
+		if err == nil || !strings.Contains(err.Error(), "USAGE") {
+			t.Fatalf("TryLock of a role without rights on the schema: %v; want the error to say what it needs", err)
+		}
+		t.Log(err)
+	})
+	t.Run("Granted", func(t *testing.T) {
+		execAll(t, owner,
+			"GRANT USAGE ON SCHEMA env38_owned TO env38_app",
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA env38_owned TO env38_app",
+		)
+		contend(t, appURL, Options{Schema: "env38_owned"})
+	})
+	t.Run("OlderVersion", func(t *testing.T) {
+		old := strings.Replace(script, "AS $$ SELECT 2 $$", "AS $$ SELECT 1 $$", 1)
+		if old == script {
+			t.Fatal("the script's version() was not found")
+		}
+		if _, err := owner.Exec(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		l := newLockerWith(t, appURL, &Options{Schema: "env38_owned"}, &netCut{})
+		_, err := l.TryLock(ctx, key)
+		if err == nil || !strings.Contains(err.Error(), "SchemaSQL") {
+			t.Fatalf("TryLock on an older schema another role owns: %v; want the error to say what to run", err)
+		}
+		t.Log(err)
+		var v int
+		if err := raw.QueryRow(ctx, "SELECT env38_owned.version()").Scan(&v); err != nil || v != 1 {
+			t.Fatalf("version() %d, %v after the refused update; want 1", v, err)
+		}
+	})
+}
