@@ -11,13 +11,20 @@
 //	leakcheck.Verify(t, base)
 //
 // A goroutine leaks if it is alive at Check, was not alive at the
-// Snapshot, is not the caller, and is not one of these, which outlive any
-// test by design: the testing package's own (a test or subtest blocked on
-// a channel), os/signal's and the runtime's signal goroutines, and the
-// test harness's (any goroutine with a frame in, or created by, package
-// internal/testserver: its servers and their hooks). Ignore adds others.
-// Goroutines take a moment to exit after Close returns, so Check retries
-// for up to two seconds before it reports.
+// Snapshot, is not the caller, was not started by a goroutine alive at
+// the Snapshot other than the caller, and is not one of these, which
+// outlive any test by design: the testing package's own (a test or
+// subtest blocked on a channel), os/signal's and the runtime's signal
+// goroutines, and the test harness's (any goroutine with a frame in, or
+// created by, package internal/testserver: its servers and their hooks).
+// Ignore adds others. A goroutine started by one alive at the Snapshot
+// belongs to what was there before the code under test: a harness's
+// client that reconnects meanwhile (go-zookeeper starts a reader and a
+// writer for each connection, from its loop) starts new goroutines that
+// live as long as it does. Goroutines take a moment to exit after Close
+// returns, so Check retries for up to two seconds before it reports, not
+// counting the time a starved machine held it back (a sleep that came
+// back late extends the wait by its lateness), for up to 30 s in all.
 package leakcheck
 
 import (
@@ -60,6 +67,9 @@ func Ignore(fn string) Option {
 // as long as the servers they watch, not as the code under test.
 const harness = "github.com/dlock-go/dlock/internal/testserver."
 
+// maxWait bounds Check's wait, however starved the machine.
+const maxWait = 30 * time.Second
+
 // Check returns an error listing the goroutines that leaked since base, or
 // nil. It retries for up to two seconds while any is left.
 func Check(base Snapshot, opts ...Option) error {
@@ -68,12 +78,13 @@ func Check(base Snapshot, opts ...Option) error {
 		o(&c)
 	}
 	self := currentID()
-	deadline := time.Now().Add(2 * time.Second)
+	start := time.Now()
+	deadline := start.Add(2 * time.Second)
 	wait := time.Millisecond
 	for {
 		var leaked []goroutine
 		for _, g := range stacks() {
-			if g.id == self || base[g.id] || c.ignored(g) {
+			if g.id == self || base[g.id] || startedByBase(g, base, self) || c.ignored(g) {
 				continue
 			}
 			leaked = append(leaked, g)
@@ -90,7 +101,11 @@ func Check(base Snapshot, opts ...Option) error {
 			}
 			return fmt.Errorf("%s", b.String())
 		}
+		slept := time.Now()
 		time.Sleep(wait)
+		if late := time.Since(slept) - wait; late > 0 && deadline.Before(start.Add(maxWait)) {
+			deadline = deadline.Add(late)
+		}
 		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
@@ -103,12 +118,20 @@ func Verify(t testing.TB, base Snapshot, opts ...Option) {
 	}
 }
 
+// startedByBase reports whether g was started by a goroutine of base
+// other than self. A time.AfterFunc's goroutine is not: its parent is
+// whichever goroutine was running when the timer fired.
+func startedByBase(g goroutine, base Snapshot, self uint64) bool {
+	return base[g.createdIn] && g.createdIn != self && g.creator != "time.goFunc"
+}
+
 type goroutine struct {
-	id      uint64
-	state   string   // "chan receive", "select, 2 minutes", ...
-	funcs   []string // each frame's function, innermost first
-	creator string   // the function of the "created by" line
-	text    string
+	id        uint64
+	state     string   // "chan receive", "select, 2 minutes", ...
+	funcs     []string // each frame's function, innermost first
+	creator   string   // the function of the "created by" line
+	createdIn uint64   // the id of the goroutine that started it; 0 if not shown
+	text      string
 }
 
 func (c *config) ignored(g goroutine) bool {
@@ -184,6 +207,7 @@ func parse(block string) (goroutine, bool) {
 		}
 		if c, ok := strings.CutPrefix(l, "created by "); ok {
 			if i := strings.Index(c, " in goroutine "); i >= 0 {
+				g.createdIn, _ = strconv.ParseUint(c[i+len(" in goroutine "):], 10, 64)
 				c = c[:i]
 			}
 			g.creator = c
