@@ -156,7 +156,10 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 				return d.refusal(l, giveUp(err), err)
 			}
 			if isLeaseNotFound(err) && try <= maxTries {
-				lease = 0 // revoked before the write took it: a new one
+				// this lease, or the counter's, was revoked before the
+				// write took it: new ones
+				revoke(ctx, c, lease)
+				lease = 0
 				continue
 			}
 			return err
@@ -466,10 +469,13 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 			clientv3.Compare(clientv3.CreateRevision(key), "=", ws.create),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", ws.lease))
 		switch {
-		case err != nil && isLeaseNotFound(err) && lease == fresh:
-			fresh = 0 // revoked before the write took it: a new one
 		case err != nil && isLeaseNotFound(err):
-			return errPlaceLost // the waiting lease went, and the entry with it
+			// this lease, the counter's, or the waiting one (and the
+			// entry with it) went: read again, with a new fresh one
+			if lease == fresh {
+				revoke(ctx, c, fresh)
+				fresh = 0
+			}
 		case err != nil:
 			fresh = 0 // the write may have landed: Leave revokes it
 			return err

@@ -154,7 +154,10 @@ func keepAliveOnce(ctx context.Context, c *conn, ids []int64) (map[int64]int64, 
 }
 
 // grantWrite writes l's entry, granted with the next token, and the
-// counter, in one KV/Txn, if cmps and the counter's revision hold. A try
+// counter (on the counter lease), in one KV/Txn, if cmps and the
+// counter's revision hold; a write refused for a lease that is gone
+// (this one or the counter's, see counter.go) is the caller's to make
+// again on a new lease. A try
 // that timed out or found its member unavailable is sent again (to the
 // next member): if the first landed, the second finds the counter moved
 // and reads the entry, which is then l's, on lease, with this value.
@@ -163,12 +166,19 @@ func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state
 	token = nextToken(st.counter, now)
 	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holds}
 	key, value := n.queue+entryName(l), v.String()
+	cl, err := d.counterLease(ctx, c)
+	if err != nil {
+		return false, 0, 0, err
+	}
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(n.counter), "=", st.counterMod))
 	for try := 1; ; try++ {
 		resp, err := c.Txn(ctx).If(cmps...).Then(
 			clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(lease))),
-			clientv3.OpPut(n.counter, uitoa(token)),
+			clientv3.OpPut(n.counter, uitoa(token), clientv3.WithLease(clientv3.LeaseID(cl))),
 		).Else(clientv3.OpGet(key)).Commit()
+		if isLeaseNotFound(err) {
+			d.dropCounterLease(cl) // it, or lease, is gone: the caller tries again
+		}
 		switch {
 		case err != nil && (ctx.Err() != nil || try == tries || !again(err)):
 			return false, 0, 0, err

@@ -63,6 +63,10 @@ type etcdDriver struct {
 	conn  *conn
 	w     *watcher
 
+	clmu   sync.Mutex // held while the counter lease is made
+	cl     int64      // the lease counters are attached to (counter.go); 0 before the first grant
+	clMade time.Time
+
 	mu      sync.Mutex
 	waits   map[string]*waitState // queued waits, by owner
 	pending map[string][]int64    // leases made for an attempt still under way, by owner
