@@ -52,6 +52,9 @@ type Server struct {
 	Addrs                        []string
 	Pause, Resume, Kill, Restart func() error
 	Residue                      func(ctx context.Context) ([]string, error)
+	// Footprint counts what the backend keeps that no expiry will remove
+	// (see RedisFootprint and the others).
+	Footprint func(ctx context.Context) (int, error)
 	// Nodes are the servers of a group (a ZooKeeper ensemble, a Redis
 	// Cluster), for per-node hooks; one for a single server.
 	Nodes []*testserver.Server
@@ -79,6 +82,7 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 			c.RequireFaults(t)
 			return &Server{
 				Addrs: c.Addrs(), Pause: c.Pause, Resume: c.Resume, Kill: c.Kill, Restart: c.Restart, Nodes: c.Nodes,
+				Footprint: func(ctx context.Context) (int, error) { return RedisFootprint(ctx, c.Addrs()) },
 				Residue: func(ctx context.Context) ([]string, error) {
 					var out []string
 					for _, a := range c.Addrs() {
@@ -96,15 +100,17 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 		r.RequireFaults(t)
 		return &Server{
 			Addrs: []string{r.Addr()}, Pause: r.Pause, Resume: r.Resume, Kill: r.Kill, Restart: r.Restart,
-			Nodes:   []*testserver.Server{r.Server},
-			Residue: func(ctx context.Context) ([]string, error) { return RedisResidue(ctx, r.Addr()) },
+			Nodes:     []*testserver.Server{r.Server},
+			Residue:   func(ctx context.Context) ([]string, error) { return RedisResidue(ctx, r.Addr()) },
+			Footprint: func(ctx context.Context) (int, error) { return RedisFootprint(ctx, []string{r.Addr()}) },
 		}
 	case MemcachedBackend:
 		m := testserver.StartMemcached(t, &testserver.MemcachedOptions{MemoryMB: o.MemoryMB, NoEvict: o.NoEvict})
 		m.RequireFaults(t)
 		return &Server{
 			Addrs: m.Addrs(), Pause: m.Pause, Resume: m.Resume, Kill: m.Kill, Restart: m.Restart, Nodes: m.Nodes,
-			Residue: func(ctx context.Context) ([]string, error) { return MemcachedResidue(ctx, m.Addrs()) },
+			Residue:   func(ctx context.Context) ([]string, error) { return MemcachedResidue(ctx, m.Addrs()) },
+			Footprint: func(ctx context.Context) (int, error) { return MemcachedFootprint(ctx, m.Addrs()) },
 		}
 	case ZooKeeperBackend:
 		zo := &testserver.ZooKeeperOptions{TickTime: ZKTick}
@@ -117,7 +123,8 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 		z.RequireFaults(t)
 		return &Server{
 			Addrs: z.Addrs(), Pause: z.Pause, Resume: z.Resume, Kill: z.Kill, Restart: z.Restart, ZK: z, Nodes: z.Nodes,
-			Residue: func(ctx context.Context) ([]string, error) { return ZooKeeperResidue(ctx, z.Addrs()) },
+			Residue:   func(ctx context.Context) ([]string, error) { return ZooKeeperResidue(ctx, z.Addrs()) },
+			Footprint: func(ctx context.Context) (int, error) { return ZooKeeperFootprint(ctx, z.Addrs()) },
 		}
 	case PostgresBackend:
 		p := testserver.StartPostgres(t, nil)
@@ -127,7 +134,8 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 		}
 		return &Server{
 			Addrs: p.Addrs(), Pause: p.Pause, Resume: p.Resume, Kill: p.Kill, Restart: p.Restart, Nodes: p.Nodes, PG: p,
-			Residue: func(ctx context.Context) ([]string, error) { return PostgresResidue(ctx, p.URL()) },
+			Residue:   func(ctx context.Context) ([]string, error) { return PostgresResidue(ctx, p.URL()) },
+			Footprint: func(ctx context.Context) (int, error) { return PostgresFootprint(ctx, p.URL()) },
 		}
 	case EtcdBackend:
 		var e *testserver.Etcd
@@ -139,7 +147,8 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 		e.RequireFaults(t)
 		return &Server{
 			Addrs: e.Addrs(), Pause: e.Pause, Resume: e.Resume, Kill: e.Kill, Restart: e.Restart, Nodes: e.Nodes, Etcd: e,
-			Residue: func(ctx context.Context) ([]string, error) { return EtcdResidue(ctx, e.Addrs()) },
+			Residue:   func(ctx context.Context) ([]string, error) { return EtcdResidue(ctx, e.Addrs()) },
+			Footprint: func(ctx context.Context) (int, error) { return EtcdFootprint(ctx, e.Addrs()) },
 		}
 	}
 	t.Fatalf("chaos: unknown backend %q", b)

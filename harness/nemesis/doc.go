@@ -138,17 +138,25 @@
 //   - do-panic, unexpected-error: a Do that returned when its fn
 //     panicked; a call with valid inputs refused with ErrInvalid;
 //   - liveness: while no server fault is under way (nor was for the
-//     target's Recovery), a free key not granted within LivenessBound;
-//     once the faults are healed the load goes on until a probe was
-//     judged, so that every run judges one.
+//     target's Recovery), a free key not granted within LivenessBound
+//     (liveness/probe); once the faults are healed the load goes on until
+//     a probe was judged, so that every run judges one. Across a fault
+//     that must spare healthy clients (PgBouncer restarted, one etcd
+//     member frozen, cut off or slowed: targets_env.go), a witness's
+//     waiter, queued before it, failed or not granted once the holder
+//     released (liveness/witness), and the witness's holder's lease lost
+//     (held-lost; witness.go).
 //
 // Timing judgements about a child process that was frozen are excused
 // (WakeBound). After the run, with the faults healed: every lease ended
 // (not-ended), every hot key granted again with its write accepted
 // (no-regrant), nothing left on the backend but expiring tombstones and
-// fencing counters (residue: chaos's residue finders; on the memory
-// Store, the hot keys' and every probe key's entries), and no goroutine
-// leaked (goroutine-leak, the test). violationKinds lists every kind.
+// fencing counters (residue/end: chaos's residue finders; on the memory
+// Store, the hot keys' and every probe key's entries), keys used once
+// leaving no more than a constant on the backend (residue/once: once.go),
+// and no goroutine leaked (goroutine-leak, the test). violationKinds
+// lists every kind, and detectors every detector (a kind that several
+// report is KIND/CHECK: kinds.go).
 //
 // A run also fails (Summary.Unexercised) unless it exercised what its
 // target declares: Shared (its Lockers must be lock.RWLockers, and shared
@@ -165,16 +173,18 @@
 //	NEMESIS_DRIVERS=ctl-setnx-ex-del make nemesis          # a broken algorithm
 //
 // go test runs a 10 s pass per driver (TestNemesis) and TestTeeth, which
-// must catch broken algorithms: for every kind of violationKinds, a
-// broken variant on the memory driver that commits it (a wrapping Locker,
+// must catch broken algorithms: for every detector, a broken variant on
+// the memory driver that only it catches (a wrapping Locker,
 // a driver over a memory Locker such as ctl-memory-overbook, which grants
 // a permit of a full semaphore, a broken view of the leases, or a broken
 // lock.Do), run for a second or two, several at once, each failing the
 // test when its detector stays silent, with a line
 //
-//	teeth: KIND caught by VARIANT
+//	teeth: DETECTOR caught by VARIANT
 //
-// per kind; and two of chaos's broken algorithms (make nemesis: all of
+// per detector (a detector none of whose variants a -run selected is
+// said not shown; one whose variants ran and that reported nothing fails
+// the test); and two of chaos's broken algorithms (make nemesis: all of
 // them), which must show overlaps. Each run ends with a line
 //
 //	nemesis: DRIVER seed S: N ops, F faults, V violations

@@ -146,12 +146,20 @@ func (n *nemesis) kinds() []fault {
 	if r.srv == nil {
 		add("state-loss", 1, n.memoryStateLoss)
 		add("counter-loss", 1, n.memoryCounterLoss)
+		add("witness", 1, n.quietWitness)
 		return ks
 	}
 	add("lost-reply", 4, n.dropReplies)
 	add("partition", 3, n.partition)
 	n.delayKinds(add)
+	if r.tg.members {
+		n.memberFaults(add)
+		return append(ks, n.childKinds()...)
+	}
 	add("server-pause", 3, n.serverPause)
+	if r.bouncer != nil {
+		add("bouncer-restart", 3, n.bouncerRestart)
+	}
 	switch {
 	case r.srv.ZK != nil && len(r.srv.Nodes) > 1: // an ensemble
 		add("leader-loss", 3, n.leaderLoss)
@@ -176,11 +184,15 @@ func (n *nemesis) kinds() []fault {
 			add("server-restart-volatile", 1, n.serverRestart(true))
 		}
 	}
-	if len(r.children) > 0 {
-		add("child-freeze", 2, n.childFreeze)
-		add("child-kill", 1, n.childKill)
+	return append(ks, n.childKinds()...)
+}
+
+// childKinds are the faults of the child processes, if any.
+func (n *nemesis) childKinds() []fault {
+	if len(n.r.children) == 0 {
+		return nil
 	}
-	return ks
+	return []fault{{"child-freeze", 2, n.childFreeze}, {"child-kill", 1, n.childKill}}
 }
 
 // clientSlot is a slot with proxies: one of the test process's, or a

@@ -129,7 +129,7 @@ func (l *liveLease) observe(clk *Clock, s sink) bool {
 	}
 	if !held && t > d+Stamp(DoneSlack) && !l.late {
 		l.late = true
-		s.Violate(Violation{Kind: "done-late", At: t, From: d, Key: l.key, Proc: l.proc, Lease: l.id, Op: "lease", Over: time.Duration(t - d),
+		s.Violate(Violation{Kind: "done-late", Check: "lease", At: t, From: d, Key: l.key, Proc: l.proc, Lease: l.id, Op: "lease", Over: time.Duration(t - d),
 			Text: fmt.Sprintf("key %q: lease %s (token %d) of %s: Done still open %v after its deadline %v",
 				l.key, l.id, l.token, l.inst.name, time.Duration(t-d).Round(time.Millisecond), d)})
 	}
@@ -284,7 +284,7 @@ func (in *lockerInst) register(l *liveLease, clk *Clock, s sink) {
 	in.mu.Unlock()
 	if done && !closed(l.lease.Done()) {
 		t := clk.Now()
-		s.Violate(Violation{Kind: "closed-open", At: t, From: t, Key: l.key, Proc: l.proc, Lease: l.id,
+		s.Violate(Violation{Kind: "closed-open", Check: "after-close", At: t, From: t, Key: l.key, Proc: l.proc, Lease: l.id,
 			Text: fmt.Sprintf("key %q: lease %s came from %s after its Close returned, with Done open", l.key, l.id, in.name)})
 	}
 }
@@ -334,13 +334,13 @@ func (in *lockerInst) closeAndCheck(clk *Clock, s sink, proc string, bound time.
 	s.Ops(1)
 	s.Event(Event{At: end, Kind: "close", Text: fmt.Sprintf("%s closed in %v: %v", in.name, time.Duration(end-start).Round(time.Millisecond), errText(err))})
 	if end-start > Stamp(bound+CallSlack) {
-		s.Violate(Violation{Kind: "late-return", At: end, From: start, Proc: proc, Op: "Close", Over: time.Duration(end-start) - bound,
+		s.Violate(Violation{Kind: "late-return", Check: "close", At: end, From: start, Proc: proc, Op: "Close", Over: time.Duration(end-start) - bound,
 			Text: fmt.Sprintf("Close of %s took %v, over its bound %v (ReleaseTimeout) and %v of slack", in.name, time.Duration(end-start).Round(time.Millisecond), bound, CallSlack)})
 	}
 	for _, l := range leases {
 		if !closed(l.lease.Done()) {
 
-			s.Violate(Violation{Kind: "closed-open", At: end, From: start, Key: l.key, Proc: proc, Lease: l.id,
+			s.Violate(Violation{Kind: "closed-open", Check: "close", At: end, From: start, Key: l.key, Proc: proc, Lease: l.id,
 				Text: fmt.Sprintf("key %q: lease %s (token %d) of %s: Done still open after Close returned (Err %v)", l.key, l.id, l.token, in.name, l.lease.Err())})
 		}
 	}

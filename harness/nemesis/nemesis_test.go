@@ -197,7 +197,7 @@ func TestTeeth(t *testing.T) {
 	if fullMode() {
 		d = 15 * time.Second
 	}
-	caught := &caughtSet{by: map[string][]string{}}
+	caught := newCaughtSet()
 	for _, v := range variants {
 		if v.leaks { // alone: the leak check would see the others' goroutines
 			t.Run(v.name, func(t *testing.T) { runVariant(t, v, s, caught) })
@@ -225,7 +225,7 @@ func runControl(t *testing.T, name string, s uint64, d time.Duration, caught *ca
 		t.Errorf("control %s: the nemesis found no violation in %v: the checker has no teeth (replay: %s)", name, d, cfg.Replay)
 	}
 	for _, v := range sum.Violations {
-		caught.add(v.Kind, name)
+		caught.add(v.Detector(), name)
 	}
 	if kind := mustFind[name]; kind != "" && !slices.ContainsFunc(sum.Violations, func(v Violation) bool { return v.Kind == kind }) {
 		t.Errorf("control %s: no %s found in %v (replay: %s)", name, kind, d, cfg.Replay)

@@ -122,6 +122,18 @@ type Violation struct {
 	// much it (or Done) was late.
 	Op   string
 	Over time.Duration
+	// Check names the detector that judged it, for a kind that more than
+	// one detector reports (kindChecks); "" for the others.
+	Check string
+}
+
+// Detector is the detector that reported v: its kind, and its check where
+// the kind has several (see kindChecks).
+func (v Violation) Detector() string {
+	if v.Check == "" {
+		return v.Kind
+	}
+	return v.Kind + "/" + v.Check
 }
 
 // Fault is one injected fault.
@@ -610,7 +622,7 @@ func (r *Recorder) Write(key, id string, granted Stamp, token uint64) bool {
 	case !ok && stale:
 		r.stats.StaleRejected++
 	case !ok:
-		msg = r.violateLocked(Violation{Kind: "token-order", At: now, From: granted, Key: key, Lease: id,
+		msg = r.violateLocked(Violation{Kind: "token-order", Check: "write", At: now, From: granted, Key: key, Lease: id,
 			Text: fmt.Sprintf("key %q: write of lease %s (token %d, granted %v), the latest grant to write, refused: a token of an earlier grant is higher (%d)",
 				key, id, token, granted, r.high[key])})
 	}
@@ -726,7 +738,7 @@ func (r *Recorder) tokensLocked(key string, horizon Stamp) []string {
 		if have && l.Token <= bound && !ts.reported[l.ID] {
 			ts.reported[l.ID] = true
 			other := r.leases[boundID]
-			msgs = append(msgs, r.violateLocked(Violation{Kind: "token-order", At: l.Granted, From: l.Granted, Key: key, Lease: l.ID,
+			msgs = append(msgs, r.violateLocked(Violation{Kind: "token-order", Check: "grants", At: l.Granted, From: l.Granted, Key: key, Lease: l.ID,
 				Text: fmt.Sprintf("key %q: token %d of lease %s (granted %v) is not above token %d of lease %s granted before it\n  %v\n  %v",
 					key, l.Token, l.ID, l.Granted, bound, boundID, other, l)}))
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver/memory"
 	"github.com/dlock-go/dlock/harness/chaos"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -75,6 +76,13 @@ type Summary struct {
 	Planned    time.Duration
 	FaultKinds []string
 	Injected   map[string]int
+	// Env says what the run's environment was, and when it changed: the
+	// database's default isolation level, PgBouncer's restarts, the etcd
+	// member frozen, cut off or slowed (see Target.isolation).
+	Env []string
+	// Once is what the keys used once left on the backend (see
+	// onceResidue), or "" where it was not measured.
+	Once string
 }
 
 // Line is the summary line of a run.
@@ -100,6 +108,12 @@ func (s Summary) Details() string {
 	if len(s.Injected) > 0 {
 		fmt.Fprintf(&b, "\n  injected by kind: %s", tally(s.Injected, " "))
 	}
+	for _, e := range s.Env {
+		fmt.Fprintf(&b, "\n  environment: %s", e)
+	}
+	if s.Once != "" {
+		fmt.Fprintf(&b, "\n  keys used once: %s", s.Once)
+	}
 	if len(s.Adversary) > 0 {
 		fmt.Fprintf(&b, "\n  adversary (pub/sub rights only; etcd: read only): %s", tally(s.Adversary, " "))
 	}
@@ -114,7 +128,7 @@ func (s Summary) Details() string {
 		}
 		lates := map[string]*late{}
 		for _, v := range s.Violations {
-			by[v.Kind]++
+			by[v.Detector()]++
 			if v.Op != "" {
 				k := v.Kind + " " + v.Op
 				if lates[k] == nil {
@@ -165,6 +179,32 @@ type run struct {
 
 	problemsMu sync.Mutex
 	problems   []string
+
+	// The environment (Target.isolation, bouncer, members): PgBouncer;
+	// the proxies of the prober and the witnesses, one per server; the
+	// witnesses made; when the load began; what changed and when.
+	bouncer    *testserver.PgBouncer
+	envProxies []*chaos.Proxy
+	witnesses  atomic.Int64
+	begin      time.Time
+	notesMu    sync.Mutex
+	notes      []string
+	once       string
+}
+
+// note records a change of the run's environment for its summary.
+func (r *run) note(format string, args ...any) {
+	r.notesMu.Lock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+	r.notesMu.Unlock()
+}
+
+// sinceBegin is the time since the load began, for notes.
+func (r *run) sinceBegin() time.Duration {
+	if r.begin.IsZero() {
+		return 0
+	}
+	return time.Since(r.begin).Round(100 * time.Millisecond)
 }
 
 func (r *run) problem(format string, args ...any) {
@@ -218,6 +258,7 @@ func Run(t testing.TB, cfg Config) Summary {
 				t.Fatalf("%s: prepare the server: %v", tg.Name, err)
 			}
 		}
+		r.startEnv()
 	} else {
 		r.store = memory.NewStore()
 	}
@@ -257,7 +298,11 @@ func Run(t testing.TB, cfg Config) Summary {
 			}
 		}
 	}()
-	probeLk, err := r.open(r.serverAddrs(), 30*time.Second)
+	probeAddrs := r.serverAddrs()
+	if len(r.envProxies) > 0 {
+		probeAddrs = r.clientAddrs(r.envProxies)
+	}
+	probeLk, err := r.open(probeAddrs, 30*time.Second)
 	if err != nil {
 		t.Fatalf("%s: open the liveness prober: %v", tg.Name, err)
 	}
@@ -266,8 +311,13 @@ func Run(t testing.TB, cfg Config) Summary {
 	r.logf("%s seed %d: %d Lockers x %d goroutines here, %d child process(es) x %d goroutines, keys %v, for %v",
 		tg.Name, cfg.Seed, cfg.Lockers, cfg.Workers, cfg.Children, cfg.Workers, r.env.keys, cfg.Duration)
 	begin := time.Now()
-	bg := make(chan struct{}) // stops the sampler, checker, drop watcher and prober
+	r.begin = begin
+	bg := make(chan struct{}) // stops the sampler, checker, drop watcher, prober and isolation phases
 	var bgWG sync.WaitGroup
+	if tg.isolation {
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); r.isolationPhases(begin, cfg.Duration, bg) }()
+	}
 	bgWG.Add(6)
 	go func() { defer bgWG.Done(); r.oweLoop(bg) }()
 	go func() { defer bgWG.Done(); r.env.live.run(clk, r.rec, 5*time.Millisecond, bg) }()
@@ -317,6 +367,10 @@ func Run(t testing.TB, cfg Config) Summary {
 
 	r.regrant()
 	r.residue()
+	r.onceResidue()
+	for _, p := range r.envProxies {
+		p.Close()
+	}
 	for _, s := range r.slots {
 		for _, p := range s.proxies {
 			if errs := p.ParseErrors(); len(errs) > 0 {
@@ -344,6 +398,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		DuringUnlock: r.rec.GrantedDuringUnlock(), RWLocker: rw, SemLocker: sem, Adversary: adv.Counts(),
 		FaultsLimited: cfg.NoFaults || len(cfg.Faults) > 0,
 		Planned:       cfg.Duration, FaultKinds: n.kindNames(), Injected: n.Injected(),
+		Env: r.notes, Once: r.once,
 	}
 }
 
@@ -422,7 +477,7 @@ func (r *run) probe(stop <-chan struct{}) {
 		}
 		r.rec.Stat("probe", 1)
 		if err != nil {
-			r.rec.Violate(Violation{Kind: "liveness", At: end, From: start, Key: key, Proc: parentProc,
+			r.rec.Violate(Violation{Kind: "liveness", Check: "probe", At: end, From: start, Key: key, Proc: parentProc,
 				Text: fmt.Sprintf("free key %q not granted within %v while no server fault was under way (none for %v before): %s", key, LivenessBound, r.tg.Recovery, short(err))})
 		}
 	})
@@ -440,6 +495,7 @@ func (r *run) heal() {
 	for _, c := range r.children {
 		healProxies(c.proxies)
 	}
+	healProxies(r.envProxies)
 	r.dropMu.Lock()
 	for _, d := range r.drops {
 		d.stop()
@@ -495,7 +551,7 @@ func (r *run) residue() {
 		for _, key := range r.memoryKeys() {
 			if e := r.store.Entries(key); len(e) > 0 {
 				now := r.clk.Now()
-				r.rec.Violate(Violation{Kind: "residue", At: now, From: now, Key: key, Proc: parentProc,
+				r.rec.Violate(Violation{Kind: "residue", Check: "end", At: now, From: now, Key: key, Proc: parentProc,
 					Text: fmt.Sprintf("the memory store still holds entries of key %q: %v", key, e)})
 			}
 		}
@@ -516,7 +572,7 @@ func (r *run) residue() {
 		if time.Now().After(deadline) {
 			now := r.clk.Now()
 			for _, f := range found {
-				r.rec.Violate(Violation{Kind: "residue", At: now, From: now, Proc: parentProc,
+				r.rec.Violate(Violation{Kind: "residue", Check: "end", At: now, From: now, Proc: parentProc,
 					Text: fmt.Sprintf("left on the backend %v after every Locker closed: %s", r.tg.Bound+5*time.Second, f)})
 			}
 			return

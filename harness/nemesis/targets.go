@@ -98,6 +98,15 @@ type Target struct {
 	// prepare, if set, readies a server Run started before any Locker is
 	// opened (a broken variant's schema).
 	prepare func(srv *chaos.Server) error
+	// The environment around the server (targets_env.go): isolation runs
+	// the PostgreSQL database under each default isolation level in turn
+	// (env_pg.go); bouncer puts PgBouncer in transaction mode in front of
+	// it, restarted as a fault; members faults one etcd member at a time
+	// (faults_member.go), no other server fault.
+	isolation, bouncer, members bool
+	// skipOnce: no check of the keys used once after the run (a broken
+	// variant that does not break it; see onceResidue).
+	skipOnce bool
 }
 
 // Session is the ZooKeeper session timeout of the zookeeper target.

@@ -16,13 +16,13 @@ import (
 
 // A variant is a broken lock, on the memory driver, that commits one kind
 // of violation, and nothing else where it can: TestTeeth runs each and
-// fails if the checker does not report that kind. Between them they
-// cover violationKinds.
+// fails if the checker does not report it through the variant's
+// detector. Between them they cover detectors: a kind that several
+// detectors report has a variant that only each of them catches.
 type variant struct {
 	name, kind string
-	// op, for done-late: "lease" (judged by the holder's observations) or
-	// "grant" (judged when Lock returned the lease).
-	op string
+	// check, for a kind of kindChecks, is the detector's check.
+	check string
 	// also are the kinds the variant cannot help committing too.
 	also []string
 	// breaks says what is broken.
@@ -87,16 +87,29 @@ var variants = []variant{
 			tg.Permits = false // the forgotten permits would be over the limit too
 			return tg, nil
 		}},
-	{name: "token-back", kind: "token-order", also: []string{"no-regrant"}, breaks: "every fourth exclusive grant reports token 1",
+	// Readers do not write: only the order of grants shows it.
+	{name: "token-back", kind: "token-order", check: "grants", breaks: "every second shared grant reports token 1",
 		setup: func() (*Target, func()) {
 			var n atomic.Int64
 			return variantTarget("token-back", "", func(store *memory.Store, o lock.Options) lock.Locker {
 				return newVia(store, o, func(d *viaLocker) {
 					d.granted = func(l *driver.Lease) {
-						if l.Mode == driver.Exclusive && nth(&n, 4) {
+						if l.Mode == driver.Shared && nth(&n, 2) {
 							l.Token = 1
 						}
 					}
+				})
+			}), nil
+		}},
+	// A resumed lease is not a grant: only the resource's refusal of its
+	// write shows its token went back.
+	{name: "resume-token-down", kind: "token-order", check: "write", also: []string{"resume-mismatch"},
+		breaks: "Resume reports a token one below the detached lease's", duration: 3 * time.Second,
+		setup: func() (*Target, func()) {
+			return variantTarget("resume-token-down", "", func(store *memory.Store, o lock.Options) lock.Locker {
+				return newVia(store, o, func(d *viaLocker) {
+					d.resumable = true
+					d.resumed = func(l *driver.Lease) { l.Token-- }
 				})
 			}), nil
 		}},
@@ -134,7 +147,7 @@ var variants = []variant{
 				})
 			}), nil
 		}},
-	{name: "probe-refused", kind: "liveness", breaks: "Lock of a liveness probe's free key is turned down",
+	{name: "probe-refused", kind: "liveness", check: "probe", breaks: "Lock of a liveness probe's free key is turned down",
 		setup: simple("probe-refused", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
 			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 				if strings.HasPrefix(key, "probe/") {
@@ -143,7 +156,7 @@ var variants = []variant{
 				return inner.Lock(ctx, key, opts...)
 			}}
 		}), nil, nil)},
-	{name: "probe-left", kind: "residue", breaks: "the release of a liveness probe's grant leaves it on the Store",
+	{name: "probe-left", kind: "residue", check: "end", breaks: "the release of a liveness probe's grant leaves it on the Store",
 		setup: func() (*Target, func()) {
 			tg := variantTarget("probe-left", "", func(store *memory.Store, o lock.Options) lock.Locker {
 				return newVia(store, o, func(d *viaLocker) {
@@ -159,6 +172,50 @@ var variants = []variant{
 			tg.TTL = 10 * time.Second // the probes' TTL: their grants outlive the run
 			return tg, nil
 		}},
+	{name: "witness-wait-refused", kind: "liveness", check: "witness", faults: []string{"witness"}, duration: 3 * time.Second,
+		breaks: "a Lock of a witness's held key fails at once instead of waiting",
+		setup: simple("witness-wait-refused", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
+			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+				if !strings.HasPrefix(key, "witness/") {
+					return inner.Lock(ctx, key, opts...)
+				}
+				l, err := inner.TryLock(ctx, key, opts...)
+				if errors.Is(err, lock.ErrHeld) {
+					return nil, refused(key)
+				}
+				return l, err
+			}}
+		}), nil, nil)},
+	{name: "witness-unrenewed", kind: "held-lost", faults: []string{"witness"}, duration: 3 * time.Second,
+		breaks: "a witness's lease lasts 400ms and is not renewed",
+		setup: simple("witness-unrenewed", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
+			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+				if strings.HasPrefix(key, "witness/") {
+					opts = append(opts, lock.WithTTL(400*time.Millisecond), lock.WithAutoRenew(false))
+				}
+				return inner.Lock(ctx, key, opts...)
+			}}
+		}), nil, nil)},
+	{name: "once-left", kind: "residue", check: "once", breaks: "a key used once is released by detaching its lease, a minute long",
+		setup: func() (*Target, func()) {
+			return variantTarget("once-left", "", func(store *memory.Store, o lock.Options) lock.Locker {
+				via := newVia(store, o, func(d *viaLocker) {
+					d.release = func(l *driver.Lease, in *lock.Lease) (bool, error) {
+						if !strings.HasPrefix(l.Key, "once/") {
+							return false, nil
+						}
+						_, err := in.Detach() // the grant stays until its TTL
+						return true, driverError(err)
+					}
+				}).(rwSem)
+				return &brokenLocker{rwSem: via, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+					if strings.HasPrefix(key, "once/") {
+						opts = append(opts, lock.WithTTL(time.Minute))
+					}
+					return via.Lock(ctx, key, opts...)
+				}}
+			}), nil
+		}},
 	{name: "hot-lock-refused", kind: "no-regrant", breaks: "a blocking Lock of a hot key is turned down",
 		setup: simple("hot-lock-refused", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
 			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
@@ -168,7 +225,7 @@ var variants = []variant{
 				return inner.Lock(ctx, key, opts...)
 			}}
 		}), nil, nil)},
-	{name: "trylock-late", kind: "late-return", breaks: "every third TryLock returns 600ms after its context ended",
+	{name: "trylock-late", kind: "late-return", check: "call", breaks: "every third TryLock returns 600ms after its context ended",
 		setup: func() (*Target, func()) {
 			var n atomic.Int64
 			return simple("trylock-late", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
@@ -182,12 +239,12 @@ var variants = []variant{
 				}}
 			}), nil, nil)()
 		}},
-	{name: "done-late-lost", kind: "done-late", op: "lease", breaks: "a lost lease's Done closes 400ms after its deadline",
+	{name: "done-late-lost", kind: "done-late", check: "lease", breaks: "a lost lease's Done closes 400ms after its deadline",
 		duration: 2500 * time.Millisecond,
 		setup: simple("done-late-lost", "", unrenewed, viewing(func(l *lock.Lease) *brokenLease {
 			return &brokenLease{Lease: l, late: delayedDone(l, 400*time.Millisecond, isLost)}
 		}), nil)},
-	{name: "late-grant", kind: "done-late", op: "grant", breaks: "TryLock returns a lease 400ms past its deadline, its Done still open",
+	{name: "late-grant", kind: "done-late", check: "grant", breaks: "TryLock returns a lease 400ms past its deadline, its Done still open",
 		setup: lateGrant},
 	{name: "refresh-ends", kind: "refresh-not-held", breaks: "Refresh releases the lease and returns nil",
 		setup: simple("refresh-ends", "", nil, viewing(func(l *lock.Lease) *brokenLease {
@@ -231,11 +288,19 @@ var variants = []variant{
 		setup: simple("do-keep-ctx", "", nil, nil, doKeepCtx)},
 	{name: "do-swallow", kind: "do-panic", breaks: "lock.Do returns an error when fn panics",
 		setup: simple("do-swallow", "", nil, nil, doSwallow)},
-	{name: "close-early", kind: "closed-open", faults: []string{"churn"}, duration: 2500 * time.Millisecond,
+	{name: "close-early", kind: "closed-open", check: "close", faults: []string{"churn"}, duration: 2500 * time.Millisecond,
 		breaks: "Close returns at once, and closes the Locker 300ms later",
 		setup: simple("close-early", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
 			return &brokenLocker{rwSem: inner, closeFn: func() error { go closeAfter(inner, 300*time.Millisecond); return nil }}
 		}), nil, nil)},
+	{name: "close-slow", kind: "late-return", check: "close", faults: []string{"churn"}, duration: 2500 * time.Millisecond,
+		breaks: "Close closes the Locker only 600ms past its ReleaseTimeout",
+		setup: simple("close-slow", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
+			return &brokenLocker{rwSem: inner, closeFn: func() error { time.Sleep(time.Second + 3*CallSlack); return inner.Close() }}
+		}), nil, nil)},
+	{name: "lock-after-close", kind: "closed-open", check: "after-close", faults: []string{"churn"}, duration: 2500 * time.Millisecond,
+		breaks: "a TryLock that finds its Locker closed takes the key through another Locker",
+		setup:  simple("lock-after-close", "", lockAfterClose, nil, nil)},
 	{name: "done-never", kind: "not-ended", also: []string{"done-late", "closed-open"},
 		// Holders unlock their leases or leave them to expire: a lease
 		// that is never seen ended has a Done that stays open past its
@@ -259,6 +324,34 @@ var variants = []variant{
 		}},
 	{name: "goroutine-left", kind: "goroutine-leak", leaks: true, breaks: "each Locker starts a goroutine that Close does not stop",
 		setup: goroutineLeft},
+}
+
+// lockAfterClose opens the lock-after-close variant's Lockers: a TryLock
+// (which first waits 100ms, so that some are under way when Close
+// returns) refused for a closed Locker takes the key through a spare one,
+// whose unrenewed leases expire by themselves.
+func lockAfterClose(store *memory.Store, o lock.Options) lock.Locker {
+	inner := memory.New(store, &o).(rwSem)
+	spare := memory.New(store, &o)
+	return &brokenLocker{rwSem: inner,
+		tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: %w", lock.ErrNotAcquired, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+			l, err := inner.TryLock(ctx, key, opts...)
+			if errors.Is(err, lock.ErrClosed) {
+				return spare.TryLock(ctx, key, append(opts, lock.WithAutoRenew(false))...) // the bug
+			}
+			return l, err
+		},
+		closeFn: func() error {
+			err := inner.Close()
+			time.AfterFunc(5*time.Second, func() { spare.Close() })
+			return err
+		},
+	}
 }
 
 // goroutineLeft is the goroutine-left variant; its goroutines end when

@@ -293,7 +293,7 @@ func (w *worker) checkReturn(op, key string, start, end, limit Stamp, why string
 	if limit == Never || end <= limit+Stamp(CallSlack) {
 		return
 	}
-	w.env.sink.Violate(Violation{Kind: "late-return", At: end, From: start, Key: key, Proc: w.env.proc, Op: op, Over: time.Duration(end - limit),
+	w.env.sink.Violate(Violation{Kind: "late-return", Check: "call", At: end, From: start, Key: key, Proc: w.env.proc, Op: op, Over: time.Duration(end - limit),
 		Text: fmt.Sprintf("%s of key %q by %s returned at %v, %v after %s at %v (it began at %v)",
 			op, key, w.name, end, time.Duration(end-limit).Round(time.Millisecond), why, limit, start)})
 }
@@ -558,7 +558,7 @@ func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mo
 	w.env.sink.Grant(rec)
 	if open && t > d+Stamp(DoneSlack) {
 		l.late = true
-		w.env.sink.Violate(Violation{Kind: "done-late", At: t, From: d, Key: key, Proc: w.env.proc, Lease: l.id, Op: op, Over: time.Duration(t - d),
+		w.env.sink.Violate(Violation{Kind: "done-late", Check: "grant", At: t, From: d, Key: key, Proc: w.env.proc, Lease: l.id, Op: op, Over: time.Duration(t - d),
 			Text: fmt.Sprintf("key %q: %s by %s returned lease %s (token %d) %v past its deadline %v with Done open",
 				key, op, w.name, l.id, l.token, time.Duration(t-d).Round(time.Millisecond), d)})
 	}
