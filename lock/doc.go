@@ -31,8 +31,9 @@
 //   - Done closes, and Err reports ErrLost, no later than the moment another
 //     client could be granted the key, as judged by the local clock (see
 //     Lease.Deadline).
-//   - A waiting Lock returns promptly when its context ends, and leaves
-//     nothing behind on the backend.
+//   - A waiting Lock returns promptly when its context ends, and leaves no
+//     grant or queue entry behind on the backend (see "What a key leaves
+//     behind").
 //
 // No lease-based lock can stop a holder that is paused (by a GC, a VM
 // migration, SIGSTOP) for longer than its TTL from acting as if it still
@@ -207,6 +208,31 @@
 // takes at most about Options.ReleaseTimeout: a release that fails is
 // retried until then, and then left to the grant's TTL. Later calls return
 // ErrClosed.
+//
+// # What a key leaves behind
+//
+// A key used once (per job, per request) does not grow the backend for
+// ever. Once its grants are released, expired (a crashed holder's, by its
+// TTL; ZooKeeper's, with the session) or given up, all that is left of it
+// expires by itself:
+//
+//   - Redis (redisnx, rediswatch): the fencing counter, at most 7 days
+//     after the last grant that set it from the clock (almost every
+//     grant); a tombstone of an attempt given up, after its TTL (at least
+//     3 s); a dead waiter's queue entry, after 3 s.
+//   - memcached: the counter item, 7 days after it was created.
+//   - etcd: the counter key, at most 7 days after the last grant that
+//     wrote it.
+//   - ZooKeeper: the key node (and the root, when it empties), a
+//     container node that the server deletes at its next container check
+//     (every 60 s by default: znode.container.checkIntervalMs). There is
+//     no counter: the token is the lock node's zxid.
+//   - PostgreSQL: see its driver's package doc.
+//   - memory: nothing; a grant that expired unreleased is dropped by the
+//     first call on the Store a minute after its expiry.
+//
+// A key used again after that gets a higher token all the same: a new
+// counter starts from the clock in microseconds, above the old one.
 //
 // # Failures and time limits
 //

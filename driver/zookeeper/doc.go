@@ -17,7 +17,12 @@
 //
 // A key is a node, Root + "/" + EscapeKey(key), created on demand as a
 // container node (ZooKeeper 3.5.3 or later), which the server deletes once
-// it is empty again. A lock request is an ephemeral sequential child of it,
+// it is empty again, at its next container check (every 60 s by default:
+// znode.container.checkIntervalMs); so does the root. A key used once thus
+// leaves nothing once its requests are gone, and its tokens still grow
+// when it is used again (they are zxids). A request is ephemeral: a
+// release deletes it, and a session's end deletes the rest. A lock
+// request is an ephemeral sequential child of the key's node,
 //
 //	_c_<owner>-lock-<seq>         exclusive
 //	_c_<owner>-read-lock-<seq>    shared
