@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,5 +143,34 @@ func TestAudit38BatchExtendsOnly(t *testing.T) {
 				t.Errorf("noExpireGT = %v", d.noExpireGT.Load())
 			}
 		})
+	}
+}
+
+// A batch refresh watches at most maxWatchKeys keys per transaction
+// (WATCH costs the server time in the square of its keys), and runs its
+// transactions side by side: 250 leases take three.
+func TestAudit38BatchWatchesFewKeys(t *testing.T) {
+	ctx := testCtx(t)
+	rec := &recorder{}
+	rdb := recorded(t, standalone(t), rec)
+	d := testDriver(rdb, DefaultPrefix)
+	t.Cleanup(func() { d.Close() })
+	ls := batchLeases(t, d, 250, 10*time.Second)
+	rec.take()
+	_, errs := d.RefreshBatch(ctx, ls, 20*time.Second)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("lease %d: %v", i, err)
+		}
+	}
+	var watches, most int
+	for _, trip := range rec.take() {
+		if strings.HasPrefix(trip, "watch mget") {
+			watches++
+		}
+		most = max(most, strings.Count(trip, "pexpire"))
+	}
+	if watches != 3 || most > maxWatchKeys {
+		t.Errorf("%d transactions for 250 leases, the largest with %d keys; want 3 of at most %d", watches, most, maxWatchKeys)
 	}
 }
