@@ -16,14 +16,50 @@
 // the key locks), entries (the key's grants and waiters in arrival order)
 // and voids (tombstones of attempts whose clean-up ran before a late
 // request). Every step is one call of a PL/pgSQL function in a
-// transaction of its own, so one round trip; schema.sql is the wire
-// format, described next to the code. Expiry is judged by the server's
+// transaction of its own, sent as one pipelined exchange (one round
+// trip); schema.sql is the wire format, described next to the code. Expiry is judged by the server's
 // clock_timestamp() after the key's row is locked, and a grant expires
 // at that time plus the TTL, so it never outlives what the client counts
 // on (which counts from the moment it sent the request). A fencing token
 // is max(counter + 1, the server's clock in microseconds), taken under
 // the row lock: tokens rise across restores and failovers, on the same
 // scale as the Redis drivers'.
+//
+// # Settings the driver sets itself
+//
+// Each step is sent as BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE,
+// a set_config of the transaction's statement_timeout, lock_timeout and
+// idle_in_transaction_session_timeout to 0, the step's SELECT, and
+// COMMIT, with unnamed statements, in one exchange. So a database's or
+// role's default_transaction_isolation (repeatable read or serializable,
+// under which a step's snapshot predates its wait for the key and two
+// holders could be granted), default_transaction_read_only or timeouts
+// do not change what a step does; the call's context bounds it instead.
+// The functions refuse to run at another isolation level, so that an
+// older client, or a call by hand, under such a default fails instead of
+// granting twice. A step that fails leaves its connection idle (rolled
+// back) in the pool.
+//
+// # Waiting through failures
+//
+// A queued Lock rides out connection failures (a restart of PostgreSQL
+// or PgBouncer, a network cut) for 15 s: its steps report the key held
+// and lock steps again every 100 ms. Past 15 s the failure ends the wait.
+// The waiter's place lives 3 s after its last step: a longer failure
+// puts it at the end of the queue. A TryLock fails at once.
+//
+// # Sweep
+//
+// A key's expired entries and tombstones go at the key's next step, and
+// a sweep deletes what keys used once leave: the rows of keys whose last
+// grant is a minute old and that no live grant, waiter, tombstone or
+// holds_grant transaction depends on (it skips rows others have locked).
+// Tokens do not go back: the next token of such a key is the clock in
+// µs, above a counter a minute behind it. Each Locker sweeps in the
+// background, one sweep at a time (at most 500 keys; measured at about
+// 10 ms per 500), after every 200 steps and renewals, and on its first
+// step 10 s after its last sweep. The tables also have their own
+// autovacuum thresholds.
 //
 // Advisory locks are not used: a session's advisory lock has no
 // deadline, so a client that stalls keeps it while it cannot know it
@@ -44,7 +80,15 @@
 // It returns true while the grant with that token is live and still the
 // key's, and it locks the key's row in share mode, so no other grant of
 // the key can be made until your transaction ends: roll back when it is
-// false, and a stale holder's write never commits.
+// false, and a stale holder's write never commits. It works at any
+// isolation level.
+//
+// What a long transaction that called it costs: renewals go on (they
+// lock the key's row FOR KEY SHARE, which does not wait for it), so no
+// lease is lost; but every step on that key waits until the transaction
+// ends: Lock, TryLock and Unlock of the key, a waiter's turn, the purge
+// of its expired grant, and the sweep of the key. Keep such transactions
+// short; a call's context bounds its wait.
 //
 // # URLs
 //
@@ -80,7 +124,7 @@
 // stay on one server connection there, so waiters check the key every
 // second instead of being woken, and the driver's statements are sent
 // unnamed (pgx.QueryExecModeExec), which every PgBouncer version keeps
-// within one transaction. Every step is one statement, so it is one
-// transaction, and the check of a lease in your own transaction works
-// as it does without a pooler.
+// within one transaction. A step's statements are unnamed in every mode
+// and end with its COMMIT, so it is one transaction, and the check of a
+// lease in your own transaction works as it does without a pooler.
 package postgres

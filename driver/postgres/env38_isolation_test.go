@@ -154,12 +154,14 @@ func TestEnv38RepeatableReadTwoHolders(t *testing.T) {
 
 // TestEnv38DefaultIsolation: whatever isolation level the database or
 // the role defaults to, and through a transaction pooler too, every call
-// works (at serializable, a step failed with SQLSTATE 40001), and a
-// step called by hand at another level than read committed is refused.
+// works (at serializable, a step failed with SQLSTATE 40001), and so
+// under default_transaction_read_only; a step called by hand at another
+// level than read committed is refused.
 func TestEnv38DefaultIsolation(t *testing.T) {
 	pg := testserver.SharedPostgres(t)
 	ser := envDB(t, "env38_ser", "default_transaction_isolation=serializable")
 	envDB(t, "env38_rrrole")
+	ro := envDB(t, "env38_ro", "default_transaction_read_only=on")
 	if _, err := pg.Exec("DROP ROLE IF EXISTS env38_rr_role; CREATE ROLE env38_rr_role LOGIN PASSWORD 'pw' SUPERUSER;" +
 		" ALTER ROLE env38_rr_role SET default_transaction_isolation = 'repeatable read';"); err != nil {
 		t.Fatal(err)
@@ -173,6 +175,7 @@ func TestEnv38DefaultIsolation(t *testing.T) {
 		{"DatabaseSerializable", ser, Options{}},
 		{"RoleRepeatableRead", testserver.DatabaseURL(pg.URLFor("env38_rr_role", "pw"), "env38_rrrole"), Options{}},
 		{"PgBouncerSerializable", testserver.DatabaseURL(b.URL(), "env38_ser"), Options{TransactionPooling: true}},
+		{"DatabaseReadOnly", ro, Options{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			contend(t, tc.url, tc.opts)

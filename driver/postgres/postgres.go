@@ -275,13 +275,18 @@ func createHint(err error, schema string) string {
 
 // install runs schema.sql in one transaction, under a transaction-level
 // advisory lock so that Lockers starting together do not replace the
-// same functions at once.
+// same functions at once. The transaction is read-write, at read
+// committed, without timeouts, as a step's is (see run).
 func (d *pgDriver) install(ctx context.Context) error {
 	script, err := SchemaSQL(d.schema)
 	if err != nil {
 		return err
 	}
-	return pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	opts := pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadWrite}
+	return pgx.BeginTxFunc(ctx, d.pool, opts, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, stepSettings, d.mode...); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", d.args("dlock schema "+d.schema)...); err != nil {
 			return err
 		}
