@@ -102,7 +102,9 @@ func tokenRefused(err error) bool {
 }
 
 // unary is the client's unary interceptor: it logs in before a call when
-// it has no token, and again when the call's token was refused.
+// it has no token, and again when the call's token was refused. A log-in
+// is bounded by the call's context, not by a try's (bound.go): a try
+// that ends while it logs in is sent again, logged in.
 func (a *login) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if method == authenticateMethod {
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -111,7 +113,7 @@ func (a *login) unary(ctx context.Context, method string, req, reply any, cc *gr
 	for {
 		_, in, gen := a.state()
 		if !in {
-			if err := a.renew(ctx, cc, gen); err != nil {
+			if err := a.renew(callContext(ctx), cc, gen); err != nil {
 				return err
 			}
 			_, _, gen = a.state()
@@ -134,7 +136,7 @@ func (a *login) unary(ctx context.Context, method string, req, reply any, cc *gr
 		if renewed {
 			return err
 		}
-		if err := a.renew(ctx, cc, gen); err != nil {
+		if err := a.renew(callContext(ctx), cc, gen); err != nil {
 			return err
 		}
 		renewed = true
@@ -146,7 +148,7 @@ func (a *login) unary(ctx context.Context, method string, req, reply any, cc *gr
 // logged in.
 func (a *login) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	if _, in, gen := a.state(); !in {
-		if err := a.renew(ctx, cc, gen); err != nil {
+		if err := a.renew(callContext(ctx), cc, gen); err != nil {
 			return nil, err
 		}
 	}

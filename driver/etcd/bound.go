@@ -46,9 +46,29 @@ func tryBound(ctx context.Context) time.Duration {
 	return max(min(left/3, maxTry), min(minTry, left))
 }
 
+// callKey keys, in a try's context, its call's context.
+type callKey struct{}
+
+// tryContext is the context of one try under ctx: bounded by tryBound,
+// and carrying ctx for what the try must not cut short (a log-in, which
+// takes etcd seconds while roles change: see login).
+func tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	tctx, cancel := context.WithTimeout(ctx, tryBound(ctx))
+	return context.WithValue(tctx, callKey{}, ctx), cancel
+}
+
+// callContext is the context of the call a try under ctx belongs to
+// (ctx itself outside a try).
+func callContext(ctx context.Context) context.Context {
+	if c, ok := ctx.Value(callKey{}).(context.Context); ok {
+		return c
+	}
+	return ctx
+}
+
 // once makes one try of f, bounded by tryBound.
 func once(ctx context.Context, f func(context.Context) error) error {
-	tctx, cancel := context.WithTimeout(ctx, tryBound(ctx))
+	tctx, cancel := tryContext(ctx)
 	defer cancel()
 	return f(tctx)
 }
@@ -58,7 +78,7 @@ func once(ctx context.Context, f func(context.Context) error) error {
 // another reason than its bound or its member (see again), or ctx ends.
 func retried(ctx context.Context, f func(context.Context) error) error {
 	for try := 1; ; try++ {
-		tctx, cancel := context.WithTimeout(ctx, tryBound(ctx))
+		tctx, cancel := tryContext(ctx)
 		err := f(tctx)
 		cancel()
 		if err == nil || ctx.Err() != nil || try == tries || !again(err) {
