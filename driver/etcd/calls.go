@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -162,7 +161,7 @@ func keepAliveOnce(ctx context.Context, c *conn, ids []int64) (map[int64]int64, 
 // next member): if the first landed, the second finds the counter moved
 // and reads the entry, which is then l's, on lease, with this value.
 func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
-	now := time.Now().UnixMicro()
+	now := d.wall().UnixMicro()
 	token = nextToken(st.counter, now)
 	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holds}
 	key, value := n.queue+entryName(l), v.String()

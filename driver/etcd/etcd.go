@@ -54,6 +54,7 @@ func MutexPrefix(prefix, key string) string {
 type etcdDriver struct {
 	err    error // an option error, returned by every call
 	prefix string
+	wall   func() time.Time // the wall clock of tokens and SINCE (time.Now; tests skew it)
 
 	cmu   sync.Mutex
 	c     *clientv3.Client
@@ -93,6 +94,7 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 	}
 	d := &etcdDriver{
 		prefix:  opts.Prefix,
+		wall:    time.Now,
 		waits:   map[string]*waitState{},
 		pending: map[string][]int64{},
 		holders: map[string]int64{},
