@@ -43,6 +43,10 @@ type ServerOptions struct {
 	Cluster     bool // Redis: a Redis Cluster of three masters
 	// EtcdCluster: etcd, three members.
 	EtcdCluster bool
+	// PGIsolation, if set, is the PostgreSQL database's default isolation
+	// level (ALTER DATABASE ... SET default_transaction_isolation): every
+	// session's transactions run under it unless they set their own.
+	PGIsolation string
 }
 
 // Server is a dedicated backend with its fault hooks: Pause (SIGSTOP),
@@ -131,6 +135,11 @@ func StartServer(t testing.TB, b Backend, o ServerOptions) *Server {
 		p.RequireFaults(t)
 		if err := createPostgresUser(p); err != nil {
 			t.Fatal(err)
+		}
+		if o.PGIsolation != "" {
+			if _, err := p.Exec("ALTER DATABASE " + testserver.QuoteIdent(p.Database) + " SET default_transaction_isolation = " + testserver.QuoteLiteral(o.PGIsolation) + ";"); err != nil {
+				t.Fatal(err)
+			}
 		}
 		return &Server{
 			Addrs: p.Addrs(), Pause: p.Pause, Resume: p.Resume, Kill: p.Kill, Restart: p.Restart, Nodes: p.Nodes, PG: p,
