@@ -60,15 +60,25 @@ func nodesUnder(c *zk.Conn, path string) (int, error) {
 
 // useKeyOnce uses key once as the i-th of a mixed workload: an exclusive, a
 // shared and a permit's lease released; a grant of the dead Locker, whose
-// session is left to expire; a wait behind a holder given up.
-func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) {
+// session is left to expire; a wait behind a holder given up; a wait of the
+// dead Locker behind a holder, whose lease it returns to be released once
+// the dead Locker is cut off.
+func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) *lock.Lease {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var (
 		l   *lock.Lease
 		err error
 	)
-	switch i % 5 {
+	switch i % 6 {
+	case 5:
+		holder, err := live.Lock(ctx, key)
+		if err != nil {
+			t.Errorf("%s: Lock: %v", key, err)
+			return nil
+		}
+		go dead.Lock(context.Background(), key) // ends with the Locker
+		return holder
 	case 0:
 		l, err = live.Lock(ctx, key)
 	case 1:
@@ -79,12 +89,12 @@ func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) {
 		if _, err := dead.Lock(ctx, key); err != nil {
 			t.Errorf("%s: Lock: %v", key, err)
 		}
-		return // the Locker is cut off below: its session expires
+		return nil // the Locker is cut off below: its session expires
 	case 4:
 		holder, err := live.Lock(ctx, key)
 		if err != nil {
 			t.Errorf("%s: Lock: %v", key, err)
-			return
+			return nil
 		}
 		wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
 		_, werr := live.Lock(wctx, key)
@@ -96,15 +106,17 @@ func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) {
 	}
 	if err != nil {
 		t.Errorf("%s: %v", key, err)
-		return
+		return nil
 	}
 	if err := l.Unlock(ctx); err != nil {
 		t.Errorf("%s: Unlock: %v", key, err)
 	}
+	return nil
 }
 
 // TestAudit38KeysUsedOnceLeaveNoNodes: 1,000 keys used once (released,
-// left to a session's expiry, waits given up, permits, shared leases)
+// left to a session's expiry, waits given up, waiters whose session ended,
+// permits, shared leases)
 // leave no node under the root once the server's container check ran
 // (every second on the test servers: -Dznode.container.checkIntervalMs;
 // 60 s by default): each key node is a container, deleted when its last
@@ -116,13 +128,21 @@ func TestAudit38KeysUsedOnceLeaveNoNodes(t *testing.T) {
 	live := residueLocker(t, servers, root, &netCut{})
 	dead := residueLocker(t, servers, root, cut)
 	const n, workers = 1000, 8
-	var wg sync.WaitGroup
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		held []*lock.Lease // keys the dead Locker waits for
+	)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += workers {
-				useKeyOnce(t, live, dead, i, fmt.Sprintf("audit38-once-%d", i))
+				if l := useKeyOnce(t, live, dead, i, fmt.Sprintf("audit38-once-%d", i)); l != nil {
+					mu.Lock()
+					held = append(held, l)
+					mu.Unlock()
+				}
 			}
 		}()
 	}
@@ -130,7 +150,13 @@ func TestAudit38KeysUsedOnceLeaveNoNodes(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	time.Sleep(time.Second) // the dead Locker's waits are queued
 	cut.setDown(true)
+	for _, l := range held {
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Errorf("Unlock: %v", err)
+		}
+	}
 	if err := live.Close(); err != nil { // waits for the waits' Leave
 		t.Fatalf("Close: %v", err)
 	}
