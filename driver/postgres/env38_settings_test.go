@@ -86,7 +86,9 @@ func TestEnv38RoleRights(t *testing.T) {
 	}
 	drop()
 	t.Cleanup(drop)
-	drop2 := func() { raw.Exec(context.Background(), "DROP SCHEMA IF EXISTS env38_owned CASCADE; DROP SCHEMA IF EXISTS env38_mine CASCADE") }
+	drop2 := func() {
+		raw.Exec(context.Background(), "DROP SCHEMA IF EXISTS env38_owned CASCADE; DROP SCHEMA IF EXISTS env38_mine CASCADE")
+	}
 	t.Cleanup(drop2)
 	execAll(t, raw,
 		"CREATE ROLE env38_owner LOGIN PASSWORD '"+rolePassword+"'",
@@ -147,4 +149,48 @@ func TestEnv38RoleRights(t *testing.T) {
 			t.Fatalf("version() %d, %v after the refused update; want 1", v, err)
 		}
 	})
+}
+
+// TestEnv38ServerClockOnly: every expiry is judged by the server's clock,
+// so a client whose clock is off (or whose session has another time
+// zone) neither shortens nor lengthens a grant: the functions a client
+// calls take durations, never a time, and a grant made by a session in
+// a far time zone ends its TTL after it began, by the server's clock.
+func TestEnv38ServerClockOnly(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := tctx(t, 60*time.Second)
+	l := newTestLocker(t, url+"&timezone=Pacific%2FKiritimati", nil, &netCut{})
+	key := auditKey("env38-clock")
+	const ttl = 7 * time.Second
+	ls, err := l.TryLock(ctx, key, lock.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Unlock(ctx)
+	var span, left time.Duration
+	if err := raw.QueryRow(ctx, "SELECT expires - since, expires - clock_timestamp() FROM dlock.entries WHERE key = $1", key).Scan(&span, &left); err != nil {
+		t.Fatal(err)
+	}
+	if span != ttl || left > ttl || left < ttl-5*time.Second {
+		t.Fatalf("grant of %v: it ends %v after it began and %v from now, by the server's clock", ttl, span, left)
+	}
+	var timed []string
+	rows, err := raw.Query(ctx, `SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = 'dlock' AND p.proname IN ('acquire', 'check_turn', 'release', 'refresh', 'resume', 'sweep', 'holds_grant')
+		AND EXISTS (SELECT 1 FROM unnest(p.proargtypes) a WHERE a IN ('timestamptz'::regtype, 'timestamp'::regtype))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		rows.Scan(&n)
+		timed = append(timed, n)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(timed) > 0 {
+		t.Fatalf("functions a client calls take a time from it: %v", timed)
+	}
 }
