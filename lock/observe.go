@@ -78,6 +78,7 @@ type metrics struct {
 	wait, hold                       metric.Float64Histogram
 	held                             metric.Int64UpDownCounter
 	lost, renewFailed, releaseFailed metric.Int64Counter
+	renewLate                        metric.Int64Counter
 
 	waitAttrs    [nModes][2][nOutcomes]attrs // mode, blocking, outcome
 	holdAttrs    [nModes][nEnds]attrs
@@ -130,6 +131,8 @@ func newMetrics(mp metric.MeterProvider, name string, keys bool) (*metrics, erro
 		"Leases lost: their local deadline passed, the backend no longer had the grant, or the driver reported the loss.")
 	m.renewFailed = counter("dlock.renewals.failed", "{renewal}",
 		"Automatic renewals that failed for a reason other than the grant being gone, and are retried.")
+	m.renewLate = counter("dlock.renewals.late", "{renewal}",
+		"Automatic renewals not done by the time their lease had half its validity left (they are due with two thirds left): the Locker is falling behind its leases, which it loses if it falls behind by the rest.")
 	m.releaseFailed = counter("dlock.releases.failed", "{release}",
 		"Releases that failed: an Unlock's (retried in the background), or a background release that gave up (the key is left to its TTL).")
 
@@ -321,6 +324,27 @@ func (lk *locker) renewalFailed(l *Lease) {
 	if lk.m != nil {
 		lk.m.add(context.Background(), lk.m.renewFailed, &lk.m.renewAttrs[modeIndex(l.dl.Mode)], l.dl.Key, 1)
 	}
+}
+
+// renewalsLate counts the renewals of ls as late.
+func (lk *locker) renewalsLate(ls []*Lease) {
+	if lk.m == nil {
+		return
+	}
+	for _, l := range ls {
+		lk.m.add(context.Background(), lk.m.renewLate, &lk.m.renewAttrs[modeIndex(l.dl.Mode)], l.dl.Key, 1)
+	}
+}
+
+// logLate warns that late renewals came late since the last warning; the
+// Locker holds held leases, queued of whose renewals wait for a worker.
+func (lk *locker) logLate(late, held, queued int) {
+	lg := lk.opts.Logger
+	if lg == nil || !lg.Enabled(context.Background(), slog.LevelWarn) {
+		return
+	}
+	lg.LogAttrs(context.Background(), slog.LevelWarn, "dlock: renewals falling behind: leases will be lost if this goes on",
+		slog.String("driver", lk.name), slog.Int("late", late), slog.Int("held", held), slog.Int("queued", queued))
 }
 
 // releaseFailed counts a failed release of dl: an Unlock's, or a

@@ -18,10 +18,12 @@ import (
 // refresh was sent) for auto-renewed leases, else the local deadline. Due
 // renewals are handed, grouped, to at most maxWorkers worker goroutines
 // (maxBatchWorkers for a driver that implements driver.BatchRefresher,
-// which refreshes each group of up to maxBatch leases in one call, one
-// round trip per server: a few such calls at once keep up with any number
-// of leases). A lease whose deadline passes before a refresh succeeds is lost
-// then, whatever its refresh is doing.
+// which refreshes each group of up to maxBatch leases in one call, in a
+// few round trips; when groups queue up, a worker takes up to maxMerge of
+// them in one call). A renewal not done when its lease has half its
+// validity left is counted late, and logged (watchLate): the Locker is
+// falling behind. A lease whose deadline passes before a refresh succeeds
+// is lost then, whatever its refresh is doing.
 type scheduler struct {
 	lk    *locker
 	batch driver.BatchRefresher
@@ -39,17 +41,30 @@ type scheduler struct {
 	ctx     context.Context // cancelled by stop
 	cancel  context.CancelFunc
 	workers group // the loop and the workers
+
+	// Late renewals (see late): counted since the last log, and when the
+	// next log may be written.
+	lateN     int
+	lateLogAt time.Time
 }
 
 const (
 	maxWorkers      = 16   // concurrent refresh calls per Locker
 	maxBatchWorkers = 4    // concurrent RefreshBatch calls per Locker
-	maxBatch        = 1000 // leases per RefreshBatch call
+	maxBatch        = 1000 // leases per RefreshBatch call, unless jobs queue up
+	// maxMerge is how many queued jobs a worker of a driver.BatchRefresher
+	// takes at once when renewals queue up (the workers are behind): one
+	// RefreshBatch call of up to maxMerge*maxBatch leases, which the driver
+	// sends in as few round trips as one (a Redis pipeline), so that the
+	// leases renewed per round trip grow with the backlog.
+	maxMerge = 4
 	maxSingleJob    = 32   // leases per job for drivers without batches
 	minRetryDelay   = 5 * time.Millisecond
 	// minRenewRoom is the least validity, less the drift margin, that a
 	// TTL must give: renewals come at a third of it.
 	minRenewRoom = 3 * time.Millisecond
+	// lateLogEvery is the least time between two logs of late renewals.
+	lateLogEvery = 10 * time.Second
 )
 
 // renewJob refreshes leases to ttl, which Validate said gives validity v.
@@ -226,20 +241,36 @@ func (s *scheduler) work() {
 			s.mu.Unlock()
 			return
 		}
-		j := s.jobs[0]
-		s.jobs = s.jobs[1:]
+		j := s.takeLocked()
 		s.mu.Unlock()
 		s.run(j)
 	}
 }
 
+// takeLocked takes the first queued job, merged with those after it of
+// the same TTL up to maxMerge*maxBatch leases for a batching driver.
+func (s *scheduler) takeLocked() renewJob {
+	j := s.jobs[0]
+	s.jobs = s.jobs[1:]
+	for s.batch != nil && len(s.jobs) > 0 {
+		next := s.jobs[0]
+		if next.ttl != j.ttl || next.v != j.v || len(j.leases)+len(next.leases) > maxMerge*maxBatch {
+			break
+		}
+		j.leases = append(j.leases, next.leases...)
+		s.jobs = s.jobs[1:]
+	}
+	return j
+}
+
 func (s *scheduler) run(j renewJob) {
 	start := time.Now()
-	// No refresh is useful past the earliest deadline of the job, once
-	// each deadline is moved to what this refresh gives (beginRefresh).
+	// Each deadline is moved to what this refresh gives (beginRefresh). No
+	// refresh is useful past the last of them; each lease whose own
+	// deadline passes meanwhile is lost then, whatever the call does.
 	var (
-		ls       []*Lease
-		deadline time.Time
+		ls          []*Lease
+		first, last time.Time
 	)
 	for _, l := range j.leases {
 		d, err := l.beginRefresh("renew", start, j.v)
@@ -247,16 +278,20 @@ func (s *scheduler) run(j renewJob) {
 			s.done(l, false, j.v)
 			continue
 		}
-		if len(ls) == 0 || d.Before(deadline) {
-			deadline = d
+		if len(ls) == 0 || d.Before(first) {
+			first = d
+		}
+		if len(ls) == 0 || d.After(last) {
+			last = d
 		}
 		ls = append(ls, l)
 	}
 	if len(ls) == 0 {
 		return
 	}
-	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	ctx, cancel := context.WithDeadline(s.ctx, last)
 	defer cancel()
+	defer s.watchLate(ls, first, j.v)()
 	dls := make([]*driver.Lease, len(ls))
 	for i, l := range ls {
 		dls[i] = l.dl
@@ -292,6 +327,45 @@ func (s *scheduler) run(j renewJob) {
 		}
 		s.done(l, failed, j.v)
 	}
+}
+
+// watchLate reports ls late (see late) if their refresh, which starts now,
+// has not returned by the time the first of their deadlines is less than
+// half their validity v away: renewals come when two thirds of it are left,
+// so the Locker is then behind its leases by a quarter of the room it has,
+// and a lease is lost if it falls behind by the rest. It returns the
+// function that ends the watch.
+func (s *scheduler) watchLate(ls []*Lease, first time.Time, v time.Duration) (stop func()) {
+	wait := time.Until(first.Add(-v / 2))
+	if wait <= 0 {
+		s.late(ls)
+		return func() {}
+	}
+	t := time.AfterFunc(wait, func() { s.late(ls) })
+	return func() { t.Stop() }
+}
+
+// late counts the renewals of ls as late (dlock.renewals.late), and logs
+// a warning that renewals fall behind, at most once every lateLogEvery
+// with the count since the last one: the Locker cannot keep up with its
+// leases (too many for its backend or its machine, or a slow backend),
+// and will lose them if it falls further behind.
+func (s *scheduler) late(ls []*Lease) {
+	s.lk.renewalsLate(ls)
+	now := time.Now()
+	s.mu.Lock()
+	s.lateN += len(ls)
+	if now.Before(s.lateLogAt) {
+		s.mu.Unlock()
+		return
+	}
+	n, held, queued := s.lateN, len(s.h), 0
+	for _, j := range s.jobs {
+		queued += len(j.leases)
+	}
+	s.lateN, s.lateLogAt = 0, now.Add(lateLogEvery)
+	s.mu.Unlock()
+	s.lk.logLate(n, held, queued)
 }
 
 // done ends the scheduler's renewal of l: the lease's refresh slot is freed
