@@ -57,9 +57,9 @@ const (
 	// RefreshBatch call of up to maxMerge*maxBatch leases, which the driver
 	// sends in as few round trips as one (a Redis pipeline), so that the
 	// leases renewed per round trip grow with the backlog.
-	maxMerge = 4
-	maxSingleJob    = 32   // leases per job for drivers without batches
-	minRetryDelay   = 5 * time.Millisecond
+	maxMerge      = 4
+	maxSingleJob  = 32 // leases per job for drivers without batches
+	minRetryDelay = 5 * time.Millisecond
 	// minRenewRoom is the least validity, less the drift margin, that a
 	// TTL must give: renewals come at a third of it.
 	minRenewRoom = 3 * time.Millisecond
