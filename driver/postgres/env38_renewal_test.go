@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestEnv38HoldsGrantKeepsRenewals: a user's transaction that checked
@@ -54,6 +56,50 @@ func TestEnv38HoldsGrantKeepsRenewals(t *testing.T) {
 	for _, ls := range leases {
 		if err := ls.Refresh(ctx, ttl); err != nil {
 			t.Errorf("Refresh of %s after the transaction: %v", ls.Key(), err)
+		}
+	}
+}
+
+// TestEnv38HoldsGrantKeepsBatchRenewal: one RefreshBatch of two keys
+// returns at once, renewing both, while a user's transaction that
+// checked one of them is open. It waited for that transaction, so the
+// other key's renewal failed with the call's context.
+func TestEnv38HoldsGrantKeepsBatchRenewal(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := tctx(t, 60*time.Second)
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := newDriver(pool, nil, true)
+	defer d.Close()
+	prefix := auditKey("env38-batch")
+	var ls []*driver.Lease
+	for _, k := range []string{"a", "b"} {
+		l := &driver.Lease{Key: prefix + "/" + k, Owner: auditKey("owner"), Mode: driver.Exclusive, TTL: 10 * time.Second}
+		if err := d.Acquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	tx, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var ok bool
+	if err := tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", ls[0].Key, int64(ls[0].Token)).Scan(&ok); err != nil || !ok {
+		t.Fatalf("holds_grant: %v, %v; want true", ok, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, errs := d.RefreshBatch(rctx, ls, 10*time.Second)
+	took := time.Since(start)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("renewal of %s, with a transaction that checked %s open: %v (after %v)", ls[i].Key, ls[0].Key, err, took)
 		}
 	}
 }
