@@ -317,6 +317,11 @@
 //   - dlock.renewals.failed (counter, {renewal}): automatic renewals that
 //     failed for another reason than the grant being gone (the backend's
 //     or the context's error); each is retried until the deadline.
+//   - dlock.renewals.late (counter, {renewal}): automatic renewals not done
+//     when their lease had half its validity left (they start with two
+//     thirds left): the Locker is falling behind its leases (too many for
+//     the backend or the machine, a slow backend, failing renewals), and
+//     loses them if it falls behind by the rest.
 //   - dlock.releases.failed (counter, {release}): with dlock.background
 //     false, Unlocks whose release failed or was cut short by their context
 //     (it goes on in the background); true, background releases that gave
@@ -346,6 +351,10 @@
 //     TTL/3 would drown the rest, and failed ones are logged at Warn.
 //   - at Warn, "dlock: lease lost", with cause (as dlock.cause above) and
 //     err.
+//   - at Warn, at most every 10 s, "dlock: renewals falling behind: leases
+//     will be lost if this goes on", with driver, late (renewals counted in
+//     dlock.renewals.late since the last such record), held (leases held)
+//     and queued (renewals waiting for a worker).
 //
 // Other Warn records carry key, driver and err: a renewal that failed and
 // is retried, a background release that gave up, a queue that could not
