@@ -15,6 +15,8 @@ import (
 	"github.com/dlock-go/dlock/driver/rediswatch"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // Scenario 5: renewal at scale, on Redis. One Locker takes N leases with
@@ -28,8 +30,12 @@ import (
 //     EVAL calls for redisnx, every command but INFO for rediswatch
 //     (commands a script runs are counted by Redis too, so they are left
 //     out for redisnx), per renewal period;
+//   - the server's CPU time (INFO cpu, user and system) per period;
 //   - lease refreshes per period (keys in refresh scripts, PEXPIREs), which
 //     should be N;
+//   - renewals late over the hold (dlock.renewals.late: renewals not done
+//     with half their lease's validity left), which should be 0: the
+//     Locker's warning that it cannot keep up;
 //   - the goroutines the Locker added (the most seen during the hold,
 //     sampled every 50 ms from 50 ms into it, when the goroutines that ran
 //     the acquisitions' calls have ended; less those before the Locker
@@ -187,7 +193,8 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	g0 := runtime.NumGoroutine()
 	// Close releases every lease within ReleaseTimeout (5 s by default);
 	// 100k releases take longer than that on a small machine.
-	locker := newLocker(rdb, &lock.Options{TTL: cfg.renewTTL, ReleaseTimeout: time.Minute})
+	var late atomic.Int64
+	locker := newLocker(rdb, &lock.Options{TTL: cfg.renewTTL, ReleaseTimeout: time.Minute, MeterProvider: lateMeter{n: &late, on: &counter.on}})
 	closed := false
 	defer func() {
 		if !closed {
@@ -233,6 +240,7 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	if err != nil {
 		return nil, err
 	}
+	usage0, cpuOK := redisUsage(ctx, admin)
 	counter.on.Store(true)
 	hold := 3 * cfg.renewTTL
 	holdStart := time.Now()
@@ -247,6 +255,8 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	if err != nil {
 		return nil, err
 	}
+	usage1, ok := redisUsage(ctx, admin)
+	cpuOK = cpuOK && ok
 	heap1 := liveHeap()
 	lost := 0
 	for _, l := range leases {
@@ -300,6 +310,8 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 		{name: "client commands/period", value: perPeriod(counter.cmds.Load()), unit: count, dir: lowerBetter},
 		{name: "client round trips/period", value: perPeriod(counter.roundTrips.Load()), unit: count, dir: lowerBetter},
 		{name: serverName, value: perPeriod(server), unit: count, dir: lowerBetter},
+		serverCPUFigure(cpuOK, float64(usage1.cpu-usage0.cpu)/periods),
+		{name: "renewals late", value: float64(late.Load()), unit: count, dir: lowerBetter, note: "dlock.renewals.late over the hold: renewals not done with half the validity left"},
 		{name: "goroutines added", value: float64(gmax - g0), unit: count, dir: lowerBetter},
 		{name: "heap/lease", value: heapPer, unit: byteSize, dir: lowerBetter},
 		{name: "leases lost", value: float64(lost), unit: count, dir: lowerBetter},
@@ -308,3 +320,46 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 		{name: "Close: left to expire", value: float64(unreleased), unit: count, dir: lowerBetter, note: "leases that expired before Close released them"},
 	}}, nil
 }
+
+// serverCPUFigure is the server's CPU time per renewal period (INFO cpu,
+// user and system, over the hold), or why it is missing.
+func serverCPUFigure(ok bool, perPeriod float64) figure {
+	if !ok {
+		return figure{name: "server CPU/period", na: "n/a: INFO cpu unreadable"}
+	}
+	return figure{name: "server CPU/period", value: perPeriod, unit: duration, dir: lowerBetter}
+}
+
+// lateMeter is a MeterProvider whose dlock.renewals.late counter adds to n
+// while on is set; its other instruments record nothing.
+type lateMeter struct {
+	noop.MeterProvider
+	n  *atomic.Int64
+	on *atomic.Bool
+}
+
+func (p lateMeter) Meter(string, ...metric.MeterOption) metric.Meter { return lateCounters{p: p} }
+
+type lateCounters struct {
+	noop.Meter
+	p lateMeter
+}
+
+func (m lateCounters) Int64Counter(name string, _ ...metric.Int64CounterOption) (metric.Int64Counter, error) {
+	if name != "dlock.renewals.late" {
+		return noop.Int64Counter{}, nil
+	}
+	return lateCounter{p: m.p}, nil
+}
+
+type lateCounter struct {
+	noop.Int64Counter
+	p lateMeter
+}
+
+func (c lateCounter) Add(_ context.Context, n int64, _ ...metric.AddOption) {
+	if c.p.on.Load() {
+		c.p.n.Add(n)
+	}
+}
+func (c lateCounter) Enabled(context.Context) bool { return true }
