@@ -29,7 +29,9 @@
 // leaves one that lasts the TTL already (another Lease of the grant, see
 // lock.Locker.Resume, may count on more). Each takes two round trips (on a Ring, three), so an
 // uncontended Lock and Unlock take four. Renewals are
-// batched: one transaction per server, or per Cluster slot (not on a Ring).
+// batched: one transaction per 100 keys of a server, or of a Cluster slot
+// (not on a Ring), with one PEXPIRE ... GT per lease on Redis 7 (no PTTL
+// read); an aborted one is split in halves, not redone lease by lease.
 //
 // A fencing token is the server's clock in microseconds, or the counter
 // "dlock:{K}:fence" plus one when that is more: tokens keep increasing when

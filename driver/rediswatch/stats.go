@@ -25,8 +25,9 @@ type Stats struct {
 	ReleaseAborts, RefreshAborts uint64
 	// GaveUp counts Release and Refresh calls that failed with ErrConflict.
 	GaveUp uint64
-	// BatchFallbacks counts batch refreshes whose transaction was aborted
-	// and that were redone one lease at a time.
+	// BatchFallbacks counts batch refresh transactions that were aborted
+	// and redone in parts: without the keys they found not held, or in two
+	// halves (a single lease as by Refresh).
 	BatchFallbacks uint64
 	// Reconnects counts reconnections of the release subscription; every
 	// waiter is woken once after each, since a release may have been
