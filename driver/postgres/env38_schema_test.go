@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestEnv38SchemaDroppedReinstalled: a Locker that ran before its schema
@@ -87,5 +88,52 @@ func lockUnlock(t *testing.T, ctx context.Context, l lock.Locker, key string) {
 	}
 	if err := ls.Unlock(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEnv38FailedStepKeepsConnection: a step that fails inside its
+// transaction leaves its connection idle in the pool (rolled back), not
+// inside an aborted transaction, nor dropped: the next call runs on the
+// same server session.
+func TestEnv38FailedStepKeepsConnection(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := tctx(t, 60*time.Second)
+	const schema = "env38_failed_step"
+	t.Cleanup(func() { raw.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	l := New(pool, &Options{Schema: schema})
+	defer l.Close()
+	key := auditKey("env38-failed-step")
+	lockUnlock(t, ctx, l, key)
+	pid := func() int {
+		var p int
+		if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&p); err != nil {
+			t.Fatalf("the pool's connection after a failed step: %v", err)
+		}
+		return p
+	}
+	before := pid()
+	// A step that fails after its BEGIN: the function raises.
+	if _, err := raw.Exec(ctx, "CREATE OR REPLACE FUNCTION "+schema+".fits(m bigint, lim bigint, n bigint, sh boolean, pm boolean) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'env38 failure'; END $$"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.TryLock(ctx, key); err == nil || !strings.Contains(err.Error(), "env38 failure") {
+		t.Fatalf("TryLock with a failing function: %v; want its error", err)
+	}
+	if after := pid(); after != before {
+		t.Fatalf("the failed step's connection was dropped (server session %d, then %d)", before, after)
+	}
+	if s := pool.Stat(); s.TotalConns() != 1 {
+		t.Fatalf("%d connections in the pool, want 1", s.TotalConns())
 	}
 }
