@@ -143,7 +143,7 @@ func TestNemesis(t *testing.T) {
 	}
 	for _, name := range selected(t, envDrivers, Drivers(fullMode())) {
 		t.Run(name, func(t *testing.T) {
-			cfg := Config{Target: TargetByName(name), Seed: s, Duration: d, Replay: replay(name, s, d), Faults: faultsOf()}
+			cfg := Config{Target: TargetByName(name), Seed: s, Duration: d, Replay: replay(name, s, d), Faults: faultsOf(), Short: !fullMode()}
 			if dir := os.Getenv(envHistory); dir != "" {
 				cfg.History = filepath.Join(dir, fmt.Sprintf("%s-%d.txt", name, s))
 			}

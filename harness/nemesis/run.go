@@ -41,6 +41,9 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// History, if set, is a file the run's whole history is written to.
 	History string
+	// Short: the short pass (go test, make test): a target whose check of
+	// keys used once waits longer than onceWait skips it.
+	Short bool
 }
 
 // LivenessBound is how soon a free key must be granted while no fault is
