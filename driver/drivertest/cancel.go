@@ -49,7 +49,7 @@ func testCancelWaiting(t *testing.T, h Harness) {
 }
 
 // C7: many waiters cancelled at random moments leave nothing behind, and
-// the key is free right after the holder releases it.
+// the key is free soon after the holder releases it.
 func testCancelManyWaiters(t *testing.T, h Harness) {
 	a := h.NewLocker(t, nil)
 	waiters := []lock.Locker{h.NewLocker(t, nil), h.NewLocker(t, nil)}
@@ -78,5 +78,8 @@ func testCancelManyWaiters(t *testing.T, h Harness) {
 		t.Fatalf("Unlock: %v", err)
 	}
 	assertNoResidue(t, h, k)
-	assertFree(t, waiters[0], k, "after every waiter was cancelled and the holder left")
+	// A waiter's attempt under way at its context's end may grant after
+	// it (on a loaded machine, after the holder left): lock releases such
+	// a grant in the background, so the key is free soon, not at once.
+	assertFreeBy(t, waiters[0], k, time.Now().Add(time.Second), "after every waiter was cancelled and the holder left")
 }

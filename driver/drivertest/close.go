@@ -47,10 +47,11 @@ func testCloseStopsWaiters(t *testing.T, h Harness) {
 	a, b := h.NewLocker(t, nil), h.NewLocker(t, nil)
 	k := key(t)
 	held := mustLock(t, a, k)
-	done := make(chan error, 1)
+	var err error
+	returned := make(chan struct{})
 	go func() {
-		_, err := b.Lock(ctx(t, 30*time.Second), k)
-		done <- err
+		_, err = b.Lock(ctx(t, 30*time.Second), k)
+		close(returned)
 	}()
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
@@ -59,16 +60,11 @@ func testCloseStopsWaiters(t *testing.T, h Harness) {
 		t.Errorf("Close: %v", err)
 	}
 	checkBy(t, bound, time.Now(), 0, "Close took %v", time.Since(start))
-	returned := make(chan struct{})
-	go func() {
-		err := <-done
-		if !errors.Is(err, lock.ErrClosed) || !errors.Is(err, lock.ErrNotAcquired) {
-			t.Errorf("waiting Lock after Close: err = %v, want ErrClosed and ErrNotAcquired", err)
-		}
-		close(returned)
-	}()
 	if _, ok := awaitBy(returned, bound, 0); !ok {
 		t.Fatalf("waiting Lock still blocked 2s after Close")
+	}
+	if !errors.Is(err, lock.ErrClosed) || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("waiting Lock after Close: err = %v, want ErrClosed and ErrNotAcquired", err)
 	}
 	held.Unlock(ctx(t, 10*time.Second))
 	assertNoResidue(t, h, k)

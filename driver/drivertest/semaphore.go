@@ -255,7 +255,9 @@ func testSemaphoreCancel(t *testing.T, h Harness) {
 	a.Unlock(ctx(t, 10*time.Second))
 	b.Unlock(ctx(t, 10*time.Second))
 	assertNoResidue(t, h, k)
-	assertFree(t, ls[2], k, "after every permit waiter was cancelled and the holders left")
+	// As in C7/CancelManyWaiters, a late grant is released in the
+	// background: the key is free soon, not at once.
+	assertFreeBy(t, ls[2], k, time.Now().Add(time.Second), "after every permit waiter was cancelled and the holders left")
 }
 
 // Waiters are served in arrival order on drivers that queue: a permit
