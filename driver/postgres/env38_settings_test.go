@@ -194,3 +194,41 @@ func TestEnv38ServerClockOnly(t *testing.T) {
 		t.Fatalf("functions a client calls take a time from it: %v", timed)
 	}
 }
+
+// TestEnv38SynchronousCommitOff: a database's synchronous_commit = off
+// does not let a crash of the server lose a grant it reported (the
+// holder counts on it; another client would be granted the key after
+// crash recovery). The step commits with synchronous_commit on.
+func TestEnv38SynchronousCommitOff(t *testing.T) {
+	pg := testserver.StartPostgres(t, &testserver.PostgresOptions{Settings: []string{"wal_writer_delay=10000ms", "wal_writer_flush_after=0"}})
+	pg.RequireFaults(t)
+	if _, err := pg.Exec("ALTER DATABASE postgres SET synchronous_commit = off"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := tctx(t, 120*time.Second)
+	lost := 0
+	for i := range 3 {
+		l := newTestLocker(t, pg.URL(), nil, &netCut{})
+		key := auditKey("env38-sync")
+		ls, err := l.TryLock(ctx, key, lock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.Restart(); err != nil { // SIGKILL, then crash recovery
+			t.Fatal(err)
+		}
+		raw := rawPool(t, pg.URL())
+		var n int
+		if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.entries WHERE key = $1 AND token = $2", key, int64(ls.Token())).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			lost++
+			t.Errorf("crash %d: the grant of %s (token %d) is gone after crash recovery", i, key, ls.Token())
+		}
+		l.Close()
+	}
+	if lost > 0 {
+		t.Fatalf("%d of 3 grants lost by a crash under synchronous_commit = off", lost)
+	}
+}

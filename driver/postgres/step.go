@@ -16,7 +16,8 @@ import (
 //
 //	BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE
 //	SELECT set_config(...)   statement_timeout, lock_timeout and
-//	                         idle_in_transaction_session_timeout off
+//	                         idle_in_transaction_session_timeout off,
+//	                         synchronous_commit at least on
 //	SELECT ... FROM f(...)   the step
 //	COMMIT
 //
@@ -26,12 +27,15 @@ import (
 // is older than the wait). The functions refuse to run at any other
 // level. The timeouts are off because the call's context bounds the
 // step: a database's statement_timeout would fail every step queued on a
-// busy key. The statements are unnamed (prepared and run in the one
+// busy key. A commit waits for its WAL flush (and a synchronous standby's),
+// so a crash or a failover loses no grant the client was told of. The statements are unnamed (prepared and run in the one
 // exchange), which a transaction pooler keeps within its transaction.
 const (
 	stepBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE"
 	stepSettings = "SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)," +
-		" set_config('idle_in_transaction_session_timeout', '0', true)"
+		" set_config('idle_in_transaction_session_timeout', '0', true)," +
+		" set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')" +
+		" THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
 	stepCommit = "COMMIT"
 )
 
