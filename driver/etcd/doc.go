@@ -41,7 +41,9 @@
 // with the grant in one transaction that compares the counter's revision:
 // the Redis and PostgreSQL drivers' scale, strictly increasing per key
 // while the counter lives (etcd keeps it across restarts and leader
-// changes), and rising from the clock if it is deleted.
+// changes), and rising from the clock if it is deleted. The counter is
+// attached to a 7-day lease of its Locker's (counter.go): a key used
+// once leaves nothing on etcd a week after its last grant.
 //
 // # URLs
 //
@@ -66,6 +68,19 @@
 // after such a member restarts, until it is made again. With etcd 3.4,
 // give New a client on a cluster run with JWT tokens (--auth-token
 // jwt,...: they outlive a restart), or open the Locker by URL.
+//
+// # Clusters
+//
+// One bad member of a cluster (paused, cut off with its connection open,
+// slow) costs a request at most a third of what is left of its call's
+// context (2 s when it has no deadline) before the request goes to the
+// next member: reads, keep-alives and lease requests are sent again, and
+// so is a grant's write, which tells its own landed write; other writes
+// are made once and their caller judges. A client made from a URL also
+// sets gRPC's keep-alive (10 s, 3 s), which drops a silent member's
+// connection; give a client made for New DialKeepAliveTime and
+// DialKeepAliveTimeout too. The watch stream asks for progress every
+// second and starts over, on the next member, after 3 s of silence.
 //
 // # As
 //

@@ -29,16 +29,16 @@ func init() {
 // a call while no member is reachable.
 const DialTimeout = 5 * time.Second
 
-// KeepAliveTime and KeepAliveTimeout are the gRPC keep-alive of a client
+// keepAliveTime and keepAliveTimeout are the gRPC keep-alive of a client
 // made from a URL: while a request or the watch stream is open on a
-// member's connection, a ping unanswered for KeepAliveTimeout after
-// KeepAliveTime without news closes the connection, so that a member
+// member's connection, a ping unanswered for keepAliveTimeout after
+// keepAliveTime without news closes the connection, so that a member
 // that went silent with its connection open (a paused process, a cut
-// link) leaves the round-robin until it answers again. KeepAliveTime is
+// link) leaves the round-robin until it answers again. keepAliveTime is
 // gRPC's least; a client given to New keeps its own settings.
 const (
-	KeepAliveTime    = 10 * time.Second
-	KeepAliveTimeout = 3 * time.Second
+	keepAliveTime    = 10 * time.Second
+	keepAliveTimeout = 3 * time.Second
 )
 
 // open is the OpenFunc for etcd://[user:password@]host[:port][,host[:port]...][/prefix][?params].
@@ -79,7 +79,7 @@ func parseURL(u *url.URL) (*clientv3.Config, *Options, error) {
 	}
 	cfg := &clientv3.Config{
 		DialTimeout: DialTimeout, TLS: tc, Logger: zap.NewNop(),
-		DialKeepAliveTime: KeepAliveTime, DialKeepAliveTimeout: KeepAliveTimeout,
+		DialKeepAliveTime: keepAliveTime, DialKeepAliveTimeout: keepAliveTimeout,
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
