@@ -156,7 +156,9 @@ var targets = []*Target{
 	{
 		// As a non-superuser role that may create the driver's schema
 		// (chaos.PostgresUser); the server keeps its data through kills.
-		Name: "postgres", Reentry: true, Resume: true, Notify: true, AllFaults: true, Backend: chaos.PostgresBackend, Shared: true, Permits: true, TTL: time.Second,
+		// A key used once leaves rows until a Locker's sweep a minute
+		// after its last grant (driver/postgres, # Sweep).
+		Name: "postgres", Reentry: true, Resume: true, Notify: true, AllFaults: true, Backend: chaos.PostgresBackend, Shared: true, Permits: true, TTL: time.Second, onceWait: 70 * time.Second,
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 3 * time.Second, ReleaseTimeout: time.Second,
 		url: pgURL(""), classify: classifyPG,
