@@ -18,8 +18,8 @@
 // waiter is forgotten with its counter (the next grant's token is still
 // higher: the Store keeps the largest counter it forgot, one number for
 // all keys), and a grant that expired unreleased on a key no call touches
-// again is dropped by the first call on the Store a minute after it
-// expired at the latest.
+// again is dropped when it expires (at most a second after the Store's
+// previous sweep of expired grants).
 //
 // A Store's DeleteKey, StealKey, DeleteCounter and Crash do behind its
 // Lockers' back what an operator, an eviction, a restart or a process's
@@ -204,6 +204,7 @@ func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
 	e.granted = true
 	e.since = d.s.now()
 	e.expires = e.since.Add(l.TTL)
+	d.s.sweepByLocked(e.expires)
 	l.Token = d.s.nextTokenLocked(l.Key)
 	e.token = l.Token
 	l.Validity = l.TTL

@@ -22,20 +22,19 @@ type Store struct {
 	// floor is the largest counter the Store forgot (see forgetLocked):
 	// a counter made again starts above it.
 	floor uint64
-	// swept is when sweepLocked last looked at every key; it looks again
-	// sweepEvery later.
-	swept      time.Time
-	sweepEvery time.Duration
-	now        func() time.Time
+	// sweep, when set, runs sweepNow at sweepAt, the earliest expiry of
+	// a grant (see sweepByLocked); swept is when the last sweep ran.
+	sweep          *time.Timer
+	sweepAt, swept time.Time
+	now            func() time.Time
 }
 
-// sweepEvery is how often a Store in use drops the grants that expired
-// unreleased on keys no call touched since.
-const sweepEvery = time.Minute
+// sweepGap is the least time between two sweeps of a Store.
+const sweepGap = time.Second
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{keys: map[string]*queue{}, counters: map[string]uint64{}, sweepEvery: sweepEvery, swept: time.Now(), now: time.Now}
+	return &Store{keys: map[string]*queue{}, counters: map[string]uint64{}, now: time.Now}
 }
 
 // queue is one key: its holders and waiters in arrival order. An exclusive
@@ -128,11 +127,8 @@ func (q *queue) signal() {
 }
 
 // queueLocked returns key's queue after dropping expired grants, creating
-// it if create is set; nil if there is none. It sweeps the Store first
-// when a sweep is due.
+// it if create is set; nil if there is none.
 func (s *Store) queueLocked(key string, create bool) *queue {
-	now := s.now()
-	s.sweepLocked(now)
 	q := s.keys[key]
 	if q == nil {
 		if !create {
@@ -141,7 +137,7 @@ func (s *Store) queueLocked(key string, create bool) *queue {
 		q = &queue{}
 		s.keys[key] = q
 	}
-	q.dropExpired(now)
+	q.dropExpired(s.now())
 	return q
 }
 
@@ -155,19 +151,44 @@ func (q *queue) dropExpired(now time.Time) {
 	}
 }
 
-// sweepLocked drops the expired grants of every key, and forgets the keys
-// left empty, once every s.sweepEvery: a grant that expired unreleased on
-// a key that no call touches again is gone by the first call a sweep
-// interval after its expiry, so keys used once do not pile up. A sweep
-// costs one look at each key the Store keeps.
-func (s *Store) sweepLocked(now time.Time) {
-	if now.Sub(s.swept) < s.sweepEvery && !now.Before(s.swept) {
+// sweepByLocked makes sure that a sweep runs at at, when a grant expires,
+// or sweepGap after the last sweep if that is later: so a grant that
+// expires unreleased on a key that no call touches again is dropped all
+// the same, and keys used once do not pile up. A refresh only makes a
+// grant expire later, after the sweep set for it, which then sets the
+// next.
+func (s *Store) sweepByLocked(at time.Time) {
+	if s.sweep != nil && !at.Before(s.sweepAt) {
 		return
 	}
-	s.swept = now
+	at = later(at, s.swept.Add(sweepGap))
+	if s.sweep != nil {
+		s.sweep.Stop()
+	}
+	s.sweepAt = at
+	s.sweep = time.AfterFunc(at.Sub(s.now()), s.sweepNow)
+}
+
+// sweepNow drops the expired grants of every key, forgets the keys left
+// empty, and sets the next sweep at the earliest expiry left. A sweep
+// costs one look at each key the Store keeps, at most once per sweepGap.
+func (s *Store) sweepNow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweep, s.swept = nil, now
+	var next time.Time
 	for key, q := range s.keys {
 		q.dropExpired(now)
 		s.dropIfEmptyLocked(key, q)
+		for _, e := range q.entries {
+			if e.granted && (next.IsZero() || e.expires.Before(next)) {
+				next = e.expires
+			}
+		}
+	}
+	if !next.IsZero() {
+		s.sweepByLocked(next)
 	}
 }
 
@@ -225,6 +246,7 @@ func (s *Store) StealKey(key string, ttl time.Duration) {
 	q := s.queueLocked(key, true)
 	q.signal()
 	q.entries = []*entry{{owner: "intruder", granted: true, since: s.now(), expires: s.now().Add(ttl)}}
+	s.sweepByLocked(q.entries[0].expires)
 }
 
 // DeleteCounter deletes key's fencing counter, as a backend restart without
