@@ -234,4 +234,3 @@ func (p *slowProxy) serve(c net.Conn) {
 		}
 	}
 }
-
