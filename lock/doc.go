@@ -228,8 +228,8 @@
 //     (every 60 s by default: znode.container.checkIntervalMs). There is
 //     no counter: the token is the lock node's zxid.
 //   - PostgreSQL: see its driver's package doc.
-//   - memory: nothing; a grant that expired unreleased is dropped by the
-//     first call on the Store a minute after its expiry.
+//   - memory: nothing; a grant that expired unreleased is dropped at its
+//     expiry (at most a second after the Store's previous sweep).
 //
 // A key used again after that gets a higher token all the same: a new
 // counter starts from the clock in microseconds, above the old one.
