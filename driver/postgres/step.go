@@ -8,17 +8,17 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// A step runs as one pipelined exchange, whatever the database's, the
-// role's or the pool's defaults (one round trip, one transaction):
+// A step runs as one simple-protocol query, whatever the database's, the
+// role's or the pool's defaults (one message, one round trip, one
+// transaction):
 //
-//	BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE
-//	SELECT set_config(...)   statement_timeout, lock_timeout and
-//	                         idle_in_transaction_session_timeout off,
-//	                         synchronous_commit at least on
-//	SELECT ... FROM f(...)   the step
+//	BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE;
+//	SELECT set_config(...);   statement_timeout, lock_timeout and
+//	                          idle_in_transaction_session_timeout off,
+//	                          synchronous_commit at least on
+//	SELECT ... FROM f(...);   the step, its arguments as literals
 //	COMMIT
 //
 // Read committed is what schema.sql's functions are written for: each
@@ -27,9 +27,11 @@ import (
 // is older than the wait). The functions refuse to run at any other
 // level. The timeouts are off because the call's context bounds the
 // step: a database's statement_timeout would fail every step queued on a
-// busy key. A commit waits for its WAL flush (and a synchronous standby's),
-// so a crash or a failover loses no grant the client was told of. The statements are unnamed (prepared and run in the one
-// exchange), which a transaction pooler keeps within its transaction.
+// busy key (PostgreSQL 13 and later time each statement of such a query
+// on its own). A commit waits for its WAL flush (and a synchronous
+// standby's), so a crash or a failover loses no grant the client was told
+// of. Nothing is prepared, which a transaction pooler keeps within its
+// transaction.
 const (
 	stepBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE"
 	stepSettings = "SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)," +
@@ -39,13 +41,14 @@ const (
 	stepCommit = "COMMIT"
 )
 
-// run runs query with args as a step (see above) and returns its rows,
-// each column as text (NULL as nil). A step that failed leaves the pooled
-// connection idle: its aborted transaction is rolled back (or the pool
-// drops a connection that cannot say). A failure that says the schema is
-// gone makes the next call install it again.
+// run runs query with args ($1, $2, ...) as a step (see above) and
+// returns its rows, each column as text (NULL as nil). A step that
+// failed leaves the pooled connection idle: its aborted transaction is
+// rolled back (or the pool drops a connection that cannot say). A
+// failure that says the schema is gone makes the next call install it
+// again.
 func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]byte, error) {
-	params, oids, err := encode(args)
+	call, err := bind(query, args)
 	if err != nil {
 		return nil, err
 	}
@@ -55,12 +58,7 @@ func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]by
 	}
 	defer c.Release()
 	pc := c.Conn().PgConn()
-	b := &pgconn.Batch{}
-	b.ExecParams(stepBegin, nil, nil, nil, nil)
-	b.ExecParams(stepSettings, nil, nil, nil, nil)
-	b.ExecParams(query, params, oids, nil, nil)
-	b.ExecParams(stepCommit, nil, nil, nil, nil)
-	res, err := pc.ExecBatch(ctx, b).ReadAll()
+	res, err := pc.Exec(ctx, stepBegin+"; "+stepSettings+"; "+call+"; "+stepCommit).ReadAll()
 	if err == nil {
 		for _, r := range res {
 			if r.Err != nil {
@@ -99,47 +97,54 @@ func schemaMissing(code string) bool {
 	return code == "3F000" || code == "42883" || code == "42P01"
 }
 
-// encode gives a step's arguments in text format, with their types.
-func encode(args []any) ([][]byte, []uint32, error) {
-	params, oids := make([][]byte, len(args)), make([]uint32, len(args))
-	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			params[i], oids[i] = []byte(v), pgtype.TextOID
-		case int64:
-			params[i], oids[i] = strconv.AppendInt(nil, v, 10), pgtype.Int8OID
-		case bool:
-			params[i], oids[i] = []byte(strconv.FormatBool(v)), pgtype.BoolOID
-		case []string:
-			params[i], oids[i] = textArray(v), pgtype.TextArrayOID
-		default:
-			return nil, nil, fmt.Errorf("postgres: a step argument of type %T", a)
+// bind puts args in query's $1, $2, ... as SQL literals of their types.
+func bind(query string, args []any) (string, error) {
+	var b strings.Builder
+	for i := 0; i < len(query); i++ {
+		if query[i] != '$' || i+1 == len(query) || query[i+1] < '1' || query[i+1] > '9' {
+			b.WriteByte(query[i])
+			continue
 		}
+		n := int(query[i+1] - '0')
+		i++
+		if n > len(args) {
+			return "", fmt.Errorf("postgres: a step with %d arguments refers to $%d", len(args), n)
+		}
+		lit, err := literal(args[n-1])
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(lit)
 	}
-	return params, oids, nil
+	return b.String(), nil
 }
 
-// textArray is ss as a text[] literal: every element quoted, with " and \
-// escaped.
-func textArray(ss []string) []byte {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i, s := range ss {
-		if i > 0 {
-			b.WriteByte(',')
+// literal is a as an SQL literal. Strings are escape strings (E'...'),
+// read the same whatever standard_conforming_strings says.
+func literal(a any) (string, error) {
+	switch v := a.(type) {
+	case string:
+		return textLiteral(v) + "::text", nil
+	case int64:
+		return strconv.FormatInt(v, 10) + "::bigint", nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case []string:
+		if len(v) == 0 {
+			return "'{}'::text[]", nil
 		}
-		b.WriteByte('"')
-		for _, r := range s {
-			if r == '"' || r == '\\' {
-				b.WriteByte('\\')
-			}
-			b.WriteRune(r)
+		lits := make([]string, len(v))
+		for i, s := range v {
+			lits[i] = textLiteral(s)
 		}
-		b.WriteByte('"')
+		return "ARRAY[" + strings.Join(lits, ", ") + "]::text[]", nil
 	}
-	b.WriteByte('}')
-	return []byte(b.String())
+	return "", fmt.Errorf("postgres: a step argument of type %T", a)
 }
+
+var escape = strings.NewReplacer(`\`, `\\`, `'`, `''`)
+
+func textLiteral(s string) string { return "E'" + escape.Replace(s) + "'" }
 
 // errShape: a step's reply is not what its function returns (a schema
 // changed by hand).
