@@ -16,14 +16,25 @@
 -- hold's grant) is set to ARGV[1] ms from now only where it ends sooner
 -- than that. A grant may be held by two Leases (one resumed it elsewhere)
 -- with different TTLs, and the renewal of the shorter one must not cut
--- short what the other's deadline counts on. PEXPIRE's GT option would do
--- it in one command but needs Redis 7.0; PTTL and a comparison do it on 5.
+-- short what the other's deadline counts on. On Redis 7.0 and later,
+-- PEXPIRE's GT option does it in one command (lengthen); before, PTTL and a
+-- comparison.
 --
 -- Returns one integer per key: 1 extended (or already long enough), 0 not
 -- held by that owner.
 local held = {}
 local px = tonumber(ARGV[1])
 local now
+local gt = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+
+-- lengthen sets key to expire px from now unless it lasts longer already.
+local function lengthen(key)
+  if gt then
+    redis.call('PEXPIRE', key, px, 'GT')
+  elseif redis.call('PTTL', key) < px then
+    redis.call('PEXPIRE', key, px)
+  end
+end
 
 -- clock sets now, the server's clock in ms, once per call.
 local function clock()
@@ -40,12 +51,8 @@ local function extend(lk, set, o, score)
   if tonumber(score) < now + px then
     redis.call('ZADD', set, string.format('%d', now + px), o)
   end
-  if redis.call('PTTL', lk) < px then
-    redis.call('PEXPIRE', lk, px)
-  end
-  if redis.call('PTTL', set) < px then
-    redis.call('PEXPIRE', set, px)
-  end
+  lengthen(lk)
+  lengthen(set)
 end
 
 for i = 1, #KEYS do
@@ -85,9 +92,7 @@ for i = 1, #KEYS do
       held[i] = 1
     end
   elseif redis.call('GET', KEYS[i]) == owner then
-    if redis.call('PTTL', KEYS[i]) < px then
-      redis.call('PEXPIRE', KEYS[i], px)
-    end
+    lengthen(KEYS[i])
     held[i] = 1
   end
 end
