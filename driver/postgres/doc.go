@@ -16,7 +16,7 @@
 // the key locks), entries (the key's grants and waiters in arrival order)
 // and voids (tombstones of attempts whose clean-up ran before a late
 // request). Every step is one call of a PL/pgSQL function in a
-// transaction of its own, sent as one pipelined exchange (one round
+// transaction of its own, sent as one query message (one round
 // trip); schema.sql is the wire format, described next to the code. Expiry is judged by the server's
 // clock_timestamp() after the key's row is locked, and a grant expires
 // at that time plus the TTL, so it never outlives what the client counts
@@ -30,8 +30,8 @@
 // Each step is sent as BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE,
 // a set_config of the transaction's statement_timeout, lock_timeout and
 // idle_in_transaction_session_timeout to 0 and of synchronous_commit to
-// on when it is off or local, the step's SELECT, and COMMIT, with
-// unnamed statements, in one exchange. So a database's or role's
+// on when it is off or local, the step's SELECT with its arguments as
+// literals, and COMMIT, in one simple-protocol query. So a database's or role's
 // default_transaction_isolation (repeatable read or serializable, under
 // which a step's snapshot predates its wait for the key and two holders
 // could be granted), default_transaction_read_only, timeouts or
@@ -58,8 +58,8 @@
 // holds_grant transaction depends on (it skips rows others have locked).
 // Tokens do not go back: the next token of such a key is the clock in
 // µs, above a counter a minute behind it. Each Locker sweeps in the
-// background, one sweep at a time (at most 500 keys, about 35 ms for
-// 500 on a loaded 2-core machine), after every 200 steps and renewals,
+// background, one sweep at a time (at most 500 keys, 20-35 ms for 500
+// on a loaded 2-core machine), after every 200 steps and renewals,
 // and on its first step 10 s after its last sweep. The tables also have their own
 // autovacuum thresholds.
 //
@@ -126,7 +126,7 @@
 // stay on one server connection there, so waiters check the key every
 // second instead of being woken, and the driver's statements are sent
 // unnamed (pgx.QueryExecModeExec), which every PgBouncer version keeps
-// within one transaction. A step's statements are unnamed in every mode
-// and end with its COMMIT, so it is one transaction, and the check of a
+// within one transaction. A step is one query (nothing prepared) ending
+// with its COMMIT, so it is one transaction, and the check of a
 // lease in your own transaction works as it does without a pooler.
 package postgres

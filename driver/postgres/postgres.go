@@ -52,9 +52,10 @@ type Options struct {
 	// (PgBouncer's pool_mode=transaction). A LISTEN does not stay on one
 	// server connection there, and named prepared statements are not
 	// kept, so waiters are not woken by notifications (they check the key
-	// every driver.Heartbeat, a second, instead), and every statement is
-	// sent with pgx.QueryExecModeExec (an unnamed statement, prepared and
-	// run in one exchange).
+	// every driver.Heartbeat, a second, instead), and the statements other
+	// than steps (a step is one simple-protocol query) are sent with
+	// pgx.QueryExecModeExec (an unnamed statement, prepared and run in one
+	// exchange).
 	TransactionPooling bool
 }
 
