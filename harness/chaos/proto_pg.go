@@ -32,7 +32,9 @@ import (
 // sends each statement once per connection) and later Binds refer to the
 // name, so the request side keeps each connection's names and their SQL
 // (forgotten on a Close of the statement): Request.SQL is the statement a
-// request runs, whichever way it names it.
+// request runs, whichever way it names it, or the statements it runs,
+// joined by "; ", when it binds several before its Sync (a pipelined
+// transaction: BEGIN, the step, COMMIT).
 type pgFramer struct {
 	// request side
 	started bool              // the startup packet was sent
@@ -85,6 +87,7 @@ func (f *pgFramer) readRequest(r *bufio.Reader) ([]byte, Request, bool, error) {
 	var buf []byte
 	var req Request
 	var bound, parsed, executes bool
+	var binds []string // the statements bound, in order
 	for {
 		var typ byte
 		var body []byte
@@ -113,7 +116,8 @@ func (f *pgFramer) readRequest(r *bufio.Reader) ([]byte, Request, bool, error) {
 		case 'B': // Bind: portal, statement, ...
 			_, rest := cstring(body)
 			name, _ := cstring(rest)
-			req.SQL, bound = f.stmts[name], true
+			binds = append(binds, f.stmts[name])
+			req.SQL, bound = strings.Join(binds, "; "), true
 		case 'E': // Execute
 			executes = true
 		case 'D': // Describe

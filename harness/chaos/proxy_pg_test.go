@@ -48,6 +48,12 @@ func TestPostgresRequests(t *testing.T) {
 		{cmd: "prepare", sql: acquire, reply: true, frame: pgBytes(t, &pgproto3.Parse{Name: "stmt_1", Query: acquire}, &pgproto3.Describe{ObjectType: 'S', Name: "stmt_1"}, &pgproto3.Sync{})},
 		{cmd: "execute", sql: acquire, mutating: true, reply: true, frame: pgBytes(t, &pgproto3.Bind{PreparedStatement: "stmt_1"}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})},
 		{cmd: "execute", sql: "SELECT 1", mutating: true, reply: true, frame: pgBytes(t, &pgproto3.Parse{Query: "SELECT 1"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})},
+		// A pipelined transaction (driver/postgres's steps): every
+		// statement it binds, in order.
+		{cmd: "execute", sql: "BEGIN; " + acquire + "; COMMIT", mutating: true, reply: true, frame: pgBytes(t,
+			&pgproto3.Parse{Query: "BEGIN"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: acquire}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{},
+			&pgproto3.Parse{Query: "COMMIT"}, &pgproto3.Bind{}, &pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{})},
 		{cmd: "query", sql: `LISTEN "dlock"`, subs: true, reply: true, frame: pgBytes(t, &pgproto3.Query{String: `LISTEN "dlock"`})},
 		{cmd: "query", sql: "-- ping", reply: true, frame: pgBytes(t, &pgproto3.Query{String: "-- ping"})},
 		{cmd: "close", reply: true, frame: pgBytes(t, &pgproto3.Close{ObjectType: 'S', Name: "stmt_1"}, &pgproto3.Sync{})},
