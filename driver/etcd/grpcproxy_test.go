@@ -15,8 +15,10 @@ import (
 	"github.com/dlock-go/dlock/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // grpcProxy forwards every gRPC call to one etcd member, message by
@@ -30,8 +32,18 @@ type grpcProxy struct {
 
 	watches atomic.Int64 // Watch streams opened
 
-	mu   sync.Mutex
-	held chan struct{} // while set, Watch replies wait; closed by releaseWatch
+	mu      sync.Mutex
+	held    chan struct{} // while set, Watch replies wait; closed by releaseWatch
+	refused bool          // Watch streams are refused (Unavailable)
+}
+
+// refuseWatch makes the proxy refuse every Watch stream at once, and end
+// those open: the member's watch service down, the rest up.
+func (p *grpcProxy) refuseWatch() {
+	p.mu.Lock()
+	p.refused = true
+	p.mu.Unlock()
+	p.releaseWatch()
 }
 
 // rawCodec passes messages through as bytes.
@@ -94,6 +106,12 @@ func (p *grpcProxy) waitWatch(ctx context.Context) {
 	}
 }
 
+func (p *grpcProxy) refusing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}
+
 const watchMethod = "/etcdserverpb.Watch/Watch"
 
 // handle forwards one call: the client's messages up, the member's
@@ -111,6 +129,9 @@ func (p *grpcProxy) handle(_ any, ss grpc.ServerStream) error {
 	watch := method == watchMethod
 	if watch {
 		p.watches.Add(1)
+		if p.refusing() {
+			return status.Error(codes.Unavailable, "watch refused by the test proxy")
+		}
 	}
 	go func() {
 		for {
@@ -135,6 +156,9 @@ func (p *grpcProxy) handle(_ any, ss grpc.ServerStream) error {
 		}
 		if watch {
 			p.waitWatch(ctx)
+			if p.refusing() {
+				return status.Error(codes.Unavailable, "watch refused by the test proxy")
+			}
 		}
 		if err := ss.SendMsg(&b); err != nil {
 			return err
@@ -211,5 +235,59 @@ func TestAudit38WatchHeld(t *testing.T) {
 		t.Errorf("no watch stream opened again in %v of silence (progressSilence %v)", time.Since(held).Round(time.Millisecond), progressSilence)
 	} else {
 		t.Logf("%d watch streams opened again in %v of silence", got, time.Since(held).Round(time.Millisecond))
+	}
+}
+
+// TestAudit38WatchRefused: the member refuses the watch stream at once,
+// again and again, while every other call passes. Each failure of the
+// stream wakes every waiter to step; the watcher opens it again after a
+// delay that doubles up to a second, so that waiters step about once a
+// second (their heartbeat), not ten times. A waiter is still granted by
+// its next step after the release.
+func TestAudit38WatchRefused(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	p := newGRPCProxy(t, e.Addr())
+	opts := &Options{Prefix: fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())}
+	a := newTestLocker(t, []string{"http://" + p.addr()}, opts, &netCut{})
+	b := newTestLocker(t, []string{"http://" + p.addr()}, opts, &netCut{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	la, err := a.Lock(ctx, "watch-refused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan *lock.Lease, 1)
+	go func() {
+		l, err := b.Lock(ctx, "watch-refused")
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- l
+	}()
+	time.Sleep(time.Second)
+	p.refuseWatch()
+	opened := p.watches.Load()
+	const window = 6 * time.Second
+	time.Sleep(window)
+	// Two Lockers, two streams, each opened again after 100, 200, 400,
+	// 800 ms, then once a second: about 16 in 6 s (120 with a fixed
+	// 100 ms).
+	if n := p.watches.Load() - opened; n > 30 {
+		t.Errorf("the watch stream, refused at once, was opened %d times in %v: every waiter stepped as often", n, window)
+	} else {
+		t.Logf("the watch stream was opened %d times in %v", n, window)
+	}
+	released := time.Now()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-granted:
+		t.Logf("the waiter was granted %v after the release", time.Since(released).Round(time.Millisecond))
+		if l != nil {
+			l.Unlock(ctx)
+		}
+	case <-time.After(4 * time.Second):
+		t.Errorf("with the watch stream refused, the waiter was not granted within 4 s of the release (heartbeat steps every 1 s)")
 	}
 }

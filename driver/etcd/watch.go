@@ -102,26 +102,43 @@ func (w *watcher) sendCreate(id int64, wt *watch) error {
 	return w.stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: cr}})
 }
 
+// A stream that failed is opened again after reopenFirst, and after
+// twice as long each time one fails with no reply, up to reopenMax (a
+// waiter's heartbeat): each failure wakes every waiter, so a stream the
+// member refuses at once must not make them step ten times a second.
+const (
+	reopenFirst = 100 * time.Millisecond
+	reopenMax   = time.Second
+)
+
 func (w *watcher) loop() {
 	defer close(w.done)
+	wait := reopenFirst
 	for w.ctx.Err() == nil {
-		w.run()
+		if w.run() {
+			wait = reopenFirst
+		} else {
+			wait = min(2*wait, reopenMax)
+		}
 		select {
 		case <-w.ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 }
 
 // run opens the stream, creates every watch on it, and reads it until it
-// fails; then it calls every watch's function, so waiters check.
-func (w *watcher) run() {
+// fails; then it calls every watch's function, so waiters check. It
+// reports whether the stream had a reply.
+func (w *watcher) run() (answered bool) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 	defer cancel()
 	s, err := pb.NewWatchClient(w.c.ActiveConnection()).Watch(ctx)
 	if err == nil {
 		heard := new(atomic.Int64)
-		heard.Store(time.Now().UnixNano())
+		opened := time.Now().UnixNano()
+		heard.Store(opened)
+		defer func() { answered = heard.Load() != opened }()
 		s = heardStream{s, heard}
 		go w.watchdog(ctx, cancel, s, heard)
 		w.mu.Lock()
@@ -146,6 +163,7 @@ func (w *watcher) run() {
 	for _, fn := range fns {
 		fn(false)
 	}
+	return answered // set by the deferred check of heard
 }
 
 var errWatchCanceled = errors.New("etcd: watch canceled by the server")
