@@ -101,7 +101,6 @@ type pgDriver struct {
 	damaged    atomic.Bool // a step found part of the schema gone
 	sweep      *sweeper
 	rides      rides
-	rideOut    time.Duration // rideOut; shorter in tests
 }
 
 var (
@@ -140,7 +139,7 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 	if o != nil {
 		opts = *o
 	}
-	d := &pgDriver{pool: pool, owned: owned, schema: opts.Schema, create: !opts.NoCreate, installing: make(chan struct{}, 1), sweep: newSweeper(), rideOut: rideOut}
+	d := &pgDriver{pool: pool, owned: owned, schema: opts.Schema, create: !opts.NoCreate, installing: make(chan struct{}, 1), sweep: newSweeper()}
 	if d.schema == "" {
 		d.schema = DefaultSchema
 	}

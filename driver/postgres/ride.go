@@ -50,7 +50,7 @@ func (d *pgDriver) ride(ctx context.Context, owner string, err error) error {
 		start = time.Now()
 		r.failing[owner] = start
 	}
-	if time.Since(start) > d.rideOut {
+	if time.Since(start) > rideOut {
 		delete(r.failing, owner)
 		return err
 	}
