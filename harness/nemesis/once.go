@@ -15,9 +15,9 @@ import (
 // allows (released, left to expire, a wait given up, shared, a permit,
 // a named owner's hold) and, while it takes and releases another key
 // every half second (tick: a backend in use), after the target's Bound and
-// onceWait (Target.onceWait: the memory Store and the PostgreSQL driver
-// sweep a minute after, so their check waits that long, and only in make
-// nemesis), the backend must keep no more than onceSlack things more
+// onceWait (Target.onceWait: the PostgreSQL driver sweeps a minute after,
+// so its check waits that long, and only in make nemesis), the backend
+// must keep no more than onceSlack things more
 // than before (its Footprint: what no expiry of its own removes; on the
 // memory Store, whatever it keeps of those keys), or it grows without
 // bound with such keys (residue/once).

@@ -119,10 +119,7 @@ func ms(d ...time.Duration) []time.Duration { return d }
 
 var targets = []*Target{
 	{
-		// The Store drops grants that expired unreleased on keys no call
-		// touches when a call comes a minute (driver/memory's sweepEvery)
-		// after its last sweep.
-		Name: "memory", Reentry: true, Resume: true, Shared: true, Permits: true, TTL: time.Second, onceWait: time.Minute + 5*time.Second,
+		Name: "memory", Reentry: true, Resume: true, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(300*time.Millisecond, time.Second, 2*time.Second), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, time.Second, 3*time.Second),
 		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
 	},
