@@ -87,6 +87,19 @@
 // functions, which must be refused. The target declares AllFaults: a run
 // of a minute or more must inject every kind of fault it may pick.
 //
+// The environment targets (targets_env.go, make nemesis only) vary what
+// the servers' own faults do not: postgres-isolation changes the
+// database's default isolation level (read committed, repeatable read,
+// serializable, a third of the run each; the driver's sessions are ended
+// at each change so that they start under it), postgres-pgbouncer runs
+// through PgBouncer in transaction mode and restarts it, and etcd-member
+// freezes, cuts off from the clients or slows one follower of three at a
+// time, which is no server fault: liveness is judged across it. Each
+// PgBouncer restart and member fault runs with a witness (witness.go).
+// The summary's "environment:" lines say which level ran from when,
+// when PgBouncer restarted, and which member was faulted, when and how
+// long.
+//
 // # What is checked, as the run goes
 //
 // Every process observes its leases (on CLOCK_MONOTONIC, which the child
