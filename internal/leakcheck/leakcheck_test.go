@@ -58,3 +58,19 @@ func TestParse(t *testing.T) {
 }
 
 func leaky(stop chan struct{}) { <-stop }
+
+// TestAudit38StarvedWaitIsLonger: on a machine where every sleep comes
+// back 100 ms late, Check waits that much longer for goroutines to exit:
+// one that exits 3 s after Check began (under 2 s of the time Check got to
+// run) is no leak; without the lateness counted, it was reported at 2 s.
+func TestAudit38StarvedWaitIsLonger(t *testing.T) {
+	sleep = func(d time.Duration) { time.Sleep(d + 100*time.Millisecond) }
+	defer func() { sleep = time.Sleep }()
+	base := Take()
+	stop := make(chan struct{})
+	go leaky(stop)
+	time.AfterFunc(3*time.Second, func() { close(stop) })
+	if err := Check(base); err != nil {
+		t.Errorf("Check on a starved machine = %v, want nil once the goroutine exits", err)
+	}
+}
