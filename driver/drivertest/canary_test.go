@@ -120,3 +120,21 @@ func TestAudit38AwaitByWaitsOutStarvation(t *testing.T) {
 		t.Error("awaitBy with a canary 100 ms late gave up before the 400 ms it owes a starved machine")
 	}
 }
+
+// TestAudit38Meter: a meter on a machine that runs reports a stall far
+// shorter than a renewal's margin, and stalled excuses a lost lease only
+// for a stall of at least a quarter of that margin.
+func TestAudit38Meter(t *testing.T) {
+	m := startMeter()
+	time.Sleep(200 * time.Millisecond)
+	if worst := m.end(); worst < 0 || worst > 500*time.Millisecond {
+		t.Errorf("meter over 200 ms: worst stall %v; want within [0, 500ms]", worst)
+	}
+	var r recorder
+	if stalled(&r, 10*time.Millisecond, 2*time.Second, "lease lost") {
+		t.Errorf("a 10 ms stall excused a lease lost with a 2 s margin")
+	}
+	if !stalled(&r, 600*time.Millisecond, 2*time.Second, "lease lost") || len(r.logs) != 1 {
+		t.Errorf("a 600 ms stall did not excuse (and log) a lease lost with a 2 s margin: logs %q", r.logs)
+	}
+}

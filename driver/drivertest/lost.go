@@ -3,6 +3,7 @@ package drivertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -134,8 +135,16 @@ func testDeadlineWithinValidity(t *testing.T, h Harness) {
 	if dl := lease.Deadline(); dl.After(start.Add(bound)) {
 		t.Fatalf("TTL %v: Deadline %v after the request; want at most %v", ttl, dl.Sub(start), bound)
 	}
-	if closedWithin(lease.Done(), bound*3/2) {
-		t.Fatalf("auto-renewed lease ended within %v: %v", bound*3/2, lease.Err())
+	m := startMeter()
+	lost := closedWithin(lease.Done(), bound*3/2)
+	worst := m.end()
+	if lost {
+		// Renewals come a third of the way to the deadline: a stall of
+		// the other two thirds loses the lease on any library.
+		if what := fmt.Sprintf("auto-renewed lease ended within %v: %v", bound*3/2, lease.Err()); !stalled(t, worst, bound*2/3, what) {
+			t.Fatal(what)
+		}
+		return
 	}
 	if dl := lease.Deadline(); dl.After(time.Now().Add(bound)) {
 		t.Errorf("after renewals, Deadline %v ahead; want at most %v", time.Until(dl), bound)
