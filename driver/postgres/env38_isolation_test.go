@@ -253,3 +253,44 @@ func contend(t *testing.T, url string, o Options) {
 	}
 	wg.Wait()
 }
+
+// TestEnv38HoldsGrantRepeatableRead: holds_grant in a user's transaction
+// at repeatable read, whose snapshot predates the key's handover (the
+// holder released, another client was granted), does not say true: the
+// new grant moved the key's counter, and locking that row FOR SHARE
+// then fails the transaction (40001).
+func TestEnv38HoldsGrantRepeatableRead(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := tctx(t, 60*time.Second)
+	a := newTestLocker(t, url, nil, &netCut{})
+	b := newTestLocker(t, url, nil, &netCut{})
+	key := auditKey("env38-holds-rr")
+	la, err := a.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := raw.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM dlock.entries WHERE key = $1", key).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the snapshot: %d entries, %v", n, err)
+	}
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lb.Unlock(ctx)
+	var ok bool
+	err = tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", key, int64(la.Token())).Scan(&ok)
+	if err == nil && ok {
+		t.Fatalf("holds_grant said true for a released grant (token %d) while the key is granted to another (token %d)", la.Token(), lb.Token())
+	}
+	t.Logf("holds_grant in a repeatable read transaction: %v, %v", ok, err)
+}
