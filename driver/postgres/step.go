@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -58,6 +59,9 @@ func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]by
 	}
 	defer c.Release()
 	pc := c.Conn().PgConn()
+	if enc := pc.ParameterStatus("client_encoding"); enc != "UTF8" {
+		return nil, fmt.Errorf("%w: postgres: the connection's client_encoding is %s; dlock's steps need UTF8 (their arguments are escaped as UTF-8 in the query's text)", driver.ErrInvalid, enc)
+	}
 	res, err := pc.Exec(ctx, stepBegin+"; "+stepSettings+"; "+call+"; "+stepCommit).ReadAll()
 	if err == nil {
 		for _, r := range res {
