@@ -75,7 +75,7 @@ func connFailure(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
-		case "57P01", "57P02", "57P03", "53300": // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
+		case "57P01", "57P02", "57P03", "57P05", "53300": // admin_shutdown, crash_shutdown, cannot_connect_now, idle_session_timeout, too_many_connections
 			return true
 		}
 		return strings.HasPrefix(pe.Code, "08")
