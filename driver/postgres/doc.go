@@ -16,14 +16,23 @@
 // the key locks), entries (the key's grants and waiters in arrival order)
 // and voids (tombstones of attempts whose clean-up ran before a late
 // request). Every step is one call of a PL/pgSQL function in a
-// transaction of its own, sent as one query message (one round
-// trip); schema.sql is the wire format, described next to the code. Expiry is judged by the server's
-// clock_timestamp() after the key's row is locked, and a grant expires
-// at that time plus the TTL, so it never outlives what the client counts
-// on (which counts from the moment it sent the request). A fencing token
-// is max(counter + 1, the server's clock in microseconds), taken under
-// the row lock: tokens rise across restores and failovers, on the same
-// scale as the Redis drivers'.
+// transaction of its own, sent as one query message (one round trip);
+// schema.sql is the wire format, described next to the code. Expiry is
+// judged by the server's clock_timestamp() after the key's row is
+// locked, and a grant expires at that time plus the TTL, so it never
+// outlives what the client counts on (which counts from the moment it
+// sent the request). A fencing token is max(counter + 1, the server's
+// clock in microseconds), taken under the row lock: tokens rise across
+// restores and failovers, on the same scale as the Redis drivers'.
+//
+// Advisory locks are not used: a session's advisory lock has no
+// deadline, so a client that stalls keeps it while it cannot know it
+// still holds it (no Done before another holder is possible), it is lost
+// silently with its connection, and it is re-entrant per session. See
+// docs/design.md.
+//
+// Keys are stored as they are, in text columns; a key holding a NUL byte,
+// which PostgreSQL's text cannot hold, is refused with lock.ErrInvalid.
 //
 // # Settings the driver sets itself
 //
@@ -31,22 +40,24 @@
 // a set_config of the transaction's statement_timeout, lock_timeout and
 // idle_in_transaction_session_timeout to 0 and of synchronous_commit to
 // on when it is off or local, the step's SELECT with its arguments as
-// literals, and COMMIT, in one simple-protocol query. So a database's or role's
-// default_transaction_isolation (repeatable read or serializable, under
-// which a step's snapshot predates its wait for the key and two holders
-// could be granted), default_transaction_read_only, timeouts or
-// synchronous_commit = off (a crash lost grants) do not change what a
-// step does; the call's context bounds it instead.
-// The functions refuse to run at another isolation level, so that an
-// older client, or a call by hand, under such a default fails instead of
+// literals, and COMMIT, in one simple-protocol query. So a database's or
+// role's default_transaction_isolation (repeatable read or serializable,
+// under which a step's snapshot predates its wait for the key and two
+// holders could be granted), default_transaction_read_only, timeouts
+// (on PostgreSQL 13 and later, which time each statement of a query on
+// its own) or synchronous_commit = off (a crash lost grants) do not
+// change what a step does; the call's context bounds it instead. The
+// functions refuse to run at another isolation level, so that an older
+// client, or a call by hand, under such a default fails instead of
 // granting twice. A step that fails leaves its connection idle (rolled
 // back) in the pool.
 //
 // # Waiting through failures
 //
 // A queued Lock rides out connection failures (a restart of PostgreSQL
-// or PgBouncer, a network cut) for 15 s: its steps report the key held
-// and lock steps again every 100 ms. Past 15 s the failure ends the wait.
+// or PgBouncer, a network cut, a connection closed by
+// idle_session_timeout) for 15 s: its steps report the key held and
+// lock steps again every 100 ms. Past 15 s the failure ends the wait.
 // The waiter's place lives 3 s after its last step: a longer failure
 // puts it at the end of the queue. A TryLock fails at once.
 //
@@ -59,18 +70,9 @@
 // Tokens do not go back: the next token of such a key is the clock in
 // µs, above a counter a minute behind it. Each Locker sweeps in the
 // background, one sweep at a time (at most 500 keys, 20-35 ms for 500
-// on a loaded 2-core machine), after every 200 steps and renewals,
-// and on its first step 10 s after its last sweep. The tables also have their own
-// autovacuum thresholds.
-//
-// Advisory locks are not used: a session's advisory lock has no
-// deadline, so a client that stalls keeps it while it cannot know it
-// still holds it (no Done before another holder is possible), it is lost
-// silently with its connection, and it is re-entrant per session. See
-// docs/design.md.
-//
-// Keys are stored as they are, in text columns; a key holding a NUL byte,
-// which PostgreSQL's text cannot hold, is refused with lock.ErrInvalid.
+// on a loaded 2-core machine), after every 200 steps and renewals, and
+// on its first step 10 s after its last sweep. The tables also have
+// their own autovacuum thresholds.
 //
 // # Checking a lease in your own transaction
 //
