@@ -16,7 +16,8 @@ import (
 // transaction):
 //
 //	BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE;
-//	SELECT set_config(...);   statement_timeout, lock_timeout and
+//	SELECT set_config(...);   search_path pg_catalog, pg_temp,
+//	                          statement_timeout, lock_timeout and
 //	                          idle_in_transaction_session_timeout off,
 //	                          synchronous_commit at least on
 //	SELECT ... FROM f(...);   the step, its arguments as literals
@@ -26,8 +27,11 @@ import (
 // statement sees what committed before it, so a step that waited for the
 // key's row sees the steps it waited for (at repeatable read its snapshot
 // is older than the wait). The functions refuse to run at any other
-// level. The timeouts are off because the call's context bounds the
-// step: a database's statement_timeout would fail every step queued on a
+// level. The search path is pg_catalog's, so that the statements after
+// the settings (the literals' casts) resolve to the built-in objects,
+// and the settings name them (a search path that names pg_catalog after
+// another schema puts that schema's objects first). The timeouts are off
+// because the call's context bounds the step: a database's statement_timeout would fail every step queued on a
 // busy key (PostgreSQL 13 and later time each statement of such a query
 // on its own). A commit waits for its WAL flush (and a synchronous
 // standby's), so a crash or a failover loses no grant the client was told
@@ -35,10 +39,12 @@ import (
 // transaction.
 const (
 	stepBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE"
-	stepSettings = "SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)," +
-		" set_config('idle_in_transaction_session_timeout', '0', true)," +
-		" set_config('synchronous_commit', CASE WHEN current_setting('synchronous_commit') IN ('off', 'local')" +
-		" THEN 'on' ELSE current_setting('synchronous_commit') END, true)"
+	stepSettings = "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)," +
+		" pg_catalog.set_config('statement_timeout', '0', true), pg_catalog.set_config('lock_timeout', '0', true)," +
+		" pg_catalog.set_config('idle_in_transaction_session_timeout', '0', true)," +
+		" pg_catalog.set_config('synchronous_commit', CASE WHEN pg_catalog.current_setting('synchronous_commit')" +
+		" OPERATOR(pg_catalog.=) 'off' OR pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.=) 'local'" +
+		" THEN 'on' ELSE pg_catalog.current_setting('synchronous_commit') END, true)"
 	stepCommit = "COMMIT"
 )
 
