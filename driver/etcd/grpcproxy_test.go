@@ -197,9 +197,19 @@ func TestAudit38WatchHeld(t *testing.T) {
 		}
 		granted <- l
 	}()
-	time.Sleep(time.Second)
-	p.holdWatch()
+	// A healthy stream answers the progress requests: it is kept. (Each
+	// Locker opens its first stream in the background.)
+	for end := time.Now().Add(5 * time.Second); p.watches.Load() < 2 && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
 	streams := p.watches.Load()
+	time.Sleep(progressSilence + 1500*time.Millisecond)
+	if n := p.watches.Load() - streams; n != 0 {
+		t.Errorf("a healthy watch stream was opened again %d times in %v", n, progressSilence+1500*time.Millisecond)
+	}
+	p.holdWatch()
+	streams = p.watches.Load()
 	held := time.Now()
 	time.Sleep(time.Second)
 
