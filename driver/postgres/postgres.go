@@ -129,8 +129,11 @@ func newQueries(s string) queries {
 		refresh: "SELECT " + s + ".refresh($1, $2, $3)",
 		resume:  "SELECT " + s + ".resume($1, $2, $3, $4, $5, $6, $7)",
 		sweep:   "SELECT " + s + ".sweep($1, $2)",
-		inspect: "SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires - c.t, e.since, e.joined, coalesce(cardinality(e.holds), -1)" +
-			" FROM " + s + ".entries e, (SELECT clock_timestamp() AS t) c WHERE e.key = $1 AND e.expires > c.t ORDER BY e.seq",
+		// Inspect's statement is not a step: it names pg_catalog's objects
+		// itself, whatever the session's search_path (see run).
+		inspect: "SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires OPERATOR(pg_catalog.-) c.t, e.since, e.joined," +
+			" coalesce(pg_catalog.cardinality(e.holds), -1) FROM " + s + ".entries e, (SELECT pg_catalog.clock_timestamp() AS t) c" +
+			" WHERE e.key OPERATOR(pg_catalog.=) $1 AND e.expires OPERATOR(pg_catalog.>) c.t ORDER BY e.seq",
 	}
 }
 
