@@ -1,0 +1,313 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// lossyProxy forwards every gRPC call to one etcd member and loses the
+// member's reply to the KV/Txn requests that lose picks: the request is
+// applied (the proxy waits for the member's answer), and the client
+// hears nothing until its try's bound ends it. A write whose reply was
+// lost is a write whose outcome the driver cannot know.
+type lossyProxy struct {
+	ln      net.Listener
+	srv     *grpc.Server
+	backend *grpc.ClientConn
+	lose    atomic.Pointer[func(*pb.TxnRequest) bool]
+	lost    atomic.Int64
+}
+
+// lossyCodec passes messages through as bytes.
+type lossyCodec struct{}
+
+func (lossyCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (lossyCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (lossyCodec) Name() string { return "proto" }
+
+func newLossyProxy(t *testing.T, target string) *lossyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(lossyCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lossyProxy{ln: ln, backend: cc}
+	p.srv = grpc.NewServer(grpc.ForceServerCodec(lossyCodec{}), grpc.UnknownServiceHandler(p.handle))
+	go p.srv.Serve(ln)
+	t.Cleanup(func() { p.srv.Stop(); cc.Close() })
+	return p
+}
+
+func (p *lossyProxy) addr() string { return p.ln.Addr().String() }
+
+// losing makes the proxy lose the replies of the Txn requests f picks
+// (nil: none).
+func (p *lossyProxy) losing(f func(*pb.TxnRequest) bool) { p.lose.Store(&f) }
+
+func (p *lossyProxy) handle(_ any, ss grpc.ServerStream) error {
+	method, _ := grpc.MethodFromServerStream(ss)
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	if method == "/etcdserverpb.KV/Txn" {
+		return p.txn(ss, md)
+	}
+	ctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ss.Context(), md))
+	defer cancel()
+	cs, err := p.backend.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			var b []byte
+			if err := ss.RecvMsg(&b); err != nil {
+				cs.CloseSend()
+				return
+			}
+			if err := cs.SendMsg(&b); err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		var b []byte
+		if err := cs.RecvMsg(&b); err != nil {
+			ss.SetTrailer(cs.Trailer())
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := ss.SendMsg(&b); err != nil {
+			return err
+		}
+	}
+}
+
+// txn forwards one Txn; when lose picks it, the member's answer is
+// awaited (the request is applied, whatever the client does meanwhile)
+// and then dropped.
+func (p *lossyProxy) txn(ss grpc.ServerStream, md metadata.MD) error {
+	var in []byte
+	if err := ss.RecvMsg(&in); err != nil {
+		return err
+	}
+	var req pb.TxnRequest
+	drop := false
+	if f := p.lose.Load(); f != nil && *f != nil && req.Unmarshal(in) == nil {
+		drop = (*f)(&req)
+	}
+	ctx := ss.Context()
+	if drop {
+		// applied even if the client gives up first
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+	}
+	var out []byte
+	if err := p.backend.Invoke(metadata.NewOutgoingContext(ctx, md), "/etcdserverpb.KV/Txn", &in, &out); err != nil {
+		return err
+	}
+	if drop {
+		p.lost.Add(1)
+		<-ss.Context().Done()
+		return ss.Context().Err()
+	}
+	return ss.SendMsg(&out)
+}
+
+// grantTxn picks a grant's write: an entry's Put and the counter's
+// (grantWrite).
+func grantTxn(prefix string) func(*pb.TxnRequest) bool {
+	return func(r *pb.TxnRequest) bool {
+		return len(r.Success) == 2 && r.Success[1].GetRequestPut() != nil &&
+			strings.HasPrefix(string(r.Success[1].GetRequestPut().Key), prefix+"c/")
+	}
+}
+
+// placeTxn picks a waiter's place: its entry's Put with the queue's and
+// counter's reads (place).
+func placeTxn(prefix string) func(*pb.TxnRequest) bool {
+	return func(r *pb.TxnRequest) bool {
+		return len(r.Success) == 3 && r.Success[0].GetRequestPut() != nil &&
+			strings.HasPrefix(string(r.Success[0].GetRequestPut().Key), prefix+"q/")
+	}
+}
+
+// lossyLocker is a Locker whose client has two endpoints, both on the
+// member: one through p, one straight, so a request sent again after a
+// lost reply goes to the other (gRPC's round-robin).
+func lossyLocker(t *testing.T, e *testserver.Etcd, p *lossyProxy, prefix string, ttl time.Duration) lock.Locker {
+	t.Helper()
+	return newTestLocker(t, []string{p.addr(), e.Endpoints()[0]}, &Options{Prefix: prefix, Options: lock.Options{TTL: ttl}}, &netCut{})
+}
+
+// TestAudit38LostGrantReply: the reply of a grant's write is lost (the
+// write landed), so the driver sends it again to the other endpoint,
+// where the counter has moved. The grant must be recognised as its own
+// (landed): every TryLock of a free key, and every queued Lock after
+// the release, is granted, with tokens that rise, and nothing is left
+// on etcd after the Unlocks.
+func TestAudit38LostGrantReply(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	p := newLossyProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	l := lossyLocker(t, e, p, prefix, 5*time.Second)
+	other := newTestLocker(t, e.Endpoints(), &Options{Prefix: prefix, Options: lock.Options{TTL: 5 * time.Second}}, &netCut{})
+	raw := rawClient(t, e.Endpoints())
+	p.losing(grantTxn(prefix))
+	k := "audit38-lost-grant"
+	var last uint64
+	rising := func(who string, ls *lock.Lease) {
+		t.Helper()
+		if ls.Token() <= last {
+			t.Fatalf("%s: token %d after %d", who, ls.Token(), last)
+		}
+		last = ls.Token()
+	}
+
+	for i := 0; i < 8; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ls, err := l.TryLock(ctx, k)
+		if err != nil {
+			cancel()
+			t.Fatalf("TryLock %d of a free key (%d grant replies lost so far): %v", i, p.lost.Load(), err)
+		}
+		rising("TryLock", ls)
+		if err := ls.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock %d: %v", i, err)
+		}
+		cancel()
+	}
+	tried := p.lost.Load()
+
+	for i := 0; i < 6; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		h, err := other.Lock(ctx, k)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		rising("holder", h)
+		got := make(chan error, 1)
+		var w *lock.Lease
+		go func() {
+			var err error
+			w, err = l.Lock(ctx, k)
+			got <- err
+		}()
+		waitEntries(t, raw, prefix+"q/"+escape(k)+"/", 2)
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			cancel()
+			t.Fatalf("a queued Lock %d after the release (%d grant replies lost so far): %v", i, p.lost.Load(), err)
+		}
+		rising("waiter", w)
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	if tried == 0 || p.lost.Load() == tried {
+		t.Fatalf("grant replies lost: %d by TryLocks, %d by queued Locks: the attack did not happen", tried, p.lost.Load()-tried)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := raw.Get(ctx, prefix+"q/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 0 {
+		t.Errorf("after every Unlock, %d entries are left: %s", len(r.Kvs), r.Kvs[0].Key)
+	}
+	t.Logf("%d grant replies lost (%d by TryLocks)", p.lost.Load(), tried)
+}
+
+// TestAudit38LostPlaceReply: the reply of a waiter's place (its entry's
+// write) is lost while the write landed. The waiter's next step must
+// adopt the entry it made, and be granted at its turn; a lost reply must
+// not end the Lock, leave two entries, or leave an entry behind.
+func TestAudit38LostPlaceReply(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	p := newLossyProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	l := lossyLocker(t, e, p, prefix, 5*time.Second)
+	other := newTestLocker(t, e.Endpoints(), &Options{Prefix: prefix, Options: lock.Options{TTL: 5 * time.Second}}, &netCut{})
+	raw := rawClient(t, e.Endpoints())
+	p.losing(placeTxn(prefix))
+	k := "audit38-lost-place"
+	queue := prefix + "q/" + escape(k) + "/"
+
+	for i := 0; p.lost.Load() < 2; i++ {
+		if i == 10 {
+			t.Fatalf("%d place replies lost in 10 rounds: the attack did not happen", p.lost.Load())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		h, err := other.Lock(ctx, k)
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		var w *lock.Lease
+		go func() {
+			var err error
+			w, err = l.Lock(ctx, k)
+			got <- err
+		}()
+		waitEntries(t, raw, queue, 2)
+		time.Sleep(300 * time.Millisecond) // a lost reply's step is under way
+		r, err := raw.Get(ctx, queue, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Kvs) != 2 {
+			t.Errorf("round %d: %d entries for a holder and one waiter", i, len(r.Kvs))
+		}
+		if err := h.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			cancel()
+			t.Fatalf("round %d: a queued Lock (%d place replies lost so far): %v", i, p.lost.Load(), err)
+		}
+		if w.Token() <= h.Token() {
+			t.Errorf("round %d: the waiter's token %d after the holder's %d", i, w.Token(), h.Token())
+		}
+		if err := w.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r, err = raw.Get(ctx, queue, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Kvs) != 0 {
+			t.Errorf("round %d: after the Unlocks, %s is left", i, r.Kvs[0].Key)
+		}
+		cancel()
+	}
+}
