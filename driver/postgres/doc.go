@@ -50,7 +50,10 @@
 // functions refuse to run at another isolation level, so that an older
 // client, or a call by hand, under such a default fails instead of
 // granting twice. A step that fails leaves its connection idle (rolled
-// back) in the pool.
+// back) in the pool. The connection's client_encoding must be UTF8 (as
+// pgx wants for its own simple-protocol queries): the step's arguments
+// are literals in its text. Another encoding fails with lock.ErrInvalid;
+// set client_encoding=UTF8 in the connection string.
 //
 // # Waiting through failures
 //
