@@ -31,7 +31,20 @@ type lossyProxy struct {
 	backend *grpc.ClientConn
 	lose    atomic.Pointer[func(*pb.TxnRequest) bool]
 	lost    atomic.Int64
+
+	renewals   atomic.Int32  // what becomes of LeaseKeepAlive messages: kaPass, kaLoseReplies, kaDrop
+	kaStreams  *atomic.Int64 // LeaseKeepAlive streams opened, maybe shared by proxies
+	lostRenews atomic.Int64  // keep-alive replies lost or requests dropped
+	muteWatch  atomic.Bool   // Watch streams hear nothing from the member
 }
+
+const (
+	kaPass        = iota
+	kaLoseReplies // the member renews; the replies on every other stream (kaStreams) are lost
+	kaDrop        // the requests never reach the member
+)
+
+const keepAliveMethod = "/etcdserverpb.Lease/LeaseKeepAlive"
 
 // lossyCodec passes messages through as bytes.
 type lossyCodec struct{}
@@ -54,7 +67,7 @@ func newLossyProxy(t *testing.T, target string) *lossyProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &lossyProxy{ln: ln, backend: cc}
+	p := &lossyProxy{ln: ln, backend: cc, kaStreams: new(atomic.Int64)}
 	p.srv = grpc.NewServer(grpc.ForceServerCodec(lossyCodec{}), grpc.UnknownServiceHandler(p.handle))
 	go p.srv.Serve(ln)
 	t.Cleanup(func() { p.srv.Stop(); cc.Close() })
@@ -79,12 +92,19 @@ func (p *lossyProxy) handle(_ any, ss grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
+	ka := method == keepAliveMethod
+	watch := method == "/etcdserverpb.Watch/Watch"
+	odd := ka && p.kaStreams.Add(1)%2 == 1
 	go func() {
 		for {
 			var b []byte
 			if err := ss.RecvMsg(&b); err != nil {
 				cs.CloseSend()
 				return
+			}
+			if ka && p.renewals.Load() == kaDrop {
+				p.lostRenews.Add(1)
+				continue
 			}
 			if err := cs.SendMsg(&b); err != nil {
 				return
@@ -99,6 +119,13 @@ func (p *lossyProxy) handle(_ any, ss grpc.ServerStream) error {
 				return nil
 			}
 			return err
+		}
+		if r := p.renewals.Load(); ka && (r == kaDrop || r == kaLoseReplies && odd) {
+			p.lostRenews.Add(1)
+			continue
+		}
+		if watch && p.muteWatch.Load() {
+			continue
 		}
 		if err := ss.SendMsg(&b); err != nil {
 			return err
@@ -345,5 +372,87 @@ func TestAudit38LostPlaceReply(t *testing.T) {
 			t.Errorf("round %d: after the Unlocks, %s is left", i, r.Kvs[0].Key)
 		}
 		cancel()
+	}
+}
+
+// TestAudit38RenewalRepliesLost: a holder renews automatically through
+// two endpoints on one member, with a TTL of 3.5 s (a lease of 4 s).
+// While the replies on every other renewal stream are lost (the member
+// renews), the holder keeps its lease. Then, after renewals pass again
+// for a while, both endpoints drop them (nothing reaches the member):
+// the lease expires on etcd, and the holder's Done must have closed
+// before a rival is granted the key. The holder's watch hears nothing
+// then either: Done closes by the holder's own count, not by the news of
+// its entry's deletion.
+func TestAudit38RenewalRepliesLost(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	member := strings.TrimPrefix(e.Endpoints()[0], "http://")
+	pa, pb := newLossyProxy(t, member), newLossyProxy(t, member)
+	pb.kaStreams = pa.kaStreams
+	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 3500 * time.Millisecond}}
+	holder := newTestLocker(t, []string{pa.addr(), pb.addr()}, opts, &netCut{})
+	rival := newTestLocker(t, e.Endpoints(), opts, &netCut{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	k := "audit38-renewal-lost"
+
+	h, err := holder.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa.renewals.Store(kaLoseReplies)
+	pb.renewals.Store(kaLoseReplies)
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
+		select {
+		case <-h.Done():
+			t.Fatalf("the holder lost its lease while every other renewal stream's replies were lost (%d lost): %v", pa.lostRenews.Load()+pb.lostRenews.Load(), h.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+		if r, err := rival.TryLock(ctx, k); !errors.Is(err, lock.ErrHeld) {
+			if r != nil {
+				r.Unlock(ctx)
+			}
+			t.Fatalf("a rival's TryLock while the key is held: %v", err)
+		}
+	}
+	if pa.lostRenews.Load()+pb.lostRenews.Load() == 0 {
+		t.Fatal("no renewal reply was lost: the attack did not happen")
+	}
+
+	// a renewal that landed unheard would keep the lease on etcd past
+	// what the holder counts: let renewals pass for a while first
+	pa.renewals.Store(kaPass)
+	pb.renewals.Store(kaPass)
+	lost := pa.lostRenews.Load() + pb.lostRenews.Load()
+	time.Sleep(2500 * time.Millisecond)
+	pa.muteWatch.Store(true)
+	pb.muteWatch.Store(true)
+	pa.renewals.Store(kaDrop)
+	pb.renewals.Store(kaDrop)
+	cut := time.Now()
+	for {
+		if time.Since(cut) > 20*time.Second {
+			t.Fatalf("the rival was not granted %v after the holder's renewals stopped reaching etcd", time.Since(cut).Round(time.Millisecond))
+		}
+		r, err := rival.TryLock(ctx, k)
+		if errors.Is(err, lock.ErrHeld) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.Done():
+		default:
+			t.Fatalf("the rival was granted (token %d) %v after the renewals stopped, while the holder's Done is open", r.Token(), time.Since(cut).Round(time.Millisecond))
+		}
+		if r.Token() <= h.Token() {
+			t.Errorf("the rival's token %d after the holder's %d", r.Token(), h.Token())
+		}
+		t.Logf("renewal replies lost %d; the rival granted %v after the renewals stopped; the holder: %v", lost, time.Since(cut).Round(time.Millisecond), h.Err())
+		r.Unlock(ctx)
+		return
 	}
 }
