@@ -3,6 +3,8 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 
 	"github.com/dlock-go/dlock/driver"
@@ -43,11 +45,16 @@ func parseState(n names, rev int64, queue, counter []*mvccpb.KeyValue) *state {
 	return st
 }
 
+// parseCounter reads a counter's value; one past the largest token reads
+// as the largest (no grant is left above it), not modulo 2^64.
 func parseCounter(s string) uint64 {
 	var v uint64
 	for _, c := range s {
 		if c < '0' || c > '9' {
 			return 0
+		}
+		if v > (math.MaxUint64-uint64(c-'0'))/10 {
+			return math.MaxUint64
 		}
 		v = v*10 + uint64(c-'0')
 	}
@@ -161,6 +168,9 @@ func keepAliveOnce(ctx context.Context, c *conn, ids []int64) (map[int64]int64, 
 // next member): if the first landed, the second finds the counter moved
 // and reads the entry, which is then l's, on lease, with this value.
 func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
+	if st.counter == math.MaxUint64 {
+		return false, 0, 0, fmt.Errorf("etcd: the counter %s is at the largest token: no grant can take a higher one", n.counter)
+	}
 	now := d.wall().UnixMicro()
 	token = nextToken(st.counter, now)
 	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holds}
