@@ -31,6 +31,7 @@ type lossyProxy struct {
 	backend *grpc.ClientConn
 	lose    atomic.Pointer[func(*pb.TxnRequest) bool]
 	lost    atomic.Int64
+	before  atomic.Pointer[func(*pb.TxnRequest)] // called with each Txn before it is sent on
 
 	renewals   atomic.Int32  // what becomes of LeaseKeepAlive messages: kaPass, kaLoseReplies, kaDrop
 	kaStreams  *atomic.Int64 // LeaseKeepAlive streams opened, maybe shared by proxies
@@ -143,8 +144,13 @@ func (p *lossyProxy) txn(ss grpc.ServerStream, md metadata.MD) error {
 	}
 	var req pb.TxnRequest
 	drop := false
-	if f := p.lose.Load(); f != nil && *f != nil && req.Unmarshal(in) == nil {
-		drop = (*f)(&req)
+	if req.Unmarshal(in) == nil {
+		if f := p.before.Load(); f != nil && *f != nil {
+			(*f)(&req)
+		}
+		if f := p.lose.Load(); f != nil && *f != nil {
+			drop = (*f)(&req)
+		}
 	}
 	ctx := ss.Context()
 	if drop {
