@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -32,14 +33,22 @@ const audit38SJISKey = "Õ\\', current_user, 0, 0, 1000000, false, false, 1); DE
 // or send the key so that it cannot end its literal.
 func TestAudit38ClientEncodingInjection(t *testing.T) {
 	url := envDB(t, "audit38_sjis", "client_encoding=SJIS", "backslash_quote=on")
+	b := testserver.StartPgBouncer(t, testserver.SharedPostgres(t), "transaction")
+	t.Run("Direct", func(t *testing.T) { encodingInjection(t, url, Options{}) })
+	t.Run("PgBouncer", func(t *testing.T) {
+		encodingInjection(t, testserver.DatabaseURL(b.URL(), "audit38_sjis"), Options{TransactionPooling: true})
+	})
+}
+
+func encodingInjection(t *testing.T, url string, o Options) {
 	raw := rawPool(t, url)
 	ctx := tctx(t, 60*time.Second)
 	var enc string
 	if err := raw.QueryRow(ctx, "SHOW client_encoding").Scan(&enc); err != nil || enc != "SJIS" {
 		t.Fatalf("client_encoding of the test's database: %q, %v; want SJIS (the test would prove nothing)", enc, err)
 	}
-	a := newTestLocker(t, url, nil, &netCut{})
-	b := newTestLocker(t, url, nil, &netCut{})
+	a := newLockerWith(t, url, &o, &netCut{})
+	b := newLockerWith(t, url, &o, &netCut{})
 	victim := auditKey("audit38-victim")
 	held, err := a.TryLock(ctx, victim, lock.WithTTL(30*time.Second))
 	if err != nil {
