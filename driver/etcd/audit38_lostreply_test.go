@@ -30,8 +30,9 @@ type lossyProxy struct {
 	srv     *grpc.Server
 	backend *grpc.ClientConn
 	lose    atomic.Pointer[func(*pb.TxnRequest) bool]
-	lost    atomic.Int64
-	before  atomic.Pointer[func(*pb.TxnRequest)] // called with each Txn before it is sent on
+	lost    atomic.Int64                              // replies lost (the request applied)
+	late    atomic.Int64                              // requests sent on after their client left, applied or not
+	before  atomic.Pointer[func(*pb.TxnRequest) bool] // called with each Txn before it is sent on; true: it is sent late, as the client left
 
 	renewals   atomic.Int32  // what becomes of LeaseKeepAlive messages: kaPass, kaLoseReplies, kaDrop
 	kaStreams  *atomic.Int64 // LeaseKeepAlive streams opened, maybe shared by proxies
@@ -146,10 +147,10 @@ func (p *lossyProxy) txn(ss grpc.ServerStream, md metadata.MD) error {
 	drop := false
 	if req.Unmarshal(in) == nil {
 		if f := p.before.Load(); f != nil && *f != nil {
-			(*f)(&req)
+			drop = (*f)(&req)
 		}
 		if f := p.lose.Load(); f != nil && *f != nil {
-			drop = (*f)(&req)
+			drop = drop || (*f)(&req)
 		}
 	}
 	ctx := ss.Context()
@@ -160,7 +161,11 @@ func (p *lossyProxy) txn(ss grpc.ServerStream, md metadata.MD) error {
 		defer cancel()
 	}
 	var out []byte
-	if err := p.backend.Invoke(metadata.NewOutgoingContext(ctx, md), "/etcdserverpb.KV/Txn", &in, &out); err != nil {
+	err := p.backend.Invoke(metadata.NewOutgoingContext(ctx, md), "/etcdserverpb.KV/Txn", &in, &out)
+	if drop {
+		p.late.Add(1)
+	}
+	if err != nil {
 		return err
 	}
 	if drop {

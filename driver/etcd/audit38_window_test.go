@@ -51,7 +51,7 @@ func TestAudit38RevokeInWindow(t *testing.T) {
 		}
 	}
 	place, grant := placeTxn(prefix), grantTxn(prefix)
-	before := func(r *pb.TxnRequest) {
+	before := func(r *pb.TxnRequest) bool {
 		switch {
 		case place(r) && armPlace.CompareAndSwap(true, false):
 			revokeEmpty(r.Success[0].GetRequestPut().Lease)
@@ -59,6 +59,7 @@ func TestAudit38RevokeInWindow(t *testing.T) {
 			revokeEmpty(r.Success[0].GetRequestPut().Lease)
 			revokeEmpty(r.Success[1].GetRequestPut().Lease)
 		}
+		return false
 	}
 	p.before.Store(&before)
 
@@ -121,4 +122,95 @@ func TestAudit38RevokeInWindow(t *testing.T) {
 	if len(r.Kvs) != 0 {
 		t.Errorf("after the Unlocks, %s is left", r.Kvs[0].Key)
 	}
+}
+
+// TestAudit38LatePlace: a waiter's place is held on its way to etcd
+// until after the waiter gave up (its Lock's context ended, lock made
+// its Leave), then applied. The write must fail for want of its lease
+// (Leave revoked the leases the attempt made): no entry appears, and
+// once the holder releases, the key is free at once.
+func TestAudit38LatePlace(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	p := newLossyProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 5 * time.Second}}
+	l := newTestLocker(t, []string{p.addr()}, opts, &netCut{})
+	other := newTestLocker(t, e.Endpoints(), opts, &netCut{})
+	raw := rawClient(t, e.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k := "audit38-late-place"
+	queue := prefix + "q/" + escape(k) + "/"
+
+	h, err := other.Lock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, late := make(chan struct{}), make(chan struct{})
+	var armed atomic.Bool
+	var lease atomic.Int64
+	armed.Store(true)
+	place := placeTxn(prefix)
+	before := func(r *pb.TxnRequest) bool {
+		if !place(r) || !armed.CompareAndSwap(true, false) {
+			return false
+		}
+		lease.Store(r.Success[0].GetRequestPut().Lease)
+		close(held)
+		<-late
+		return true
+	}
+	p.before.Store(&before)
+	wctx, wcancel := context.WithCancel(ctx)
+	gave := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(wctx, k)
+		gave <- err
+	}()
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the waiter's place never came")
+	}
+	wcancel()
+	if err := <-gave; err == nil {
+		t.Fatal("a Lock whose context ended was granted")
+	}
+	// lock's Leave of the attempt, in the background, revokes the
+	// place's lease (3 s: the late place must land before it expires)
+	for left := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		ttl, err := raw.TimeToLive(ctx, clientv3.LeaseID(lease.Load()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TTL < 0 { // -1: not found (0 is its last second)
+			break
+		}
+		if time.Since(left) > 2*time.Second {
+			close(late)
+			t.Fatalf("the waiter's lease %x, made for a place still on its way, is not revoked %v after its Lock ended", lease.Load(), time.Since(left).Round(time.Millisecond))
+		}
+	}
+	close(late)
+	for p.late.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the late place was never sent on")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r, err := raw.Get(ctx, queue, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 1 {
+		t.Errorf("after the waiter left and its place landed late, %d entries (want the holder's)", len(r.Kvs))
+	}
+	if err := h.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := other.TryLock(ctx, k)
+	if err != nil {
+		t.Fatalf("a TryLock after the release, the late place applied: %v", err)
+	}
+	n.Unlock(ctx)
 }
