@@ -263,20 +263,11 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 	}
 	key := n.queue + ws.name
 	v := entryValue{mode: l.Mode, limit: l.Limit, since: d.wall().UnixMicro()}
-	// A try that timed out or found its member unavailable is sent again
-	// (to the next member): if the first landed, the second finds the
-	// key made and adopts it (on lease, this attempt's).
-	var resp *clientv3.TxnResponse
-	for try := 1; ; try++ {
-		resp, err = c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
-			clientv3.OpPut(key, v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
-			clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-			clientv3.OpGet(n.counter),
-		).Else(clientv3.OpGet(key)).Commit()
-		if err == nil || ctx.Err() != nil || try == tries || !again(err) {
-			break
-		}
-	}
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
+		clientv3.OpPut(key, v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
+		clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(n.counter),
+	).Else(clientv3.OpGet(key)).Commit()
 	if err != nil {
 		return d.ride(ctx, ws, err) // the next Check places it, or adopts it if it landed
 	}
@@ -292,17 +283,13 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 
 // adopt takes over the waiting entry that an earlier place of ws made
 // while its reply was lost (on a lease this attempt made), renewing its
-// lease in this call, and steps; unused, the lease just made, goes
-// unless the entry is on it (a try of this place landed, and its reply
-// was lost).
+// lease in this call, and steps; unused, the lease just made, goes.
 func (d *etcdDriver) adopt(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, unused int64, kvs []*mvccpb.KeyValue) error {
 	key := n.queue + ws.name
+	revoke(ctx, c, unused)
 	var e entry
 	if len(kvs) == 1 {
 		e = parseEntry(n, kvs[0])
-	}
-	if e.lease != unused {
-		revoke(ctx, c, unused)
 	}
 	if !e.dlockAnon || e.v.token != 0 || !d.made(l.Owner, e.lease) {
 		return fmt.Errorf("etcd: the waiter's key %q exists already", key)
