@@ -19,6 +19,7 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis/rueidislock"
 )
 
 // A lib is one lock library, in one configuration, on one backend.
@@ -73,6 +74,8 @@ func libraries() []lib {
 		{name: "redsync (1ms)", backend: "redis", peer: true, note: "as redsync, WithRetryDelay(1ms)", open: openRedsync(true)},
 		{name: "redislock", backend: "redis", peer: true, note: "bsm/redislock: TTL 8s, LinearBackoff(100ms) (its documented example; its default is no retry)", open: openRedislock(redislockDefaultRetry)},
 		{name: "redislock (1ms)", backend: "redis", peer: true, note: "as redislock, LinearBackoff(1ms)", open: openRedislock(tunedRetry)},
+		{name: "rueidislock", backend: "redis", peer: true, note: "rueidis v1.0.80 rueidislock defaults: KeyMajority 2 (3 keys), KeyValidity 5s, extended every 2.5s, TryNextAfter 20ms, waiters woken by client-side caching (tracking OPTOUT)", open: openRueidislock(rueidislock.LockerOption{})},
+		{name: "rueidislock (1 key)", backend: "redis", peer: true, note: "as rueidislock, its README's setting for one server: KeyMajority 1, NoLoopTracking", open: openRueidislock(rueidislockReadme)},
 		{name: "memcached", backend: "memcached", note: "dlock defaults (memcached.DefaultRetry 1..2ms polling)", open: openDlockMemcached},
 		{name: "zookeeper", backend: "zookeeper", note: "dlock defaults, session 10s", open: openDlockZK},
 		{name: "zk.Lock", backend: "zookeeper", peer: true, note: "go-zookeeper v1.0.4 zk.Lock (watches its predecessor; no retry delay to tune)", open: openZkLock},
