@@ -121,6 +121,7 @@ type contention struct {
 	dur        time.Duration
 	rates      []float64 // grants/s of each round, when merged
 	grants     []int
+	phases     []int // grants in each equal part of dur, in order
 	waits      []time.Duration
 	censored   int
 	failures   int
@@ -172,6 +173,12 @@ func (c *contention) row(scen string, l lib, hot bool) *row {
 // contend runs n contenders of l for dur, contender i on key(i); more than
 // limit holders of a key at once count as overlapping grants.
 func contend(ctx context.Context, l lib, addr string, n, limit int, dur time.Duration, key func(int) string) (*contention, error) {
+	return contendPhases(ctx, l, addr, n, limit, dur, 1, key)
+}
+
+// contendPhases is contend that also counts the grants of each of phases
+// equal parts of dur (contention.phases).
+func contendPhases(ctx context.Context, l lib, addr string, n, limit int, dur time.Duration, phases int, key func(int) string) (*contention, error) {
 	clients := make([]client, n)
 	for i := range clients {
 		c, err := l.open(ctx, addr)
@@ -193,7 +200,8 @@ func contend(ctx context.Context, l lib, addr string, n, limit int, dur time.Dur
 	}
 	defer closeAll()
 
-	res := &contention{dur: dur, grants: make([]int, n)}
+	res := &contention{dur: dur, grants: make([]int, n), phases: make([]int, phases)}
+	phaseGrants := make([]atomic.Int64, phases)
 	inCS := make(map[string]*atomic.Int32)
 	for i := range n {
 		if inCS[key(i)] == nil {
@@ -258,6 +266,7 @@ func contend(ctx context.Context, l lib, addr string, n, limit int, dur time.Dur
 					overlaps++
 				}
 				grants++
+				phaseGrants[min(int(time.Since(start)*time.Duration(phases)/dur), phases-1)].Add(1)
 				cs.Add(-1)
 				if err := h.Unlock(context.Background()); err != nil {
 					unlockErrs++
@@ -274,6 +283,9 @@ func contend(ctx context.Context, l lib, addr string, n, limit int, dur time.Dur
 	case <-time.After(dur + 3*time.Second):
 		closeAll()
 		<-done
+	}
+	for i := range phaseGrants {
+		res.phases[i] = int(phaseGrants[i].Load())
 	}
 	return res, nil
 }

@@ -16,8 +16,9 @@
 //
 // The scenarios (see each file): uncontended.go, handoff.go,
 // contention.go (hot key, many keys), renewal.go, semaphore.go (permits
-// against the same driver's lock; no Go peer has a distributed semaphore);
-// postgres.go has PostgreSQL's clients, probe and server CPU.
+// against the same driver's lock; no Go peer has a distributed semaphore),
+// sustain.go (PostgreSQL's hot key for a minute, by thirds, with its dead
+// tuples); postgres.go has PostgreSQL's clients, probe and server CPU.
 package main
 
 import (
@@ -49,6 +50,7 @@ type config struct {
 	leases         []int
 	renewTTL       time.Duration
 	rounds         int // interleaved alternations of the contention scenarios
+	sustainDur     time.Duration
 }
 
 var backendOrder = []string{"redis", "memcached", "zookeeper", "postgres", "etcd"}
@@ -116,7 +118,7 @@ func run() int {
 	var (
 		out       = flag.String("out", "", "also write the report to this file (a directory: a file named by the date and host in it)")
 		only      = flag.String("libs", "", "comma-separated libraries to run (e.g. redisnx,redsync); all when empty")
-		scenarios = flag.String("scenarios", "uncontended,handoff,hotkey,manykeys,renewal,semaphore", "comma-separated scenarios to run")
+		scenarios = flag.String("scenarios", "uncontended,handoff,hotkey,manykeys,renewal,semaphore,sustain", "comma-separated scenarios to run")
 		hot       = flag.String("hot-contenders", "8,32", "contender counts of the hot-key scenario")
 		leases    = flag.String("leases", "10000,100000", "lease counts of the renewal scenario")
 		short     = flag.Bool("short", false, "a quick run with small counts and durations (a smoke test, not for figures)")
@@ -129,6 +131,7 @@ func run() int {
 	flag.DurationVar(&cfg.manyDur, "many", 6*time.Second, "duration of each many-keys run (all rounds)")
 	flag.IntVar(&cfg.rounds, "rounds", 3, "interleaved alternations of the libraries in the hot-key and many-keys scenarios (each runs its share of -hot, -many)")
 	flag.DurationVar(&cfg.baseDur, "base", time.Second, "duration of each throughput baseline")
+	flag.DurationVar(&cfg.sustainDur, "sustain", time.Minute, "duration of the sustained hot key on PostgreSQL (its grants/s by thirds)")
 	flag.DurationVar(&cfg.renewTTL, "renew-ttl", 3*time.Second, "lease TTL of the renewal scenario (renewed every TTL/3, held 3 TTLs)")
 	flag.Parse()
 	for _, v := range strings.Split(*only, ",") {
@@ -153,6 +156,7 @@ func run() int {
 		cfg.cycles, cfg.handoffs, cfg.handoffBudget = 200, 20, 3*time.Second
 		cfg.hotDur, cfg.manyDur, cfg.baseDur = time.Second, time.Second, 200*time.Millisecond
 		cfg.leases, cfg.renewTTL = []int{2000}, time.Second
+		cfg.sustainDur = 6 * time.Second
 	}
 	for b, env := range map[string]string{"redis": "DLOCK_REDIS_ADDR", "memcached": "DLOCK_MEMCACHED_ADDR", "zookeeper": "DLOCK_ZOOKEEPER_ADDR", "postgres": "DLOCK_POSTGRES_URL", "etcd": "DLOCK_ETCD_ADDR"} {
 		if a := os.Getenv(env); a != "" {
@@ -181,8 +185,8 @@ func run() int {
 	}
 	fmt.Fprintf(&head, "servers:  %s (loopback, same host)\n", strings.Join(servers, "; "))
 	fmt.Fprintf(&head, "load:     %s (1-minute load average at the start)\n", loadAvg())
-	fmt.Fprintf(&head, "settings: %d uncontended cycles; hand-offs ≤%d or %v; hot key %v for %v; many keys %d for %v; baselines %v; renewal %v leases, TTL %v\n",
-		cfg.cycles, cfg.handoffs, cfg.handoffBudget, cfg.hotContenders, cfg.hotDur, cfg.manyContenders, cfg.manyDur, cfg.baseDur, cfg.leases, cfg.renewTTL)
+	fmt.Fprintf(&head, "settings: %d uncontended cycles; hand-offs ≤%d or %v; hot key %v for %v; many keys %d for %v; baselines %v; renewal %v leases, TTL %v; sustained hot key %v\n",
+		cfg.cycles, cfg.handoffs, cfg.handoffBudget, cfg.hotContenders, cfg.hotDur, cfg.manyContenders, cfg.manyDur, cfg.baseDur, cfg.leases, cfg.renewTTL, cfg.sustainDur)
 	fmt.Fprintln(&head, "libraries:")
 	for _, l := range libraries() {
 		if _, ok := cfg.addr[l.backend]; ok && cfg.wants(l.name) {
@@ -206,6 +210,7 @@ func run() int {
 		{"manykeys", runManyKeys},
 		{"renewal", runRenewal},
 		{"semaphore", runSemaphore},
+		{"sustain", runSustain},
 	}
 	want := strings.Split(*scenarios, ",")
 	for _, s := range steps {
@@ -289,7 +294,12 @@ const legend = `How to read it:
                times, allocations, commands and spreads; higher for grants/s).
   waits        from wanting the lock to the grant, across Lock calls that gave up meanwhile;
                waits cut off by the end of a run count as ending then.
-  Peers run with their documented defaults and with the retry delay tuned down to 1 ms ("(1ms)").
+  Peers run with their documented defaults and with the retry delay tuned down to 1 ms ("(1ms)");
+               rueidislock, which waits for the server's invalidation and has no retry delay, with
+               its defaults (3 keys on one server) and its README's one-server setting ("(1 key)").
+  sustained    the PostgreSQL hot key for -sustain (60 s), autovacuum as the server ships it:
+               grants/s in each third, the last third's share of the first's, and n_dead_tup of
+               the driver's tables (pg_stat_user_tables, schema dlock) at the start and the end.
   advisory (1ms) [baseline]  on PostgreSQL, a second baseline: the plain session-level advisory
                lock most Go code takes (pg_try_advisory_lock every 1 ms, pg_advisory_unlock, one
                connection per worker; no TTL, fencing or queue). Its ratios are to the round-trip
