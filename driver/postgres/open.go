@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errtext"
@@ -108,9 +107,4 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 // scrub hides raw's secrets in text: pgx's messages quote the connection
 // string with only the user information's password masked, and a
 // password= parameter (or any other secret one) would show.
-func scrub(text, raw string) string {
-	for _, secret := range redact.Secrets(raw) {
-		text = strings.ReplaceAll(text, secret, redact.Mask)
-	}
-	return text
-}
+func scrub(text, raw string) string { return redact.Scrub(text, raw) }

@@ -26,33 +26,34 @@ func backendName(raw string) string {
 // parse it or not.
 func backendNameRaw(raw string) string { return redact.Raw(raw) }
 
-// scrubWriter replaces secrets in what it writes with xxxxx. dlock's own
-// messages and log records already name the backend by its redacted URL;
-// this is for whatever else may echo the URL (a client library's error or
-// debug message), so that the password reaches no output. The command's
-// own stderr does not go through it.
+// scrubWriter hides secrets in what it writes (redact.Scrub: where they
+// stand as secrets in a URL or a key=value string, never as pieces of
+// other words). dlock's own messages and log records already name the
+// backend by its redacted URL; this is for whatever else may echo the URL
+// (a client library's error or debug message), so that the password
+// reaches no output. The command's own stderr does not go through it.
 type scrubWriter struct {
-	w io.Writer
-	r *strings.Replacer
+	w    io.Writer
+	raws []string
 }
 
 // scrubbing returns w, or a scrubWriter over w when one of raws (URLs)
 // has a secret.
 func scrubbing(w io.Writer, raws ...string) io.Writer {
-	var pairs []string
+	var with []string
 	for _, raw := range raws {
-		for _, s := range redact.Secrets(raw) {
-			pairs = append(pairs, s, "xxxxx")
+		if len(redact.Secrets(raw)) > 0 {
+			with = append(with, raw)
 		}
 	}
-	if len(pairs) == 0 || w == nil {
+	if len(with) == 0 || w == nil {
 		return w
 	}
-	return &scrubWriter{w: w, r: strings.NewReplacer(pairs...)}
+	return &scrubWriter{w: w, raws: with}
 }
 
 func (s *scrubWriter) Write(p []byte) (int, error) {
-	if _, err := io.WriteString(s.w, s.r.Replace(string(p))); err != nil {
+	if _, err := io.WriteString(s.w, redact.Scrub(string(p), s.raws...)); err != nil {
 		return 0, err
 	}
 	return len(p), nil

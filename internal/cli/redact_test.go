@@ -11,13 +11,14 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-// TestScrubbing: the scrubber hides every secret of the URLs it was
-// given (internal/redact finds them), and argURLs finds the -url values.
+// TestScrubbing: the scrubber hides the secrets of the URLs it was
+// given where they stand as secrets (in a URL, after a secret
+// parameter's name), and argURLs finds the -url values.
 func TestScrubbing(t *testing.T) {
 	var b strings.Builder
 	w := scrubbing(&b, "redisnx://u:secret@h", "zookeeper://a:b%21c@h", "redisnx://s?master_name=m&password=p%2Bw")
-	w.Write([]byte("redisnx://u:secret@h and b!c and b%21c, p+w p%2Bw\n"))
-	if got := b.String(); got != "redisnx://u:xxxxx@h and xxxxx and xxxxx, xxxxx xxxxx\n" {
+	w.Write([]byte("redisnx://u:secret@h zookeeper://a:b!c@h a:b%21c@h, password=p+w&x password=p%2Bw secretly\n"))
+	if got := b.String(); got != "redisnx://u:xxxxx@h zookeeper://a:xxxxx@h a:xxxxx@h, password=xxxxx&x password=xxxxx secretly\n" {
 		t.Errorf("scrubbed %q", got)
 	}
 	if args := argURLs([]string{"-url", "a", "--url=b", "-wait", "0", "-url=c", "k", "--", "x", "-url"}); !slices.Equal(args, []string{"a", "b", "c"}) {

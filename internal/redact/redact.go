@@ -4,7 +4,7 @@
 // it is a secret (SecretParam: go-redis's password= of a Sentinel URL, and
 // any other such name, known or not, since a mistyped parameter is quoted
 // in the error that refuses it). Every place that quotes a URL uses URL or
-// Raw; a writer that may echo a URL from elsewhere replaces Secrets.
+// Raw; a writer that may echo a URL from elsewhere uses Scrub.
 //
 // It imports only the standard library, so that lock, the drivers and
 // cmd/dlock can all use it.
@@ -78,6 +78,91 @@ func Secrets(raw string) []string {
 	// before a shorter one inside it.
 	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
+}
+
+// Scrub returns text with the secrets of raws (URLs) hidden where they
+// stand as secrets: a password between ':' and '@' (user information), or
+// a value after "name=" (or "name='", "name=\"") whose name is a secret
+// parameter (SecretParam), ending where a value ends. A secret's text
+// elsewhere is left alone: a short password is also a piece of ordinary
+// words, and hiding every occurrence would garble messages and, by the
+// gaps, tell the password. It is for text a client library writes, which
+// may quote a URL or a key=value connection string.
+func Scrub(text string, raws ...string) string {
+	var secrets []string
+	for _, raw := range raws {
+		for _, s := range Secrets(raw) {
+			if !slices.Contains(secrets, s) {
+				secrets = append(secrets, s)
+			}
+		}
+	}
+	slices.SortStableFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	for _, s := range secrets {
+		text = scrubOne(text, s)
+	}
+	return text
+}
+
+// scrubOne hides each occurrence of secret in text that stands as a
+// secret (see Scrub).
+func scrubOne(text, secret string) string {
+	var b strings.Builder
+	last := 0
+	for i := 0; i <= len(text)-len(secret); {
+		j := strings.Index(text[i:], secret)
+		if j < 0 {
+			break
+		}
+		at, end := i+j, i+j+len(secret)
+		if asSecret(text, at, end) {
+			b.WriteString(text[last:at])
+			b.WriteString(Mask)
+			last = end
+			i = end
+			continue
+		}
+		i = at + 1
+	}
+	if last == 0 {
+		return text
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// asSecret reports whether text[at:end] stands as a secret: a password
+// of user information (":" before, "@" after), or the whole value of a
+// secret parameter (a secret name and "=" before, optionally a quote;
+// after, the end of the value).
+func asSecret(text string, at, end int) bool {
+	before, after := text[:at], text[end:]
+	if strings.HasSuffix(before, ":") && strings.HasPrefix(after, "@") {
+		return true
+	}
+	before = strings.TrimRight(before, `"'`)
+	if !strings.HasSuffix(before, "=") {
+		return false
+	}
+	before = before[:len(before)-1]
+	name := before[strings.LastIndexFunc(before, func(r rune) bool { return !nameRune(r) })+1:]
+	if name == "" || !SecretParam(name) {
+		return false
+	}
+	return after == "" || !valueByte(after[0])
+}
+
+// nameRune reports whether r may be part of a parameter's name.
+func nameRune(r rune) bool {
+	return r == '_' || r == '-' || r == '.' || r == '%' ||
+		'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9'
+}
+
+// valueByte reports whether c would continue a query value (so the text
+// before it is not the whole value).
+func valueByte(c byte) bool {
+	return c == '_' || c == '-' || c == '.' || c == '~' || c == '%' || c == '+' || c == '!' ||
+		'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // spans returns the byte ranges of raw's secrets, found without net/url so

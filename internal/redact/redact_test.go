@@ -70,3 +70,25 @@ func TestSecretParam(t *testing.T) {
 		}
 	}
 }
+
+// TestScrubShortPasswords: passwords of 1 to 3 characters that occur in
+// ordinary words are hidden where they stand as passwords and nowhere
+// else, so every message stays readable and its gaps do not tell them.
+func TestScrubShortPasswords(t *testing.T) {
+	msg := "lock: not acquired: trylock \"a\": the key is taken; token 12"
+	for _, pw := range []string{"y", "a", "k", "t", "lo", "ke", "ock", "the", "12", "%"} {
+		esc := url.QueryEscape(pw)
+		raws := []string{"redisnx://u:" + esc + "@h:6379", "redisnx://h?master_name=m&password=" + esc}
+		for _, tc := range []struct{ in, want string }{
+			{msg, msg},
+			{"dial redisnx://u:" + esc + "@h:6379: refused; " + msg, "dial redisnx://u:xxxxx@h:6379: refused; " + msg},
+			{"sentinel redisnx://h?master_name=m&password=" + esc + " down", "sentinel redisnx://h?master_name=m&password=xxxxx down"},
+			{"config: user=u password='" + pw + "' host=h", "config: user=u password='xxxxx' host=h"},
+			{"parse \"redisnx://u:" + pw + "@h:1:2\": invalid port", "parse \"redisnx://u:xxxxx@h:1:2\": invalid port"},
+		} {
+			if got := Scrub(tc.in, raws...); got != tc.want {
+				t.Errorf("password %q: Scrub(%q) = %q, want %q", pw, tc.in, got, tc.want)
+			}
+		}
+	}
+}
