@@ -50,6 +50,12 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	if err != nil {
 		return nil, nil, bad("%v", err)
 	}
+	if lo.TTL != 0 {
+		if _, err := ttlSeconds(lo.TTL); err != nil {
+			why := strings.TrimPrefix(err.Error(), driver.ErrInvalid.Error()+": ")
+			return nil, nil, bad("ttl=%v: %s; use a ttl in [%v, %v]", lo.TTL, why, MinTTL, MaxTTL)
+		}
+	}
 	o := &Options{Options: *lo, Prefix: params.Get("prefix")}
 	if params.Has("prefix") {
 		if o.Prefix == "" {

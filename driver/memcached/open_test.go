@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -48,6 +49,9 @@ func TestOpenURLs(t *testing.T) {
 		"memcached://h1:11211?timeout=0s",
 		"memcached://h1:11211?timeout=soon",
 		"memcached://h1:11211?ttl=1s&ttl=2s",
+		"memcached://h1:11211?ttl=1s", // shorter than MinTTL
+		"memcached://h1:11211?ttl=2999ms",
+		"memcached://h1:11211?ttl=721h", // longer than MaxTTL
 		"memcached:h1:11211",
 		"memcached://h1:11211?tls_ca=/nonexistent/ca.pem",
 		"memcached://h1:11211?tls_cert=/nonexistent/c.pem",
@@ -69,5 +73,14 @@ func TestServerAddrs(t *testing.T) {
 	want := []string{"a:1", "b:11211", "[::1]:11211", "[::1]:2"}
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("serverAddrs = %q, %v; want %q", got, err, want)
+	}
+}
+
+// TestOpenRefusesShortTTL: a ttl= memcached cannot keep is refused at
+// Open, not at the first Lock, and the error says what to use.
+func TestOpenRefusesShortTTL(t *testing.T) {
+	_, err := lock.Open(context.Background(), "memcached://127.0.0.1:11211?ttl=1s")
+	if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "use a ttl in [3s,") {
+		t.Errorf("Open with ttl=1s: %v; want ErrInvalid saying the range", err)
 	}
 }

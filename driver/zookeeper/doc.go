@@ -330,8 +330,10 @@
 //	                               server; default: each server's host in the URL
 //	tls_insecure_skip_verify=BOOL  true does not verify the servers: for tests only
 //
-// plus those every scheme accepts (ttl, autorenew: see lock.Open). Unknown
-// parameters are errors.
+// plus autorenew, which every scheme accepts (see lock.Open). Unknown
+// parameters are errors, and so is ttl: a grant lasts as long as its
+// session (see Sessions and TTLs), so session_timeout is the parameter
+// that bounds how long a crashed holder keeps its keys.
 //
 // # Connecting
 //

@@ -36,6 +36,11 @@ func parseURL(u *url.URL) ([]string, *Options, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if u.Query().Has("ttl") {
+		// A grant lives as long as its session (see Sessions and TTLs):
+		// a ttl here would be accepted and silently not kept.
+		return bad("ttl is not used: a ZooKeeper grant lasts as long as its session; set session_timeout (such as session_timeout=%s) to bound how long a crashed holder keeps its keys", u.Query().Get("ttl"))
+	}
 	o := &Options{Options: *lo}
 	if o.TLS, err = tlsconf.Parse(params, fmt.Sprintf("zookeeper URL %s", errtext.Quote(redact.URL(u)))); err != nil {
 		return nil, nil, err

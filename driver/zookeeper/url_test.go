@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ func TestParseURL(t *testing.T) {
 		timeout  time.Duration
 		ttl      time.Duration
 	}{
-		{"zookeeper://h1:2181,h2:2182/app/locks?session_timeout=5s&ttl=15s", []string{"h1:2181", "h2:2182"}, "/app/locks", "", "", 5 * time.Second, 15 * time.Second},
+		{"zookeeper://h1:2181,h2:2182/app/locks?session_timeout=5s&autorenew=false", []string{"h1:2181", "h2:2182"}, "/app/locks", "", "", 5 * time.Second, 0},
 		{"zookeeper://alice:s3cr%3At@h1/", []string{"h1:2181"}, "", "alice", "s3cr:t", 0, 0},
 		{"zookeeper://127.0.0.1:2181", []string{"127.0.0.1:2181"}, "", "", "", 0, 0},
 	} {
@@ -51,6 +52,7 @@ func TestOpenInvalid(t *testing.T) {
 		"zookeeper://h1:2181/x?session_timeout=5",
 		"zookeeper://h1:2181/x?session_timeout=-1s",
 		"zookeeper://h1:2181/x?ttl=1ns",
+		"zookeeper://h1:2181/x?ttl=3s", // a grant lasts its session: session_timeout
 		"zookeeper://alice@h1:2181/x",
 		"zookeeper://h1:2181/x/",
 		"zookeeper://h1:2181/a//b",
@@ -115,5 +117,14 @@ func TestDialInvalidBeforeIO(t *testing.T) {
 		if !errors.Is(err, lock.ErrInvalid) || errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Dial(%+v) = %v, want ErrInvalid before connecting", *o, err)
 		}
+	}
+}
+
+// TestOpenRefusesTTL: a ttl= that ZooKeeper would not keep is refused,
+// and the error names the parameter that bounds a grant's life.
+func TestOpenRefusesTTL(t *testing.T) {
+	_, err := lock.Open(context.Background(), "zookeeper://127.0.0.1:1/x?ttl=3s")
+	if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "session_timeout=3s") {
+		t.Errorf("Open with ttl=3s: %v; want ErrInvalid naming session_timeout=3s", err)
 	}
 }
