@@ -271,6 +271,9 @@ func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) 
 		return t.opener(ctx, addrs, o)
 	}
 	u := fmt.Sprintf(t.url, strings.Join(addrs, ","))
+	if t.Backend == chaos.ZooKeeperBackend {
+		return lock.OpenWith(ctx, u, &o) // a grant lasts its session: ttl= is refused
+	}
 	sep := "?"
 	if strings.Contains(u, "?") {
 		sep = "&"
