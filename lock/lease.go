@@ -194,7 +194,8 @@ func (l *Lease) Validity() time.Duration {
 }
 
 // Refresh extends the lease to ttl from now and moves its deadline; it also
-// changes the TTL that later renewals use. The backend never shortens the
+// changes the TTL that later renewals use. A ttl of 0 means the Locker's
+// default (Options.TTL, else DefaultTTL), as with WithTTL(0). The backend never shortens the
 // grant (another Lease of it, see Locker.Resume, may count on more), so a
 // Refresh to a shorter TTL shortens only this lease's deadline. Auto-renewed
 // leases rarely need it. It waits for a renewal of the same lease under way, so that the
@@ -209,7 +210,8 @@ func (l *Lease) Validity() time.Duration {
 //   - the backend's or the context's error: the outcome is unknown and the
 //     lease goes on, but its deadline is no later than the refresh would
 //     have made it, since the backend may have applied it (see Deadline);
-//   - ErrInvalid for a TTL out of range, a nil ctx, or a nil or zero Lease:
+//   - ErrInvalid for a TTL out of range (a negative one included), a nil
+//     ctx, or a nil or zero Lease:
 //     nothing is changed.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	switch {
@@ -222,6 +224,9 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		return newError("refresh", l.dl.Key, ErrClosed, nil)
 	}
 	defer l.lk.calls.done()
+	if ttl == 0 { // as WithTTL(0): the Locker's default
+		ttl = l.lk.opts.TTL
+	}
 	if err := checkTTL(ttl); err != nil {
 		return newError("refresh", l.dl.Key, ErrInvalid, err)
 	}

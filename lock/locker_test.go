@@ -342,8 +342,15 @@ func TestManualRefresh(t *testing.T) {
 	if lease.TTL() != time.Minute || time.Until(lease.Deadline()) < 50*time.Second {
 		t.Errorf("after Refresh(1m): TTL %v, deadline in %v", lease.TTL(), time.Until(lease.Deadline()))
 	}
-	if err := lease.Refresh(bg(t), 0); !errors.Is(err, lock.ErrInvalid) {
-		t.Errorf("Refresh(0): %v; want ErrInvalid", err)
+	if err := lease.Refresh(bg(t), -time.Second); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("Refresh(-1s): %v; want ErrInvalid", err)
+	}
+	// 0 is the Locker's default, as WithTTL(0) is
+	if err := lease.Refresh(bg(t), 0); err != nil {
+		t.Fatalf("Refresh(0): %v", err)
+	}
+	if lease.TTL() != lock.DefaultTTL || time.Until(lease.Deadline()) < lock.DefaultTTL-5*time.Second {
+		t.Errorf("after Refresh(0): TTL %v, deadline in %v; want the default %v", lease.TTL(), time.Until(lease.Deadline()), lock.DefaultTTL)
 	}
 }
 

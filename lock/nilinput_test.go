@@ -87,7 +87,7 @@ func TestNilInputsInvalid(t *testing.T) {
 		{"zero Lease: Detach", func() error { _, err := zero.Detach(); return err }},
 		{"zero Lease: Err", func() error { return accessors(zero) }},
 		{"Refresh(nil ctx)", func() error { return held.Refresh(nilCtx, time.Second) }},
-		{"Refresh(ttl 0)", func() error { return held.Refresh(ctx, 0) }},
+		{"Refresh(ttl -1s)", func() error { return held.Refresh(ctx, -time.Second) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			defer func() {
