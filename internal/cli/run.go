@@ -30,7 +30,17 @@ only when COMMAND starts with -.
 by KEY before the command) is -limit N; -n followed by anything else is
 -nonblock, fail at once: -n KEY COMMAND, and -n 5 -- COMMAND (KEY 5).
 
-See "go doc github.com/dlock-go/dlock/cmd/dlock" for exit statuses.
+Exit status:
+  0-255  the command's own (128+N if signal N killed it)
+  1      the lock is held elsewhere: -wait ran out or -wait 0 found it held (-E)
+  2      usage: bad flags or arguments, an invalid key, TTL or URL
+  124    the lease was lost while the command ran; the command was terminated
+  125    the backend could not be opened or failed while taking the lock
+  126    the command was found but could not be started
+  127    the command was not found
+  128+N  dlock got signal N while waiting; the command did not run
+Whenever dlock chooses the status itself, it says why on stderr, in a line
+starting with "dlock:". More: go doc github.com/dlock-go/dlock/cmd/dlock
 `
 
 // runConfig is a parsed dlock run command line.

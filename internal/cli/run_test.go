@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -470,5 +472,26 @@ func TestRunTTLSeconds(t *testing.T) {
 		if err != nil || ttl > tc.want || ttl < tc.want-time.Second {
 			t.Errorf("%s %q: the key's PTTL is %v (%v); want a lease of %v", tc.url, tc.args, ttl, err, tc.want)
 		}
+	}
+}
+
+// TestRunHelpListsExitStatuses: dlock run's help lists every exit status
+// the command chooses itself (exit.go), as the README promises.
+func TestRunHelpListsExitStatuses(t *testing.T) {
+	var b strings.Builder
+	_, err := parseRun([]string{"-h"}, io.Discard)
+	var h *helpErr
+	if !errors.As(err, &h) {
+		t.Fatalf("parseRun(-h): %v; want a *helpErr", err)
+	}
+	h.print(&b)
+	help := b.String()
+	for _, code := range []int{exitConflict, exitUsage, exitLost, exitBackend, exitNoExec, exitNotFound} {
+		if !strings.Contains(help, fmt.Sprintf("\n  %-6d ", code)) {
+			t.Errorf("dlock run -h does not list exit status %d:\n%s", code, help)
+		}
+	}
+	if !strings.Contains(help, "128+N") {
+		t.Errorf("dlock run -h does not list 128+N")
 	}
 }
