@@ -1,6 +1,7 @@
 // Package lock is dlock's portable API for distributed locks: one Locker
 // interface and one Lease type over every backend, each backend a driver
-// package (redisnx, rediswatch, memcached, zookeeper, memory).
+// package (redisnx, rediswatch, memcached, zookeeper, postgres, etcd,
+// memory).
 //
 //	locker := redisnx.New(rdb, nil)             // or lock.Open(ctx, os.Getenv("DLOCK_URL"))
 //	lease, err := locker.Lock(ctx, "orders/42") // blocks until held or ctx ends
@@ -73,8 +74,8 @@
 //
 // # Waiting
 //
-// Under DefaultRetry (the default), drivers that queue waiters (ZooKeeper,
-// redisnx, rediswatch, memory) hand a waiting Lock the key when its turn
+// Under DefaultRetry (the default), drivers that queue waiters (redisnx,
+// rediswatch, zookeeper, postgres, etcd, memory: all but memcached) hand a waiting Lock the key when its turn
 // comes, in arrival order, and a releaser cannot take the key back ahead of
 // those who waited. Other drivers retry a held key with an exponential
 // backoff with full jitter, but sooner when they can: those told of
@@ -118,9 +119,9 @@
 //   - A named Lock waits by its retry strategy, not in the driver's queue:
 //     on a busy key, queued anonymous waiters go first.
 //
-// redisnx, rediswatch, memcached and memory keep holds (the Redis drivers
-// in one layout, so that holds of one owner through either share a grant);
-// ZooKeeper refuses WithOwner with ErrInvalid, as every driver refuses it
+// redisnx, rediswatch, memcached, postgres, etcd and memory keep holds (the
+// Redis drivers in one layout, so that holds of one owner through either
+// share a grant); ZooKeeper refuses WithOwner with ErrInvalid, as every driver refuses it
 // for RLock, TryRLock and Resume.
 //
 // # Semaphores
@@ -151,8 +152,8 @@
 // different limits find out at once instead of admitting more holders than
 // either expects. Once every permit is gone the key takes any limit.
 //
-// Waiting is first come, first served on drivers that queue (memory,
-// redisnx, rediswatch, ZooKeeper): a permit is not granted past an earlier
+// Waiting is first come, first served on drivers that queue (all but
+// memcached): a permit is not granted past an earlier
 // waiter of any kind, so a waiting Lock of the key is not starved by
 // permits that come after it. Permits are not reentrant: WithOwner is
 // refused. memcached grants no permits (its package doc says why).
@@ -329,7 +330,7 @@
 //     lease, or in Close), which leave the key to its TTL.
 //
 // Every measurement has dlock.driver (the driver's name: memory, redisnx,
-// rediswatch, memcached, zookeeper) and dlock.mode (exclusive, shared or
+// rediswatch, memcached, zookeeper, postgres, etcd) and dlock.mode (exclusive, shared or
 // permit). With Options.MetricKeys it has dlock.key too; that is off by
 // default, since keys can be many (a time series each) or sensitive. The
 // attributes are otherwise enumerations, whose sets New makes with the

@@ -251,3 +251,39 @@ func readFile(t *testing.T, rel string) string {
 	}
 	return string(b)
 }
+
+// TestLockDocListsEveryDriver: the lock package doc's lists of drivers
+// name every driver package under driver/ (drivertest is the suite, not
+// a driver), so that a new driver cannot be left out of them.
+func TestLockDocListsEveryDriver(t *testing.T) {
+	dirs, err := os.ReadDir(filepath.Join(root, "driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drivers []string
+	for _, d := range dirs {
+		if d.IsDir() && d.Name() != "drivertest" {
+			drivers = append(drivers, d.Name())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(root, "lock", "doc.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(strings.ReplaceAll(string(b), "//", " ")), " ")
+	for _, list := range []*regexp.Regexp{
+		regexp.MustCompile(`each backend a driver package \(([^)]*)\)`),
+		regexp.MustCompile(`dlock\.driver \(the driver's name: ([^)]*)\)`),
+	} {
+		m := list.FindStringSubmatch(text)
+		if m == nil {
+			t.Errorf("lock/doc.go: no list matching %s", list)
+			continue
+		}
+		for _, d := range drivers {
+			if !regexp.MustCompile(`\b` + d + `\b`).MatchString(m[1]) {
+				t.Errorf("lock/doc.go: the list (%s) leaves out the driver %s", m[1], d)
+			}
+		}
+	}
+}
