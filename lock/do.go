@@ -6,7 +6,8 @@ import (
 )
 
 // Do runs fn while holding key: it calls Lock, runs fn with a context that
-// is cancelled when the lease ends (lost, or ctx ended), and releases the
+// is cancelled when the lease ends (lost, or ctx ended) and carries the
+// lease (LeaseFrom: its fencing token for fn's writes), and releases the
 // lease when fn returns, or when fn panics (the panic then goes on, after
 // the release, to whoever recovers it). fn should stop promptly when its
 // ctx is done.
@@ -29,7 +30,7 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) 
 	if err != nil {
 		return err
 	}
-	fctx, cancel := context.WithCancelCause(ctx)
+	fctx, cancel := context.WithCancelCause(context.WithValue(ctx, leaseKey{}, lease))
 	defer cancel(nil)
 	go func() {
 		select {
@@ -62,4 +63,24 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) 
 		uerr = nil
 	}
 	return errors.Join(ferr, uerr)
+}
+
+// leaseKey keys, in the context Do gives fn, the lease Do holds.
+type leaseKey struct{}
+
+// LeaseFrom returns the lease that Do holds for the fn it calls with ctx
+// (or with a context derived from it), and nil for any other context.
+// Send its Token with every write the lock guards:
+//
+//	err := lock.Do(ctx, locker, "orders/42", func(ctx context.Context) error {
+//		return store.Write(ctx, lock.LeaseFrom(ctx).Token(), order)
+//	})
+//
+// Within nested Do calls it is the innermost one's lease.
+func LeaseFrom(ctx context.Context) *Lease {
+	if ctx == nil {
+		return nil
+	}
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
 }

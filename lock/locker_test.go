@@ -407,6 +407,35 @@ func TestDoReturnsLockError(t *testing.T) {
 	}
 }
 
+// Do's fn finds its lease, and so its token, in its context; a context
+// Do did not make carries none, and nested Do calls find their own.
+func TestDoLeaseFrom(t *testing.T) {
+	f := newFake()
+	l := lock.New(f, nil)
+	defer l.Close()
+	if ls := lock.LeaseFrom(bg(t)); ls != nil || ls.Token() != 0 {
+		t.Errorf("LeaseFrom(a plain context) = %v", ls)
+	}
+	if lock.LeaseFrom(nil) != nil { //lint:ignore SA1012 nil is what is tested
+		t.Error("LeaseFrom(nil) is not nil")
+	}
+	err := lock.Do(bg(t), l, "outer", func(ctx context.Context) error {
+		outer := lock.LeaseFrom(ctx)
+		if outer == nil || outer.Key() != "outer" || outer.Token() == 0 {
+			return fmt.Errorf("LeaseFrom in Do = %v", outer)
+		}
+		return lock.Do(ctx, l, "inner", func(ctx context.Context) error {
+			if inner := lock.LeaseFrom(ctx); inner == nil || inner.Key() != "inner" || inner.Token() == outer.Token() {
+				return fmt.Errorf("LeaseFrom in the nested Do = %v (outer %v)", inner, outer)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
 // Leases renewed in one job keep their own outcomes: a refresh that fails
 // for one lease (validity 0) must not shorten the deadline of another whose
 // refresh succeeded. "z" is granted last so its refresh runs last.

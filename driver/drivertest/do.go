@@ -9,8 +9,9 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// lock.Do cancels fn's context when the lease is lost, and reports the
-// loss even though fn returned nil.
+// lock.Do gives fn a context that carries its lease (lock.LeaseFrom),
+// cancels it when the lease is lost, and reports the loss even though fn
+// returned nil.
 func testDoCancelsOnLoss(t *testing.T, h Harness) {
 	ttl := h.Caps().ttl()
 	a, b := h.NewLocker(t, &lock.Options{TTL: ttl}), h.NewLocker(t, nil)
@@ -19,6 +20,9 @@ func testDoCancelsOnLoss(t *testing.T, h Harness) {
 	err := lock.Do(ctx(t, 30*time.Second), a, k, func(c context.Context) error {
 		ran = true
 		assertHeld(t, b, k, "Do's lease")
+		if ls := lock.LeaseFrom(c); ls == nil || ls.Key() != k || ls.Token() == 0 || ls.Err() != nil {
+			t.Errorf("lock.LeaseFrom(fn's ctx) = %v; want Do's held lease of %q with its token", ls, k)
+		}
 		if err := h.DeleteKey(ctx(t, 10*time.Second), k); err != nil {
 			t.Fatalf("DeleteKey: %v", err)
 		}

@@ -22,7 +22,7 @@ func TestExamples(t *testing.T) {
 		run  func()
 		want string
 	}{
-		{"Example", Example, `^holding orders/42 with token [1-9][0-9]*\nrunning the nightly report\n$`},
+		{"Example", Example, `^holding orders/42 with token [1-9][0-9]*\nwriting the nightly report with token [1-9][0-9]*\n$`},
 		{"Example_open", Example_open, `^holding orders/42 with token [1-9][0-9]*\n$`},
 	} {
 		out := stdoutOf(t, ex.run)

@@ -35,10 +35,10 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// Or let lock.Do hold the lock while a function runs: its ctx ends if
-	// the lease is lost, and the lock is released when it returns.
+	// Or lock.Do: fn's ctx carries the lease (send its token with the
+	// writes) and ends if it is lost; the lock is released when fn returns.
 	err = lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error {
-		fmt.Println("running the nightly report")
+		fmt.Println("writing the nightly report with token", lock.LeaseFrom(ctx).Token())
 		return nil
 	})
 	if err != nil {
