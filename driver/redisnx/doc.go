@@ -193,12 +193,14 @@
 //
 // Scripts run with EVALSHA (EVAL when the server lacks them), and the ACL
 // checks the commands they call too; waiting uses SUBSCRIBE, UNSUBSCRIBE
-// and PING. All keys and channels start with the prefix. The rules
+// and PING, and LLEN and BLPOP on the wait's grant list (the scripts push
+// grants there with RPUSH). All keys and channels start with the prefix.
+// The rules
 //
 //	-@all +@connection +evalsha +eval +get +set +del +exists +pexpire +pttl
 //	+incr +time +hget +hset +hdel +hexists +hlen +zadd +zscore +zrange
 //	+zrem +zremrangebyscore +zcard +publish +subscribe +unsubscribe
-//	~dlock:* &dlock:*
+//	+rpush +llen +blpop ~dlock:* &dlock:*
 //
 // are enough on a standalone server, semaphores and lock.Inspect included
 // (TestMinimalPermissions and TestMinimalPermissionsPermits run with
@@ -208,7 +210,8 @@
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
 // queue P{K}:q and P{K}:w, the readers P{K}:r, the holds of a named owner
-// P{K}:h, the permits P{K}:s, tombstones P{K}:void:OWNER, the channel
-// P{K}:rel) share K as Cluster hash tag; each Locker has an inbox channel,
+// P{K}:h, the permits P{K}:s, tombstones P{K}:void:OWNER, the grant
+// lists of waits P{K}:g:OWNER:NONCE, the channel P{K}:rel) share K as
+// Cluster hash tag; each Locker has an inbox channel,
 // P + "inbox:" + 32 hex digits. docs/design.md gives the full wire format.
 package redisnx

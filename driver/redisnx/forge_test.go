@@ -104,10 +104,12 @@ func handOff(t *testing.T, c redis.UniversalClient, holder, waiter lock.Locker, 
 // it nothing while the other client holds the key; the next hand-over
 // gives it a grant with that hand-over's token, the latest, not the
 // earlier grant's. The steps are the driver's own (Join, Check), as lock
-// makes them.
+// makes them; the waiter's Locker has no grant lists (its blockers are
+// none), so that its hand-overs come on its inbox.
 func TestStaleHandOverAfterReWait(t *testing.T) {
 	c := sharedClient(t, nil)
 	d, other := testDriver(c), testDriver(c)
+	d.blockers = make(chan struct{})
 	t.Cleanup(func() { d.Close(); other.Close() })
 	ctx := tctx(t, 20*time.Second)
 	k := testKey(t)

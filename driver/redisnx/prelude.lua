@@ -10,22 +10,38 @@
 --
 --   P{K}:q   sorted set: the waiting owners, scored by arrival (server
 --            clock, microseconds)
---   P{K}:w   hash: owner -> "DEADLINE_MS TTL_MS 0 INBOX" while it waits
---            (DEADLINE_MS on the server's clock: the entry is dead after it
---            unless the waiter renews it; INBOX the channel of the waiter's
---            Locker; a shared waiter's TTL_MS has an "s" before it, a permit
---            waiter's "p", the semaphore's limit and "/": "p4/30000"; the
---            0 stands where older versions numbered the waiter's runs, so
---            that their releases read the entry), or "gTOKEN" once the key
---            was handed to it: the token of that grant, which the waiter's
---            wait.lua returns, until it queues again
+--   P{K}:w   hash: owner -> "DEADLINE_MS TTL_MS NONCE INBOX" while it
+--            waits (DEADLINE_MS on the server's clock: the entry is dead
+--            after it unless the waiter renews it; INBOX the channel of the
+--            waiter's Locker; a shared waiter's TTL_MS has an "s" before
+--            it, a permit waiter's "p", the semaphore's limit and "/":
+--            "p4/30000"; NONCE, decimal digits, names the wait's grant list
+--            below, or is 0 for a waiter that has none and is woken on its
+--            inbox: older versions wrote 0 or a run number there, which
+--            their releases skip), or "gTOKEN" once the key was handed to
+--            it: the token of that grant, which the waiter's wait.lua
+--            returns, until it queues again
 --
 -- Both expire two entry lifetimes after the last waiter touched them.
+--
+--   P{K}:g:OWNER:NONCE   list: the grant list of one wait of OWNER (NONCE:
+--            random, new for every wait, so that nothing pushed for an
+--            earlier wait reaches a later one). The waiter blocks on it
+--            (BLPOP, queue.go's follow-up of its wait step). handover
+--            pushes "NONCE TOKEN" there when it hands the key to the
+--            waiter, instead of a wake-up message: the reply to the BLPOP
+--            is the grant, and the waiter needs no request more. The
+--            waiter's own wait.lua or leave.lua pushes "x" there, which
+--            only unblocks its BLPOP. Every push makes the list expire
+--            LIST_LIFE_MS later. Only a client that may write the lock's
+--            keys can push, and such a client can break every lock anyway
+--            (docs/safety.md); a pub/sub-only client cannot.
 --
 -- Every PUBLISH below is a wake-up message, whose format is described
 -- once, at Wake in internal/redisx/notify.go (the Go side of both drivers
 -- writes and parses it there): handover's names the new owner on its
--- inbox; "" on the key's channel P{K}:rel names no one.
+-- inbox (a waiter without a grant list); "" on the key's channel P{K}:rel
+-- names no one.
 --
 -- Shared (read) grants: the lock key holds "R" (never an owner: owners are
 -- lowercase hex), so that every exclusive attempt, ours or a plain SET NX
@@ -134,6 +150,18 @@ local function reenter(lk, cur, owner, px)
   return tonumber(tok)
 end
 
+-- LIST_LIFE_MS: how long a grant list lives after its last push, an entry
+-- lifetime (internal/redisx's EntryLife): a waiter reads it sooner, or its
+-- entry (which holds the grant too) is dead.
+local LIST_LIFE_MS = 3000
+
+-- push_list pushes v to the grant list of owner's wait nonce on lk.
+local function push_list(lk, owner, nonce, v)
+  local list = lk .. ':g:' .. owner .. ':' .. nonce
+  redis.call('RPUSH', list, v)
+  redis.call('PEXPIRE', list, LIST_LIFE_MS)
+end
+
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -233,10 +261,10 @@ end
 
 -- parse_entry splits a waiter's queue entry e: its deadline (a number),
 -- its mode ("" exclusive, "s" shared, "p" a permit), the permit's limit (a
--- number; nil for other modes), TTL_MS and INBOX. It returns nil when e
--- is not a waiter's entry.
+-- number; nil for other modes), TTL_MS, INBOX and NONCE (nil or "0": no
+-- grant list). It returns nil when e is not a waiter's entry.
 local function parse_entry(e)
-  local deadline, ttl, inbox = string.match(e, '^(%d+) (%S+) %d+ (.+)$')
+  local deadline, ttl, nonce, inbox = string.match(e, '^(%d+) (%S+) (%d+) (.+)$')
   if not deadline then -- written by a version without the number
     deadline, ttl, inbox = string.match(e, '^(%d+) (%d+) (.+)$')
     if not deadline then
@@ -254,7 +282,7 @@ local function parse_entry(e)
     end
     mode, limit = 'p', tonumber(limit)
   end
-  return tonumber(deadline), mode, limit, px, inbox
+  return tonumber(deadline), mode, limit, px, inbox, nonce
 end
 
 -- queued_limit returns the limit of the first live permit waiter among the
@@ -279,10 +307,11 @@ end
 -- a row from the head while lk is free or "R"; else every permit waiter
 -- in a row from the head while lk is free or "SN" of the waiter's limit
 -- with fewer than N permits live. It drops dead entries on the way (at
--- most 64 in one call), records each grant in w as "gTOKEN", and wakes
--- each new owner with a message naming it on its inbox (see Wake in
--- internal/redisx/notify.go), unless the new owner is self (the caller,
--- told by the script's reply). The message grants nothing (anyone who may
+-- most 64 in one call), records each grant in w as "gTOKEN", and tells
+-- each new owner but self (the caller, told by the script's reply): it
+-- pushes the grant to the owner's grant list, or, for a waiter without
+-- one, wakes it with a message naming it on its inbox (see Wake in
+-- internal/redisx/notify.go). The message grants nothing (anyone who may
 -- publish on the channel can send it): the waiter's next wait.lua finds
 -- the key its own and takes the token from w.
 -- Returns whether it granted anyone, and self's token if self was granted.
@@ -299,9 +328,9 @@ local function handover(lk, ctr, q, w, r, self)
       break
     end
     local e = redis.call('HGET', w, head)
-    local deadline, mode, limit, px, inbox
+    local deadline, mode, limit, px, inbox, nonce
     if e then
-      deadline, mode, limit, px, inbox = parse_entry(e)
+      deadline, mode, limit, px, inbox, nonce = parse_entry(e)
     end
     if deadline and deadline >= now then
       local cur = redis.call('GET', lk)
@@ -342,6 +371,8 @@ local function handover(lk, ctr, q, w, r, self)
       redis.call('HSET', w, head, 'g' .. tok)
       if head == self then
         mine = token
+      elseif nonce and nonce ~= '0' then
+        push_list(lk, head, nonce, nonce .. ' ' .. tok) -- the grant: see the top
       else
         redis.call('PUBLISH', inbox, head) -- the wake-up: see the top
       end

@@ -12,10 +12,13 @@ import (
 
 // A blocking Lock waits in a queue kept on the server (prelude.lua): the
 // release hands the key to the first live waiter in the same script, so a
-// releaser cannot grab the key back ahead of those who waited, and tells
-// that waiter alone on its Locker's inbox channel. The message only wakes
-// the waiter: its Check runs wait.lua at once, which checks on the server
-// that the key is its own, extends it to the TTL and returns the token the
+// releaser cannot grab the key back ahead of those who waited, and pushes
+// the grant to the wait's grant list, on which the waiter's follow-up
+// blocks (list.go): the next Check returns that grant with no request.
+// A wait without a grant list (the Locker's blockers are taken) is told
+// on its Locker's inbox channel instead. That message only wakes the
+// waiter: its Check runs wait.lua at once, which checks on the server that
+// the key is its own, extends it to the TTL and returns the token the
 // release recorded (one round trip; a forged or stale message gets
 // nothing).
 //
@@ -29,6 +32,7 @@ import (
 type waiting struct {
 	w      *redisx.Waiter
 	keys   *keyNames
+	f      *follow   // the follow-up on the wait's grant list, or nil
 	since  time.Time // when w was registered
 	queued bool      // wait.lua has run: l is in the queue
 }
@@ -60,7 +64,7 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	if err != nil {
 		return fmt.Errorf("redisnx: wait: %w", err)
 	}
-	s := &waiting{w: w, keys: keys, since: time.Now()}
+	s := &waiting{w: w, keys: keys, f: newFollow(d.blockers, keys, l.Owner, wake), since: time.Now()}
 	l.Data = s
 	if !confirmed {
 		if hint <= 0 || hint > redisx.ConfirmWait {
@@ -76,6 +80,16 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 // a hand-over message missed meanwhile is found by the next heartbeat).
 func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 	s := l.Data.(*waiting)
+	if p := s.f.take(); p != nil {
+		_, ttl := ms(l.TTL)
+		if v := ttl - time.Since(p.sent); v > ttl/2 {
+			s.w.Stop()
+			s.f.end()
+			l.Token, l.Data, l.Validity = p.token, viaQueue{}, v
+			return nil
+		}
+		// Pushed long ago: wait.lua extends it.
+	}
 	if !s.queued && !s.w.Ready() {
 		if rest := redisx.ConfirmWait - time.Since(s.since); rest > 0 {
 			return &driver.HeldError{RetryAfter: rest}
@@ -88,7 +102,7 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 // the key if it was handed to the waiter or is free for it.
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
 	px, validity := ms(l.TTL)
-	res, err := waitScript.Run(ctx, d.Client, s.keys[:6], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l)).Int64Slice()
+	res, err := waitScript.Run(ctx, d.Client, s.f.waitKeys(s.keys), l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), nonceOf(s.f)).Int64Slice()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: wait: %w", redisx.WithCtx(ctx, err))
@@ -101,6 +115,7 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 		// Granted by this request, or handed over before it and extended
 		// by it: either way the TTL runs from the start of the step.
 		s.w.Stop()
+		s.f.end()
 		l.Token, l.Data, l.Validity = uint64(res[1]), viaQueue{}, validity
 		return nil
 	case 0:
@@ -108,6 +123,7 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 	case 3:
 		return limitMismatch(l, res[1])
 	}
+	s.f.start(d.Client)
 	if pttl := time.Duration(res[1]) * time.Millisecond; pttl >= 0 {
 		return &driver.HeldError{RetryAfter: pttl + time.Millisecond} // check when it expires
 	}
@@ -123,16 +139,18 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 // the driver and may land after Leave (it would queue a waiter that left).
 func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	keys := names(d.Prefix, l.Key, l.Owner)
+	var f *follow
 	switch s := l.Data.(type) {
 	case noGrant:
 		return nil
 	case *waiting:
 		s.w.Stop()
-		keys = s.keys
+		s.f.end()
+		keys, f = s.keys, s.f
 	}
 	px, _ := ms(l.TTL)
 	voidPX := max(px, redisx.EntryLifeMS)
-	if err := leaveScript.Run(ctx, d.Client, keys[:6], l.Owner, keys[6], voidPX).Err(); err != nil {
+	if err := leaveScript.Run(ctx, d.Client, f.waitKeys(keys), l.Owner, keys[6], voidPX).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
 	}
 	return nil

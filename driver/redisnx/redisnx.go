@@ -32,7 +32,10 @@ func New(client redis.UniversalClient, o *Options) lock.Locker {
 
 // redisDriver implements driver.Driver, driver.Queuer, driver.Notifier and
 // driver.BatchRefresher over go-redis, with Lua scripts.
-type redisDriver struct{ redisx.Core }
+type redisDriver struct {
+	redisx.Core
+	blockers chan struct{} // the grant lists' follow-ups (list.go)
+}
 
 var (
 	_ driver.Driver         = (*redisDriver)(nil)
@@ -49,7 +52,7 @@ func (d *redisDriver) Name() string { return "redisnx" } // the dlock.driver att
 func newDriver(c redisx.Core) *redisDriver {
 	c.SharedLeases = true
 	c.Permits = true
-	return &redisDriver{Core: c}
+	return &redisDriver{Core: c, blockers: newBlockers(c.Client)}
 }
 
 // ms is a TTL in whole milliseconds, as PX applies it, and that duration.

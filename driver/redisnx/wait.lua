@@ -7,12 +7,16 @@
 -- inbox).
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
--- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers
+-- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers;
+-- KEYS[7], when the waiter may be blocked on it, its grant list
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] the inbox channel of the
 -- owner's Locker, ARGV[4] queue entry lifetime in ms, ARGV[5] "s" for a
 -- shared grant, "pN" for a permit of a semaphore of N permits (its set is
--- KEYS[1] .. ":s")
+-- KEYS[1] .. ":s"), "x" otherwise; ARGV[6] the wait's NONCE, which names
+-- its grant list (P{K}:g:OWNER:NONCE), or "0" for none (see prelude.lua)
 --
+-- A run that grants the owner the key pushes "x" to KEYS[7], which
+-- unblocks the waiter's BLPOP.
 -- Returns {1, token} when the owner has the key: granted by this run, or
 -- handed over by a release before it (the message on the inbox only wakes
 -- the waiter, and grants nothing: this run finds the key its own, extends
@@ -25,6 +29,12 @@
 -- permits, not N (the waiter is not queued by this run, nor granted).
 
 local owner = ARGV[1]
+local function unblock()
+  if KEYS[7] then
+    redis.call('RPUSH', KEYS[7], 'x')
+    redis.call('PEXPIRE', KEYS[7], LIST_LIFE_MS)
+  end
+end
 local shared = ARGV[5] == 's'
 local limit = string.match(ARGV[5] or '', '^p(%d+)$') -- "pN"
 limit = limit and tonumber(limit)
@@ -61,6 +71,7 @@ if mine then
   else
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
+  unblock()
   if e and string.sub(e, 1, 1) == 'g' then
     return {1, tonumber(string.sub(e, 2))}
   end
@@ -88,11 +99,12 @@ end
 -- The entry ends any grant recorded for the owner ("gTOKEN"): a grant of
 -- an earlier wait, which expired, is not this wait's.
 redis.call('HSET', KEYS[5], owner,
-  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. mode .. ARGV[2] .. ' 0 ' .. ARGV[3])
+  string.format('%d', math.floor(now / 1000) + tonumber(ARGV[4])) .. ' ' .. mode .. ARGV[2] .. ' ' .. (ARGV[6] or '0') .. ' ' .. ARGV[3])
 keep_queue(KEYS[4], KEYS[5], ARGV[4])
 if not cur or cur == 'R' or permits_of(cur) then
   local _, token = handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], owner)
   if token then
+    unblock()
     return {1, token}
   end
 end
