@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/dlock-go/dlock/internal/redisacl"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -65,6 +66,10 @@ func (h *harness) Crash(t *testing.T, l lock.Locker) {
 		t.Fatalf("not a rediswatch Locker")
 	}
 	c.Close()
+	var ls *redisx.Lanes
+	if lock.As(l, &ls) {
+		ls.Close() // the Locker's own connections
+	}
 }
 
 // names maps keys to Redis names as the driver does.

@@ -17,7 +17,7 @@ import (
 // records.
 func recorded(t *testing.T, rdb *redis.Client, rec *recorder) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
-	c.AddHook(rec)
+	addHook(c, rec)
 	t.Cleanup(func() { c.Close() })
 	return c
 }

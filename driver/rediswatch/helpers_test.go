@@ -3,6 +3,7 @@ package rediswatch
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,13 +75,45 @@ type driverLease = driver.Lease
 // tests that call it directly.
 func testDriver(client redis.UniversalClient, prefix string) *watchDriver {
 	core, _ := redisx.NewCore("rediswatch", client, &Options{Prefix: prefix}, false)
+	hookLanes(client, core.Lanes)
 	return newDriver(core)
+}
+
+// laneHooks are the hooks tests put on a client for the lanes of the
+// drivers made over it here (redisx.Lanes: the client's own hooks do not
+// see the lanes' commands).
+var laneHooks struct {
+	sync.Mutex
+	m map[redis.UniversalClient][]redis.Hook
+}
+
+// addHook adds h to c, and to the lanes of the drivers made over c from
+// now on (on a Cluster, to their node clients).
+func addHook(c redis.UniversalClient, h redis.Hook) {
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		c.AddHook(h)
+	}
+	laneHooks.Lock()
+	defer laneHooks.Unlock()
+	if laneHooks.m == nil {
+		laneHooks.m = map[redis.UniversalClient][]redis.Hook{}
+	}
+	laneHooks.m[c] = append(laneHooks.m[c], h)
+}
+
+func hookLanes(c redis.UniversalClient, ls *redisx.Lanes) {
+	laneHooks.Lock()
+	defer laneHooks.Unlock()
+	for _, h := range laneHooks.m[c] {
+		ls.AddHook(h)
+	}
 }
 
 // newLockerDriver is New, also returning the driver; with owns set, the
 // Locker owns its client, as one opened from a URL does.
 func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (lock.Locker, *watchDriver) {
 	core, lo := redisx.NewCore("rediswatch", client, o, owns)
+	hookLanes(client, core.Lanes)
 	d := newDriver(core)
 	return lock.New(d, lo), d
 }

@@ -311,7 +311,7 @@ func TestQueuedHeartbeatIsOneRoundTrip(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
 	t.Cleanup(func() { c.Close() })
 	rec := &recorder{}
-	c.AddHook(rec)
+	addHook(c, rec)
 	l, _ := newTestLocker(t, c, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -55,7 +55,7 @@ func testNeverShortens(t *testing.T, name string, extend func(ctx context.Contex
 				ctx := testCtx(t)
 				rdb := standalone(t)
 				if gtRefused {
-					rdb.AddHook(expireGTRefused{})
+					addHook(rdb, expireGTRefused{})
 				}
 				d := testDriver(rdb, DefaultPrefix)
 				t.Cleanup(func() { d.Close() })

@@ -93,7 +93,7 @@ func TestAudit38BatchExtendsOnly(t *testing.T) {
 			rec := &recorder{}
 			rdb := recorded(t, standalone(t), rec)
 			if refuse != "" {
-				rdb.AddHook(expireGTRefused{atExec: refuse == "atExec"})
+				addHook(rdb, expireGTRefused{atExec: refuse == "atExec"})
 			}
 			d := testDriver(rdb, DefaultPrefix)
 			t.Cleanup(func() { d.Close() })

@@ -38,7 +38,13 @@ var errAborted = errors.New("rediswatch: transaction aborted by a concurrent cha
 // WATCH sent yet. fn may run again (Cluster redirection), so it must set
 // all of its results afresh on each run.
 func (d *watchDriver) onConn(ctx context.Context, key string, fn func(tx *redis.Tx) error) error {
-	switch c := d.Client.(type) {
+	return d.Lanes.Do(ctx, func(c redis.UniversalClient) error { return watchOn(ctx, c, key, fn) })
+}
+
+// watchOn is onConn on client c: a lane's, or the Locker's own client
+// when it has no lanes (redisx.Lanes).
+func watchOn(ctx context.Context, client redis.UniversalClient, key string, fn func(tx *redis.Tx) error) error {
+	switch c := client.(type) {
 	case *redis.Client:
 		return c.Watch(ctx, fn)
 	case *redis.ClusterClient:
@@ -59,7 +65,7 @@ func (d *watchDriver) onConn(ctx context.Context, key string, fn func(tx *redis.
 	default:
 		// Ring and wrappers: go-redis picks the shard and sends WATCH key
 		// first; fn's own WATCH adds the other keys.
-		return d.Client.Watch(ctx, fn, key)
+		return client.Watch(ctx, fn, key)
 	}
 }
 

@@ -42,6 +42,9 @@ type Core struct {
 	Client redis.UniversalClient
 	Prefix string
 	Notify *Notifier
+	// Lanes run the drivers' commands, promptly (see Lanes); a
+	// redis.Scripter.
+	Lanes *Lanes
 	// SharedLeases: Validate accepts shared leases (the driver grants them).
 	SharedLeases bool
 	// Permits: Validate accepts the permits of semaphores (the driver
@@ -79,6 +82,11 @@ func NewCore(name string, client redis.UniversalClient, o *Options, owns bool) (
 		logHook{c.log}.hook(c.Client)
 		c.Notify.ctx = c.log.mark(c.Notify.ctx)
 	}
+	var hook redis.Hook
+	if c.log != nil {
+		hook = logHook{c.log}
+	}
+	c.Lanes = NewLanes(c.Client, hook)
 	return c, lo
 }
 
@@ -131,6 +139,9 @@ func (c *Core) As(target any) bool {
 		return as(c.Client, p)
 	case **redis.Ring:
 		return as(c.Client, p)
+	case **Lanes: // tests: close them to stop a Locker's traffic
+		*p = c.Lanes
+		return c.Lanes != nil
 	}
 	return false
 }
@@ -147,6 +158,7 @@ func as[T any](client redis.UniversalClient, p *T) bool {
 // closes the client. A second Close returns nil.
 func (c *Core) Close() error {
 	c.Notify.Close()
+	c.Lanes.Close()
 	if c.owns && c.Client != nil {
 		c.owns = false
 		if err := c.Client.Close(); err != nil && !errors.Is(err, redis.ErrClosed) {

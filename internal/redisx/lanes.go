@@ -1,0 +1,401 @@
+package redisx
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Lanes run the drivers' commands so that each call returns by its
+// context's end, on the caller's goroutine (driver.Prompt).
+//
+// go-redis v9 stops a command at its context's deadline but not on its
+// cancellation, and sets a fresh read deadline before every read, so a
+// past deadline set from outside does not stop it either. What does is
+// closing the connection: the read or write in flight fails, go-redis
+// drops the connection as bad, and the call returns. A lane is a client of
+// its own with one connection (PoolSize 1; on a Cluster one per node),
+// made from the client's options, whose dial hook records every connection
+// it opens. A call takes a free lane, arms context.AfterFunc(ctx, abort)
+// and runs inline; abort closes the lane's connections and refuses its
+// further dials. After the call the arm is stopped, and a lane whose abort
+// ran is closed and discarded.
+//
+// go-redis v9.22 counts a closed connection's *net.OpError as retryable
+// (shouldRetry: a net.Error that is not a timeout), and so do its pipeline,
+// transaction and Cluster loops (MOVED/ASK redirects are followed on a
+// node's connection of the same lane). Each retry first sleeps its backoff
+// under ctx, which has ended when abort runs, so it returns ctx's error; a
+// zero backoff (MinRetryBackoff -1) would leave that to a race, so an
+// aborted lane also refuses to dial: a retry would need a new connection
+// and gets none. Nothing of an aborted call is sent after the abort. Its
+// outcome is unknown, and the caller treats it as a lost reply (lock's
+// late call clean-up).
+//
+// At most PoolSize lanes (the client's option; 10 per GOMAXPROCS by
+// default) are open at once, so a Locker opens no more connections than
+// its client's pool would (on a Cluster, per node). A call that finds
+// every lane busy waits for one, or for its context's end. Clients of
+// other kinds (a Ring, a wrapper) get no lanes: calls go to the client
+// itself, and Prompt reports false.
+type Lanes struct {
+	hooks []redis.Hook // AddHook's, for lanes made from now on
+	mu    sync.Mutex   // guards hooks
+	base  redis.UniversalClient
+	mk    func(*lane) redis.UniversalClient // nil: no lanes
+	free  chan *lane                        // idle lanes
+	slots chan struct{}                     // one per open lane
+	done  chan struct{}                     // closed by Close
+	once  sync.Once
+}
+
+// errLaneAborted refuses a dial of a lane whose call was aborted.
+var errLaneAborted = errors.New("redis lane aborted: the call's context ended")
+
+// NewLanes returns the lanes of client: for a *redis.Client (also a
+// Sentinel failover client) and a *redis.ClusterClient; hook, when not nil,
+// is added to every lane client (and Cluster node) too.
+func NewLanes(client redis.UniversalClient, hook redis.Hook) *Lanes {
+	ls := &Lanes{base: client, done: make(chan struct{})}
+	n := 0
+	switch c := client.(type) {
+	case *redis.Client:
+		n = c.Options().PoolSize
+		ls.mk = func(ln *lane) redis.UniversalClient { return singleLane(c.Options(), ls.laneHooks(ln, hook)) }
+	case *redis.ClusterClient:
+		n = c.Options().PoolSize
+		ls.mk = func(ln *lane) redis.UniversalClient { return clusterLane(c.Options(), ls.laneHooks(ln, hook)) }
+	}
+	n = max(n, 1)
+	ls.free = make(chan *lane, n)
+	ls.slots = make(chan struct{}, n)
+	return ls
+}
+
+// singleLane makes a lane of a *redis.Client from its options: one
+// connection, and a push processor and maintenance-notification settings
+// of its own (a client's Options hold the processor it made, which a second
+// client may not register its handlers on).
+func singleLane(base *redis.Options, hooks []redis.Hook) redis.UniversalClient {
+	o := *base
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	o.PushNotificationProcessor = nil
+	if m := o.MaintNotificationsConfig; m != nil {
+		mc := *m
+		o.MaintNotificationsConfig = &mc
+	}
+	c := redis.NewClient(&o)
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
+	return c
+}
+
+// clusterLane makes a lane of a *redis.ClusterClient: one connection per
+// node.
+func clusterLane(base *redis.ClusterOptions, hooks []redis.Hook) redis.UniversalClient {
+	o := *base
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
+	if m := o.MaintNotificationsConfig; m != nil {
+		mc := *m
+		o.MaintNotificationsConfig = &mc
+	}
+	mk := base.NewClient
+	o.NewClient = func(no *redis.Options) *redis.Client {
+		var c *redis.Client
+		if mk != nil {
+			c = mk(no)
+		} else {
+			c = redis.NewClient(no)
+		}
+		for _, h := range hooks {
+			c.AddHook(h)
+		}
+		return c
+	}
+	return redis.NewClusterClient(&o)
+}
+
+// laneHooks are the hooks of lane ln's client (of each node's, on a
+// Cluster): ln's own, which records its connections, then the Core's
+// (hook, when not nil) and AddHook's.
+func (ls *Lanes) laneHooks(ln *lane, hook redis.Hook) []redis.Hook {
+	hs := []redis.Hook{ln}
+	if hook != nil {
+		hs = append(hs, hook)
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return append(hs, ls.hooks...)
+}
+
+// AddHook adds h to the lanes made from now on (to each node client of a
+// Cluster lane), as redis.Client's AddHook: the hooks of the client the
+// Locker was made with do not see the lanes' commands.
+func (ls *Lanes) AddHook(h redis.Hook) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.hooks = append(ls.hooks, h)
+}
+
+// Prompt reports whether calls run on lanes, and so return by their
+// context's end.
+func (ls *Lanes) Prompt() bool { return ls.mk != nil }
+
+// Do runs f with a lane's client (the client itself when there are no
+// lanes); see Lanes. f must not keep the client.
+func (ls *Lanes) Do(ctx context.Context, f func(redis.UniversalClient) error) error {
+	if ls.mk == nil {
+		return f(ls.base)
+	}
+	ln, err := ls.take(ctx)
+	if err != nil {
+		return err
+	}
+	defer ls.put(ln)
+	return f(ln.client)
+}
+
+// take returns a free lane, or makes one while fewer than the bound are
+// open, or waits for one; armed for ctx.
+func (ls *Lanes) take(ctx context.Context) (*lane, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing sent
+	}
+	var ln *lane
+	select {
+	case ln = <-ls.free:
+	default:
+		select {
+		case ln = <-ls.free:
+		case ls.slots <- struct{}{}:
+			ln = ls.newLane()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ls.done:
+			return nil, redis.ErrClosed
+		}
+	}
+	if ln.client == nil {
+		<-ls.slots
+		return nil, redis.ErrClosed
+	}
+	if ctx.Done() != nil {
+		ln.stop = context.AfterFunc(ctx, ln.abortFn)
+	}
+	return ln, nil
+}
+
+func (ls *Lanes) newLane() *lane {
+	ln := &lane{}
+	ln.abortFn = ln.abort
+	select {
+	case <-ls.done:
+	default:
+		ln.client = ls.mk(ln)
+	}
+	return ln
+}
+
+// put disarms ln and frees it, or discards it when its abort ran or the
+// lanes are closed.
+func (ls *Lanes) put(ln *lane) {
+	if ln.stop != nil {
+		if !ln.stop() {
+			ln.abortFn() // wait for a running abort; make sure it ran
+		}
+		ln.stop = nil
+	}
+	ln.mu.Lock()
+	dead := ln.aborted
+	ln.mu.Unlock()
+	select {
+	case <-ls.done:
+		dead = true
+	default:
+	}
+	if !dead {
+		ls.free <- ln // never blocks: at most cap(free) lanes exist
+		return
+	}
+	_ = ln.client.Close()
+	<-ls.slots
+}
+
+// Close closes the idle lanes; a busy lane is closed when its call ends.
+func (ls *Lanes) Close() {
+	if ls.mk == nil {
+		return
+	}
+	ls.once.Do(func() { close(ls.done) })
+	for {
+		select {
+		case ln := <-ls.free:
+			_ = ln.client.Close()
+			<-ls.slots
+		default:
+			return
+		}
+	}
+}
+
+// A lane is one single-connection client and what its dial hook recorded.
+type lane struct {
+	client  redis.UniversalClient
+	stop    func() bool // the armed AfterFunc's; nil when not armed
+	abortFn func()      // abort, as a value made once
+	mu      sync.Mutex
+	aborted bool
+	conns   []laneConn // the latest connection to each address
+}
+
+type laneConn struct {
+	addr string
+	c    net.Conn
+}
+
+// abort closes the lane's connections and refuses its further dials.
+func (ln *lane) abort() {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	ln.aborted = true
+	for _, lc := range ln.conns {
+		_ = lc.c.Close()
+	}
+	ln.conns = nil
+}
+
+// DialHook records each connection the lane opens; see Lanes.
+func (ln *lane) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ln.isAborted() {
+			return nil, errLaneAborted
+		}
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		if ln.aborted {
+			_ = c.Close()
+			return nil, errLaneAborted
+		}
+		ln.record(addr, c)
+		return c, nil
+	}
+}
+
+func (ln *lane) isAborted() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.aborted
+}
+
+// record keeps c as the connection to addr: a lane's pool holds one per
+// address, so an earlier one has been closed.
+func (ln *lane) record(addr string, c net.Conn) {
+	for i := range ln.conns {
+		if ln.conns[i].addr == addr {
+			ln.conns[i].c = c
+			return
+		}
+	}
+	ln.conns = append(ln.conns, laneConn{addr, c})
+}
+
+func (ln *lane) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (ln *lane) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Lanes is a redis.Scripter: each command runs on a lane (see Do), so
+// that a Script's Run (EVALSHA, then EVAL on NOSCRIPT) is prompt.
+var _ redis.Scripter = (*Lanes)(nil)
+
+func (ls *Lanes) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	c, ln, err := ls.scripter(ctx)
+	if err != nil {
+		return errCmd(ctx, err)
+	}
+	defer ls.release(ln)
+	return c.Eval(ctx, script, keys, args...)
+}
+
+func (ls *Lanes) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	c, ln, err := ls.scripter(ctx)
+	if err != nil {
+		return errCmd(ctx, err)
+	}
+	defer ls.release(ln)
+	return c.EvalSha(ctx, sha1, keys, args...)
+}
+
+func (ls *Lanes) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	c, ln, err := ls.scripter(ctx)
+	if err != nil {
+		return errCmd(ctx, err)
+	}
+	defer ls.release(ln)
+	return c.EvalRO(ctx, script, keys, args...)
+}
+
+func (ls *Lanes) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	c, ln, err := ls.scripter(ctx)
+	if err != nil {
+		return errCmd(ctx, err)
+	}
+	defer ls.release(ln)
+	return c.EvalShaRO(ctx, sha1, keys, args...)
+}
+
+func (ls *Lanes) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	c, ln, err := ls.scripter(ctx)
+	if err != nil {
+		cmd := redis.NewBoolSliceCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	defer ls.release(ln)
+	return c.ScriptExists(ctx, hashes...)
+}
+
+func (ls *Lanes) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	c, ln, err := ls.scripter(ctx)
+	if err != nil {
+		cmd := redis.NewStringCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	defer ls.release(ln)
+	return c.ScriptLoad(ctx, script)
+}
+
+// scripter returns the client for one command: a taken lane's (ln), or
+// the client itself when there are no lanes (ln nil).
+func (ls *Lanes) scripter(ctx context.Context) (redis.UniversalClient, *lane, error) {
+	if ls.mk == nil {
+		return ls.base, nil, nil
+	}
+	ln, err := ls.take(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ln.client, ln, nil
+}
+
+func (ls *Lanes) release(ln *lane) {
+	if ln != nil {
+		ls.put(ln)
+	}
+}
+
+func errCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
