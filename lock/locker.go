@@ -479,7 +479,11 @@ func (lk *locker) releaseAfter(cause error, dl *driver.Lease, until time.Time) {
 		defer lk.bg.done()
 		if err := lk.retry(dl, until, lk.d.Release); err != nil {
 			lk.releaseFailed(dl, true)
-			lk.logCleanup("background release failed; the key is freed by its TTL", dl.Key, err, cause)
+			msg := "background release failed; the key is freed by its TTL"
+			if cause != nil {
+				msg = "clean-up of an attempt whose outcome is unknown failed; if it was granted, its TTL frees the key"
+			}
+			lk.logCleanup(msg, dl.Key, err, cause)
 		}
 	}()
 }

@@ -19,6 +19,15 @@ import (
 // than waited for in silence.
 const connectAllowance = 2 * time.Second
 
+// closeAllowance is the part of connectAllowance kept for closing the
+// Locker after a failed attempt (its clean-up, which an unreachable
+// backend makes fail until the end), so that dlock exits within the
+// allowance it states; an attempt gets the rest, attemptAllowance.
+const (
+	closeAllowance   = 250 * time.Millisecond
+	attemptAllowance = connectAllowance - closeAllowance
+)
+
 // acquired is the outcome of taking the lock.
 type acquired struct {
 	locker lock.Locker
@@ -40,7 +49,7 @@ func (cfg *runConfig) acquire(ctx context.Context, began time.Time) acquired {
 		Logger: cfg.log, // renewal failures and lost leases go to dlock's log
 		// Close after a failed attempt waits this long at most for its
 		// clean-up, which an unreachable backend makes fail until the end.
-		ReleaseTimeout: connectAllowance,
+		ReleaseTimeout: closeAllowance,
 	})
 	cancel()
 	if err == nil {
@@ -79,15 +88,15 @@ func (cfg *runConfig) acquire(ctx context.Context, began time.Time) acquired {
 			return sem.Acquire(ctx, key, cfg.limit, opts...)
 		}
 	}
-	// One attempt first, given connectAllowance: it takes a free key at
+	// One attempt first, given attemptAllowance: it takes a free key at
 	// once, and it reports an unreachable backend with its cause (refused,
 	// a wrong password) rather than leaving a wait to be ended by -wait
 	// while the client is still connecting. Only a held key is waited for.
-	actx, cancel := context.WithTimeout(ctx, connectAllowance)
+	actx, cancel := context.WithTimeout(ctx, attemptAllowance)
 	lease, err := try(actx, cfg.key, opts...)
 	cancel()
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("no answer within %v: %v", connectAllowance, err)
+		err = fmt.Errorf("no answer within %v: %v", attemptAllowance, err)
 	}
 	waitBy := began.Add(cfg.wait.d)
 	switch {
@@ -130,11 +139,11 @@ func (cfg *runConfig) acquire(ctx context.Context, began time.Time) acquired {
 // lastAttempt follows a wait that -wait ended (waitErr): that alone does
 // not tell a key still held from a backend that never answered (a refused
 // connection that the client retried past -wait, say). One attempt more,
-// given connectAllowance, tells: it returns waitErr when the key is held,
+// given attemptAllowance, tells: it returns waitErr when the key is held,
 // the attempt's own error when it failed otherwise, or the lease when the
 // key came free just then.
 func (cfg *runConfig) lastAttempt(ctx context.Context, try func(context.Context, string, ...lock.Option) (*lock.Lease, error), opts []lock.Option, waitErr error) (*lock.Lease, error) {
-	actx, cancel := context.WithTimeout(ctx, connectAllowance)
+	actx, cancel := context.WithTimeout(ctx, attemptAllowance)
 	defer cancel()
 	lease, err := try(actx, cfg.key, opts...)
 	switch {
@@ -144,7 +153,7 @@ func (cfg *runConfig) lastAttempt(ctx context.Context, try func(context.Context,
 		return nil, waitErr
 	case errors.Is(err, context.DeadlineExceeded):
 		// Not the -wait's deadline: the backend's silence.
-		return nil, fmt.Errorf("-wait %v ran out, and a last attempt had no answer within %v: %v", cfg.wait.d, connectAllowance, err)
+		return nil, fmt.Errorf("-wait %v ran out, and a last attempt had no answer within %v: %v", cfg.wait.d, attemptAllowance, err)
 	}
 	return nil, err
 }

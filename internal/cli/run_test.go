@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -321,6 +322,47 @@ func TestRunLostLease(t *testing.T) {
 	}
 }
 
+// TestRunBackendHung: a backend that accepts connections and never
+// answers is reported (exit 125) within -wait plus connectAllowance, as
+// the message and the docs say: the attempt gets attemptAllowance and
+// the Locker's Close the rest (it once waited connectAllowance more).
+func TestRunBackendHung(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		var held []net.Conn // never answered, never closed until the end
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	for _, scheme := range []string{"redisnx", "rediswatch"} {
+		t.Run(scheme, func(t *testing.T) {
+			r := runDlock(t, "ran", t.TempDir(), "run", "-url", scheme+"://"+ln.Addr().String(), "-wait", "0", "k", "--", "true")
+			want := fmt.Sprintf("no answer within %v", attemptAllowance)
+			if r.code != exitBackend || !strings.Contains(r.stderr, want) {
+				t.Errorf("%v; want exit %d and %q", r, exitBackend, want)
+			}
+			// The old bound was 2 x connectAllowance to the tick; a
+			// starved machine may add scheduling delay, not a second more.
+			if limit := connectAllowance + 1500*time.Millisecond; r.took > limit {
+				t.Errorf("took %v, want at most %v (the stated %v and time to start)", r.took, limit, connectAllowance)
+			}
+		})
+	}
+}
+
 // TestRunBackendDown: a backend where nothing listens is reported as
 // such (exit 125, the refused connection named), within -wait plus the
 // connect allowance (-wait forever counting as 0), and without a warning
@@ -348,7 +390,7 @@ func TestRunBackendDown(t *testing.T) {
 				if r.took > limit {
 					t.Errorf("took %v, want at most %v", r.took, limit)
 				}
-				for _, bad := range []string{"level=WARN", "freed by its TTL", "dies by itself"} {
+				for _, bad := range []string{"level=WARN", "freed by its TTL", "TTL frees", "dies by itself"} {
 					if strings.Contains(r.stderr, bad) {
 						t.Errorf("a warning about a clean-up, with nothing granted: %v", r)
 					}
