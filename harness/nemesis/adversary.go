@@ -249,6 +249,7 @@ func (a *adversary) heard(h heard) {
 	if f := strings.Fields(h.payload); len(f) >= 3 && a.rng.IntN(8) == 0 {
 		a.staleLocked(h, f)
 	}
+	a.pushLocked(h) // adversary_push.go
 }
 
 // staleLocked replays a hand-over as a stale one, for a waiter of the

@@ -30,6 +30,7 @@ func (n *nemesis) delayKinds(add func(name string, w int, inject func() bool)) {
 		add("delay-pubsub", 3, n.delayPubSub)
 		add("handover-late", 5, n.handoverLate)
 	}
+	n.blpopKinds(add) // faults_blpop.go
 	if n.r.tg.Backend == chaos.EtcdBackend {
 		add("keepalive-held", 2, n.keepAliveHeld)
 	}

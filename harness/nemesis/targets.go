@@ -459,6 +459,8 @@ func classifyRESP(r chaos.Request) string {
 		case pexpire:
 			return "refresh"
 		}
+	case "BLPOP": // a redisnx waiter's grant list (faults_blpop.go)
+		return "blpop"
 	case "SET", "SETNX", "GETSET":
 		return "grant"
 	case "DEL":
