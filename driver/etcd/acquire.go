@@ -37,6 +37,7 @@ type waitState struct {
 	watches  []int64
 	left     bool
 	failing  time.Time // since when its steps have failed; zero after one went through
+	unsure   int64     // the lease of a fastStep write of unknown outcome, revoked by the next Check
 }
 
 // errPlaceLost: the waiter's entry is gone or not the one it made (its
@@ -99,21 +100,34 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		return err
 	}
 	n, name, sec := d.names(l.Key), entryName(l), seconds(l.TTL)
-	var lease int64
+	var lease taken
+	clean := true // no write on lease has been sent: it can be a spare again
 	giveUp := func(err error) error {
-		if rerr := revoke(ctx, c, lease); rerr != nil {
+		if lease.id != 0 && clean {
+			d.putBack(l.Owner, lease)
+		} else if rerr := revoke(ctx, c, lease.id); rerr != nil {
 			return rerr // unknown: lock's clean-up (Release) revokes it
 		}
 		d.settled(l.Owner)
 		return err
 	}
-	for try := 1; ; try++ {
-		st, err := d.read(ctx, c, n, 0)
-		if err != nil {
-			if refused(err) {
-				return d.refusal(l, giveUp(err), err)
+	done, st, err := d.fastGrant(ctx, c, n, l)
+	switch {
+	case done:
+		return nil
+	case err != nil && refused(err):
+		return d.refusal(l, giveUp(err), err)
+	case err != nil:
+		return err // unknown: lock's clean-up (Release) revokes the spare
+	}
+	for try := 1; ; try, st = try+1, nil {
+		if st == nil {
+			if st, err = d.read(ctx, c, n, 0); err != nil {
+				if refused(err) {
+					return d.refusal(l, giveUp(err), err)
+				}
+				return d.later(ctx, l, wake, err)
 			}
-			return d.later(ctx, l, wake, err)
 		}
 		if l.Mode == driver.Permit {
 			if o := otherLimit(st.entries, l.Limit, name); o != 0 {
@@ -143,12 +157,13 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			}
 			return d.enqueue(ctx, c, n, l, wake)
 		}
-		if lease == 0 {
-			if lease, err = d.grantLease(ctx, c, l.Owner, sec); err != nil {
+		if lease.id == 0 {
+			if lease, err = d.takeLease(ctx, c, l.Owner, sec); err != nil {
 				return d.later(ctx, l, wake, err)
 			}
 		}
-		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease, holdsOf(l),
+		clean = false
+		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease.id, holdsOf(l),
 			clientv3.Compare(clientv3.ModRevision(n.queue).WithPrefix(), "<", st.rev+1),
 			clientv3.Compare(clientv3.CreateRevision(n.queue+name), "=", 0))
 		if err != nil {
@@ -158,8 +173,8 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			if isLeaseNotFound(err) && try <= maxTries {
 				// this lease, or the counter's, was revoked before the
 				// write took it: new ones
-				revoke(ctx, c, lease)
-				lease = 0
+				revoke(ctx, c, lease.id)
+				lease = taken{}
 				continue
 			}
 			return err
@@ -212,7 +227,7 @@ func (d *etcdDriver) reenter(ctx context.Context, c *conn, n names, l *driver.Le
 	if !resp.Succeeded {
 		return errChanged
 	}
-	d.granted(l, n, v.token, resp.Header.Revision, e.lease)
+	d.granted(l, n, v.token, resp.Header.Revision, taken{id: e.lease}) // renewed by this call (extend)
 	return nil
 }
 
@@ -340,6 +355,22 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if ws.create == 0 {
 		return d.place(ctx, c, n, l, ws)
 	}
+	if ws.unsure != 0 {
+		// a fastStep's write whose reply was lost: revoked, it cannot
+		// land later, and if it landed, its entry went with it (the
+		// place is lost: the step queues again)
+		if err := revoke(ctx, c, ws.unsure); err != nil {
+			return d.ride(ctx, ws, err)
+		}
+		ws.unsure = 0
+	}
+	var st *state
+	if fastStepFits(l, ws) {
+		var done bool
+		if done, st, err = d.fastStep(ctx, c, n, l, ws); done || err != nil {
+			return err
+		}
+	}
 	ttls, err := keepAlive(ctx, c, []int64{ws.lease})
 	if err != nil {
 		return d.ride(ctx, ws, err)
@@ -348,9 +379,10 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if ttls[ws.lease] <= 0 {
 		return d.requeue(ctx, c, n, l, ws)
 	}
-	st, err := d.read(ctx, c, n, ws.create)
-	if err != nil {
-		return d.ride(ctx, ws, err)
+	if st == nil {
+		if st, err = d.read(ctx, c, n, ws.create); err != nil {
+			return d.ride(ctx, ws, err)
+		}
 	}
 	err = d.step(ctx, c, n, l, ws, st)
 	if errors.Is(err, errPlaceLost) {
@@ -433,10 +465,10 @@ func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Le
 // start lock counts the validity from.
 func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, st *state) error {
 	key := n.queue + ws.name
-	var fresh int64 // a lease of the grant's TTL, made by this call
+	var fresh taken // a lease of the grant's TTL, a spare or made by this call
 	defer func() {
-		if fresh != 0 {
-			revoke(ctx, c, fresh) // not granted; else Leave revokes it (pending)
+		if fresh.id != 0 {
+			revoke(ctx, c, fresh.id) // not granted; else Leave revokes it (pending)
 		}
 	}()
 	for try := 1; ; try++ {
@@ -454,34 +486,34 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 			d.rewatch(n, ws, ahead, l, st.rev+1)
 			return &driver.HeldError{}
 		}
-		lease := ws.lease
+		lease := taken{id: ws.lease} // renewed by this call
 		if sec := seconds(l.TTL); ws.leaseSec != sec {
-			if fresh == 0 {
-				gl, err := d.grantLease(ctx, c, l.Owner, sec)
+			if fresh.id == 0 {
+				t, err := d.takeLease(ctx, c, l.Owner, sec)
 				if err != nil {
 					return err
 				}
-				fresh = gl
+				fresh = t
 			}
 			lease = fresh
 		}
-		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease, nil,
+		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease.id, nil,
 			clientv3.Compare(clientv3.CreateRevision(key), "=", ws.create),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", ws.lease))
 		switch {
 		case err != nil && isLeaseNotFound(err):
 			// this lease, the counter's, or the waiting one (and the
 			// entry with it) went: read again, with a new fresh one
-			if lease == fresh {
-				revoke(ctx, c, fresh)
-				fresh = 0
+			if lease.id == fresh.id {
+				revoke(ctx, c, fresh.id)
+				fresh = taken{}
 			}
 		case err != nil:
-			fresh = 0 // the write may have landed: Leave revokes it
+			fresh = taken{} // the write may have landed: Leave revokes it
 			return err
 		}
 		if ok {
-			fresh = 0
+			fresh = taken{}
 			d.endWait(l.Owner, ws)
 			d.granted(l, n, tok, rev, lease)
 			return nil

@@ -183,7 +183,7 @@ func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state
 	for try := 1; ; try++ {
 		resp, err := c.Txn(ctx).If(cmps...).Then(
 			clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(lease))),
-			clientv3.OpPut(n.counter, uitoa(token), clientv3.WithLease(clientv3.LeaseID(cl))),
+			clientv3.OpPut(n.counter, counterValue(token), clientv3.WithLease(clientv3.LeaseID(cl))),
 		).Else(clientv3.OpGet(key)).Commit()
 		if isLeaseNotFound(err) {
 			d.dropCounterLease(cl) // it, or lease, is gone: the caller tries again
@@ -208,28 +208,16 @@ func landed(kvs []*mvccpb.KeyValue, lease int64, value string) bool {
 	return len(kvs) == 1 && kvs[0].Lease == lease && string(kvs[0].Value) == value
 }
 
-func uitoa(v uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
-	}
-}
-
 // errDeleted ends a lease whose entry was deleted.
 var errDeleted = errors.New("etcd: the lease's key was deleted (expired, released through another Lease, or removed behind the lock's back)")
 
 // granted fills l for a grant made at revision rev, and watches its
 // entry from the next revision: a deletion ends the lease at once.
-func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev, lease int64) {
-	l.Token, l.Data = token, lease
-	l.Validity = l.TTL // its lease lasts seconds(TTL) ≥ TTL from the request
+func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev int64, t taken) {
+	l.Token, l.Data = token, t.id
+	l.Validity = t.validity(l.TTL) // a lease made in the call lasts seconds(TTL) ≥ TTL from the request
 	d.settled(l.Owner)
+	d.keep(t)
 	d.watchHolder(l, n, rev+1)
 }
 

@@ -23,7 +23,19 @@
 // concurrency.Mutex is not used, nor its Session: dlock needs a lease per
 // grant (each with its own TTL; Detach and Resume hand one grant over),
 // renewals batched on one keep-alive stream, and a validity counted from
-// when the request was sent. A concurrency.Mutex made with MutexPrefix(K)
+// when the request was sent.
+//
+// # Round trips
+//
+// A released grant's lease is kept, with no key on it, for the Locker's
+// next grant of the same TTL (a spare, spares.go), whose validity is then
+// what is left of it (at least three quarters of the TTL); so an
+// uncontended Lock+Unlock is two KV/Txn requests: the grant, written
+// with no read before it when the queue is empty and the counter is
+// below the clock (fast.go), and the release. A woken exclusive waiter
+// is granted in one KV/Txn on a spare the same way, when its entry is
+// still its own and none is ahead of it. Every other case reads first,
+// as before. A concurrency.Mutex made with MutexPrefix(K)
 // and dlock's locks of K exclude each other.
 //
 // # TTLs
@@ -38,7 +50,9 @@
 // # Fencing tokens
 //
 // Every grant takes max(counter + 1, the client's clock in µs), written
-// with the grant in one transaction that compares the counter's revision:
+// with the grant in one transaction that compares the counter's revision
+// (or, for the fast grant, its value: the counter is written as 20
+// digits with leading zeros, so etcd's bytewise compare is numeric):
 // the Redis and PostgreSQL drivers' scale, strictly increasing per key
 // while the counter lives (etcd keeps it across restarts and leader
 // changes), and rising from the clock if it is deleted. The counter is

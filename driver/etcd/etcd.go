@@ -72,6 +72,8 @@ type etcdDriver struct {
 	waits   map[string]*waitState // queued waits, by owner
 	pending map[string][]int64    // leases made for an attempt still under way, by owner
 	holders map[string]int64      // a grant's watch on its entry, by owner
+	spares  map[int64][]spare     // leases with no key, kept for grants, by TTL in seconds (spares.go)
+	kept    map[int64]spare       // granted leases whose expiry is known, by id
 	closed  bool
 }
 
@@ -98,6 +100,8 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 		waits:   map[string]*waitState{},
 		pending: map[string][]int64{},
 		holders: map[string]int64{},
+		spares:  map[int64][]spare{},
+		kept:    map[int64]spare{},
 	}
 	if d.prefix == "" {
 		d.prefix = DefaultPrefix
@@ -194,6 +198,7 @@ func (d *etcdDriver) Close() error {
 	if d.w != nil {
 		d.w.close()
 	}
+	d.dropSpares(d.conn)
 	if d.owned && d.c != nil {
 		return d.c.Close()
 	}

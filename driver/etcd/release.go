@@ -36,6 +36,7 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 	if err != nil {
 		return err
 	}
+	defer d.forget(leaseOf(l))
 	if !resp.Succeeded {
 		if err := revoke(ctx, c, leases...); err != nil {
 			return err
@@ -44,7 +45,9 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	for _, kv := range resp.Responses[0].GetResponseDeleteRange().PrevKvs {
-		leases = append(leases, kv.Lease)
+		if kv.Lease != leaseOf(l) || !d.reuse(kv.Lease) { // a spare: no key is on it now
+			leases = append(leases, kv.Lease)
+		}
 	}
 	revoke(ctx, c, leases...) // the entry is gone; a lease left behind expires by itself
 	d.settled(l.Owner)
