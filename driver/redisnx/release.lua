@@ -18,18 +18,20 @@
 --
 -- Returns 1 when the grant was deleted, 0 when the owner did not hold it.
 
-local KEYS = {KEYS[1], KEYS[1] .. '{{counter}}', KEYS[1] .. '{{queue}}', KEYS[1] .. '{{entries}}', KEYS[1] .. '{{readers}}', ARGV[4] and KEYS[1] .. '{{void}}' .. ARGV[1]}
-local channel = KEYS[1] .. '{{channel}}'
-local cur = redis.call('GET', KEYS[1])
+local lk = KEYS[1]
+local channel = lk .. '{{channel}}'
+local cur = redis.call('GET', lk)
 -- The common case first: an exclusive grant of acquire.lua (no tombstone
--- to leave, no queue entry to delete) released with no one queued.
-if cur == ARGV[1] and ARGV[3] == 'x' and not KEYS[6] and ARGV[2] ~= '1' and redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[1])
+-- to leave, no queue entry to delete) released with no one queued. It
+-- makes only the names it uses.
+if cur == ARGV[1] and ARGV[3] == 'x' and not ARGV[4] and ARGV[2] ~= '1' and redis.call('EXISTS', lk .. '{{queue}}') == 0 then
+  redis.call('DEL', lk)
   redis.call('PUBLISH', channel, '')
   return 1
 end
 --@fence
 --@queue
+local KEYS = {lk, lk .. '{{counter}}', lk .. '{{queue}}', lk .. '{{entries}}', lk .. '{{readers}}', ARGV[4] and lk .. '{{void}}' .. ARGV[1]}
 
 -- Clean-up after a lost reply: copies of the grant request that reach the
 -- server after this point find the tombstone and change nothing.
