@@ -8,7 +8,7 @@ import (
 
 // TestAudit38CheckerRole: the least a role needs to check leases in its
 // own transactions. holds_grant runs with its caller's rights and takes
-// the key's row FOR SHARE, which PostgreSQL allows only with an UPDATE
+// the key's row FOR KEY SHARE, which PostgreSQL allows only with an UPDATE
 // right on the table: SELECT on keys and entries is refused (fail
 // closed: no answer, never a wrong one), and with UPDATE on keys' key
 // column alone it answers right, while it still cannot move a counter,
@@ -51,9 +51,10 @@ func TestAudit38CheckerRole(t *testing.T) {
 	}
 	for _, q := range []string{
 		"UPDATE dlock.keys SET counter = 9223372036854775807",
+		"UPDATE dlock.keys SET holder = NULL",
 		"UPDATE dlock.entries SET expires = clock_timestamp()",
 		"DELETE FROM dlock.entries",
-		"SELECT * FROM dlock.acquire('audit38-checker-k', 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, false, false, 3000000)",
+		"SELECT * FROM dlock.acquire3('audit38-checker-k', 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, false, false, 3000000, '')",
 	} {
 		if _, err := c.Exec(ctx, q); err == nil {
 			t.Errorf("%s: the checking role ran it", q)

@@ -44,7 +44,7 @@ func TestAudit38SweepKeepsCounterAhead(t *testing.T) {
 			if _, err := raw.Exec(ctx, "DELETE FROM "+schema+".entries WHERE key = $1", key); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := raw.Exec(ctx, "SELECT "+schema+".sweep(1000, $1)", micros(sweepKeep)); err != nil {
+			if _, err := raw.Exec(ctx, "SELECT "+schema+".sweep3(1000, $1)", micros(sweepKeep)); err != nil {
 				t.Fatal(err)
 			}
 			var rows int

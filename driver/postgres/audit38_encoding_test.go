@@ -64,7 +64,7 @@ func encodingInjection(t *testing.T, url string, o Options) {
 		t.Logf("TryLock of the crafted key: %v", err)
 	}
 	var n int
-	if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.entries WHERE key = $1 AND granted", victim).Scan(&n); err != nil {
+	if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.keys WHERE key = $1 AND holder IS NOT NULL", victim).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 1 {

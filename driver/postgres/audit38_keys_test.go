@@ -60,7 +60,7 @@ func TestAudit38BadKeys(t *testing.T) {
 		t.Errorf("the driver's Acquire of a key that is not UTF-8, with a quote: %v; want the server's refusal", err)
 	}
 	var n int
-	if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.entries WHERE key = $1 AND token = $2", victim, int64(held.Token())).Scan(&n); err != nil || n != 1 {
+	if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.keys WHERE key = $1 AND token = $2 AND holder IS NOT NULL", victim, int64(held.Token())).Scan(&n); err != nil || n != 1 {
 		t.Errorf("the held key's grant after the refused step: %d rows, %v; want 1", n, err)
 	}
 }

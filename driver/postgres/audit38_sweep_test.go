@@ -93,7 +93,7 @@ func TestAudit38SweepRacesGrants(t *testing.T) {
 		defer wg.Done()
 		for time.Now().Before(end) && ctx.Err() == nil {
 			var n int64
-			if err := sweeper.QueryRow(ctx, "SELECT "+schema+".sweep(1000, 1)").Scan(&n); err != nil {
+			if err := sweeper.QueryRow(ctx, "SELECT "+schema+".sweep3(1000, 1)").Scan(&n); err != nil {
 				if ctx.Err() == nil && !isUndefined(err) {
 					t.Errorf("sweep: %v", err)
 				}

@@ -180,9 +180,9 @@ func TestAuditLimitedRoles(t *testing.T) {
 
 	exec := rawPool(t, asRole(t, u, "audit_exec"))
 	for _, q := range []string{
-		"SELECT * FROM dlock.acquire($1, 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, false, false, 3000000)",
-		"SELECT * FROM dlock.check_turn($1, 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, 3000000)",
-		"SELECT dlock.release($1, '" + waiter + "', false, 1000)",
+		"SELECT * FROM dlock.acquire3($1, 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, false, false, 3000000, '')",
+		"SELECT * FROM dlock.check_turn3($1, 'ffffffffffffffffffffffffffffffff', 0, 0, 60000000, 3000000, '')",
+		"SELECT dlock.release3($1, '" + waiter + "', false, 1000, false)",
 		"SELECT dlock.holds_grant($1, 1)",
 	} {
 		if _, err := exec.Exec(ctx, q, key); err == nil {

@@ -21,11 +21,13 @@ func auditKey(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b)
 }
 
-// entriesOf lists the key's entries as "owner granted" lines.
+// entriesOf lists the key's grant in its row (first) and its entries as
+// "owner granted" lines.
 func entriesOf(t testing.TB, raw *pgxpool.Pool, schema, key string) []string {
 	t.Helper()
 	rows, err := raw.Query(context.Background(),
-		"SELECT format('%s granted=%s token=%s expires_in=%s', owner, granted, token, expires - clock_timestamp()) FROM "+schema+".entries WHERE key = $1 ORDER BY seq", key)
+		"SELECT format('%s granted=true token=%s expires_in=%s (row)', holder, token, expires - clock_timestamp()) FROM "+schema+".keys WHERE key = $1 AND holder IS NOT NULL"+
+			" UNION ALL (SELECT format('%s granted=%s token=%s expires_in=%s', owner, granted, token, expires - clock_timestamp()) FROM "+schema+".entries WHERE key = $1 ORDER BY seq)", key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +158,8 @@ func TestAuditReentrantHoldsRenewedTogether(t *testing.T) {
 }
 
 // TestAuditCounterDeletedUnderLoad: an operator deletes the key's row of
-// keys (the counter loss the schema is made to survive) while clients
+// keys while it holds no grant (the counter loss the schema is made to
+// survive) while clients
 // take and release the key. begin_key's INSERT ... ON CONFLICT DO NOTHING
 // then SELECT ... FOR UPDATE locks nothing when the row is deleted
 // between the two, and the step runs beside a step that made the row
@@ -224,7 +227,10 @@ func TestAuditCounterDeletedUnderLoad(t *testing.T) {
 				return
 			default:
 			}
-			raw.Exec(ctx, "DELETE FROM dlock.keys WHERE key = $1", key)
+			// Version 3 keeps the exclusive grant in the row: a row that
+			// holds one is not a counter alone, and deleting it ends
+			// the grant (as deleting its entry does).
+			raw.Exec(ctx, "DELETE FROM dlock.keys WHERE key = $1 AND holder IS NULL", key)
 		}
 	}()
 	time.Sleep(8 * time.Second)
@@ -237,7 +243,7 @@ func TestAuditCounterDeletedUnderLoad(t *testing.T) {
 }
 
 // TestAuditHoldsGrantWithoutCounterRow: holds_grant locks the key's row
-// of keys FOR SHARE, so that no grant of the key is made until the
+// of keys FOR KEY SHARE, so that no grant of the key is made until the
 // user's transaction ends. With the row deleted (a counter loss) it can
 // lock nothing, so it must answer false for a live grant: true would let
 // another client be granted the key while the transaction that checked

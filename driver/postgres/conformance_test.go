@@ -131,7 +131,13 @@ func (h *harness) exec(ctx context.Context, sql string, args ...any) error {
 }
 
 func (h *harness) DeleteKey(ctx context.Context, key string) error {
-	return h.exec(ctx, "DELETE FROM dlock.entries WHERE key = $1", key)
+	return pgx.BeginFunc(ctx, h.raw, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "UPDATE dlock.keys SET holder = NULL, since = NULL, expires = NULL WHERE key = $1", key); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DELETE FROM dlock.entries WHERE key = $1", key)
+		return err
+	})
 }
 
 func (h *harness) StealKey(ctx context.Context, key string) error {
@@ -139,8 +145,9 @@ func (h *harness) StealKey(ctx context.Context, key string) error {
 		if _, err := tx.Exec(ctx, "DELETE FROM dlock.entries WHERE key = $1", key); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO dlock.entries (key, owner, mode, granted, token, expires, since, joined)
-			VALUES ($1, 'intruder', 0, true, 0, clock_timestamp() + interval '1 minute', clock_timestamp(), clock_timestamp())`, key)
+		_, err := tx.Exec(ctx, `INSERT INTO dlock.keys (key, holder, token, since, expires)
+			VALUES ($1, 'intruder', 0, clock_timestamp(), clock_timestamp() + interval '1 minute')
+			ON CONFLICT (key) DO UPDATE SET holder = excluded.holder, token = excluded.token, since = excluded.since, expires = excluded.expires`, key)
 		return err
 	})
 }
@@ -149,10 +156,11 @@ func (h *harness) DeleteCounter(ctx context.Context, key string) error {
 	return h.exec(ctx, "DELETE FROM dlock.keys WHERE key = $1", key)
 }
 
-// Residue lists the key's entries, expired ones included (tombstones are
-// not state of a lease: they only refuse late requests).
+// Residue lists the key's grant in its row and its entries, expired ones
+// included (tombstones are not state of a lease: they only refuse late
+// requests).
 func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
-	rows, err := h.raw.Query(ctx, "SELECT owner FROM dlock.entries WHERE key = $1 ORDER BY seq", key)
+	rows, err := h.raw.Query(ctx, "SELECT holder FROM dlock.keys WHERE key = $1 AND holder IS NOT NULL UNION ALL (SELECT owner FROM dlock.entries WHERE key = $1 ORDER BY seq)", key)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +170,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 func (h *harness) Dump(ctx context.Context, key string) ([]string, error) {
 	var out []string
 	for _, q := range []string{
-		"SELECT 'counter ' || coalesce(counter::text, 'NULL') FROM dlock.keys WHERE key = $1",
+		"SELECT format('counter %s holder %s token=%s since=%s expires=%s', coalesce(counter::text, 'NULL'), holder, token, since, expires) FROM dlock.keys WHERE key = $1",
 		"SELECT format('entry %s seq=%s mode=%s lim=%s granted=%s token=%s expires=%s since=%s joined=%s holds=%s', owner, seq, mode, lim, granted, token, expires, since, joined, holds) FROM dlock.entries WHERE key = $1 ORDER BY seq",
 		"SELECT format('void %s expires=%s', owner, expires) FROM dlock.voids WHERE key = $1 ORDER BY owner",
 	} {

@@ -12,12 +12,17 @@
 // # How it works
 //
 // The state lives in three tables of the schema "dlock" (Options.Schema):
-// keys (one row per key: its fencing counter, and the row every step on
-// the key locks), entries (the key's grants and waiters in arrival order)
-// and voids (tombstones of attempts whose clean-up ran before a late
-// request). Every step is one call of a PL/pgSQL function in a
-// transaction of its own, sent as one query message (one round trip);
-// schema.sql is the wire format, described next to the code. Expiry is
+// keys (one row per key: its fencing counter, its exclusive grant, and
+// the row every step on the key locks), entries (the key's waiters,
+// shared grants, permits and named owners' grants in arrival order) and
+// voids (tombstones of attempts whose clean-up ran before a late
+// request). Every step runs in a transaction of its own, sent as one
+// query message (one round trip): a call of a PL/pgSQL function, or for
+// an exclusive Lock of a free key and the Unlock of a grant nobody waits
+// behind, a few plain statements that update the key's row in place (a
+// HOT update: no index entry, no dead row for autovacuum to find), and
+// fall back to the function otherwise. schema.sql and fast.go are the
+// wire format, described next to the code. Expiry is
 // judged by the server's clock_timestamp() after the key's row is
 // locked, and a grant expires at that time plus the TTL, so it never
 // outlives what the client counts on (which counts from the moment it
@@ -90,12 +95,34 @@
 // false, and a stale holder's write never commits. It works at any
 // isolation level.
 //
-// What a long transaction that called it costs: renewals go on (they
-// lock the key's row FOR KEY SHARE, which does not wait for it), so no
+// What a long transaction that called it costs: renewals go on (it locks
+// the key's row FOR KEY SHARE, which a renewal does not wait for), so no
 // lease is lost; but every step on that key waits until the transaction
 // ends: Lock, TryLock and Unlock of the key, a waiter's turn, the purge
 // of its expired grant, and the sweep of the key. Keep such transactions
 // short; a call's context bounds its wait.
+//
+// # Notifications
+//
+// Each Locker listens on a channel of its own (the schema's name, _ and
+// 12 random hex digits), kept in its waiters' entries: a release wakes
+// the connection of the Locker whose waiter is next, not every Locker's.
+// A notification only wakes: the waiter's own step asks the server.
+//
+// # Upgrading the schema
+//
+// The schema's version is a wire format's: version 3 (this one) keeps a
+// key's exclusive grant in its keys row, which version 2 clients do not
+// read. A version 3 client installs its script over version 2 (adding
+// columns, and its functions under new names: acquire3, release3, ...)
+// and replaces every function of version 2 by one that fails with
+// "schema version 3 replaced the functions of version 2": a version 2
+// client still running fails loudly (its grants end at their TTL)
+// instead of granting a key that a version 3 client holds. The install's
+// ALTER TABLE waits for the steps under way, and a version 2 step that
+// starts after it calls the failing functions. Upgrade every client of a
+// schema together; holds_grant keeps its name and answers for both.
+// With Options.NoCreate, run the new SchemaSQL first.
 //
 // # URLs
 //

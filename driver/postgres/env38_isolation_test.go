@@ -61,7 +61,7 @@ func TestEnv38RepeatableReadTwoHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	var left time.Duration
-	if err := raw.QueryRow(ctx, "SELECT expires - clock_timestamp() FROM dlock.entries WHERE key = $1", key).Scan(&left); err != nil {
+	if err := raw.QueryRow(ctx, "SELECT expires - clock_timestamp() FROM dlock.keys WHERE key = $1 AND holder IS NOT NULL", key).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
 	expiry := time.Now().Add(left) // the holder's grant ends, by the server's clock
@@ -186,7 +186,7 @@ func TestEnv38DefaultIsolation(t *testing.T) {
 		ctx := tctx(t, 30*time.Second)
 		var tok int64
 		err := pgx.BeginTxFunc(ctx, raw, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, "SELECT tok FROM dlock.acquire('env38-hand', 'o', 0, 0, 1000000, false, false, 3000000)").Scan(&tok)
+			return tx.QueryRow(ctx, "SELECT tok FROM dlock.acquire3('env38-hand', 'o', 0, 0, 1000000, false, false, 3000000, '')").Scan(&tok)
 		})
 		if err == nil || !strings.Contains(err.Error(), "read committed") {
 			t.Fatalf("acquire called at repeatable read: token %d, %v; want a refusal naming read committed", tok, err)
@@ -257,7 +257,7 @@ func contend(t *testing.T, url string, o Options) {
 // TestEnv38HoldsGrantRepeatableRead: holds_grant in a user's transaction
 // at repeatable read, whose snapshot predates the key's handover (the
 // holder released, another client was granted), does not say true: the
-// new grant moved the key's counter, and locking that row FOR SHARE
+// new grant updated the key's row, and locking that row FOR KEY SHARE
 // then fails the transaction (40001).
 func TestEnv38HoldsGrantRepeatableRead(t *testing.T) {
 	url := serverURL(t)
@@ -276,7 +276,7 @@ func TestEnv38HoldsGrantRepeatableRead(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	var n int
-	if err := tx.QueryRow(ctx, "SELECT count(*) FROM dlock.entries WHERE key = $1", key).Scan(&n); err != nil || n != 1 {
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM dlock.keys WHERE key = $1 AND holder IS NOT NULL", key).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("the snapshot: %d entries, %v", n, err)
 	}
 	if err := la.Unlock(ctx); err != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // TestEnv38HoldsGrantKeepsRenewals: a user's transaction that checked
-// one key with holds_grant (its row FOR SHARE) for twice the TTL costs
+// one key with holds_grant (its row FOR KEY SHARE) for twice the TTL costs
 // no lease its renewal: not the other keys renewed in the same batch,
 // nor the checked key's own. Batched renewal took every key's row FOR
 // UPDATE, so it waited for that transaction, and all the batch's leases

@@ -131,7 +131,7 @@ func TestEnv38RoleRights(t *testing.T) {
 		contend(t, appURL, Options{Schema: "env38_owned"})
 	})
 	t.Run("OlderVersion", func(t *testing.T) {
-		old := strings.Replace(script, "AS $$ SELECT 2 $$", "AS $$ SELECT 1 $$", 1)
+		old := strings.Replace(script, "AS $$ SELECT 3 $$", "AS $$ SELECT 1 $$", 1)
 		if old == script {
 			t.Fatal("the script's version() was not found")
 		}
@@ -169,7 +169,7 @@ func TestEnv38ServerClockOnly(t *testing.T) {
 	}
 	defer ls.Unlock(ctx)
 	var span, left time.Duration
-	if err := raw.QueryRow(ctx, "SELECT expires - since, expires - clock_timestamp() FROM dlock.entries WHERE key = $1", key).Scan(&span, &left); err != nil {
+	if err := raw.QueryRow(ctx, "SELECT expires - since, expires - clock_timestamp() FROM dlock.keys WHERE key = $1 AND holder IS NOT NULL", key).Scan(&span, &left); err != nil {
 		t.Fatal(err)
 	}
 	if span != ttl || left > ttl || left < ttl-5*time.Second {
@@ -219,7 +219,7 @@ func TestEnv38SynchronousCommitOff(t *testing.T) {
 		}
 		raw := rawPool(t, pg.URL())
 		var n int
-		if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.entries WHERE key = $1 AND token = $2", key, int64(ls.Token())).Scan(&n); err != nil {
+		if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.keys WHERE key = $1 AND token = $2 AND holder IS NOT NULL", key, int64(ls.Token())).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n != 1 {

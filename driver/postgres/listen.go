@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"sync"
 	"time"
 
@@ -10,8 +12,10 @@ import (
 
 // listener is a Locker's LISTEN connection: the release of a key (and the
 // expiry of a grant, found by the next step on the key) notifies each
-// waiter whose turn has come, on the channel named like the schema, with
-// the waiter's owner token as payload (schema.sql, wake). The listener
+// waiter whose turn has come, on its Locker's own channel (the schema's
+// name, _ and 12 random hex digits, kept in the waiter's entry), with the
+// waiter's owner token as payload (schema.sql, wake3). So a hand-over
+// wakes the one connection whose waiter is next. The listener
 // wakes the Locker's waiter of that owner, which checks the key at once.
 // A notification only wakes: anyone who may NOTIFY can send one, and a
 // waiter's own step decides on the server.
@@ -29,6 +33,14 @@ type listener struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	done    chan struct{}
+}
+
+// channelName is a new Locker's channel in schema: at most 63 bytes, an
+// identifier's limit (a schema name has at most 50).
+func channelName(schema string) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return schema + "_" + hex.EncodeToString(b[:])
 }
 
 func newListener(cfg *pgx.ConnConfig, channel string) *listener {

@@ -22,7 +22,7 @@ import (
 const DefaultSchema = "dlock"
 
 // schemaVersion is what schema.sql's version() returns.
-const schemaVersion = 2
+const schemaVersion = 3
 
 //go:embed schema.sql
 var schemaSQL string
@@ -38,8 +38,9 @@ type Options struct {
 	lock.Options
 	// Schema holds dlock's tables and functions (DefaultSchema when
 	// empty): a lower-case SQL identifier, at most 50 bytes. It also
-	// names the channel of the waiters' notifications. Lockers that must
-	// exclude each other need the same Schema.
+	// begins the name of each Locker's channel of notifications
+	// (Schema_ and 12 random hex digits). Lockers that must exclude each
+	// other need the same Schema.
 	Schema string
 	// NoCreate: the schema was made by hand (SchemaSQL); the Locker never
 	// creates or updates it, and its calls fail with a message saying so
@@ -117,23 +118,30 @@ var (
 
 // queries are the statements of the driver's steps, for its schema.
 type queries struct {
-	version, acquire, check, release, refresh, resume, sweep, inspect string
+	version, acquire, fastAcquire, check, release, fastRelease, refresh, resume, sweep, inspect string
 }
 
 func newQueries(s string) queries {
 	return queries{
-		version: "SELECT " + s + ".version()",
-		acquire: "SELECT tok, retry, other_lim, voided FROM " + s + ".acquire($1, $2, $3, $4, $5, $6, $7, $8)",
-		check:   "SELECT tok, retry, other_lim, voided FROM " + s + ".check_turn($1, $2, $3, $4, $5, $6)",
-		release: "SELECT " + s + ".release($1, $2, $3, $4, $5)",
-		refresh: "SELECT " + s + ".refresh($1, $2, $3)",
-		resume:  "SELECT " + s + ".resume($1, $2, $3, $4, $5, $6, $7)",
-		sweep:   "SELECT " + s + ".sweep($1, $2)",
+		version:     "SELECT " + s + ".version()",
+		acquire:     "SELECT tok, retry, other_lim, voided FROM " + s + ".acquire3($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+		fastAcquire: fastAcquire(s),
+		check:       "SELECT tok, retry, other_lim, voided FROM " + s + ".check_turn3($1, $2, $3, $4, $5, $6, $7)",
+		release:     "SELECT " + s + ".release3($1, $2, $3, $4, $5)",
+		fastRelease: fastRelease(s),
+		refresh:     "SELECT " + s + ".refresh3($1, $2, $3)",
+		resume:      "SELECT " + s + ".resume3($1, $2, $3, $4, $5, $6, $7)",
+		sweep:       "SELECT " + s + ".sweep3($1, $2)",
 		// Inspect's statement is not a step: it names pg_catalog's objects
 		// itself, whatever the session's search_path (see run).
-		inspect: "SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires OPERATOR(pg_catalog.-) c.t, e.since, e.joined," +
-			" coalesce(pg_catalog.cardinality(e.holds), -1) FROM " + s + ".entries e, (SELECT pg_catalog.clock_timestamp() AS t) c" +
-			" WHERE e.key OPERATOR(pg_catalog.=) $1 AND e.expires OPERATOR(pg_catalog.>) c.t ORDER BY e.seq",
+		// The row's grant comes first (seq 0; entries' seq start at 1).
+		inspect: "SELECT owner, mode, lim, granted, token, left_, since, joined, holds FROM (" +
+			"SELECT x.holder AS owner, 0::smallint AS mode, 0 AS lim, true AS granted, x.token, x.expires OPERATOR(pg_catalog.-) c.t AS left_," +
+			" x.since, x.since AS joined, -1 AS holds, 0::bigint AS seq FROM " + s + ".keys x, (SELECT pg_catalog.clock_timestamp() AS t) c" +
+			" WHERE x.key OPERATOR(pg_catalog.=) $1 AND x.holder IS NOT NULL AND x.expires OPERATOR(pg_catalog.>) c.t UNION ALL " +
+			"SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires OPERATOR(pg_catalog.-) c.t, e.since, e.joined," +
+			" coalesce(pg_catalog.cardinality(e.holds), -1), e.seq FROM " + s + ".entries e, (SELECT pg_catalog.clock_timestamp() AS t) c" +
+			" WHERE e.key OPERATOR(pg_catalog.=) $1 AND e.expires OPERATOR(pg_catalog.>) c.t) a ORDER BY seq",
 	}
 }
 
@@ -156,7 +164,7 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 	if opts.TransactionPooling {
 		d.mode = []any{pgx.QueryExecModeExec}
 	} else if d.err == nil {
-		d.ln = newListener(pool.Config().ConnConfig, d.schema)
+		d.ln = newListener(pool.Config().ConnConfig, channelName(d.schema))
 	}
 	return d, &opts.Options
 }
@@ -381,7 +389,11 @@ func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) err
 	if err := d.ready(ctx); err != nil {
 		return err
 	}
-	s, err := d.step(ctx, d.q.acquire, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife))
+	query := d.q.acquire
+	if l.Mode == driver.Exclusive && !l.Reentrant {
+		query = d.q.fastAcquire
+	}
+	s, err := d.step(ctx, query, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife), d.channel())
 	if err != nil {
 		return err
 	}
@@ -413,7 +425,7 @@ func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if err := d.ready(ctx); err != nil {
 		return d.ride(ctx, l.Owner, err)
 	}
-	s, err := d.step(ctx, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife))
+	s, err := d.step(ctx, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife), d.channel())
 	if err != nil {
 		return d.ride(ctx, l.Owner, err)
 	}
@@ -451,7 +463,20 @@ func (d *pgDriver) release(ctx context.Context, l *driver.Lease, reentrant, leav
 	if err := d.ready(ctx); err != nil {
 		return false, err
 	}
-	return d.boolStep(ctx, d.q.release, l.Key, l.Owner, reentrant, micros(l.TTL), leave)
+	query := d.q.release
+	if !reentrant && !leave {
+		query = d.q.fastRelease
+	}
+	return d.boolStep(ctx, query, l.Key, l.Owner, reentrant, micros(l.TTL), leave)
+}
+
+// channel is the NOTIFY channel of this Locker's waiters (” without a
+// listener: nobody is notified).
+func (d *pgDriver) channel() string {
+	if d.ln == nil {
+		return ""
+	}
+	return d.ln.channel
 }
 
 // Refresh extends l's grant to at least ttl from now.
@@ -477,9 +502,31 @@ func (d *pgDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 	for i, l := range ls {
 		keys[i], owners[i] = l.Key, l.Owner
 	}
-	rows, err := d.run(ctx, d.q.refresh, keys, owners, micros(ttl))
+	extended, err := d.refresh(ctx, keys, owners, ttl)
 	if err != nil {
 		return fail(err)
+	}
+	for i, l := range ls {
+		if extended[l.Owner] {
+			continue
+		}
+		errs[i] = driver.ErrNotHeld
+		if len(ls) > 1 { // its row may have been locked (refresh3 skips it): wait for it alone
+			one, err := d.refresh(ctx, keys[i:i+1], owners[i:i+1], ttl)
+			if err != nil || one[l.Owner] {
+				errs[i] = err
+			}
+		}
+	}
+	return time.Duration(micros(ttl)) * time.Microsecond, errs
+}
+
+// refresh runs refresh3 on keys and owners (pairwise) and returns the
+// owners it extended.
+func (d *pgDriver) refresh(ctx context.Context, keys, owners []string, ttl time.Duration) (map[string]bool, error) {
+	rows, err := d.run(ctx, d.q.refresh, keys, owners, micros(ttl))
+	if err != nil {
+		return nil, err
 	}
 	d.tick()
 	extended := make(map[string]bool, len(rows))
@@ -488,12 +535,7 @@ func (d *pgDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 			extended[string(r[0])] = true
 		}
 	}
-	for i, l := range ls {
-		if !extended[l.Owner] {
-			errs[i] = driver.ErrNotHeld
-		}
-	}
-	return time.Duration(micros(ttl)) * time.Microsecond, errs
+	return extended, nil
 }
 
 // Resume implements driver.Resumer: it extends l.Owner's grant if it has

@@ -20,7 +20,8 @@ import (
 //	                          statement_timeout, lock_timeout and
 //	                          idle_in_transaction_session_timeout off,
 //	                          synchronous_commit at least on
-//	SELECT ... FROM f(...);   the step, its arguments as literals
+//	SELECT ... FROM f(...);   the step, its arguments as literals (or
+//	                          the statements of a fast path, fast.go)
 //	COMMIT
 //
 // Read committed is what schema.sql's functions are written for: each
@@ -84,10 +85,10 @@ func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]by
 		d.forgetSchema(err)
 		return nil, err
 	}
-	if len(res) != 4 {
-		return nil, fmt.Errorf("%w: %d results, want 4", errShape, len(res))
+	if want := 4 + strings.Count(query, "; "); len(res) != want { // query has no literals yet
+		return nil, fmt.Errorf("%w: %d results, want %d", errShape, len(res), want)
 	}
-	return res[2].Rows, nil
+	return res[len(res)-2].Rows, nil
 }
 
 // forgetSchema makes the next call read (and install) the schema again

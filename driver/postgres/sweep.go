@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// The sweep deletes what keys used once leave (schema.sql, sweep): a key
+// The sweep deletes what keys used once leave (schema.sql, sweep3): a key
 // whose last grant is sweepKeep old and that nothing depends on any more
-// loses its row, its expired entries and its tombstones. It runs in the
+// loses its row (with its expired grant), its expired entries and its
+// tombstones. It runs in the
 // background, one at a time per Locker, after every sweepSteps steps and
 // on the first step sweepPeriod after the last sweep, and deletes up to
 // sweepLimit keys. Renewals count as steps, so a Locker that only holds
