@@ -44,7 +44,8 @@ func createPostgresUser(p *testserver.Postgres) error {
 // PostgresResidue lists the grants and queue entries still live on a
 // PostgreSQL server (superuserURL: a role that can read every schema), in
 // every schema laid out as the postgres driver's (tables keys, entries and
-// voids): an entry, granted or waiting, whose expiry is still ahead.
+// voids): an entry, granted or waiting, or a grant in a key's row, whose
+// expiry is still ahead.
 // Expired entries are gone as far as every step is concerned (the next
 // step on the key deletes them), tombstones (voids) expire, and the keys'
 // rows are fencing counters, which must stay.
@@ -97,6 +98,39 @@ func PostgresResidue(ctx context.Context, superuserURL string) ([]string, error)
 		if err := rows.Err(); err != nil {
 			return out, err
 		}
+		held, err := pgRowGrants(ctx, conn, s)
+		out = append(out, held...)
+		if err != nil {
+			return out, err
+		}
 	}
 	return out, nil
+}
+
+// pgRowGrants lists the live grants kept in the keys rows of schema s
+// (the driver's schema version 3 and later; none before).
+func pgRowGrants(ctx context.Context, conn *pgx.Conn, s string) ([]string, error) {
+	var has bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'keys' AND column_name = 'holder')`, s).Scan(&has)
+	if err != nil || !has {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, `SELECT x.key, x.holder, x.token, extract(epoch FROM x.expires - clock_timestamp())::float8
+		FROM `+pgx.Identifier{s}.Sanitize()+`.keys x WHERE x.holder IS NOT NULL AND x.expires > clock_timestamp() ORDER BY x.key`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres residue: %s.keys: %w", s, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var key, owner string
+		var token int64
+		var left float64
+		if err := rows.Scan(&key, &owner, &token, &left); err != nil {
+			return out, err
+		}
+		out = append(out, fmt.Sprintf("%s.keys: grant (token %d) of key %q, owner %s, expiring in %v", s, token, key, owner,
+			time.Duration(left*float64(time.Second)).Round(time.Millisecond)))
+	}
+	return out, rows.Err()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,10 +19,13 @@ import (
 // The adversary of the postgres target: a role made with CreateUser that
 // has no right on dlock's schema (no USAGE: it can read no table and call
 // no function of it), as any role of the database is, yet may LISTEN and
-// NOTIFY on any channel, the driver's "dlock" included. Its waiters are
-// woken by notifications on that channel whose payload is the waiter's
-// owner token, and a notification only wakes: the waiter's own step
-// decides on the server. The adversary listens to the channel and, at
+// NOTIFY on any channel, the driver's included. Its waiters are woken by
+// notifications on their Locker's channel (schema version 3: "dlock_"
+// and 12 hex digits, kept in the waiter's entry) whose payload is the
+// waiter's owner token, and a notification only wakes: the waiter's own
+// step decides on the server. The adversary learns the channels (a
+// role that reads the schema sees them: they are no secret; the harness
+// reads them as the superuser every 300ms), listens to them and, at
 // random moments, sends what it heard again (duplicated, replayed up to
 // 3s later and as a series of stale copies, reordered), and forges
 // wake-ups for the real waiters: those it heard of, and those lock.Inspect
@@ -58,6 +62,9 @@ type pgAdversary struct {
 	inWin   int
 	counts  map[string]int
 	own     map[uint32]bool // the server processes of its own connections
+	admin   *pgxpool.Pool   // the superuser's, to learn the Lockers' channels
+	chans   []string        // the Lockers' channels learned
+	chanOf  map[string]string
 }
 
 // startPGAdversary makes the role, checks what it may do, and starts
@@ -78,9 +85,15 @@ func (r *run) startPGAdversary() *pgAdversary {
 		return nil
 	}
 	a := &pgAdversary{r: r, url: url, spy: spy, stop: make(chan struct{}),
-		rng: rand.New(rand.NewPCG(r.cfg.Seed, 13)), counts: map[string]int{}, own: map[uint32]bool{}}
+		rng: rand.New(rand.NewPCG(r.cfg.Seed, 13)), counts: map[string]int{}, own: map[uint32]bool{}, chanOf: map[string]string{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	a.admin, err = pgxpool.New(ctx, r.srv.PG.URL())
+	if err != nil {
+		spy.Close()
+		r.problem("adversary: %v", err)
+		return nil
+	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err == nil {
 		cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
@@ -92,12 +105,14 @@ func (r *run) startPGAdversary() *pgAdversary {
 		a.pool, err = pgxpool.NewWithConfig(ctx, cfg)
 	}
 	if err != nil {
+		a.admin.Close()
 		spy.Close()
 		r.problem("adversary: %v", err)
 		return nil
 	}
 	if err := a.checkRights(ctx); err != nil {
 		a.pool.Close()
+		a.admin.Close()
 		spy.Close()
 		r.problem("adversary: %v", err)
 		return nil
@@ -122,7 +137,8 @@ func (a *pgAdversary) checkRights(ctx context.Context) error {
 	if _, err := a.pool.Exec(ctx, "SELECT pg_notify($1, '')", pgAdvChannel); err != nil {
 		return fmt.Errorf("the role %s cannot notify: %w", pgAdvUser, err)
 	}
-	for _, q := range []string{"SELECT count(*) FROM dlock.entries", "SELECT dlock.release('nemesis', '0123456789abcdef0123456789abcdef', false, 1000, false)"} {
+	for _, q := range []string{"SELECT count(*) FROM dlock.entries", "SELECT count(*) FROM dlock.keys",
+		"SELECT dlock.release3('nemesis', '0123456789abcdef0123456789abcdef', false, 1000, false)"} {
 		if _, err := a.pool.Exec(ctx, q); !denied(err) {
 			return fmt.Errorf("the role %s may run %q: it answered %v, want permission denied", pgAdvUser, q, err)
 		}
@@ -144,6 +160,7 @@ func (a *pgAdversary) close() {
 	close(a.stop)
 	a.wg.Wait()
 	a.pool.Close()
+	a.admin.Close()
 	a.spy.Close()
 }
 
@@ -193,14 +210,18 @@ func (a *pgAdversary) session() {
 	if err != nil {
 		return
 	}
+	listening := map[string]bool{}
 	for !closed(a.stop) {
+		if !a.listenNew(c, listening) {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		n, err := c.WaitForNotification(ctx)
 		cancel()
 		var t interface{ Timeout() bool }
 		switch {
 		case err == nil:
-			a.heard(n.PID, n.Payload)
+			a.heard(n.PID, n.Channel, n.Payload)
 		case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout():
 			if c.IsClosed() {
 				return
@@ -212,12 +233,77 @@ func (a *pgAdversary) session() {
 	}
 }
 
+// listenNew LISTENs on c to the channels learned that it does not
+// listen to yet; false when c failed.
+func (a *pgAdversary) listenNew(c *pgx.Conn, listening map[string]bool) bool {
+	a.mu.Lock()
+	chans := slices.Clone(a.chans)
+	a.mu.Unlock()
+	for _, ch := range chans {
+		if listening[ch] {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Exec(ctx, `LISTEN "`+ch+`"`)
+		cancel()
+		if err != nil {
+			return false
+		}
+		listening[ch] = true
+	}
+	return true
+}
+
+// learnChannels reads the channels of the waiters queued, and which
+// waiter each one wakes.
+func (a *pgAdversary) learnChannels() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rows, err := a.admin.Query(ctx, "SELECT owner, chan FROM dlock.entries WHERE chan <> ''")
+	if err != nil {
+		a.count("channels-failed")
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var owner, ch string
+		if rows.Scan(&owner, &ch) != nil {
+			return
+		}
+		a.mu.Lock()
+		if _, ok := a.chanOf[owner]; !ok && len(a.chanOf) > 10*advRecent {
+			clear(a.chanOf)
+		}
+		a.chanOf[owner] = ch
+		if !slices.Contains(a.chans, ch) {
+			a.chans = append(a.chans, ch)
+			a.counts["channel-learned"]++
+		}
+		a.mu.Unlock()
+	}
+}
+
+// channelLocked is where a wake-up for payload goes: the channel of its
+// waiter's Locker if known, another Locker's at random, or the channel of
+// schema version 2.
+func (a *pgAdversary) channelLocked(payload string) string {
+	if ch, ok := a.chanOf[payload]; ok && a.rng.IntN(4) != 0 {
+		return ch
+	}
+	if len(a.chans) == 0 {
+		return pgAdvChannel
+	}
+	return a.chans[a.rng.IntN(len(a.chans))]
+}
+
 // inspect learns the owner tokens of the hot keys' waiters and holders,
-// through the application's role, every 300ms, and now and then forges a
-// wake-up for one of the waiters it found at once.
+// through the application's role, and the Lockers' channels, every
+// 300ms, and now and then forges a wake-up for one of the waiters it
+// found at once.
 func (a *pgAdversary) inspect() {
 	defer a.wg.Done()
 	every(300*time.Millisecond, a.stop, func() {
+		a.learnChannels()
 		for _, key := range a.r.env.keys {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			st, err := lock.Inspect(ctx, a.spy, key)
@@ -251,12 +337,15 @@ func (a *pgAdversary) learnLocked(list *[]string, owner string) {
 
 // heard remembers a wake-up and, at random, acts on it; its own
 // notifications (sent by a server process of its pool) are only counted.
-func (a *pgAdversary) heard(pid uint32, payload string) {
+func (a *pgAdversary) heard(pid uint32, channel, payload string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.own[pid] {
 		a.counts["heard-own"]++
 		return
+	}
+	if payload != "" && channel != pgAdvChannel {
+		a.chanOf[payload] = channel
 	}
 	a.counts["heard"]++
 	a.recent = append(a.recent, payload)
@@ -340,9 +429,9 @@ func (a *pgAdversary) mutateLocked(payload string) {
 // server must refuse (a harness problem otherwise).
 func (a *pgAdversary) callLocked(owner string) {
 	key := a.r.env.keys[a.rng.IntN(len(a.r.env.keys))]
-	q, kind := "SELECT dlock.release($1, $2, false, 1000, false)", "call-release"
+	q, kind := "SELECT dlock.release3($1, $2, false, 1000, false)", "call-release"
 	if a.rng.IntN(2) == 0 {
-		q, kind = "SELECT dlock.check_turn($1, $2, 0, 0, 1000000, 3000000)", "call-check"
+		q, kind = "SELECT dlock.check_turn3($1, $2, 0, 0, 1000000, 3000000, '')", "call-check"
 	}
 	a.wg.Add(1)
 	go func() {
@@ -376,6 +465,7 @@ func (a *pgAdversary) sendLocked(d time.Duration, payload, kind string) {
 		return
 	}
 	a.inWin++
+	channel := a.channelLocked(payload)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -386,12 +476,12 @@ func (a *pgAdversary) sendLocked(d time.Duration, payload, kind string) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := a.pool.Exec(ctx, "SELECT pg_notify($1, $2)", pgAdvChannel, payload)
+		_, err := a.pool.Exec(ctx, "SELECT pg_notify($1, $2)", channel, payload)
 		cancel()
 		if err != nil {
 			kind = "publish-failed"
 		} else {
-			a.r.rec.Event(Event{At: a.r.clk.Now(), Kind: "adversary", Key: "~pubsub", Text: kind + " " + pgAdvChannel + " " + payload})
+			a.r.rec.Event(Event{At: a.r.clk.Now(), Kind: "adversary", Key: "~pubsub", Text: kind + " " + channel + " " + payload})
 		}
 		a.count(kind)
 	}()

@@ -22,6 +22,11 @@ import (
 //     holder's, a holder whose lease ended (a release's reply lost and
 //     sent again, a frozen child) the next holder's, and the key is
 //     granted again while they hold.
+//   - release-row-any: release3 clears the grant in the key's row
+//     whoever holds it (a waiter's Leave, the release of a lease that
+//     ended, sent again after a lost reply): the key is granted again
+//     while its holder holds it. The driver's fast path for Unlock
+//     (fast.go) still compares the owner, so only release3 is broken.
 //   - reenter-any: a named owner's re-entry joins the grant of any named
 //     owner of the key, not only its own: two workers hold at once.
 var pgBroken = []struct {
@@ -35,6 +40,12 @@ var pgBroken = []struct {
 		breaks: "a release deletes every grant of the key, its owner's or not",
 		old:    "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND e.owner = o;",
 		new:    "DELETE FROM dlock_release_any.entries e WHERE e.key = k AND (e.owner = o OR e.granted); -- the bug",
+	},
+	{
+		name: "postgres-release-row-any", schema: "dlock_release_row_any",
+		breaks: "release3 clears the grant in the key's row, its owner's or not",
+		old:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL WHERE x.key = k AND x.holder = o;",
+		new:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL WHERE x.key = k AND x.holder IS NOT NULL; -- the bug",
 	},
 	{
 		name: "postgres-reenter-any", schema: "dlock_reenter_any",

@@ -482,8 +482,10 @@ func pgURL(query string) string {
 }
 
 // pgCall finds the function of the driver's schema a statement calls
-// (driver/postgres: "SELECT ... FROM dlock.acquire($1, ...)").
-var pgCall = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.(acquire|check_turn|release|refresh|resume)\(`)
+// (driver/postgres: "SELECT ... FROM dlock.acquire3($1, ...)", or the
+// plain statements of a fast path that fall back to acquire3 or release3;
+// schema version 2 had no 3 in the names).
+var pgCall = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.(acquire|check_turn|release|refresh|resume)3?\(`)
 
 // classifyPG: each step of driver/postgres is one call of a function of
 // its schema (schema.sql): acquire grants (or queues), check_turn is a
