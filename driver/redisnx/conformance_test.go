@@ -59,6 +59,7 @@ func (h *harness) Crash(t *testing.T, l lock.Locker) {
 		t.Fatalf("not a redisnx Locker")
 	}
 	c.Close()
+	lanesOf(t, l).Close() // the Locker's own connections
 }
 
 func (h *harness) DeleteKey(ctx context.Context, key string) error {

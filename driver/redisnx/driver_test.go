@@ -26,7 +26,7 @@ const (
 func TestOneRoundTripEach(t *testing.T) {
 	topologies(t, func(t *testing.T, c redis.UniversalClient) {
 		var n counter
-		c.AddHook(&n)
+		addHook(c, &n)
 		d := testDriver(c)
 		defer d.Close()
 		ctx := tctx(t, 10*time.Second)

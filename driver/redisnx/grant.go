@@ -85,7 +85,7 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, lk string) e
 		return err
 	}
 	px, validity := ms(l.TTL)
-	res, err := acquireScript.Run(ctx, d.Client, []string{lk}, l.Owner, px, modeArg(l)).Result()
+	res, err := acquireScript.Run(ctx, d.Lanes, []string{lk}, l.Owner, px, modeArg(l)).Result()
 	if err != nil {
 		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
 	}
@@ -125,11 +125,11 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 	switch {
 	case l.Token == 0: // a clean-up: it leaves a tombstone
 		px, _ := ms(l.TTL)
-		r, err = releaseScript.Run(ctx, d.Client, keys, l.Owner, 1, modeArg(l), max(px, 1)).Int64()
+		r, err = releaseScript.Run(ctx, d.Lanes, keys, l.Owner, 1, modeArg(l), max(px, 1)).Int64()
 	case queued:
-		r, err = releaseScript.Run(ctx, d.Client, keys, l.Owner, 1, modeArg(l)).Int64()
+		r, err = releaseScript.Run(ctx, d.Lanes, keys, l.Owner, 1, modeArg(l)).Int64()
 	default:
-		r, err = releaseScript.Run(ctx, d.Client, keys, l.Owner, 0, modeArg(l)).Int64()
+		r, err = releaseScript.Run(ctx, d.Lanes, keys, l.Owner, 0, modeArg(l)).Int64()
 	}
 	if err != nil {
 		return fmt.Errorf("redisnx: release: %w", redisx.WithCtx(ctx, err))
@@ -139,3 +139,9 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	return nil
 }
+
+// Prompt implements driver.Prompt: over a *redis.Client (single node or
+// Sentinel failover) or a *redis.ClusterClient, every script runs on a
+// lane whose connection is closed when the call's context ends
+// (redisx.Lanes), so lock runs calls on the caller's goroutine.
+func (d *redisDriver) Prompt() bool { return d.Lanes.Prompt() }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ func topologies(t *testing.T, fn func(t *testing.T, c redis.UniversalClient)) {
 // newTestLocker returns a Locker over c, closed at cleanup.
 func newTestLocker(t testing.TB, c redis.UniversalClient, o *Options) lock.Locker {
 	l := New(c, o)
+	hookLanes(c, lanesOf(t, l))
 	t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -149,6 +151,7 @@ func cloneClient(t testing.TB, c redis.UniversalClient, name string) redis.Unive
 // one opened from a URL does.
 func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker {
 	core, lo := redisx.NewCore("redisnx", client, o, owns)
+	hookLanes(client, core.Lanes)
 	return lock.New(newDriver(core), lo)
 }
 
@@ -156,5 +159,43 @@ func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker 
 // directly.
 func testDriver(client redis.UniversalClient) *redisDriver {
 	core, _ := redisx.NewCore("redisnx", client, nil, false)
+	hookLanes(client, core.Lanes)
 	return newDriver(core)
+}
+
+// laneHooks are the hooks tests put on a client for the lanes of the
+// drivers made over it here (redisx.Lanes: the client's own hooks do not
+// see the lanes' commands).
+var laneHooks struct {
+	sync.Mutex
+	m map[redis.UniversalClient][]redis.Hook
+}
+
+// addHook adds h to c, and to the lanes of the drivers made over c from
+// now on.
+func addHook(c redis.UniversalClient, h redis.Hook) {
+	c.AddHook(h)
+	laneHooks.Lock()
+	defer laneHooks.Unlock()
+	if laneHooks.m == nil {
+		laneHooks.m = map[redis.UniversalClient][]redis.Hook{}
+	}
+	laneHooks.m[c] = append(laneHooks.m[c], h)
+}
+
+func hookLanes(c redis.UniversalClient, ls *redisx.Lanes) {
+	laneHooks.Lock()
+	defer laneHooks.Unlock()
+	for _, h := range laneHooks.m[c] {
+		ls.AddHook(h)
+	}
+}
+
+// lanesOf returns l's lanes.
+func lanesOf(t testing.TB, l lock.Locker) *redisx.Lanes {
+	var ls *redisx.Lanes
+	if !lock.As(l, &ls) {
+		t.Fatal("no lanes")
+	}
+	return ls
 }

@@ -34,7 +34,7 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 	}
 	lk := d.LockKey(key)
 	keys := []string{lk, lk + counterSuffix, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix, lk + permitsSuffix, lk + redisx.HoldsSuffix}
-	res, err := inspectScript.Run(ctx, d.Client, keys, driver.MaxInspectWaiters).Slice()
+	res, err := inspectScript.Run(ctx, d.Lanes, keys, driver.MaxInspectWaiters).Slice()
 	if err != nil {
 		return st, fmt.Errorf("redisnx: inspect: %w", redisx.WithCtx(ctx, err))
 	}

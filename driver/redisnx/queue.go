@@ -102,7 +102,7 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 // the key if it was handed to the waiter or is free for it.
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
 	px, validity := ms(l.TTL)
-	res, err := waitScript.Run(ctx, d.Client, s.f.waitKeys(s.keys), l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), nonceOf(s.f)).Int64Slice()
+	res, err := waitScript.Run(ctx, d.Lanes, s.f.waitKeys(s.keys), l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), nonceOf(s.f)).Int64Slice()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: wait: %w", redisx.WithCtx(ctx, err))
@@ -150,7 +150,7 @@ func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	}
 	px, _ := ms(l.TTL)
 	voidPX := max(px, redisx.EntryLifeMS)
-	if err := leaveScript.Run(ctx, d.Client, f.waitKeys(keys), l.Owner, keys[6], voidPX).Err(); err != nil {
+	if err := leaveScript.Run(ctx, d.Lanes, f.waitKeys(keys), l.Owner, keys[6], voidPX).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
 	}
 	return nil

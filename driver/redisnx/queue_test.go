@@ -250,7 +250,7 @@ func TestHandOverTakesNoRequest(t *testing.T) {
 	holder := newTestLocker(t, c, nil)
 	wc := cloneClient(t, c, "waiter")
 	var count counter
-	wc.AddHook(&count)
+	addHook(wc, &count)
 	waiter := newTestLocker(t, wc, nil)
 	k := testKey(t)
 	lk := lockKey(DefaultPrefix, k)

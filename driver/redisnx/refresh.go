@@ -12,7 +12,7 @@ import (
 // Refresh runs refresh.lua on one key: compare-and-PEXPIRE, one round trip.
 func (d *redisDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	px, validity := ms(ttl)
-	res, err := refreshScript.Run(ctx, d.Client, []string{d.LockKey(l.Key)}, px, refreshOwner(l)).Int64Slice()
+	res, err := refreshScript.Run(ctx, d.Lanes, []string{d.LockKey(l.Key)}, px, refreshOwner(l)).Int64Slice()
 	if err != nil {
 		return 0, fmt.Errorf("redisnx: refresh: %w", err)
 	}
@@ -35,7 +35,7 @@ func (d *redisDriver) Resumable() error { return nil }
 func (d *redisDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	px, validity := ms(l.TTL)
 	lk := d.LockKey(l.Key)
-	n, err := resumeScript.Run(ctx, d.Client, []string{lk, lk + counterSuffix, lk + readersSuffix}, l.Owner, px, l.Token, modeArg(l)).Int64()
+	n, err := resumeScript.Run(ctx, d.Lanes, []string{lk, lk + counterSuffix, lk + readersSuffix}, l.Owner, px, l.Token, modeArg(l)).Int64()
 	if err != nil {
 		return fmt.Errorf("redisnx: resume: %w", err)
 	}
@@ -64,16 +64,25 @@ func (d *redisDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 	groups := d.Groups(lks, maxScriptKeys, true)
 	cmds := make([]*redis.Cmd, len(groups))
 	run := func(gs []int, eval bool) {
-		pipe := d.Client.Pipeline()
+		err := d.Lanes.Do(ctx, func(c redis.UniversalClient) error {
+			pipe := c.Pipeline()
+			for _, gi := range gs {
+				keys, args := refreshArgs(ls, lks, groups[gi], px)
+				if eval {
+					cmds[gi] = refreshScript.Eval(ctx, pipe, keys, args...)
+				} else {
+					cmds[gi] = refreshScript.EvalSha(ctx, pipe, keys, args...)
+				}
+			}
+			_, _ = pipe.Exec(ctx) // errors are read per command below
+			return nil
+		})
 		for _, gi := range gs {
-			keys, args := refreshArgs(ls, lks, groups[gi], px)
-			if eval {
-				cmds[gi] = refreshScript.Eval(ctx, pipe, keys, args...)
-			} else {
-				cmds[gi] = refreshScript.EvalSha(ctx, pipe, keys, args...)
+			if err != nil { // no lane: nothing was sent
+				cmds[gi] = redis.NewCmd(ctx)
+				cmds[gi].SetErr(err)
 			}
 		}
-		_, _ = pipe.Exec(ctx) // errors are read per command below
 	}
 	all := make([]int, len(groups))
 	for i := range all {

@@ -31,7 +31,7 @@ func TestRefreshBatch(t *testing.T) {
 func testRefreshBatch(t *testing.T, c redis.UniversalClient, flushed bool) {
 	var n counter
 	dc := cloneClient(t, c, "")
-	dc.AddHook(&n)
+	addHook(dc, &n)
 	d := testDriver(dc)
 	defer d.Close()
 	ctx := tctx(t, 30*time.Second)
@@ -143,6 +143,7 @@ func TestRenewalUsesBatches(t *testing.T) {
 			leases = append(leases, lease)
 		}
 		dc.AddHook(&n)
+		lanesOf(t, l).AddHook(&n)
 		time.Sleep(2 * time.Second) // about ten renewals of each lease
 		for i, lease := range leases {
 			if err := lease.Err(); err != nil {

@@ -105,7 +105,11 @@ func hookLanes(c redis.UniversalClient, ls *redisx.Lanes) {
 	laneHooks.Lock()
 	defer laneHooks.Unlock()
 	for _, h := range laneHooks.m[c] {
-		ls.AddHook(h)
+		if _, ok := c.(*redis.ClusterClient); ok {
+			ls.AddNodeHook(h) // transactions run on the node clients
+		} else {
+			ls.AddHook(h)
+		}
 	}
 }
 

@@ -43,7 +43,8 @@ import (
 // itself, and Prompt reports false.
 type Lanes struct {
 	hooks []redis.Hook // AddHook's, for lanes made from now on
-	mu    sync.Mutex   // guards hooks
+	nodes []redis.Hook // AddNodeHook's
+	mu    sync.Mutex   // guards hooks and nodes
 	base  redis.UniversalClient
 	mk    func(*lane) redis.UniversalClient // nil: no lanes
 	free  chan *lane                        // idle lanes
@@ -64,10 +65,16 @@ func NewLanes(client redis.UniversalClient, hook redis.Hook) *Lanes {
 	switch c := client.(type) {
 	case *redis.Client:
 		n = c.Options().PoolSize
-		ls.mk = func(ln *lane) redis.UniversalClient { return singleLane(c.Options(), ls.laneHooks(ln, hook)) }
+		ls.mk = func(ln *lane) redis.UniversalClient {
+			hs, _ := ls.laneHooks(ln, hook)
+			return singleLane(c.Options(), hs)
+		}
 	case *redis.ClusterClient:
 		n = c.Options().PoolSize
-		ls.mk = func(ln *lane) redis.UniversalClient { return clusterLane(c.Options(), ls.laneHooks(ln, hook)) }
+		ls.mk = func(ln *lane) redis.UniversalClient {
+			hs, top := ls.laneHooks(ln, hook)
+			return clusterLane(c.Options(), hs, top)
+		}
 	}
 	n = max(n, 1)
 	ls.free = make(chan *lane, n)
@@ -96,7 +103,7 @@ func singleLane(base *redis.Options, hooks []redis.Hook) redis.UniversalClient {
 
 // clusterLane makes a lane of a *redis.ClusterClient: one connection per
 // node.
-func clusterLane(base *redis.ClusterOptions, hooks []redis.Hook) redis.UniversalClient {
+func clusterLane(base *redis.ClusterOptions, hooks, top []redis.Hook) redis.UniversalClient {
 	o := *base
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
 	if m := o.MaintNotificationsConfig; m != nil {
@@ -116,29 +123,62 @@ func clusterLane(base *redis.ClusterOptions, hooks []redis.Hook) redis.Universal
 		}
 		return c
 	}
-	return redis.NewClusterClient(&o)
+	c := redis.NewClusterClient(&o)
+	for _, h := range top {
+		c.AddHook(h)
+	}
+	return c
 }
 
-// laneHooks are the hooks of lane ln's client (of each node's, on a
+// laneHooks are the hooks of lane ln's client (hs; of each node's on a
 // Cluster): ln's own, which records its connections, then the Core's
-// (hook, when not nil) and AddHook's.
-func (ls *Lanes) laneHooks(ln *lane, hook redis.Hook) []redis.Hook {
-	hs := []redis.Hook{ln}
+// (hook, when not nil), then AddHook's (AddNodeHook's on a Cluster, whose
+// top-level client gets the Core's and AddHook's: top).
+func (ls *Lanes) laneHooks(ln *lane, hook redis.Hook) (hs, top []redis.Hook) {
+	hs = []redis.Hook{ln}
 	if hook != nil {
 		hs = append(hs, hook)
+		top = append(top, hook)
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	return append(hs, ls.hooks...)
+	top = append(top, ls.hooks...)
+	if _, ok := ls.base.(*redis.ClusterClient); ok {
+		return append(hs, ls.nodes...), top
+	}
+	return append(hs, ls.hooks...), nil
 }
 
-// AddHook adds h to the lanes made from now on (to each node client of a
-// Cluster lane), as redis.Client's AddHook: the hooks of the client the
-// Locker was made with do not see the lanes' commands.
+// AddHook adds h to the lanes (to each node client of a Cluster lane), as
+// redis.Client's AddHook: the hooks of the client the Locker was made with
+// do not see the lanes' commands. Idle lanes are closed, to be made again
+// with h; a lane busy meanwhile gets h when it is made again.
 func (ls *Lanes) AddHook(h redis.Hook) {
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
 	ls.hooks = append(ls.hooks, h)
+	ls.mu.Unlock()
+	ls.closeIdle()
+}
+
+// AddNodeHook adds h to each node client of the Cluster lanes, which
+// make the connections (ClusterClient.OnNewNode's place).
+func (ls *Lanes) AddNodeHook(h redis.Hook) {
+	ls.mu.Lock()
+	ls.nodes = append(ls.nodes, h)
+	ls.mu.Unlock()
+	ls.closeIdle()
+}
+
+func (ls *Lanes) closeIdle() {
+	for {
+		select {
+		case ln := <-ls.free:
+			_ = ln.client.Close()
+			<-ls.slots
+		default:
+			return
+		}
+	}
 }
 
 // Prompt reports whether calls run on lanes, and so return by their
