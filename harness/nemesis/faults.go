@@ -152,6 +152,7 @@ func (n *nemesis) kinds() []fault {
 	add("lost-reply", 4, n.dropReplies)
 	add("partition", 3, n.partition)
 	n.delayKinds(add)
+	n.laneKinds(add)
 	if r.tg.members {
 		n.memberFaults(add)
 		return append(ks, n.childKinds()...)

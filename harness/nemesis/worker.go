@@ -256,8 +256,11 @@ func (w *worker) newCallCtx(timeouts []time.Duration, pCancel float64) *callCtx 
 	c.ctx, c.cancel = context.WithTimeout(context.Background(), timeout)
 	dl, _ := c.ctx.Deadline()
 	c.deadline = w.env.clk.At(dl)
-	if w.chance(pCancel) {
-		at := between(w.rng, 0, timeout)
+	at, abort := laneAbortAt(w.rng) // faults_lane.go
+	if abort || w.chance(pCancel) {
+		if !abort {
+			at = between(w.rng, 0, timeout)
+		}
 		c.timer = time.AfterFunc(at, func() {
 			c.canceled.Store(int64(w.env.clk.Now()))
 			c.cancel()
