@@ -231,6 +231,9 @@ func run() int {
 	fmt.Fprintf(&report, "duration: %v\n\n", time.Since(started).Round(time.Second))
 	t.write(&report)
 	fmt.Fprintln(&report)
+	for _, n := range rueidisNotes() {
+		fmt.Fprintln(&report, "note: "+n)
+	}
 	writeTargets(&report, targets(t))
 	fmt.Fprintln(&report)
 	fmt.Fprint(&report, legend)

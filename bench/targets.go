@@ -84,6 +84,9 @@ func vs(v, ref float64, u unit, who string) string {
 	if who != "" {
 		who = " (" + who + ")"
 	}
+	if !positive(v, ref) {
+		return fmt.Sprintf("%s vs %s%s", format(v, u), format(ref, u), who)
+	}
 	return fmt.Sprintf("%s vs %s%s: %.2fx", format(v, u), format(ref, u), who, v/ref)
 }
 
