@@ -141,7 +141,6 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 }
 
 // Prompt implements driver.Prompt: over a *redis.Client (single node or
-// Sentinel failover) or a *redis.ClusterClient, every script runs on a
-// lane whose connection is closed when the call's context ends
+// Sentinel failover), every script runs on a lane whose connection is closed when the call's context ends
 // (redisx.Lanes), so lock runs calls on the caller's goroutine.
 func (d *redisDriver) Prompt() bool { return d.Lanes.Prompt() }

@@ -88,8 +88,7 @@ func px(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millisecond)
 func (d *watchDriver) Name() string { return "rediswatch" } // the dlock.driver attribute of metrics and logs
 
 // Prompt implements driver.Prompt: over a *redis.Client (single node or
-// Sentinel failover) or a *redis.ClusterClient, every transaction runs on
-// a lane whose connection is closed when the call's context ends
+// Sentinel failover), every transaction runs on a lane whose connection is closed when the call's context ends
 // (redisx.Lanes), so lock runs calls on the caller's goroutine.
 func (d *watchDriver) Prompt() bool { return d.Lanes.Prompt() }
 
