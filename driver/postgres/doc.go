@@ -16,13 +16,12 @@
 // the row every step on the key locks), entries (the key's waiters,
 // shared grants, permits and named owners' grants in arrival order) and
 // voids (tombstones of attempts whose clean-up ran before a late
-// request). Every step runs in a transaction of its own, sent as one
-// query message (one round trip): a call of a PL/pgSQL function, or for
-// an exclusive Lock of a free key and the Unlock of a grant nobody waits
-// behind, a few plain statements that update the key's row in place (a
-// HOT update: no index entry, no dead row for autovacuum to find), and
-// fall back to the function otherwise. schema.sql and fast.go are the
-// wire format, described next to the code. Expiry is
+// request). Every step is one call of a PL/pgSQL function in a
+// transaction of its own, sent as one query message (one round trip). An
+// exclusive Lock of a free key and the Unlock of a grant nobody waits
+// behind are one UPDATE of the key's row each (a HOT update: no index
+// entry, no dead row for autovacuum to find). schema.sql is the wire
+// format, described next to the code. Expiry is
 // judged by the server's clock_timestamp() after the key's row is
 // locked, and a grant expires at that time plus the TTL, so it never
 // outlives what the client counts on (which counts from the moment it

@@ -125,10 +125,10 @@ func newQueries(s string) queries {
 	return queries{
 		version:     "SELECT " + s + ".version()",
 		acquire:     "SELECT tok, retry, other_lim, voided FROM " + s + ".acquire3($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-		fastAcquire: fastAcquire(s),
+		fastAcquire: "SELECT tok, retry, other_lim, voided FROM " + s + ".lock3($1, $2, $5, $7, $8, $9)", // acquire's arguments
 		check:       "SELECT tok, retry, other_lim, voided FROM " + s + ".check_turn3($1, $2, $3, $4, $5, $6, $7)",
 		release:     "SELECT " + s + ".release3($1, $2, $3, $4, $5)",
-		fastRelease: fastRelease(s),
+		fastRelease: "SELECT " + s + ".unlock3($1, $2, $4)", // release's arguments
 		refresh:     "SELECT " + s + ".refresh3($1, $2, $3)",
 		resume:      "SELECT " + s + ".resume3($1, $2, $3, $4, $5, $6, $7)",
 		sweep:       "SELECT " + s + ".sweep3($1, $2)",

@@ -9,9 +9,9 @@
 -- with CREATE on some schema of the caller's search_path has made.
 --
 -- Every step of a lease is one call of one of the functions below, in a
--- transaction of its own (or the driver's plain statements for a free key,
--- fast.go, which fall back to one): it first locks the key's row of keys
--- (begin_key3), so steps on one key run one at a time, and it judges every expiry by
+-- transaction of its own: it first locks the key's row of keys
+-- (begin_key3, or lock3's and unlock3's fast paths), so steps on one key
+-- run one at a time, and it judges every expiry by
 -- clock_timestamp() taken after that lock (never now(), which is the
 -- transaction's start). The transaction is READ COMMITTED (the driver
 -- begins it so, whatever the defaults): each statement sees what
@@ -295,6 +295,56 @@ BEGIN
     END IF;
     retry := {{schema}}.retry_ms3(k, t);
     RETURN;
+END $$;
+
+-- lock3 is acquire3 for an exclusive grant of an owner that is not a
+-- named one's hold, with a fast path for a free key: a key whose row
+-- holds no live grant and that has no entry nor tombstone at all is
+-- granted by one UPDATE of its row (a HOT update). Otherwise it runs
+-- acquire3 (which purges what expired).
+CREATE OR REPLACE FUNCTION {{schema}}.lock3(k text, o text, ttl bigint, q boolean, life bigint, ch text,
+    OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t timestamptz;
+BEGIN
+    PERFORM {{schema}}.at_read_committed();
+    LOOP
+        PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
+    END LOOP;
+    t := clock_timestamp();
+    UPDATE {{schema}}.keys x
+    SET counter = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
+        token = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
+        holder = o, since = t, expires = t + ttl * interval '1 microsecond'
+    WHERE x.key = k AND (x.holder IS NULL OR NOT x.expires > t)
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k)
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k)
+    RETURNING x.token INTO tok;
+    IF FOUND THEN
+        retry := 0; other_lim := 0; voided := false;
+        RETURN;
+    END IF;
+    SELECT a.tok, a.retry, a.other_lim, a.voided INTO tok, retry, other_lim, voided
+    FROM {{schema}}.acquire3(k, o, 0, 0, ttl, false, q, life, ch) a;
+END $$;
+
+-- unlock3 is release3 of an owner that is not a named one's hold, not
+-- leaving, with a fast path: o's live grant in k's row, no entry of k
+-- (nobody to wake), is cleared by one UPDATE of the row.
+CREATE OR REPLACE FUNCTION {{schema}}.unlock3(k text, o text, ttl bigint) RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM {{schema}}.at_read_committed();
+    PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
+    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL
+    WHERE x.key = k AND x.holder = o AND x.expires > clock_timestamp()
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k);
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    RETURN {{schema}}.release3(k, o, false, ttl, false);
 END $$;
 
 -- check_turn3 is a queued waiter's step: it grants o when its turn has

@@ -20,8 +20,7 @@ import (
 //	                          statement_timeout, lock_timeout and
 //	                          idle_in_transaction_session_timeout off,
 //	                          synchronous_commit at least on
-//	SELECT ... FROM f(...);   the step, its arguments as literals (or
-//	                          the statements of a fast path, fast.go)
+//	SELECT ... FROM f(...);   the step, its arguments as literals
 //	COMMIT
 //
 // Read committed is what schema.sql's functions are written for: each
