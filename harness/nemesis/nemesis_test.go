@@ -239,7 +239,7 @@ func runControl(t *testing.T, name string, s uint64, d time.Duration, caught *ca
 // the overlap check does not trust either). An overbooked semaphore is seen by
 // counting the permits held at once, and by nothing else.
 var mustFind = map[string]string{"ctl-setnx-ex-del": "overlap", "ctl-memcached-add-delete": "overlap", overbookName: "over-limit",
-	"ctl-postgres-release-any": "overlap", "ctl-postgres-reenter-any": "overlap", "ctl-etcd-blind": "overlap"}
+	"ctl-postgres-release-any": "overlap", "ctl-postgres-release-row-any": "overlap", "ctl-postgres-reenter-any": "overlap", "ctl-etcd-blind": "overlap"}
 
 // quiet logs the first n messages only.
 func quiet(t *testing.T, n int) func(format string, args ...any) {

@@ -25,8 +25,8 @@ import (
 //   - release-row-any: release3 clears the grant in the key's row
 //     whoever holds it (a waiter's Leave, the release of a lease that
 //     ended, sent again after a lost reply): the key is granted again
-//     while its holder holds it. The driver's fast path for Unlock
-//     (fast.go) still compares the owner, so only release3 is broken.
+//     while its holder holds it. Unlock's fast path (unlock3) still
+//     compares the owner, so only release3 is broken.
 //   - reenter-any: a named owner's re-entry joins the grant of any named
 //     owner of the key, not only its own: two workers hold at once.
 var pgBroken = []struct {

@@ -482,16 +482,17 @@ func pgURL(query string) string {
 }
 
 // pgCall finds the function of the driver's schema a statement calls
-// (driver/postgres: "SELECT ... FROM dlock.acquire3($1, ...)", or the
-// plain statements of a fast path that fall back to acquire3 or release3;
-// schema version 2 had no 3 in the names).
-var pgCall = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.(acquire|check_turn|release|refresh|resume)3?\(`)
+// (driver/postgres: "SELECT ... FROM dlock.acquire3($1, ...)"; lock3 and
+// unlock3 are the exclusive Lock's and Unlock's, with the fast path of
+// the grant in the key's row; schema version 2 had no 3 in the names).
+var pgCall = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.(acquire|check_turn|release|refresh|resume|lock|unlock)3?\(`)
 
 // classifyPG: each step of driver/postgres is one call of a function of
-// its schema (schema.sql): acquire grants (or queues), check_turn is a
-// queued waiter's step, release releases (and a waiter's Leave), refresh
-// and resume extend. A request that only prepares the statement (pgx's
-// statement cache) runs nothing.
+// its schema (schema.sql): acquire3 and lock3 grant (or queue),
+// check_turn3 is a queued waiter's step, release3 and unlock3 release
+// (release3 also a waiter's Leave), refresh3 and resume3 extend. A
+// request that only prepares the statement (pgx's statement cache) runs
+// nothing.
 func classifyPG(r chaos.Request) string {
 	if r.Cmd != "execute" && r.Cmd != "query" {
 		return ""
@@ -501,10 +502,12 @@ func classifyPG(r chaos.Request) string {
 		return ""
 	}
 	switch m[1] {
-	case "acquire":
+	case "acquire", "lock":
 		return "grant"
 	case "check_turn":
 		return "wait"
+	case "unlock":
+		return "release"
 	}
 	return m[1]
 }
