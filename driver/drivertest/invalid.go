@@ -50,7 +50,8 @@ func testInvalidInput(t *testing.T, h Harness) {
 		}
 	}
 	lease := mustLock(t, l, ok)
-	for _, ttl := range []time.Duration{0, -time.Second, lock.MaxTTL + 1} {
+	// (Refresh(ctx, 0) is the Locker's default TTL, as WithTTL(0) is.)
+	for _, ttl := range []time.Duration{lock.MinTTL - 1, -time.Second, lock.MaxTTL + 1} {
 		if err := lease.Refresh(cancelled, ttl); !errors.Is(err, lock.ErrInvalid) {
 			t.Errorf("Refresh(%v): err = %v, want ErrInvalid", ttl, err)
 		}
