@@ -13,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/metric"
@@ -195,6 +196,13 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	// 100k releases take longer than that on a small machine.
 	var late atomic.Int64
 	locker := newLocker(rdb, &lock.Options{TTL: cfg.renewTTL, ReleaseTimeout: time.Minute, MeterProvider: lateMeter{n: &late, on: &counter.on}})
+	// The drivers run their commands on lanes, clients of their own made
+	// from rdb's options, which rdb's hooks do not see: the counter is
+	// added to them too.
+	var lanes *redisx.Lanes
+	if lock.As(locker, &lanes) {
+		lanes.AddHook(counter)
+	}
 	closed := false
 	defer func() {
 		if !closed {
