@@ -13,8 +13,12 @@ import (
 // random part spreads the release over the pollers' retry phases), one
 // probe round trip is timed from the same idle state (the baseline: the
 // round trip a wake-up costs at best), then after 2 ms more the holder
-// unlocks. The figure is the time from Unlock returning to the waiter's
-// Lock returning. Libraries alternate in cfg.rounds rounds (dlock, peer,
+// unlocks. The figure is the time from the Unlock call to the waiter's
+// Lock returning: a release that hands the grant to the waiter in the
+// same step (redisnx pushes it to the list the waiter blocks on) can
+// reach the waiter before its own reply reaches the holder, so the time
+// from Unlock returning would be negative. The release's round trip is
+// thus in the figure. Libraries alternate in cfg.rounds rounds (dlock, peer,
 // dlock, peer, ...), so that load that comes and goes hits all alike; each
 // round of a library stops after its share of cfg.handoffs samples or of
 // cfg.handoffBudget, whichever comes first, and a library's row pools its
@@ -115,10 +119,10 @@ func handoffLib(ctx context.Context, cfg *config, l lib, addr string, pr probe, 
 		}
 		rtt := time.Since(t0)
 		time.Sleep(2 * time.Millisecond)
+		released := time.Now()
 		if err := h.Unlock(ctx); err != nil {
 			return fmt.Errorf("unlock: %w", err)
 		}
-		released := time.Now()
 		w := <-got
 		if w.err != nil {
 			hs.failed++ // the waiter gave up (a peer's try limit)

@@ -288,7 +288,8 @@ func ints(s string) ([]int, error) {
 const legend = `How to read it:
   x baseline   the figure divided by the same figure of the scenario's baseline on the same backend:
                uncontended: two round trips back to back (2×PING, 2×version, 2×exists, 2×SELECT 1);
-               hand-off: one round trip from the same idle state, so the ratio is in round trips;
+               hand-off: one round trip from the same idle state, so the ratio is in round trips
+               (a hand-off runs from the Unlock call, the release's own round trip included);
                hot key, many keys: as many goroutines making cycles of two round trips, so the
                ratio is the share of the backend's raw capacity at that concurrency;
                semaphore: the same, for permits of a semaphore of 4 and for the same driver's
