@@ -156,7 +156,9 @@ func run() int {
 		cfg.cycles, cfg.handoffs, cfg.handoffBudget = 200, 20, 3*time.Second
 		cfg.hotDur, cfg.manyDur, cfg.baseDur = time.Second, time.Second, 200*time.Millisecond
 		cfg.leases, cfg.renewTTL = []int{2000}, time.Second
-		cfg.sustainDur = 6 * time.Second
+		if !flagSet("sustain") {
+			cfg.sustainDur = 6 * time.Second
+		}
 	}
 	for b, env := range map[string]string{"redis": "DLOCK_REDIS_ADDR", "memcached": "DLOCK_MEMCACHED_ADDR", "zookeeper": "DLOCK_ZOOKEEPER_ADDR", "postgres": "DLOCK_POSTGRES_URL", "etcd": "DLOCK_ETCD_ADDR"} {
 		if a := os.Getenv(env); a != "" {
@@ -268,6 +270,13 @@ func command() string {
 		return c + "  (" + args + ")"
 	}
 	return args
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func ints(s string) ([]int, error) {
