@@ -37,6 +37,7 @@ type waitState struct {
 	watches  []int64
 	left     bool
 	failing  time.Time // since when its steps have failed; zero after one went through
+	leaseExp time.Time // lease lasts until then at the least (zero: unknown)
 	unsure   int64     // the lease of a fastStep write of unknown outcome, revoked by the next Check
 }
 
@@ -266,10 +267,11 @@ func (d *etcdDriver) enqueue(ctx context.Context, c *conn, n names, l *driver.Le
 // entry and reads the queue and counter) and steps.
 func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState) error {
 	sec := int64(waitSeconds)
-	lease, err := d.grantLease(ctx, c, l.Owner, sec)
+	t, err := d.takeLease(ctx, c, l.Owner, sec)
 	if err != nil {
 		return d.ride(ctx, ws, err) // the next Check places it
 	}
+	lease := t.id
 	d.mu.Lock()
 	left := ws.left
 	d.mu.Unlock()
@@ -290,7 +292,7 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 		return d.adopt(ctx, c, n, l, ws, lease, resp.Responses[0].GetResponseRange().Kvs)
 	}
 	d.mu.Lock()
-	ws.create, ws.lease, ws.leaseSec, ws.failing = resp.Header.Revision, lease, sec, time.Time{}
+	ws.create, ws.lease, ws.leaseSec, ws.leaseExp, ws.failing = resp.Header.Revision, lease, sec, t.expires, time.Time{}
 	d.mu.Unlock()
 	st := parseState(n, resp.Header.Revision, resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs)
 	return d.step(ctx, c, n, l, ws, st)
@@ -317,7 +319,7 @@ func (d *etcdDriver) adopt(ctx context.Context, c *conn, n names, l *driver.Leas
 		return d.ride(ctx, ws, errPlaceLost) // gone with its lease: the next Check places it again
 	}
 	d.mu.Lock()
-	ws.create, ws.lease, ws.leaseSec, ws.failing = e.create, e.lease, ttls[e.lease], time.Time{}
+	ws.create, ws.lease, ws.leaseSec, ws.leaseExp, ws.failing = e.create, e.lease, ttls[e.lease], time.Time{}, time.Time{}
 	d.mu.Unlock()
 	st, err := d.read(ctx, c, n, ws.create)
 	if err != nil {
@@ -371,6 +373,7 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 			return err
 		}
 	}
+	sent := time.Now()
 	ttls, err := keepAlive(ctx, c, []int64{ws.lease})
 	if err != nil {
 		return d.ride(ctx, ws, err)
@@ -379,6 +382,9 @@ func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if ttls[ws.lease] <= 0 {
 		return d.requeue(ctx, c, n, l, ws)
 	}
+	d.mu.Lock()
+	ws.leaseExp = sent.Add(time.Duration(ttls[ws.lease]) * time.Second)
+	d.mu.Unlock()
 	if st == nil {
 		if st, err = d.read(ctx, c, n, ws.create); err != nil {
 			return d.ride(ctx, ws, err)

@@ -2,14 +2,17 @@ package etcd
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
@@ -107,4 +110,61 @@ func BenchmarkCycle(b *testing.B) {
 		b.Logf("%-40s %.2f per cycle", strings.TrimPrefix(m, "/etcdserverpb."), float64(got[m])/float64(b.N))
 	}
 	b.ReportMetric(float64(total)/float64(b.N), "rpcs/op")
+}
+
+// BenchmarkDriverCycle is BenchmarkCycle's cycle made on the driver
+// alone (Acquire, Release), without lock: what lock adds is the
+// difference.
+func BenchmarkDriverCycle(b *testing.B) {
+	e := testserver.SharedEtcd(b)
+	c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	d, _ := newDriver(&Options{Prefix: "dlock-bench/" + time.Now().Format("150405.000000") + "/"})
+	d.c = c
+	defer d.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := range b.N + 1 {
+		if i == 1 {
+			b.ResetTimer()
+		}
+		l := &driver.Lease{Key: "k", Owner: fmt.Sprintf("%032x", i+1), TTL: 30 * time.Second}
+		if err := d.Acquire(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMutexCycle is etcd's concurrency.Mutex on one Session, a
+// NewMutex per Lock, as bench's peer makes it.
+func BenchmarkMutexCycle(b *testing.B) {
+	e := testserver.SharedEtcd(b)
+	c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s, err := concurrency.NewSession(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		m := concurrency.NewMutex(s, "/bench-mutex/k")
+		if err := m.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/dlock-go/dlock/driver"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -212,7 +213,7 @@ func landed(kvs []*mvccpb.KeyValue, lease int64, value string) bool {
 var errDeleted = errors.New("etcd: the lease's key was deleted (expired, released through another Lease, or removed behind the lock's back)")
 
 // granted fills l for a grant made at revision rev, and watches its
-// entry from the next revision: a deletion ends the lease at once.
+// entry from the next revision (see watchHolder).
 func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev int64, t taken) {
 	l.Token, l.Data = token, t.id
 	l.Validity = t.validity(l.TTL) // a lease made in the call lasts seconds(TTL) ≥ TTL from the request
@@ -221,9 +222,28 @@ func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev int64, 
 	d.watchHolder(l, n, rev+1)
 }
 
+// holderWatchDelay is how long after a grant its entry's watch is
+// created. The watch starts at the revision after the grant, so a
+// deletion meanwhile is still seen, when it is created (etcd sends the
+// events since that revision); a grant released sooner (most, in a busy
+// lock) needs no watch at all, and costs the watch stream and etcd
+// nothing. A deletion is then reported within this delay at worst,
+// where C6 allows a renewal period and more.
+const holderWatchDelay = 100 * time.Millisecond
+
+// holderWatch is a grant's watch on its entry: a timer until it is
+// created, then its id. d.mu guards id.
+type holderWatch struct {
+	timer *time.Timer
+	id    int64
+}
+
+// watchHolder watches l's entry (n's, from revision from), from
+// holderWatchDelay on: a deletion ends the lease at once.
 func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
 	owner, lost := l.Owner, l.Lost
-	id := d.w.add(n.queue+entryName(l), "", from, func(deleted bool) {
+	key := n.queue + entryName(l)
+	fn := func(deleted bool) {
 		if !deleted {
 			return
 		}
@@ -231,22 +251,42 @@ func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
 		if lost != nil {
 			lost(errDeleted)
 		}
-	})
-	d.mu.Lock()
-	if old, ok := d.holders[owner]; ok {
-		defer d.w.remove(old)
 	}
-	d.holders[owner] = id
+	h := &holderWatch{}
+	d.mu.Lock()
+	old := d.holders[owner]
+	d.holders[owner] = h
+	h.timer = time.AfterFunc(holderWatchDelay, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.holders[owner] == h {
+			h.id = d.w.add(key, "", from, fn)
+		}
+	})
 	d.mu.Unlock()
+	if old != nil {
+		d.endHolder(old)
+	}
 }
 
 // dropHolder ends owner's watch on its entry.
 func (d *etcdDriver) dropHolder(owner string) {
 	d.mu.Lock()
-	id, ok := d.holders[owner]
+	h := d.holders[owner]
 	delete(d.holders, owner)
 	d.mu.Unlock()
-	if ok {
+	if h != nil {
+		d.endHolder(h)
+	}
+}
+
+// endHolder stops h, no longer in d.holders: its timer, or its watch.
+func (d *etcdDriver) endHolder(h *holderWatch) {
+	h.timer.Stop()
+	d.mu.Lock()
+	id := h.id
+	d.mu.Unlock()
+	if id != 0 {
 		d.w.remove(id)
 	}
 }

@@ -13,12 +13,14 @@
 // revision after the read that found them, so no departure is missed and
 // a release wakes only the next waiter; the watch event only wakes it:
 // the grant is the waiter's own transaction, which writes its token and
-// the counter only if its entry is still the one it made, on its lease,
-// and only after renewing that lease (a lease that expired while the
-// waiter was blocked ends its place: etcd-io/etcd#11456). Every holder
-// watches its own entry: a deletion (expiry, or an operator's delete)
-// ends the lease at once. docs/design.md, "etcd keys and values",
-// describes every key and value.
+// the counter only if its entry is still the one it made, on its lease
+// (a lease that expired while the waiter was blocked ends its place:
+// etcd-io/etcd#11456), and moves it to a lease sure to last the
+// validity from the call (its waiting lease renewed by the call, or one
+// of the grant's TTL). Every holder held past 100 ms watches its own
+// entry from the revision after its grant: a deletion (expiry, or an
+// operator's delete) ends the lease at once, or when the watch is made.
+// docs/design.md, "etcd keys and values", describes every key and value.
 //
 // concurrency.Mutex is not used, nor its Session: dlock needs a lease per
 // grant (each with its own TTL; Detach and Resume hand one grant over),
@@ -32,7 +34,8 @@
 // what is left of it (at least three quarters of the TTL); so an
 // uncontended Lock+Unlock is two KV/Txn requests: the grant, written
 // with no read before it when the queue is empty and the counter is
-// below the clock (fast.go), and the release. A woken exclusive waiter
+// below the clock (fast.go), and the release; a grant released within
+// 100 ms has had no watch made for it. A woken exclusive waiter
 // is granted in one KV/Txn on a spare the same way, when its entry is
 // still its own and none is ahead of it. Every other case reads first,
 // as before. A concurrency.Mutex made with MutexPrefix(K)

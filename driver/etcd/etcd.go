@@ -69,11 +69,11 @@ type etcdDriver struct {
 	clMade time.Time
 
 	mu      sync.Mutex
-	waits   map[string]*waitState // queued waits, by owner
-	pending map[string][]int64    // leases made for an attempt still under way, by owner
-	holders map[string]int64      // a grant's watch on its entry, by owner
-	spares  map[int64][]spare     // leases with no key, kept for grants, by TTL in seconds (spares.go)
-	kept    map[int64]spare       // granted leases whose expiry is known, by id
+	waits   map[string]*waitState   // queued waits, by owner
+	pending map[string][]int64      // leases made for an attempt still under way, by owner
+	holders map[string]*holderWatch // a grant's watch on its entry, by owner
+	spares  map[int64][]spare       // leases with no key, kept for grants, by TTL in seconds (spares.go)
+	kept    map[int64]spare         // granted leases whose expiry is known, by id
 	closed  bool
 }
 
@@ -99,7 +99,7 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 		wall:    time.Now,
 		waits:   map[string]*waitState{},
 		pending: map[string][]int64{},
-		holders: map[string]int64{},
+		holders: map[string]*holderWatch{},
 		spares:  map[int64][]spare{},
 		kept:    map[int64]spare{},
 	}
@@ -192,6 +192,9 @@ func (d *etcdDriver) client() (*conn, error) {
 func (d *etcdDriver) Close() error {
 	d.mu.Lock()
 	d.closed = true
+	for _, h := range d.holders {
+		h.timer.Stop()
+	}
 	d.mu.Unlock()
 	d.cmu.Lock()
 	defer d.cmu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -56,18 +57,13 @@ func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.
 	}
 	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holdsOf(l)}
 	key, value := n.queue+entryName(l), v.String()
-	txn := func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return c.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(n.queue).WithPrefix(), "=", 0),
-			clientv3.Compare(clientv3.Value(n.counter), "<", counterValue(token)),
-		).Then(
-			clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(t.id))),
-			clientv3.OpPut(n.counter, counterValue(token), clientv3.WithLease(clientv3.LeaseID(cl))),
-		).Else(
-			clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-			clientv3.OpGet(n.counter),
-		).Commit()
+	cv := counterValue(token)
+	req := &pb.TxnRequest{
+		Compare: []*pb.Compare{cmpCreate(n.queue, clientv3.GetPrefixRangeEnd(n.queue), pb.Compare_EQUAL, 0), cmpValueLess(n.counter, cv)},
+		Success: []*pb.RequestOp{opPut(key, value, t.id), opPut(n.counter, cv, cl)},
+		Failure: []*pb.RequestOp{opQueue(n.queue, 0), opGet(n.counter)},
 	}
+	txn := func(ctx context.Context) (*clientv3.TxnResponse, error) { return c.txn(ctx, req) }
 	resp, rev, tries, err := fastTxn(ctx, txn, key, t.id, value)
 	switch {
 	case isLeaseNotFound(err):
@@ -144,20 +140,18 @@ func (d *etcdDriver) fastStep(ctx context.Context, c *conn, n names, l *driver.L
 	key := n.queue + ws.name
 	v := entryValue{mode: l.Mode, limit: l.Limit, token: token, since: now}
 	value := v.String()
-	txn := func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return c.Txn(ctx).If(
-			clientv3.Compare(clientv3.CreateRevision(key), "=", ws.create),
-			clientv3.Compare(clientv3.LeaseValue(key), "=", ws.lease),
-			clientv3.Compare(clientv3.CreateRevision(n.queue).WithPrefix(), ">", ws.create-1), // none created before it
-			clientv3.Compare(clientv3.Value(n.counter), "<", counterValue(token)),
-		).Then(
-			clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(t.id))),
-			clientv3.OpPut(n.counter, counterValue(token), clientv3.WithLease(clientv3.LeaseID(cl))),
-		).Else(
-			clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithMaxCreateRev(ws.create)),
-			clientv3.OpGet(n.counter),
-		).Commit()
+	cv := counterValue(token)
+	req := &pb.TxnRequest{
+		Compare: []*pb.Compare{
+			cmpCreate(key, "", pb.Compare_EQUAL, ws.create),
+			cmpLease(key, ws.lease),
+			cmpCreate(n.queue, clientv3.GetPrefixRangeEnd(n.queue), pb.Compare_GREATER, ws.create-1), // none created before it
+			cmpValueLess(n.counter, cv),
+		},
+		Success: []*pb.RequestOp{opPut(key, value, t.id), opPut(n.counter, cv, cl)},
+		Failure: []*pb.RequestOp{opQueue(n.queue, ws.create), opGet(n.counter)},
 	}
+	txn := func(ctx context.Context) (*clientv3.TxnResponse, error) { return c.txn(ctx, req) }
 	resp, rev, tries, err := fastTxn(ctx, txn, key, t.id, value)
 	switch {
 	case isLeaseNotFound(err):
@@ -169,6 +163,9 @@ func (d *etcdDriver) fastStep(ctx context.Context, c *conn, n names, l *driver.L
 	case rev != 0:
 		d.endWait(l.Owner, ws)
 		d.granted(l, n, token, rev, t)
+		if !ws.leaseExp.IsZero() { // the entry left it: the waiting lease has no key
+			d.putBack(l.Owner, taken{id: ws.lease, sec: ws.leaseSec, expires: ws.leaseExp})
+		}
 		return true, nil, nil
 	case tries > 1:
 		ws.unsure = t.id // an earlier try may land later: the next Check revokes it first

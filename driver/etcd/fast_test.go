@@ -53,6 +53,9 @@ func TestUncontendedCycleRequests(t *testing.T) {
 		if got["/etcdserverpb.KV/Txn"] != 2 || got["/etcdserverpb.Lease/LeaseGrant"] != 0 || got["/etcdserverpb.Lease/LeaseRevoke"] != 0 {
 			t.Fatalf("cycle %d: %v; want 2 KV/Txn and no lease request", i, got)
 		}
+		if got["/etcdserverpb.Watch/Watch send"] != 0 {
+			t.Fatalf("cycle %d: %v; a grant released within %v needs no watch", i, got, holderWatchDelay)
+		}
 	}
 }
 
@@ -235,4 +238,28 @@ func TestFastGrantLostReply(t *testing.T) {
 		t.Errorf("after every Unlock, %d entries are left: %s", len(r.Kvs), r.Kvs[0].Key)
 	}
 	t.Logf("%d fast grant replies lost", p.lost.Load())
+}
+
+// TestDeletedBeforeItsWatch: a grant's entry deleted before its watch is
+// created (holderWatchDelay) ends the lease when the watch is made (it
+// starts at the grant's next revision), not at the next renewal.
+func TestDeletedBeforeItsWatch(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	l := newTestLocker(t, e.Endpoints(), &Options{Prefix: prefix, Options: lock.Options{TTL: 30 * time.Second}}, &netCut{})
+	raw := rawClient(t, e.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := l.Lock(ctx, "deleted-early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Delete(ctx, prefix+"q/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(holderWatchDelay + 2*time.Second): // renewal comes at ~10s
+		t.Fatalf("Done still open %v after the entry was deleted, %v after the grant", holderWatchDelay+2*time.Second, holderWatchDelay)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -31,8 +32,10 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 	leases := slices.Clone(d.pending[l.Owner])
 	d.mu.Unlock()
 	key := n.queue + entryName(l)
-	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
-		Then(clientv3.OpDelete(key, clientv3.WithPrevKV())).Commit()
+	resp, err := c.txn(ctx, &pb.TxnRequest{
+		Compare: []*pb.Compare{cmpCreate(key, "", pb.Compare_GREATER, 0)},
+		Success: []*pb.RequestOp{opDelete(key, true)},
+	})
 	if err != nil {
 		return err
 	}

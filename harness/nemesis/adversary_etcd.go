@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/harness/chaos"
 	"github.com/dlock-go/dlock/lock"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -40,6 +41,7 @@ type etcdAdversary struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	counts map[string]int
+	leases map[int64]string // the entry each lease was last read on (see spares)
 }
 
 const etcdPrefix = "nemesis/"
@@ -57,7 +59,7 @@ func (r *run) startEtcdAdversary() *etcdAdversary {
 		r.problem("adversary: %v", err)
 		return nil
 	}
-	a := &etcdAdversary{r: r, c: c, lk: lk, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(r.cfg.Seed, 17)), counts: map[string]int{}}
+	a := &etcdAdversary{r: r, c: c, lk: lk, stop: make(chan struct{}), rng: rand.New(rand.NewPCG(r.cfg.Seed, 17)), counts: map[string]int{}, leases: map[int64]string{}}
 	if err := a.checkRights(); err != nil {
 		a.close()
 		r.problem("adversary: %v", err)
@@ -156,6 +158,7 @@ func (a *etcdAdversary) try() {
 		return // a fault under way
 	}
 	a.count("read")
+	a.spares(resp.Kvs)
 	kv := resp.Kvs[a.rng.IntN(len(resp.Kvs))]
 	key := string(kv.Key)
 	var what string
@@ -242,5 +245,31 @@ func (a *etcdAdversary) revoke(ctx context.Context, key string, lease, read int6
 		a.count("revoke-unclear")
 	default:
 		a.count("revoke-empty")
+	}
+}
+
+// spares counts the entries read on a lease that an earlier read found
+// on another entry ("lease-reused"): a released grant's lease kept as a
+// spare and granted again (driver/etcd's spares.go), which the reader
+// may revoke while it has no key (revoke-empty); "lease-reused-by-waiter"
+// when the entry was written before (a waiter's place) and now holds a
+// token: a queued waiter's grant moved onto a spare (fast.go's fastStep).
+func (a *etcdAdversary) spares(kvs []*mvccpb.KeyValue) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.leases) > 100000 {
+		clear(a.leases)
+	}
+	for _, kv := range kvs {
+		if kv.Lease == 0 || !strings.HasPrefix(string(kv.Key), etcdPrefix+"q/") {
+			continue
+		}
+		if prev, ok := a.leases[kv.Lease]; ok && prev != string(kv.Key) {
+			a.counts["lease-reused"]++
+			if f := strings.Fields(string(kv.Value)); kv.CreateRevision != kv.ModRevision && len(f) >= 5 && f[3] != "0" {
+				a.counts["lease-reused-by-waiter"]++ // a queued entry granted onto a spare
+			}
+		}
+		a.leases[kv.Lease] = string(kv.Key)
 	}
 }
