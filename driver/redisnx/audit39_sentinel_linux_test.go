@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver/rediswatch"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -41,6 +42,19 @@ func TestAudit39SentinelFailoverLanes(t *testing.T) {
 	if os.Getenv("DLOCK_AUDIT39_OPEN") != "1" {
 		t.Skip("open finding (see the audit 39 report); DLOCK_AUDIT39_OPEN=1 runs it")
 	}
+	t.Run("redisnx", func(t *testing.T) {
+		failoverLanes(t, func(c redis.UniversalClient, o *Options) lock.Locker { return newTestLocker(t, c, o) })
+	})
+	t.Run("rediswatch", func(t *testing.T) {
+		failoverLanes(t, func(c redis.UniversalClient, o *Options) lock.Locker {
+			l := rediswatch.New(c, o)
+			t.Cleanup(func() { l.Close() })
+			return l
+		})
+	})
+}
+
+func failoverLanes(t *testing.T, newLocker func(redis.UniversalClient, *Options) lock.Locker) {
 	primary := testserver.StartRedis(t, nil)
 	primary.RequireFaults(t)
 	host, port, _ := net.SplitHostPort(primary.Addr())
@@ -65,7 +79,7 @@ func TestAudit39SentinelFailoverLanes(t *testing.T) {
 	}
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "audit39", SentinelAddrs: []string{sentinel}, PoolSize: 4})
 	t.Cleanup(func() { fc.Close() })
-	l := newTestLocker(t, fc, &Options{Options: lock.Options{TTL: 10 * time.Second}})
+	l := newLocker(fc, &Options{Options: lock.Options{TTL: 10 * time.Second}})
 	base := testKey(t)
 	// Open every lane: four calls at once, a few times.
 	var wg sync.WaitGroup
@@ -108,7 +122,7 @@ func TestAudit39SentinelFailoverLanes(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the clients hear +switch-master
 	fc2 := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "audit39", SentinelAddrs: []string{sentinel}})
 	t.Cleanup(func() { fc2.Close() })
-	l2 := newTestLocker(t, fc2, &Options{Options: lock.Options{TTL: 10 * time.Second}})
+	l2 := newLocker(fc2, &Options{Options: lock.Options{TTL: 10 * time.Second}})
 	k := base + "/split"
 	if fc.Ping(ctx).Err() != nil || fc.Set(ctx, base+"/base-client", "1", time.Minute).Err() != nil {
 		t.Fatal("the failover client's own pool cannot write")
