@@ -273,9 +273,11 @@ func TestAudit39RandomAborts(t *testing.T) {
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
 	chaos.Add(1)
+	maxOpen := 0
 	go func() { // the network's faults
 		defer chaos.Done()
 		for {
+			maxOpen = max(maxOpen, proxy.Open())
 			select {
 			case <-stop:
 				proxy.HoldReq.Store(false)
@@ -342,7 +344,12 @@ func TestAudit39RandomAborts(t *testing.T) {
 			t.Logf("Close: %v", err)
 		}
 	}
-	t.Logf("%d grants", wit.grants)
+	t.Logf("%d grants; at most %d connections open at once", wit.grants, maxOpen)
+	// Per Locker: its lanes and its client's pool (6 each), its
+	// subscription, and a few being closed.
+	if maxOpen > 4*(6+6+1)+8 {
+		t.Errorf("%d connections open at once: the lanes are not bounded by the pool size", maxOpen)
+	}
 	for _, b := range wit.bad {
 		t.Error(b)
 	}
