@@ -416,3 +416,86 @@ func BenchmarkRefreshBatch(b *testing.B) {
 	b.ReportMetric(median(ops), "ns/op")
 	b.ReportMetric(median(ops)/median(pings), "pings")
 }
+
+// BenchmarkHotKey is the bench's hot key in one process: 32 contenders,
+// each with a client and a Locker of its own, take turns on one key until
+// b.N grants were made; it reports grants/s (for a CPU profile of the
+// client's work per grant: -cpuprofile). Its waits step inline (inline),
+// or with the follow-up's goroutine (follow: list.go).
+func BenchmarkHotKey(b *testing.B) {
+	for _, inline := range []bool{true, false} {
+		name := map[bool]string{true: "inline", false: "follow"}[inline]
+		b.Run(name, func(b *testing.B) { benchHotKey(b, inline) })
+	}
+}
+
+func benchHotKey(b *testing.B, inline bool) {
+	const contenders = 32
+	ctx := context.Background()
+	key := benchKey("hot")
+	lockers := make([]lock.Locker, contenders)
+	for i := range lockers {
+		core, lo := redisx.NewCore("redisnx", benchClient(b), nil, false)
+		d := newDriver(core)
+		d.inline = inline
+		lockers[i] = lock.New(d, lo)
+	}
+	b.Cleanup(func() {
+		for _, l := range lockers {
+			l.Close()
+		}
+	})
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	info := benchClient(b)
+	cpu0 := serverCPU(b, info)
+	var ru0 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.ResetTimer()
+	start := time.Now()
+	done := make(chan error, contenders)
+	for _, lk := range lockers {
+		go func() {
+			for left.Add(-1) >= 0 {
+				l, err := lk.Lock(ctx, key)
+				if err != nil {
+					done <- err
+					return
+				}
+				if err := l.Unlock(ctx); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range contenders {
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "grants/s")
+	var ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "client-µs/grant")
+	b.ReportMetric(float64((serverCPU(b, info)-cpu0).Microseconds())/float64(b.N), "server-µs/grant")
+}
+
+// serverCPU is the Redis server's CPU time so far (INFO cpu).
+func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+	var total float64
+	for _, line := range strings.Split(c.Info(context.Background(), "cpu").Val(), "\r\n") {
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				x, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += x
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}

@@ -160,7 +160,19 @@ func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker 
 func testDriver(client redis.UniversalClient) *redisDriver {
 	core, _ := redisx.NewCore("redisnx", client, nil, false)
 	hookLanes(client, core.Lanes)
-	return newDriver(core)
+	d := newDriver(core)
+	d.inline = false // the follow-up's goroutine: tests step it by hand
+	return d
+}
+
+// inlineDriver is testDriver with inline steps (inline.go), as New makes
+// it over a *redis.Client.
+func inlineDriver(t testing.TB, client *redis.Client) *redisDriver {
+	d := testDriver(client)
+	if d.inline = d.Lanes.Prompt(); !d.inline {
+		t.Fatal("no lanes over a *redis.Client")
+	}
+	return d
 }
 
 // laneHooks are the hooks tests put on a client for the lanes of the

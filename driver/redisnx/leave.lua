@@ -7,11 +7,13 @@
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] tombstone of this
 -- attempt, KEYS[4] queue, KEYS[5] queue entries, KEYS[6] readers;
--- KEYS[7], when the waiter may be blocked on it, its grant list (see
--- prelude.lua), to which it pushes "x": that unblocks the BLPOP
+-- KEYS[7], when the waiter may be blocked on it, or its wait stepped
+-- inline, its grant list (see prelude.lua)
 -- ARGV[1] owner token, ARGV[2] release channel, ARGV[3] tombstone lifetime
 -- in ms (0: none; the driver leaves one on every Leave, since a request of
--- the waiter's may still be on its way, so that the copy changes nothing)
+-- the waiter's may still be on its way, so that the copy changes nothing);
+-- ARGV[4] "x" to push "x" to KEYS[7], which unblocks a follow-up's BLPOP,
+-- "d" to delete KEYS[7] (an inline step's BLPOP ended with its connection)
 --
 -- A grant handed to the owner meanwhile (pushed to its grant list or not)
 -- is passed on here: the server's state, not the list, says who holds.
@@ -20,7 +22,9 @@
 if tonumber(ARGV[3]) > 0 then
   redis.call('SET', KEYS[3], '', 'PX', ARGV[3])
 end
-if KEYS[7] then
+if KEYS[7] and ARGV[4] == 'd' then
+  redis.call('DEL', KEYS[7])
+elseif KEYS[7] then
   redis.call('RPUSH', KEYS[7], 'x')
   redis.call('PEXPIRE', KEYS[7], LIST_LIFE_MS)
 end

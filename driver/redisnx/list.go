@@ -24,6 +24,10 @@ import (
 // list already, or a reply that does not parse, only wakes the waiter,
 // whose next step reads the grant from the server.)
 //
+// Over lanes (driver.Prompt) a wait has no follow-up goroutine: each of
+// its steps sends the LLEN, wait.lua and the BLPOP in one pipeline
+// (inline.go). Otherwise:
+//
 // A follow-up holds one connection of the client's pool while it blocks.
 // A Locker runs at most half the pool's size at once (blockers); a wait
 // beyond that, or over a client whose read timeout is shorter than a
@@ -47,6 +51,9 @@ type follow struct {
 	running atomic.Bool   // the goroutine may be blocked on the list
 	done    atomic.Bool   // the wait ended
 	got     atomic.Pointer[pushed]
+
+	blocking atomic.Bool // an inline step is under way (inline.go)
+	kicking  atomic.Bool // a kick's push is under way
 }
 
 // pushed is a grant taken from the grant list: its token, and a moment

@@ -32,9 +32,10 @@ import (
 type waiting struct {
 	w      *redisx.Waiter
 	keys   *keyNames
-	f      *follow   // the follow-up on the wait's grant list, or nil
-	since  time.Time // when w was registered
-	queued bool      // wait.lua has run: l is in the queue
+	f      *follow       // the follow-up on the wait's grant list, or nil
+	since  time.Time     // when w was registered
+	block  time.Duration // an inline step's BLPOP timeout (inline.go)
+	queued bool          // wait.lua has run: l is in the queue
 }
 
 // errAbandoned: wait.lua found the attempt's tombstone. Only a clean-up of
@@ -64,7 +65,13 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	if err != nil {
 		return fmt.Errorf("redisnx: wait: %w", err)
 	}
-	s := &waiting{w: w, keys: keys, f: newFollow(d.blockers, keys, l.Owner, wake), since: time.Now()}
+	s := &waiting{w: w, keys: keys, f: newFollow(d.blockers, keys, l.Owner, wake), since: time.Now(), block: min(blockFor, l.TTL)}
+	if hint > 0 {
+		s.block = min(s.block, hint+minBlock)
+	}
+	if f := s.f; f != nil && d.inline {
+		w.OnWake(func() { f.kick(d.Client) })
+	}
 	l.Data = s
 	if !confirmed {
 		if hint <= 0 || hint > redisx.ConfirmWait {
@@ -101,6 +108,9 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 // wait runs wait.lua: it queues the waiter or renews its entry, and takes
 // the key if it was handed to the waiter or is free for it.
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
+	if d.inline && s.f != nil {
+		return d.waitInline(ctx, l, s)
+	}
 	px, validity := ms(l.TTL)
 	res, err := waitScript.Run(ctx, d.Lanes, s.f.waitKeys(s.keys), l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), nonceOf(s.f)).Int64Slice()
 	switch {
@@ -150,7 +160,11 @@ func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	}
 	px, _ := ms(l.TTL)
 	voidPX := max(px, redisx.EntryLifeMS)
-	if err := leaveScript.Run(ctx, d.Lanes, f.waitKeys(keys), l.Owner, keys[6], voidPX).Err(); err != nil {
+	lkeys, list := f.waitKeys(keys), argPush
+	if d.inline && f != nil { // no BLPOP is blocked: delete the list
+		lkeys, list = f.keys[:], argDelete
+	}
+	if err := leaveScript.Run(ctx, d.Lanes, lkeys, l.Owner, keys[6], voidPX, list).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
 	}
 	return nil

@@ -1,6 +1,7 @@
 package redisnx
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -35,6 +36,10 @@ func New(client redis.UniversalClient, o *Options) lock.Locker {
 type redisDriver struct {
 	redisx.Core
 	blockers chan struct{} // the grant lists' follow-ups (list.go)
+	inline   bool          // waits with grant lists step inline (inline.go)
+	// waitLoaded: the server answered wait.lua's EVAL or EVALSHA: inline
+	// steps send EVALSHA (inline.go).
+	waitLoaded atomic.Bool
 }
 
 var (
@@ -52,7 +57,7 @@ func (d *redisDriver) Name() string { return "redisnx" } // the dlock.driver att
 func newDriver(c redisx.Core) *redisDriver {
 	c.SharedLeases = true
 	c.Permits = true
-	return &redisDriver{Core: c, blockers: newBlockers(c.Client)}
+	return &redisDriver{Core: c, blockers: newBlockers(c.Client), inline: c.Lanes.Prompt()}
 }
 
 // ms is a TTL in whole milliseconds, as PX applies it, and that duration.

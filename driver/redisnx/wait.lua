@@ -15,8 +15,10 @@
 -- KEYS[1] .. ":s"), "x" otherwise; ARGV[6] the wait's NONCE, which names
 -- its grant list (P{K}:g:OWNER:NONCE), or "0" for none (see prelude.lua)
 --
--- A run that grants the owner the key pushes "x" to KEYS[7], which
--- unblocks the waiter's BLPOP.
+-- A run that ends the wait (a grant, {0, 0}, {3, M}) pushes "x" to
+-- KEYS[7] when the list is empty, which unblocks the waiter's BLPOP (a
+-- follow-up's, or the one pipelined behind this run: driver inline.go); a
+-- list that holds something unblocks it already.
 -- Returns {1, token} when the owner has the key: granted by this run, or
 -- handed over by a release before it (the message on the inbox only wakes
 -- the waiter, and grants nothing: this run finds the key its own, extends
@@ -30,7 +32,7 @@
 
 local owner = ARGV[1]
 local function unblock()
-  if KEYS[7] then
+  if KEYS[7] and redis.call('LLEN', KEYS[7]) == 0 then
     redis.call('RPUSH', KEYS[7], 'x')
     redis.call('PEXPIRE', KEYS[7], LIST_LIFE_MS)
   end
@@ -39,6 +41,7 @@ local shared = ARGV[5] == 's'
 local limit = string.match(ARGV[5] or '', '^p(%d+)$') -- "pN"
 limit = limit and tonumber(limit)
 if redis.call('EXISTS', KEYS[3]) == 1 then
+  unblock()
   return {0, 0}
 end
 local cur = current(KEYS[1], KEYS[6])
@@ -57,6 +60,7 @@ if limit then
     local score = redis.call('ZSCORE', s, owner)
     mine = score and tonumber(score) >= now_ms()
     if not mine and held ~= limit then
+      unblock()
       return {3, held}
     end
   end
@@ -85,6 +89,7 @@ if not redis.call('ZSCORE', KEYS[4], owner) then
   if limit then
     local queued = queued_limit(KEYS[4], KEYS[5], math.floor(now / 1000))
     if queued and queued ~= limit then
+      unblock()
       return {3, queued}
     end
   end

@@ -117,7 +117,13 @@ type Waiter struct {
 	owner string
 	wake  chan<- struct{}
 	news  atomic.Bool
+	woken atomic.Pointer[func()] // OnWake's f
 }
+
+// OnWake has f called, on the notifier's goroutine, after each wake-up
+// of w (f must not block): for a driver whose step blocks on the server
+// and must be told to return.
+func (w *Waiter) OnWake(f func()) { w.woken.Store(&f) }
 
 // Queue registers the queued waiter owner of the lock key lk.
 func (n *Notifier) Queue(lk, owner string, wake chan<- struct{}) (*Waiter, error) {
@@ -158,6 +164,9 @@ func (w *Waiter) signal() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
+	}
+	if f := w.woken.Load(); f != nil {
+		(*f)()
 	}
 }
 
