@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock/driver/rediswatch"
 	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -249,15 +250,32 @@ func (w *witness) leave(le *lock.Lease) {
 // nothing is left: no lock key or queue, every other name with a TTL, no
 // connection open through the proxy, no goroutine.
 func TestAudit39RandomAborts(t *testing.T) {
+	dur := 8 * time.Second
+	if testing.Short() {
+		dur = 3 * time.Second
+	}
+	t.Run("plain", func(t *testing.T) {
+		randomAborts(t, sharedClient(t, nil), func(addr string) *redis.Options { return &redis.Options{Addr: addr, PoolSize: 6} }, dur)
+	})
+	t.Run("tls", func(t *testing.T) {
+		r := testserver.StartRedis(t, &testserver.RedisOptions{TLS: &testserver.TLSOptions{}})
+		admin := redis.NewClient(&redis.Options{Addr: r.Addr(), TLSConfig: r.TLS.ClientConfig()})
+		t.Cleanup(func() { admin.Close() })
+		randomAborts(t, admin, func(addr string) *redis.Options {
+			return &redis.Options{Addr: addr, PoolSize: 6, TLSConfig: r.TLS.ClientConfig()}
+		}, dur/2)
+	})
+}
+
+func randomAborts(t *testing.T, admin *redis.Client, opts func(addr string) *redis.Options, dur time.Duration) {
 	base := leakcheck.Take()
-	admin := sharedClient(t, nil)
 	proxy := startAuditProxy(t, admin.Options().Addr)
 	keys := []string{testKey(t) + "/a", testKey(t) + "/b"}
 	wit := newWitness()
 	var clients []*redis.Client
 	var lockers []lock.Locker
 	for i := range 4 {
-		c := redis.NewClient(&redis.Options{Addr: proxy.Addr(), PoolSize: 6})
+		c := redis.NewClient(opts(proxy.Addr()))
 		clients = append(clients, c)
 		o := &Options{Options: lock.Options{TTL: 2 * time.Second}}
 		if i%2 == 0 {
@@ -265,10 +283,6 @@ func TestAudit39RandomAborts(t *testing.T) {
 		} else {
 			lockers = append(lockers, rediswatch.New(c, o))
 		}
-	}
-	dur := 8 * time.Second
-	if testing.Short() {
-		dur = 3 * time.Second
 	}
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
