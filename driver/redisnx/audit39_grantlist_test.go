@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -157,17 +158,33 @@ func TestAudit39HeldGrantReplyAfterGiveUp(t *testing.T) {
 // TestAudit39FIFO32: 32 contenders from 4 Lockers (pools of 8: some waits
 // have a grant list, the others are woken on their inbox) queue in a known
 // order behind a holder, and are granted in that order, with rising
-// tokens.
+// tokens; on one server (inline steps on lanes) and on a Cluster (the
+// follow-up goroutines), whose Lockers, once closed, leave no goroutine.
 func TestAudit39FIFO32(t *testing.T) {
-	admin := sharedClient(t, nil)
+	t.Run("single", func(t *testing.T) {
+		addr := sharedClient(t, nil).Options().Addr
+		fifo32(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr, PoolSize: 8}) })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		addrs := sharedCluster(t).Options().Addrs
+		fifo32(t, func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: 8})
+		})
+	})
+}
+
+func fifo32(t *testing.T, newClient func() redis.UniversalClient) {
+	base := leakcheck.Take()
 	var ls []lock.Locker
+	var cs []redis.UniversalClient
 	for range 4 {
-		c := redis.NewClient(&redis.Options{Addr: admin.Options().Addr, PoolSize: 8})
-		t.Cleanup(func() { c.Close() })
-		ls = append(ls, newTestLocker(t, c, nil))
+		c := newClient()
+		cs = append(cs, c)
+		ls = append(ls, New(c, nil))
 	}
 	ctx := tctx(t, 120*time.Second)
 	k := testKey(t)
+	q := lockKey(DefaultPrefix, k) + queueSuffix
 	h, err := ls[0].TryLock(ctx, k)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +208,9 @@ func TestAudit39FIFO32(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			le.Unlock(ctx)
 		}()
-		queuedN(t, admin, k, int64(i+1))
+		if !eventually(10*time.Second, func() bool { return cs[0].ZCard(ctx, q).Val() == int64(i+1) }) {
+			t.Fatalf("contender %d not queued", i)
+		}
 	}
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -202,6 +221,11 @@ func TestAudit39FIFO32(t *testing.T) {
 			t.Fatalf("grant order %v, tokens %v", order, toks)
 		}
 	}
+	for i, l := range ls {
+		l.Close()
+		cs[i].Close()
+	}
+	leakcheck.Verify(t, base)
 }
 
 // TestAudit39RestartMidBLPOP: three waiters block on their grant lists
