@@ -84,6 +84,14 @@
 // TTL and takes the token the release recorded; a forged, replayed or
 // stale message gets it nothing while another client holds the key.
 //
+// Most waiters get the grant with no message: the release pushes it to a
+// list of the wait's own, P{K}:g:OWNER:NONCE, on which the waiter blocks
+// with BLPOP. Over a *redis.Client each step of the wait is one pipeline
+// on the caller's goroutine (LLEN, the wait script, BLPOP), so a queued
+// grant costs the waiter one round trip; over a Cluster or Ring a
+// goroutine per wait blocks on the list. A Locker blocks at most half its
+// client's pool size; its other waits are woken on the inbox.
+//
 //   - TryLock never queues, and is fair to the queue: a free key with live
 //     waiters queued goes to the first of them, and TryLock is refused.
 //   - A Lock given a retry strategy (lock.Options.Retry, lock.WithRetry)
