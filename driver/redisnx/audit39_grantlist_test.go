@@ -358,3 +358,42 @@ func TestAudit39PatternWriterForgesGrant(t *testing.T) {
 	cancel()
 	h.Unlock(ctx)
 }
+
+// TestAudit39ExpiryHandOver: no one releases; each holder's grant expires
+// (no renewal) while three waiters, queued in a known order, block in
+// their steps. The head waiter's step must find the expiry soon after it
+// (its BLPOP waits for the holder's PTTL at most) and take the key, then
+// the next after that grant expires, in order, with rising tokens.
+func TestAudit39ExpiryHandOver(t *testing.T) {
+	admin := sharedClient(t, nil)
+	const ttl = 600 * time.Millisecond
+	l := newTestLocker(t, sharedClient(t, nil), &Options{Options: lock.Options{TTL: ttl, DisableAutoRenew: true}})
+	ctx := tctx(t, 30*time.Second)
+	k := testKey(t)
+	h, err := l.TryLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []<-chan lockResult
+	for i := range 3 {
+		res = append(res, lockAsync(ctx, l, k))
+		queuedN(t, admin, k, int64(i+1))
+	}
+	prev, expires := h.Token(), h.Deadline()
+	for i, ch := range res {
+		select {
+		case r := <-ch:
+			if r.err != nil || r.le.Token() <= prev {
+				t.Fatalf("waiter %d: %v, token %d after %d", i, r.err, r.le.Token(), prev)
+			}
+			late := r.at.Sub(expires)
+			t.Logf("waiter %d granted %v after the previous grant's deadline", i, late.Round(time.Millisecond))
+			if late > 500*time.Millisecond {
+				t.Errorf("waiter %d granted %v after the previous grant expired", i, late)
+			}
+			prev, expires = r.le.Token(), r.le.Deadline()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("waiter %d not granted within 5s", i)
+		}
+	}
+}
