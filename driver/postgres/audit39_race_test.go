@@ -176,7 +176,7 @@ func summary(w *witness) string {
 // the row's grant on one hot key: an external witness sees one
 // exclusive holder at a time, tokens rising, holds_grant true for each.
 func TestAudit39HotKeyWitness(t *testing.T) {
-	url := serverURL(t)
+	url := envDB(t, "audit39_witness")
 	raw := rawPool(t, url)
 	w := hammer(t, raw, func(int) lock.Locker { return newTestLocker(t, url, nil, &netCut{}) }, 6, auditKey("audit39-hot"), 8*time.Second)
 	t.Log(summary(w))

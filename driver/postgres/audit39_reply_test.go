@@ -135,7 +135,7 @@ func dropperLocker(t testing.TB, url string, p *replyDropper, o *Options) lock.L
 // takes nothing from the next holder.
 func TestAudit39LostFastPathReply(t *testing.T) {
 	ctx := tctx(t, time.Minute)
-	url := serverURL(t)
+	url := envDB(t, "audit39_lost")
 	raw := rawPool(t, url)
 	other := newTestLocker(t, url, nil, &netCut{})
 	p := newReplyDropper(t, serverAddr(t, url))

@@ -200,7 +200,7 @@ func TestAudit39FastPathRefusesOtherIsolation(t *testing.T) {
 // (true), a non-holder's release (changes nothing), and tokens rising
 // through all of them.
 func TestAudit39HoldsGrantAcrossGrants(t *testing.T) {
-	u := serverURL(t)
+	u := envDB(t, "audit39_holds")
 	raw := rawPool(t, u)
 	ctx := tctx(t, time.Minute)
 	a := newTestLocker(t, u, nil, &netCut{})
