@@ -36,7 +36,8 @@ type audit39Hold struct {
 	closed chan time.Time
 }
 
-func newAudit39Hold(t *testing.T, ttl time.Duration) *audit39Hold {
+// newAudit39Hold grants A on a spare made age before.
+func newAudit39Hold(t *testing.T, ttl, age time.Duration) *audit39Hold {
 	t.Helper()
 	e := testserver.SharedEtcd(t)
 	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
@@ -54,6 +55,7 @@ func newAudit39Hold(t *testing.T, ttl time.Duration) *audit39Hold {
 		t.Fatal(err)
 	}
 	warm.Unlock(ctx)
+	time.Sleep(age)
 	h.lease, err = h.a.Lock(ctx, h.key)
 	h.grant = time.Now()
 	if err != nil {
@@ -110,7 +112,7 @@ func (h *audit39Hold) waitDone(d time.Duration) (time.Time, bool) {
 // deletion, and A's Done close within the delay and a round trip, with
 // renewal off (nothing else would end it before its deadline).
 func TestAudit39DeleteWithinWatchDelay(t *testing.T) {
-	h := newAudit39Hold(t, 20*time.Second)
+	h := newAudit39Hold(t, 20*time.Second, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := h.raw.Delete(ctx, h.entry); err != nil {
@@ -139,7 +141,7 @@ func TestAudit39DeleteWithinWatchDelay(t *testing.T) {
 // and the compaction, and Done closed within milliseconds.
 func TestAudit39DeleteThenCompactWithinWatchDelay(t *testing.T) {
 	audit39Open(t)
-	h := newAudit39Hold(t, 20*time.Second)
+	h := newAudit39Hold(t, 20*time.Second, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := h.raw.Delete(ctx, h.entry); err != nil {
@@ -167,10 +169,10 @@ func TestAudit39DeleteThenCompactWithinWatchDelay(t *testing.T) {
 // TestAudit39CrashWithinWatchDelay: A's Locker is cut off a few
 // milliseconds after the grant (no watch yet, none ever to be made):
 // A's Done must close, at its deadline, before B is granted on the
-// lease's expiry. A's grant is on a spare, whose validity is what is
-// left of it.
+// lease's expiry. A's grant is on a spare made 0.7 s before, whose
+// validity is what is left of it.
 func TestAudit39CrashWithinWatchDelay(t *testing.T) {
-	h := newAudit39Hold(t, 3*time.Second)
+	h := newAudit39Hold(t, 3*time.Second, 700*time.Millisecond)
 	c, _ := cuts.Load(h.a)
 	c.(*netCut).setDown(true)
 	granted, doneAt, before := h.contend(t)
