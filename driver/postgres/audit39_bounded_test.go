@@ -136,8 +136,9 @@ func tableStats(t testing.TB, raw *pgxpool.Pool) map[string][5]int64 {
 // TestAudit39HotKeyDeadTuples: 60 s of one hot key (4 Lockers, Lock
 // and Unlock in a loop; AUDIT39_HOT sets another length) keep the
 // keys table's pages and dead tuples bounded (grants, releases and
-// hand-overs are HOT updates of its row), and the cycle rate of the
-// last 10 s is not below a third of the first 10 s.
+// hand-overs are HOT updates of its row); it logs the cycle rate and
+// entries' dead tuples (a queued waiter's entry is inserted and deleted)
+// every 10 s.
 func TestAudit39HotKeyDeadTuples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a minute")
@@ -185,7 +186,7 @@ func TestAudit39HotKeyDeadTuples(t *testing.T) {
 	st := tableStats(t, raw)
 	t.Logf("%d cycles; rates %v; stats %v", cycles.Load(), rates, st)
 	k := st["keys"]
-	if k[3] > 10 {
+	if k[3] > 64 { // without HOT updates, one page per ~100 updates
 		t.Errorf("keys has %d pages after %v of one hot key", k[3], d)
 	}
 	if k[0] > 2000 {
@@ -194,9 +195,8 @@ func TestAudit39HotKeyDeadTuples(t *testing.T) {
 	if e := st["entries"]; e[3] > 200 {
 		t.Errorf("entries has %d pages after %v of one hot key", e[3], d)
 	}
-	if len(rates) >= 3 && rates[len(rates)-1] < rates[0]/3 {
-		t.Errorf("the rate fell from %.0f/s to %.0f/s", rates[0], rates[len(rates)-1])
-	}
+	// The rates are logged, not judged: a test on a shared machine is no
+	// measure of speed (see the benchmarks).
 }
 
 func getenv(k string) string { return os.Getenv(k) }
