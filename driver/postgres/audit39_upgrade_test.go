@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -130,5 +131,105 @@ func TestAudit39UpgradeBlockedV2Step(t *testing.T) {
 	t.Logf("version 3 token %d; version 2 step: token %d, %v; the key: %q", tok3, r.tok, r.err, live)
 	if r.err == nil && r.tok > 0 {
 		t.Fatalf("two holders: the version 3 grant in the row (token %d) and the version 2 step's grant in entries (token %d), both live: %q", tok3, r.tok, live)
+	}
+}
+
+// TestAudit39InstallRaceOlderClient: on a database with no schema yet, a
+// version 2 client and a version 3 client start together. Both read the
+// schema missing; the version 3 client's install commits first; the
+// version 2 client's install (which, like version 3's, runs its script
+// under the advisory lock without reading the version again) then puts
+// version 2's functions back over version 3's superseded ones, and
+// version() says 2. Version 3 clients that already installed keep
+// granting in the key's row; version 2's acquire never reads it: two
+// holders.
+func TestAudit39InstallRaceOlderClient(t *testing.T) {
+	openAudit39(t, "an older client's install that read the schema missing replaces version 3's functions")
+	ctx := tctx(t, time.Minute)
+	url := envDB(t, "audit39_race_v2")
+	raw := rawPool(t, url)
+	l3 := newTestLocker(t, url, nil, &netCut{})
+	key := auditKey("audit39-race-v2")
+	held, err := l3.Lock(ctx, key, lock.WithTTL(time.Minute)) // installs version 3
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(ctx)
+	// The version 2 client read the version (missing) before that
+	// install committed; its install now runs, as version 2's install()
+	// does: settings, the advisory lock, the script.
+	if err := pgx.BeginTxFunc(ctx, raw, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "dlock schema dlock"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, strings.ReplaceAll(schemaV2, "{{schema}}", "dlock"))
+		return err
+	}); err != nil {
+		t.Logf("the version 2 install over version 3 failed (as it should): %v", err)
+		return
+	}
+	var v int
+	raw.QueryRow(ctx, "SELECT dlock.version()").Scan(&v)
+	var tok int64
+	err = pgx.BeginTxFunc(ctx, raw, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SELECT tok FROM dlock.acquire($1, $2, 0, 0, 60000000, false, false, 3000000)", key, strings.Repeat("b", 32)).Scan(&tok)
+	})
+	t.Logf("version() %d; the version 2 client's acquire: token %d, %v; the key: %q", v, tok, err, entriesOf(t, raw, "dlock", key))
+	if err == nil && tok > 0 {
+		t.Fatalf("two holders: version 3's lease (token %d) and version 2's grant (token %d)", held.Token(), tok)
+	}
+}
+
+// TestAudit39InstallRaceNewerSchema: the same race one version on: this
+// client reads the schema missing while a newer client installs (here a
+// version 3 script whose version() says 4, held open under the advisory
+// lock); this client's install then runs after it commits. It must not
+// put its own functions over a newer schema's.
+func TestAudit39InstallRaceNewerSchema(t *testing.T) {
+	openAudit39(t, "install runs its script under the advisory lock without reading the version again")
+	ctx := tctx(t, time.Minute)
+	url := envDB(t, "audit39_race_v4")
+	c := rawConn(t, url)
+	watch := rawConn(t, url)
+	tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	script, _ := SchemaSQL("dlock")
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "dlock schema dlock"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, script); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE OR REPLACE FUNCTION dlock.version() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 4 $$"); err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLocker(t, url, nil, &netCut{})
+	got := make(chan error, 1)
+	go func() {
+		ls, err := l.TryLock(ctx, auditKey("audit39-race-v4"))
+		if err == nil {
+			ls.Unlock(ctx)
+		}
+		got <- err
+	}()
+	waitFor(t, "this client's install to wait for the advisory lock", 5*time.Second, func() bool {
+		var n int
+		watch.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'advisory'").Scan(&n)
+		return n == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-got
+	var v int
+	if err := watch.QueryRow(ctx, "SELECT dlock.version()").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("this client's TryLock: %v; version() after: %d", err, v)
+	if v != 4 {
+		t.Fatalf("this client's install replaced a newer schema's functions: version() %d, want 4", v)
 	}
 }
