@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -182,7 +183,7 @@ func TestAudit39InstallRaceOlderClient(t *testing.T) {
 
 // TestAudit39InstallRaceNewerSchema: the same race one version on: this
 // client reads the schema missing while a newer client installs (here a
-// version 3 script whose version() says 4, held open under the advisory
+// script whose version() says schemaVersion+1, held open under the advisory
 // lock); this client's install then runs after it commits. It must not
 // put its own functions over a newer schema's.
 func TestAudit39InstallRaceNewerSchema(t *testing.T) {
@@ -203,7 +204,7 @@ func TestAudit39InstallRaceNewerSchema(t *testing.T) {
 	if _, err := tx.Exec(ctx, script); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, "CREATE OR REPLACE FUNCTION dlock.version() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 4 $$"); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE OR REPLACE FUNCTION dlock.version() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT %d $$", schemaVersion+1)); err != nil {
 		t.Fatal(err)
 	}
 	l := newTestLocker(t, url, nil, &netCut{})
@@ -229,7 +230,7 @@ func TestAudit39InstallRaceNewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("this client's TryLock: %v; version() after: %d", err, v)
-	if v != 4 {
-		t.Fatalf("this client's install replaced a newer schema's functions: version() %d, want 4", v)
+	if v != schemaVersion+1 {
+		t.Fatalf("this client's install replaced a newer schema's functions: version() %d, want %d", v, schemaVersion+1)
 	}
 }

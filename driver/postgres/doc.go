@@ -108,9 +108,23 @@
 // the connection of the Locker whose waiter is next, not every Locker's.
 // A notification only wakes: the waiter's own step asks the server.
 //
+// A release hands the key over in its own transaction when the first
+// waiter is an exclusive one (hand3 in schema.sql): it deletes the
+// waiter's entry, writes the waiter's grant in the key's row with the
+// key's next token, marked pending and expiring with the entry (three
+// heartbeats after the waiter's last step), and notifies the waiter. The
+// waiter's next step (check_turn3) finds the grant in the row, confirms
+// it and sets its expiry from its own TTL. A waiter that never steps
+// again loses the grant as it would have lost its place in the queue.
+// hand3 and keys.pending are schema version 4; its functions answer
+// version 3 clients as version 3's did.
+//
 // # Upgrading the schema
 //
-// The schema's version is a wire format's: version 3 (this one) keeps a
+// Version 4 (this one) adds hand3 and keys.pending to version 3: a
+// version 4 client installs its script over version 3, and a version 3
+// client works with version 4's functions (same names, arguments and
+// results). Version 3 keeps a
 // key's exclusive grant in its keys row, which version 2 clients do not
 // read. A version 3 client installs its script over version 2 (adding
 // columns, and its functions under new names: acquire3, release3, ...)

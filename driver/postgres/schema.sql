@@ -1,4 +1,4 @@
--- dlock's state on PostgreSQL, version 3: the tables and functions of
+-- dlock's state on PostgreSQL, version 4: the tables and functions of
 -- driver/postgres. The driver runs this script (with {{schema}} replaced by
 -- Options.Schema, "dlock" by default) the first time a Locker finds the
 -- functions missing; a user who creates schema by hand runs the output of
@@ -36,6 +36,11 @@ CREATE TABLE IF NOT EXISTS {{schema}}.keys (
 );
 ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF NOT EXISTS token bigint,
     ADD COLUMN IF NOT EXISTS since timestamptz, ADD COLUMN IF NOT EXISTS expires timestamptz;
+-- pending: the grant was handed over by its predecessor's release
+-- (hand3) and its holder has not confirmed it yet; it expires with the
+-- holder's queue entry, and the holder's next step (check_turn3) sets
+-- its expiry from the holder's TTL. NULL otherwise.
+ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS pending boolean;
 
 -- entries: the waiters of each key, its shared grants, permits and named
 -- owners' grants (not its exclusive grant, which is in keys), in arrival
@@ -200,7 +205,7 @@ BEGIN
         INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
     END LOOP;
     t := clock_timestamp();
-    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL
+    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL
     WHERE x.key = k AND x.holder IS NOT NULL AND NOT (x.expires > t);
     GET DIAGNOSTICS purged = ROW_COUNT;
     DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.expires <= t;
@@ -338,7 +343,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.unlock3(k text, o text, ttl bigint) RETURN
 BEGIN
     PERFORM {{schema}}.at_read_committed();
     PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
-    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL
+    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL
     WHERE x.key = k AND x.holder = o AND x.expires > clock_timestamp()
       AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k);
     IF FOUND THEN
@@ -367,7 +372,8 @@ BEGIN
         voided := true;
         RETURN;
     END IF;
-    UPDATE {{schema}}.keys x SET expires = greatest(x.expires, t + ttl * interval '1 microsecond')
+    UPDATE {{schema}}.keys x SET pending = NULL, expires = CASE WHEN x.pending THEN t + ttl * interval '1 microsecond'
+        ELSE greatest(x.expires, t + ttl * interval '1 microsecond') END
     WHERE x.key = k AND x.holder = o RETURNING x.token INTO tok;
     IF FOUND THEN
         RETURN;
@@ -415,6 +421,33 @@ BEGIN
     RETURN;
 END $$;
 
+-- hand3 hands k over, after a release, to its first waiter when that is
+-- an exclusive one that waits and k is free: the waiter's entry goes,
+-- k's row grants it (pending, until its entry's expiry, with k's next
+-- token) and it is notified. Its next step (check_turn3) finds the grant
+-- and confirms it: the notification only wakes, as wake3's. It returns
+-- false, changing nothing, when there is no such waiter.
+CREATE OR REPLACE FUNCTION {{schema}}.hand3(k text, t timestamptz) RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    IF {{schema}}.row_held(k) THEN
+        RETURN false;
+    END IF;
+    SELECT e.owner, e.mode, e.granted, e.expires, e.chan INTO r FROM {{schema}}.entries e WHERE e.key = k ORDER BY e.seq LIMIT 1;
+    IF NOT FOUND OR r.mode <> 0 OR r.granted OR NOT r.expires > t THEN
+        RETURN false;
+    END IF;
+    DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.owner = r.owner;
+    UPDATE {{schema}}.keys x SET counter = c.tok, token = c.tok, holder = r.owner, since = t, expires = r.expires, pending = true
+    FROM (SELECT greatest(coalesce(y.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint) AS tok FROM {{schema}}.keys y WHERE y.key = k) c
+    WHERE x.key = k;
+    IF r.chan <> '' THEN
+        PERFORM pg_notify(r.chan, r.owner);
+    END IF;
+    RETURN true;
+END $$;
+
 -- release3 ends o's grant of k, in k's row or an entry, or o's entry
 -- (re: o's hold of a named grant, and the grant with its last hold), and
 -- wakes the waiters it lets in. It returns false, and voids o, when there
@@ -434,7 +467,7 @@ BEGIN
             DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.granted AND e.holds = '{}';
         END IF;
     ELSE
-        UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL WHERE x.key = k AND x.holder = o;
+        UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL WHERE x.key = k AND x.holder = o;
         IF NOT FOUND THEN
             DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.owner = o;
         END IF;
@@ -446,7 +479,9 @@ BEGIN
     IF leave THEN
         PERFORM {{schema}}.void(k, o, t, ttl);
     END IF;
-    PERFORM {{schema}}.wake3(k);
+    IF NOT {{schema}}.hand3(k, t) THEN
+        PERFORM {{schema}}.wake3(k);
+    END IF;
     RETURN true;
 END $$;
 
@@ -586,4 +621,4 @@ BEGIN
 END $$;
 
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 3 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 4 $$;

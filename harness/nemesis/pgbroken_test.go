@@ -27,6 +27,10 @@ import (
 //     ended, sent again after a lost reply): the key is granted again
 //     while its holder holds it. Unlock's fast path (unlock3) still
 //     compares the owner, so only release3 is broken.
+//   - hand-held: hand3 hands the key to the first waiter without
+//     checking the row's grant: a waiter that gives up (Leave, its
+//     entry deleted by release3) while another holds the key hands it to
+//     the next waiter, and two hold at once.
 //   - reenter-any: a named owner's re-entry joins the grant of any named
 //     owner of the key, not only its own: two workers hold at once.
 var pgBroken = []struct {
@@ -44,8 +48,14 @@ var pgBroken = []struct {
 	{
 		name: "postgres-release-row-any", schema: "dlock_release_row_any",
 		breaks: "release3 clears the grant in the key's row, its owner's or not",
-		old:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL WHERE x.key = k AND x.holder = o;",
-		new:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL WHERE x.key = k AND x.holder IS NOT NULL; -- the bug",
+		old:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL WHERE x.key = k AND x.holder = o;",
+		new:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL WHERE x.key = k AND x.holder IS NOT NULL; -- the bug",
+	},
+	{
+		name: "postgres-hand-held", schema: "dlock_hand_held",
+		breaks: "a release hands the key to its first waiter while the key's row holds another's grant",
+		old:    "IF dlock_hand_held.row_held(k) THEN\n        RETURN false;",
+		new:    "IF false THEN -- the bug: the row's grant not checked\n        RETURN false;",
 	},
 	{
 		name: "postgres-reenter-any", schema: "dlock_reenter_any",
