@@ -229,9 +229,14 @@ func TestAudit39WitnessHasTeeth(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &Options{Schema: schema, NoCreate: true}
-	w := hammerIn(t, raw, schema, func(int) lock.Locker { return newLockerWith(t, url, o, &netCut{}) }, 3, auditKey("audit39-teeth"), 4*time.Second, true)
-	t.Logf("%s, %d violations", summary(w), w.bad)
-	if w.bad == 0 {
+	lks := []lock.Locker{newLockerWith(t, url, o, &netCut{}), newLockerWith(t, url, o, &netCut{}), newLockerWith(t, url, o, &netCut{})}
+	bad := 0
+	for round := 0; round < 5 && bad == 0; round++ { // the fast path runs when no waiter is queued: not every round
+		w := hammerIn(t, raw, schema, func(i int) lock.Locker { return lks[i] }, 3, auditKey("audit39-teeth"), 3*time.Second, true)
+		t.Logf("round %d: %s, %d violations", round, summary(w), w.bad)
+		bad = w.bad
+	}
+	if bad == 0 {
 		t.Fatal("the witness found nothing wrong with a lock3 that grants a held key")
 	}
 }
