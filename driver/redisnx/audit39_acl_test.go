@@ -2,7 +2,6 @@ package redisnx
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -29,15 +29,22 @@ func commands(ctx context.Context, c *redis.Client) int64 {
 // +blpop, which grant lists need). Waiters of that user must still be
 // granted in turn, each hand-over prompt, and a waiter must not spin: over
 // two seconds of waiting, the server runs a few commands per waiter, not
-// hundreds; and Unlock must not fail. Open finding (CHANGELOG does say the
-// rules now need the three): at 7ad4338 the waiters spin (42,814 commands
-// in 2s for 3 waiters) and every Unlock that hands over fails (RPUSH
-// refused inside release.lua, after the hand-over's writes); with the
-// inline steps a blocking Lock fails at once with NOPERM on LLEN.
+// hundreds; and Unlock must not fail. Before the fallback (refused.go,
+// prelude.lua's push) the waiters spun (42,814 commands in 2s for 3
+// waiters), every Unlock that handed over failed (RPUSH refused inside
+// release.lua, after the hand-over's writes), and with the inline steps a
+// blocking Lock failed at once with NOPERM on LLEN.
+// Both kinds of wait are run: inline steps (a *redis.Client's lanes) and
+// the follow-up's goroutine (list.go, as over a Cluster).
 func TestAudit39PreviousACLRules(t *testing.T) {
-	if os.Getenv("DLOCK_AUDIT39_OPEN") != "1" {
-		t.Skip("open finding (see the audit 39 report); DLOCK_AUDIT39_OPEN=1 runs it")
+	for _, inline := range []bool{true, false} {
+		t.Run(map[bool]string{true: "inline", false: "follow-up"}[inline], func(t *testing.T) {
+			testPreviousACLRules(t, inline)
+		})
 	}
+}
+
+func testPreviousACLRules(t *testing.T, inline bool) {
 	var rules []string
 	for _, r := range redisacl.DocRules(t, "doc.go") {
 		if r != "+rpush" && r != "+llen" && r != "+blpop" {
@@ -51,6 +58,11 @@ func TestAudit39PreviousACLRules(t *testing.T) {
 	t.Cleanup(func() { uc.Close() })
 	ctx := tctx(t, 60*time.Second)
 	holder, waiters := newTestLocker(t, uc, nil), newTestLocker(t, uc, nil)
+	if !inline {
+		d := testDriver(uc)
+		waiters = lock.New(d, nil)
+		t.Cleanup(func() { waiters.Close() })
+	}
 	k := testKey(t)
 	h, err := holder.TryLock(ctx, k)
 	if err != nil {

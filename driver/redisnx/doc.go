@@ -226,6 +226,13 @@
 // (TestMinimalPermissions and TestMinimalPermissionsPermits run with
 // exactly these); a Cluster client also needs +cluster|slots.
 //
+// The last three are needed for the pushed grant only. Without them (the
+// rules of releases before grant lists) the driver falls back to
+// wake-ups: a release whose push is refused wakes the waiter on its inbox
+// instead, and a Locker refused LLEN or BLPOP stops using grant lists
+// (logged once at Info) and its waits queue without one: one request more
+// per hand-over, nothing fails (TestAudit39PreviousACLRules).
+//
 // # Names
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the

@@ -84,6 +84,9 @@ func (d *redisDriver) waitInline(ctx context.Context, l *driver.Lease, s *waitin
 		return err
 	})
 	f.blocking.Store(false)
+	if n != nil && d.lists.refused(n.Err(), v.Err()) {
+		return d.wait(ctx, l, s) // again at once, without the list (refused.go)
+	}
 	if err != nil && err != redis.Nil {
 		if r != nil && isNoScript(r.Err()) { // the server lost its scripts
 			d.waitLoaded.Store(false)

@@ -25,8 +25,7 @@ end
 if KEYS[7] and ARGV[4] == 'd' then
   redis.call('DEL', KEYS[7])
 elseif KEYS[7] then
-  redis.call('RPUSH', KEYS[7], 'x')
-  redis.call('PEXPIRE', KEYS[7], LIST_LIFE_MS)
+  push(KEYS[7], 'x') -- refused (no +rpush) after the SET: pushes nothing
 end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])

@@ -31,8 +31,8 @@ import (
 // A follow-up holds one connection of the client's pool while it blocks.
 // A Locker runs at most half the pool's size at once (blockers); a wait
 // beyond that, or over a client whose read timeout is shorter than a
-// BLPOP's, has no grant list (NONCE 0) and is woken on its inbox as
-// before.
+// BLPOP's, or once the server refused a list's command (refused.go), has
+// no grant list (NONCE 0) and is woken on its inbox as before.
 
 // listInfix is between the lock key and OWNER:NONCE in a grant list's name.
 const listInfix = ":g:"
@@ -47,6 +47,7 @@ type follow struct {
 	nonce   string
 	wake    chan<- struct{}
 	slots   chan struct{} // the Locker's blockers: one is held until end
+	lists   *lists        // the Locker's switch (refused.go)
 	started bool          // the goroutine was started (steps only)
 	running atomic.Bool   // the goroutine may be blocked on the list
 	done    atomic.Bool   // the wait ended
@@ -86,14 +87,17 @@ func newBlockers(client redis.UniversalClient) chan struct{} {
 }
 
 // newFollow returns the follow-up of a wait with keys (wait.lua's), or
-// nil when the Locker's blockers are all taken.
-func newFollow(slots chan struct{}, keys *keyNames, owner string, wake chan<- struct{}) *follow {
+// nil when the Locker's blockers are all taken or its grant lists are off.
+func newFollow(slots chan struct{}, ls *lists, keys *keyNames, owner string, wake chan<- struct{}) *follow {
+	if ls.off.Load() {
+		return nil
+	}
 	select {
 	case slots <- struct{}{}:
 	default:
 		return nil
 	}
-	f := &follow{nonce: strconv.FormatUint(rand.Uint64(), 10), wake: wake, slots: slots}
+	f := &follow{nonce: strconv.FormatUint(rand.Uint64(), 10), wake: wake, slots: slots, lists: ls}
 	copy(f.keys[:6], keys[:6])
 	f.keys[6] = keys[0] + listInfix + owner + ":" + f.nonce
 	return f
@@ -160,6 +164,7 @@ func (f *follow) run(c redis.UniversalClient) {
 		if err == redis.Nil {
 			continue // the BLPOP timed out
 		}
+		f.lists.refused(n.Err(), v.Err()) // then the waiter's step drops f
 		if err == nil && len(v.Val()) == 2 {
 			if v.Val()[1] == "x" {
 				return

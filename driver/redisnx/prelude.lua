@@ -35,7 +35,11 @@
 --            only unblocks its BLPOP. Every push makes the list expire
 --            LIST_LIFE_MS later. Only a client that may write the lock's
 --            keys can push, and such a client can break every lock anyway
---            (docs/safety.md); a pub/sub-only client cannot.
+--            (docs/safety.md); a pub/sub-only client cannot. A user
+--            without +rpush (the previous release's ACL rules) cannot
+--            either: the hand-over then wakes the waiter on its inbox (see
+--            push), and its waiters, refused LLEN or BLPOP, queue with
+--            NONCE 0.
 --
 -- Every PUBLISH below is a wake-up message, whose format is described
 -- once, at Wake in internal/redisx/notify.go (the Go side of both drivers
@@ -155,11 +159,23 @@ end
 -- entry (which holds the grant too) is dead.
 local LIST_LIFE_MS = 3000
 
--- push_list pushes v to the grant list of owner's wait nonce on lk.
-local function push_list(lk, owner, nonce, v)
-  local list = lk .. ':g:' .. owner .. ':' .. nonce
-  redis.call('RPUSH', list, v)
+-- push pushes v to the grant list named list and reports whether it did.
+-- A user without +rpush (the ACL rules of releases before grant lists) is
+-- refused, and the script goes on (redis.pcall): a script is not rolled
+-- back, so one that wrote already must not fail; the caller wakes the
+-- waiter on its inbox instead.
+local function push(list, v)
+  if type(redis.pcall('RPUSH', list, v)) ~= 'number' then
+    return false
+  end
   redis.call('PEXPIRE', list, LIST_LIFE_MS)
+  return true
+end
+
+-- push_list pushes v to the grant list of owner's wait nonce on lk, as
+-- push does.
+local function push_list(lk, owner, nonce, v)
+  return push(lk .. ':g:' .. owner .. ':' .. nonce, v)
 end
 
 local function now_us()
@@ -310,7 +326,7 @@ end
 -- most 64 in one call), records each grant in w as "gTOKEN", and tells
 -- each new owner but self (the caller, told by the script's reply): it
 -- pushes the grant to the owner's grant list, or, for a waiter without
--- one, wakes it with a message naming it on its inbox (see Wake in
+-- one (or when the push is refused: see push), wakes it with a message naming it on its inbox (see Wake in
 -- internal/redisx/notify.go). The message grants nothing (anyone who may
 -- publish on the channel can send it): the waiter's next wait.lua finds
 -- the key its own and takes the token from w.
@@ -371,10 +387,9 @@ local function handover(lk, ctr, q, w, r, self)
       redis.call('HSET', w, head, 'g' .. tok)
       if head == self then
         mine = token
-      elseif nonce and nonce ~= '0' then
-        push_list(lk, head, nonce, nonce .. ' ' .. tok) -- the grant: see the top
-      else
-        redis.call('PUBLISH', inbox, head) -- the wake-up: see the top
+      elseif not (nonce and nonce ~= '0' and push_list(lk, head, nonce, nonce .. ' ' .. tok)) then
+        -- No grant list, or the push was refused: the wake-up (see the top).
+        redis.call('PUBLISH', inbox, head)
       end
       any = true
       if mode == '' then

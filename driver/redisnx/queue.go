@@ -15,7 +15,8 @@ import (
 // releaser cannot grab the key back ahead of those who waited, and pushes
 // the grant to the wait's grant list, on which the waiter's follow-up
 // blocks (list.go): the next Check returns that grant with no request.
-// A wait without a grant list (the Locker's blockers are taken) is told
+// A wait without a grant list (the Locker's blockers are taken, or the
+// server's ACL refuses the lists: refused.go) is told
 // on its Locker's inbox channel instead. That message only wakes the
 // waiter: its Check runs wait.lua at once, which checks on the server that
 // the key is its own, extends it to the TTL and returns the token the
@@ -65,7 +66,7 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	if err != nil {
 		return fmt.Errorf("redisnx: wait: %w", err)
 	}
-	s := &waiting{w: w, keys: keys, f: newFollow(d.blockers, keys, l.Owner, wake), since: time.Now(), block: min(blockFor, l.TTL)}
+	s := &waiting{w: w, keys: keys, f: newFollow(d.blockers, &d.lists, keys, l.Owner, wake), since: time.Now(), block: min(blockFor, l.TTL)}
 	if hint > 0 {
 		s.block = min(s.block, hint+minBlock)
 	}
@@ -108,6 +109,10 @@ func (d *redisDriver) Check(ctx context.Context, l *driver.Lease) error {
 // wait runs wait.lua: it queues the waiter or renews its entry, and takes
 // the key if it was handed to the waiter or is free for it.
 func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) error {
+	if s.f != nil && d.lists.off.Load() { // refused.go: queue with NONCE 0
+		s.f.end()
+		s.f = nil
+	}
 	if d.inline && s.f != nil {
 		return d.waitInline(ctx, l, s)
 	}

@@ -36,6 +36,7 @@ func New(client redis.UniversalClient, o *Options) lock.Locker {
 type redisDriver struct {
 	redisx.Core
 	blockers chan struct{} // the grant lists' follow-ups (list.go)
+	lists    lists         // off when the server refuses them (refused.go)
 	inline   bool          // waits with grant lists step inline (inline.go)
 	// waitLoaded: the server answered wait.lua's EVAL or EVALSHA: inline
 	// steps send EVALSHA (inline.go).

@@ -31,10 +31,10 @@
 -- permits, not N (the waiter is not queued by this run, nor granted).
 
 local owner = ARGV[1]
+-- (A user refused LLEN or RPUSH pushes nothing: redis.pcall, as push.)
 local function unblock()
-  if KEYS[7] and redis.call('LLEN', KEYS[7]) == 0 then
-    redis.call('RPUSH', KEYS[7], 'x')
-    redis.call('PEXPIRE', KEYS[7], LIST_LIFE_MS)
+  if KEYS[7] and redis.pcall('LLEN', KEYS[7]) == 0 then
+    push(KEYS[7], 'x')
   end
 end
 local shared = ARGV[5] == 's'
