@@ -31,6 +31,7 @@ func (n *nemesis) delayKinds(add func(name string, w int, inject func() bool)) {
 		add("handover-late", 5, n.handoverLate)
 	}
 	n.blpopKinds(add) // faults_blpop.go
+	n.aclKinds(add)   // faults_acl.go
 	if n.r.tg.Backend == chaos.EtcdBackend {
 		add("keepalive-held", 2, n.keepAliveHeld)
 	}
