@@ -465,10 +465,10 @@ func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Le
 // the grant (its token, and the counter, if the entry is still the one it
 // made, on its lease, and no grant came since the read), or watches the
 // entries whose departure may be its turn, from the revision after st.
-// The grant's lease is ws's, renewed by this call (Check's keep-alive,
-// or place's grant), or, when its TTL is not the grant's, one made by
-// this call: a lease's expiry must count from within the call whose
-// start lock counts the validity from.
+// The grant's lease is ws's (its validity what is left of it: place
+// may have taken a spare), or, when its TTL is not the grant's, one
+// taken by this call: a lease's expiry must count from within the call
+// whose start lock counts the validity from.
 func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, st *state) error {
 	key := n.queue + ws.name
 	var fresh taken // a lease of the grant's TTL, a spare or made by this call
@@ -492,7 +492,14 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 			d.rewatch(n, ws, ahead, l, st.rev+1)
 			return &driver.HeldError{}
 		}
-		lease := taken{id: ws.lease} // renewed by this call
+		// the waiting lease: renewed by this call (Check's keep-alive,
+		// adopt's), or taken by place, maybe a spare made before the
+		// call: a grant on it reports what is left of it (ws.leaseExp,
+		// known from below; zero after adopt)
+		lease := taken{id: ws.lease}
+		if !ws.leaseExp.IsZero() {
+			lease.sec, lease.expires, lease.spare = ws.leaseSec, ws.leaseExp, true
+		}
 		if sec := seconds(l.TTL); ws.leaseSec != sec {
 			if fresh.id == 0 {
 				t, err := d.takeLease(ctx, c, l.Owner, sec)

@@ -16,8 +16,9 @@
 // the counter only if its entry is still the one it made, on its lease
 // (a lease that expired while the waiter was blocked ends its place:
 // etcd-io/etcd#11456), and moves it to a lease sure to last the
-// validity from the call (its waiting lease renewed by the call, or one
-// of the grant's TTL). Every holder held past 100 ms watches its own
+// validity from the call (its waiting lease, or one of the grant's TTL;
+// a lease not made or renewed by the call, a spare, reports what is left
+// of it). Every holder held past 100 ms watches its own
 // entry from the revision after its grant: a deletion (expiry, or an
 // operator's delete) ends the lease at once, or when the watch is made.
 // docs/design.md, "etcd keys and values", describes every key and value.
