@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // already: the script must go on (redis.pcall) and wake the waiter on its
 // inbox instead; LLEN and BLPOP are still allowed, so the Lockers keep
 // their grant lists (turning them off for good is driver/redisnx's
-// refused.go, tested there).
+// refused.go, tested there). A Lock or Unlock that fails with a command
+// refused inside a script is an unexpected-error: the script stopped after
+// its writes (Redis does not roll a script back).
 
 // aclKinds adds acl-rpush on the redisnx targets.
 func (n *nemesis) aclKinds(add func(name string, w int, inject func() bool)) {
@@ -53,4 +56,15 @@ func (n *nemesis) setRPush(rule string) bool {
 		c.Close()
 	}
 	return ok
+}
+
+// scriptRefused reports whether err is a Redis script's error reply for a
+// command the ACL refused inside it (Redis 7.0 and 7.2 wordings).
+func scriptRefused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) || !strings.Contains(re.Error(), "@user_script") {
+		return false
+	}
+	m := re.Error()
+	return strings.Contains(m, "can't run this command") || strings.Contains(m, "ACL failure") || strings.Contains(m, "NOPERM")
 }

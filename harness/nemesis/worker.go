@@ -522,9 +522,9 @@ func (w *worker) detach(l *liveLease) bool {
 }
 
 // failed checks the error of a Lock that failed: inputs are valid, so
-// ErrInvalid is a bug.
+// ErrInvalid is a bug, and so is a script's ACL refusal (faults_acl.go).
 func (w *worker) failed(op, key string, err error) {
-	if errors.Is(err, lock.ErrInvalid) {
+	if errors.Is(err, lock.ErrInvalid) || scriptRefused(err) {
 		t := w.env.clk.Now()
 		w.env.sink.Violate(Violation{Kind: "unexpected-error", At: t, From: t, Key: key, Proc: w.env.proc,
 			Text: fmt.Sprintf("%s of key %q by %s: %v", op, key, w.name, err)})
@@ -768,6 +768,9 @@ func (w *worker) unlock(l *liveLease) {
 	c.release()
 	s.Ops(1)
 	s.Event(Event{At: end, Kind: "unlocked", Key: l.key, Lease: l.id, Text: short(err)})
+	if scriptRefused(err) {
+		w.failed("unlock", l.key, err)
+	}
 	w.checkReturn("unlock", l.key, start, end, limit, "its context ended")
 	if !errors.Is(err, lock.ErrClosed) && !closed(l.lease.Done()) {
 		s.Violate(Violation{Kind: "unlock-open", At: end, From: start, Key: l.key, Proc: w.env.proc, Lease: l.id,
