@@ -241,17 +241,22 @@ type holderWatch struct {
 // watchHolder watches l's entry (n's, from revision from), from
 // holderWatchDelay on: a deletion ends the lease at once.
 func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
-	owner, lost := l.Owner, l.Lost
+	owner, lost, lease := l.Owner, l.Lost, l.Data
 	key := n.queue + entryName(l)
-	fn := func(deleted bool) {
-		if !deleted {
-			return
-		}
+	end := func() {
 		d.dropHolder(owner)
 		if lost != nil {
 			lost(errDeleted)
 		}
 	}
+	fn := func(deleted bool) {
+		if deleted {
+			end()
+		}
+	}
+	// made from the revision after the grant, the watch may find it
+	// compacted, maybe past a deletion: then the entry is read
+	compacted := func() { d.checkHolder(key, lease, end) }
 	h := &holderWatch{}
 	d.mu.Lock()
 	old := d.holders[owner]
@@ -260,12 +265,32 @@ func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if d.holders[owner] == h {
-			h.id = d.w.add(key, "", from, fn)
+			h.id = d.w.addCompacted(key, "", from, fn, compacted)
 		}
 	})
 	d.mu.Unlock()
 	if old != nil {
 		d.endHolder(old)
+	}
+}
+
+// checkHolder reads a holder's entry, key, after its watch found its
+// revision compacted, and calls end when it is gone or no longer on the holder's
+// lease: a deletion the watch may have missed. A read that fails leaves
+// it to the renewal, which finds the entry gone too.
+func (d *etcdDriver) checkHolder(key string, lease any, end func()) {
+	c, err := d.client()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), maxTry)
+	defer cancel()
+	kvs, _, err := c.get(ctx, key)
+	if err != nil {
+		return
+	}
+	if id, ok := lease.(int64); len(kvs) == 0 || ok && kvs[0].Lease != id {
+		end()
 	}
 }
 

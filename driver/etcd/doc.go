@@ -20,7 +20,8 @@
 // a lease not made or renewed by the call, a spare, reports what is left
 // of it). Every holder held past 100 ms watches its own
 // entry from the revision after its grant: a deletion (expiry, or an
-// operator's delete) ends the lease at once, or when the watch is made.
+// operator's delete) ends the lease at once, or when the watch is made;
+// a watch that finds that revision compacted reads the entry instead.
 // docs/design.md, "etcd keys and values", describes every key and value.
 //
 // concurrency.Mutex is not used, nor its Session: dlock needs a lease per

@@ -67,7 +67,11 @@ func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.
 	resp, rev, tries, err := fastTxn(ctx, txn, key, t.id, value)
 	switch {
 	case isLeaseNotFound(err):
-		d.dropCounterLease(cl) // it, or the spare, is gone: the caller reads and makes new ones
+		// The spare, keyless and so revocable by anyone who may read,
+		// or the counter's lease is gone: the caller reads and grants
+		// on a lease of its own, whose write drops the counter's lease
+		// if that was the one (grantWrite). Dropping it here would leave
+		// a live 7-day lease behind for each revoked spare.
 		return false, nil, nil
 	case err != nil:
 		return false, nil, err // unknown: lock's clean-up revokes the spare (pending)
@@ -154,8 +158,7 @@ func (d *etcdDriver) fastStep(ctx context.Context, c *conn, n names, l *driver.L
 	txn := func(ctx context.Context) (*clientv3.TxnResponse, error) { return c.txn(ctx, req) }
 	resp, rev, tries, err := fastTxn(ctx, txn, key, t.id, value)
 	switch {
-	case isLeaseNotFound(err):
-		d.dropCounterLease(cl)
+	case isLeaseNotFound(err): // as in fastGrant
 		return false, nil, nil
 	case err != nil:
 		ws.unsure = t.id // revoked by the next Check, or by Leave (pending)

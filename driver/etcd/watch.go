@@ -25,7 +25,9 @@ import (
 // again from the revision after the last event it got; meanwhile every
 // watch's function is called with deleted false, so waiters check the
 // key at once (a holder's renewal finds a deletion it missed). A watch
-// whose revision was compacted starts again at the compaction revision.
+// whose revision was compacted starts again at the compaction revision,
+// and its compacted function (a holder's: checkHolder) reads what the
+// watch may have missed.
 type watcher struct {
 	c     *clientv3.Client
 	login *login // nil unless the driver logs in itself
@@ -43,9 +45,10 @@ type watcher struct {
 
 // watch is one watched key or range.
 type watch struct {
-	key, end string
-	rev      int64              // the next revision to watch from
-	fn       func(deleted bool) // called without w.mu; must not block
+	key, end  string
+	rev       int64              // the next revision to watch from
+	fn        func(deleted bool) // called without w.mu; must not block
+	compacted func()             // nil, or called (on a goroutine of its own) when rev was compacted
 }
 
 func newWatcher(c *clientv3.Client, login *login) *watcher {
@@ -56,6 +59,12 @@ func newWatcher(c *clientv3.Client, login *login) *watcher {
 // add watches deletions of key (of [key, end) when end is set) from
 // revision rev on, and returns the watch's id (0 after close).
 func (w *watcher) add(key, end string, rev int64, fn func(deleted bool)) int64 {
+	return w.addCompacted(key, end, rev, fn, nil)
+}
+
+// addCompacted is add, with compacted called when the watch's revision
+// was compacted (a deletion before the compaction may have been missed).
+func (w *watcher) addCompacted(key, end string, rev int64, fn func(deleted bool), compacted func()) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -63,7 +72,7 @@ func (w *watcher) add(key, end string, rev int64, fn func(deleted bool)) int64 {
 	}
 	w.next++
 	id := w.next
-	wt := &watch{key: key, end: end, rev: rev, fn: fn}
+	wt := &watch{key: key, end: end, rev: rev, fn: fn, compacted: compacted}
 	w.ws[id] = wt
 	if !w.started {
 		w.started = true
@@ -213,6 +222,9 @@ func (w *watcher) recv(s pb.Watch_WatchClient) error {
 				return err
 			}
 			wt.fn(false)
+			if wt.compacted != nil {
+				go wt.compacted()
+			}
 			continue
 		}
 		deleted := false
