@@ -2,7 +2,6 @@ package redisnx
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,11 +16,8 @@ import (
 // MaintNotificationsConfig.Mode under the client's lock, which the lanes
 // do not take. Fresh clients, a subscription and lane calls at once: the
 // race detector reports the read in singleLane against the write in
-// go-redis's initConn. Open finding, skipped unless DLOCK_AUDIT39_OPEN=1.
+// go-redis's initConn. Fixed: lanes make their maintenance-notification settings afresh.
 func TestAudit39LaneOptionsRace(t *testing.T) {
-	if os.Getenv("DLOCK_AUDIT39_OPEN") != "1" {
-		t.Skip("open finding (see the audit 39 report); DLOCK_AUDIT39_OPEN=1 runs it")
-	}
 	addr := sharedClient(t, nil).Options().Addr
 	for i := range 20 {
 		c := redis.NewClient(&redis.Options{Addr: addr})

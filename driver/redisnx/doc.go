@@ -170,15 +170,18 @@
 //
 // # Connections
 //
-// Over a *redis.Client (single node, Sentinel failover, TLS, unix
-// socket), the Locker runs each call on a lane: a client of its own with
+// Over a *redis.Client of one server (TCP, TLS, unix socket), the
+// Locker runs each call on a lane: a client of its own with
 // one connection, made from your client's options, which the call's context closes when it ends, so that
 // a cancelled call returns at once (go-redis alone stops a command only at
 // its deadline). At most the client's PoolSize lanes are open per Locker;
 // the Locker's Close closes them, and closing your client does not. Hooks
 // added to your client (tracing, metrics) do not see the lanes' commands.
-// A *redis.ClusterClient, a Ring or another UniversalClient gets no lanes:
-// its calls are handed to a worker goroutine, which the caller can abandon.
+// A Sentinel client (redis.NewFailoverClient), a *redis.ClusterClient, a
+// Ring or another UniversalClient gets no lanes: its calls are handed to
+// a worker goroutine, which the caller can abandon. (A lane's connection
+// would stay on a demoted primary after a failover, which go-redis's own
+// pool leaves at once.)
 //
 // # As
 //

@@ -7,12 +7,17 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
+
+// failoverAddr is the Addr in the Options of go-redis's Sentinel client
+// (NewFailoverClient).
+const failoverAddr = "FailoverClient"
 
 // Lanes run the drivers' commands so that each call returns by its
 // context's end, on the caller's goroutine (driver.Prompt). Only a
-// *redis.Client (single node, Sentinel failover, TLS, unix socket) gets
-// lanes for now; see NewLanes.
+// *redis.Client of one server (TCP, TLS or a unix socket) gets lanes for
+// now: not a Cluster, nor a Sentinel client (see NewLanes).
 //
 // go-redis v9 stops a command at its context's deadline but not on its
 // cancellation, and sets a fresh read deadline before every read, so a
@@ -66,6 +71,14 @@ func NewLanes(client redis.UniversalClient, hook redis.Hook) *Lanes {
 	n := 0
 	switch c := client.(type) {
 	case *redis.Client:
+		if c.Options().Addr == failoverAddr {
+			// No lanes on a Sentinel client: go-redis drops the
+			// connections of the client's own pool when Sentinel names
+			// a new primary, and a lane's would stay on the old one,
+			// which still answers as primary until it is demoted (two
+			// holders of a key, audit 39). Its calls keep the hand-off.
+			break
+		}
 		n = c.Options().PoolSize
 		ls.mk = func(ln *lane) redis.UniversalClient {
 			hs, _ := ls.laneHooks(ln, hook)
@@ -91,10 +104,10 @@ func singleLane(base *redis.Options, hooks []redis.Hook) redis.UniversalClient {
 	o := *base
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
 	o.PushNotificationProcessor = nil
-	if m := o.MaintNotificationsConfig; m != nil {
-		mc := *m
-		o.MaintNotificationsConfig = &mc
-	}
+	// Not a copy of the client's: go-redis writes its Mode during a
+	// connection's handshake, under a lock of its own (a copy raced it).
+	// A lane's connection is short-lived and needs no notifications.
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := redis.NewClient(&o)
 	for _, h := range hooks {
 		c.AddHook(h)
@@ -107,10 +120,7 @@ func singleLane(base *redis.Options, hooks []redis.Hook) redis.UniversalClient {
 func clusterLane(base *redis.ClusterOptions, hooks, top []redis.Hook) redis.UniversalClient {
 	o := *base
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
-	if m := o.MaintNotificationsConfig; m != nil {
-		mc := *m
-		o.MaintNotificationsConfig = &mc
-	}
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled} // as singleLane's
 	mk := base.NewClient
 	o.NewClient = func(no *redis.Options) *redis.Client {
 		var c *redis.Client
