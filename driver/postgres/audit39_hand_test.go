@@ -186,7 +186,6 @@ func TestAudit39HandOverLostConfirm(t *testing.T) {
 // inherit the dead one's pending mark, which check_turn3 reads to set
 // the grant's expiry.
 func TestAudit39PendingNotInherited(t *testing.T) {
-	openAudit39(t, "lock3's fast path keeps a lapsed hand-over's pending mark")
 	url := envDB(t, "audit39_pending")
 	raw := rawPool(t, url)
 	ctx := tctx(t, time.Minute)

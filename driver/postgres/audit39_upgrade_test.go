@@ -56,7 +56,6 @@ func lockWaiters(t testing.TB, c *pgx.Conn, pids ...uint32) int {
 // commit), the old acquire, which never reads the row, grants the key
 // in entries too: two live grants.
 func TestAudit39UpgradeBlockedV2Step(t *testing.T) {
-	openAudit39(t, "a version 2 step blocked on the install runs version 2's bodies and grants a key the row holds")
 	ctx := tctx(t, time.Minute)
 	url := serverURL(t)
 	raw := rawPool(t, url)
@@ -145,7 +144,6 @@ func TestAudit39UpgradeBlockedV2Step(t *testing.T) {
 // granting in the key's row; version 2's acquire never reads it: two
 // holders.
 func TestAudit39InstallRaceOlderClient(t *testing.T) {
-	openAudit39(t, "an older client's install that read the schema missing replaces version 3's functions")
 	ctx := tctx(t, time.Minute)
 	url := envDB(t, "audit39_race_v2")
 	raw := rawPool(t, url)
@@ -187,7 +185,6 @@ func TestAudit39InstallRaceOlderClient(t *testing.T) {
 // lock); this client's install then runs after it commits. It must not
 // put its own functions over a newer schema's.
 func TestAudit39InstallRaceNewerSchema(t *testing.T) {
-	openAudit39(t, "install runs its script under the advisory lock without reading the version again")
 	ctx := tctx(t, time.Minute)
 	url := envDB(t, "audit39_race_v4")
 	c := rawConn(t, url)

@@ -116,15 +116,20 @@
 // waiter's next step (check_turn3) finds the grant in the row, confirms
 // it and sets its expiry from its own TTL. A waiter that never steps
 // again loses the grant as it would have lost its place in the queue.
-// hand3 and keys.pending are schema version 4; its functions answer
-// version 3 clients as version 3's did.
+// hand3 and keys.pending came with schema version 4; its functions
+// answer version 3 clients as version 3's did.
 //
 // # Upgrading the schema
 //
-// Version 4 (this one) adds hand3 and keys.pending to version 3: a
-// version 4 client installs its script over version 3, and a version 3
-// client works with version 4's functions (same names, arguments and
-// results). Version 3 keeps a
+// Version 5 (this one) closes version 2's ways back in: a version 2 step
+// blocked behind the install runs its old body after the install
+// commits, and that body's next_token now fails before it grants; a
+// version 2 client that read no schema and installs after a newer one
+// fails, as begin_key's result type changed (42P13), and its install
+// rolls back whole; and an install reads the version again under its
+// lock and leaves a newer schema alone. Version 4 added hand3 and
+// keys.pending to version 3: version 3, 4 and 5 clients work with each
+// other's functions (same names, arguments and results). Version 3 keeps a
 // key's exclusive grant in its keys row, which version 2 clients do not
 // read. A version 3 client installs its script over version 2 (adding
 // columns, and its functions under new names: acquire3, release3, ...)

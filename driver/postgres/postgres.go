@@ -22,7 +22,7 @@ import (
 const DefaultSchema = "dlock"
 
 // schemaVersion is what schema.sql's version() returns.
-const schemaVersion = 4
+const schemaVersion = 5
 
 //go:embed schema.sql
 var schemaSQL string
@@ -65,7 +65,8 @@ var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,49}$`)
 // SchemaSQL returns the SQL script that creates dlock's schema under the
 // name schema (DefaultSchema when empty), for a user who creates schema
 // by hand and sets Options.NoCreate. It can run again: every statement
-// is CREATE ... IF NOT EXISTS or CREATE OR REPLACE.
+// is CREATE ... IF NOT EXISTS, CREATE OR REPLACE, or a DROP ... IF EXISTS
+// before its CREATE.
 func SchemaSQL(schema string) (string, error) {
 	if schema == "" {
 		schema = DefaultSchema
@@ -301,9 +302,28 @@ func (d *pgDriver) install(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", d.args("dlock schema "+d.schema)...); err != nil {
 			return err
 		}
+		// Another client may have installed while this one waited for
+		// the lock: a newer version is not to be replaced by this one's.
+		if v, err := d.installedVersion(ctx, tx); err != nil || v > schemaVersion {
+			return err
+		}
 		_, err := tx.Exec(ctx, script)
 		return err
 	})
+}
+
+// installedVersion is the schema's version() as tx sees it, 0 when the
+// schema has none.
+func (d *pgDriver) installedVersion(ctx context.Context, tx pgx.Tx) (int, error) {
+	var has bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname = 'version' AND p.pronargs = 0)`, d.args(d.schema)...).Scan(&has)
+	if err != nil || !has {
+		return 0, err
+	}
+	var v int
+	err = tx.QueryRow(ctx, d.q.version, d.mode...).Scan(&v)
+	return v, err
 }
 
 // args are a query's arguments, after d.mode.

@@ -129,8 +129,13 @@ BEGIN
 END $$;
 CREATE OR REPLACE FUNCTION {{schema}}.wake(k text) RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN PERFORM {{schema}}.superseded(); END $$;
-CREATE OR REPLACE FUNCTION {{schema}}.begin_key(k text) RETURNS timestamptz LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN PERFORM {{schema}}.superseded(); RETURN NULL; END $$;
+-- begin_key returns another type than version 2's, so that a version 2
+-- client that read no schema and installs after this script committed
+-- fails (CREATE OR REPLACE cannot change a result type: 42P13) and its
+-- install rolls back whole, instead of putting version 2 back.
+DROP FUNCTION IF EXISTS {{schema}}.begin_key(text);
+CREATE FUNCTION {{schema}}.begin_key(k text) RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM {{schema}}.superseded(); END $$;
 CREATE OR REPLACE FUNCTION {{schema}}.acquire(k text, o text, m bigint, lm bigint, ttl bigint, re boolean, q boolean, life bigint,
     OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -149,8 +154,14 @@ BEGIN PERFORM {{schema}}.superseded(); RETURN NULL; END $$;
 CREATE OR REPLACE FUNCTION {{schema}}.sweep(lim bigint, keep bigint) RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN PERFORM {{schema}}.superseded(); RETURN NULL; END $$;
 
--- next_token takes k's next fencing token: max(counter + 1, t in µs).
-CREATE OR REPLACE FUNCTION {{schema}}.next_token(k text, t timestamptz) RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+-- next_token was version 2's, and a version 2 step blocked behind this
+-- script's ALTER TABLE runs its old body once the script commits: it
+-- calls next_token by name before it grants, and so fails there.
+CREATE OR REPLACE FUNCTION {{schema}}.next_token(k text, t timestamptz) RETURNS bigint LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN PERFORM {{schema}}.superseded(); RETURN NULL; END $$;
+
+-- next_token3 takes k's next fencing token: max(counter + 1, t in µs).
+CREATE OR REPLACE FUNCTION {{schema}}.next_token3(k text, t timestamptz) RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
     UPDATE {{schema}}.keys SET counter = greatest(coalesce(counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint)
     WHERE key = k RETURNING counter
 $$;
@@ -219,7 +230,7 @@ END $$;
 -- grant_row gives k's row grant to o, for ttl µs from t, with k's next
 -- fencing token (max(counter + 1, t in µs)), which it returns.
 CREATE OR REPLACE FUNCTION {{schema}}.grant_row(k text, o text, t timestamptz, ttl bigint) RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-    UPDATE {{schema}}.keys x SET counter = c.tok, token = c.tok, holder = o, since = t, expires = t + ttl * interval '1 microsecond'
+    UPDATE {{schema}}.keys x SET counter = c.tok, token = c.tok, holder = o, since = t, expires = t + ttl * interval '1 microsecond', pending = NULL
     FROM (SELECT greatest(coalesce(y.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint) AS tok FROM {{schema}}.keys y WHERE y.key = k) c
     WHERE x.key = k RETURNING x.token
 $$;
@@ -289,7 +300,7 @@ BEGIN
             tok := {{schema}}.grant_row(k, o, t, ttl);
             RETURN;
         END IF;
-        tok := {{schema}}.next_token(k, t);
+        tok := {{schema}}.next_token3(k, t);
         INSERT INTO {{schema}}.entries (key, owner, mode, lim, granted, token, expires, since, joined, holds)
         VALUES (k, o, m, lm, true, tok, t + ttl * interval '1 microsecond', t, t, CASE WHEN re THEN ARRAY[o] END);
         RETURN;
@@ -323,7 +334,7 @@ BEGIN
     UPDATE {{schema}}.keys x
     SET counter = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
         token = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
-        holder = o, since = t, expires = t + ttl * interval '1 microsecond'
+        holder = o, since = t, expires = t + ttl * interval '1 microsecond', pending = NULL
     WHERE x.key = k AND (x.holder IS NULL OR NOT x.expires > t)
       AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k)
       AND NOT EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k)
@@ -409,7 +420,7 @@ BEGIN
             tok := {{schema}}.grant_row(k, o, t, ttl);
             RETURN;
         END IF;
-        tok := {{schema}}.next_token(k, t);
+        tok := {{schema}}.next_token3(k, t);
         UPDATE {{schema}}.entries x
         SET granted = true, token = tok, since = t, expires = t + ttl * interval '1 microsecond'
         WHERE x.key = k AND x.owner = o;
@@ -621,4 +632,4 @@ BEGIN
 END $$;
 
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 4 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 5 $$;
