@@ -92,7 +92,12 @@
 // key's, and it locks the key's row in share mode, so no other grant of
 // the key can be made until your transaction ends: roll back when it is
 // false, and a stale holder's write never commits. It works at any
-// isolation level.
+// isolation level, with one difference at repeatable read and
+// serializable: a shared lease or permit (kept in entries) released after
+// your transaction's snapshot still reads as held, since its release
+// only locks the key's row; no grant of the key can be made until your
+// transaction ends all the same (every grant updates that row, which
+// then fails your transaction with 40001), so no other holder writes.
 //
 // What a long transaction that called it costs: renewals go on (it locks
 // the key's row FOR KEY SHARE, which a renewal does not wait for), so no
