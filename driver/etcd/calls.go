@@ -262,10 +262,23 @@ func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
 	old := d.holders[owner]
 	d.holders[owner] = h
 	h.timer = time.AfterFunc(holderWatchDelay, func() {
+		// The watch is made without d.mu: its create may wait on the
+		// watch stream, and every call takes d.mu.
 		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.holders[owner] == h {
-			h.id = d.w.addCompacted(key, "", from, fn, compacted)
+		live := d.holders[owner] == h
+		d.mu.Unlock()
+		if !live {
+			return
+		}
+		id := d.w.addCompacted(key, "", from, fn, compacted)
+		d.mu.Lock()
+		live = d.holders[owner] == h
+		if live {
+			h.id = id
+		}
+		d.mu.Unlock()
+		if !live { // ended meanwhile, before its id was known
+			d.w.remove(id)
 		}
 	})
 	d.mu.Unlock()
