@@ -416,7 +416,8 @@ func TestDoLeaseFrom(t *testing.T) {
 	if ls := lock.LeaseFrom(bg(t)); ls != nil || ls.Token() != 0 {
 		t.Errorf("LeaseFrom(a plain context) = %v", ls)
 	}
-	if lock.LeaseFrom(nil) != nil { //lint:ignore SA1012 nil is what is tested
+	//lint:ignore SA1012 a nil context is the input under test
+	if lock.LeaseFrom(nil) != nil {
 		t.Error("LeaseFrom(nil) is not nil")
 	}
 	err := lock.Do(bg(t), l, "outer", func(ctx context.Context) error {

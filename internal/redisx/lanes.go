@@ -88,7 +88,9 @@ func NewLanes(client redis.UniversalClient, hook redis.Hook) *Lanes {
 		// No lanes yet: under the nemesis (redisnx-cluster, node pauses and
 		// lost replies) calls on Cluster lanes returned up to 1.1s after
 		// their context ended, cause not found. Cluster calls keep the
-		// hand-off; clusterLane is how a Cluster lane is made.
+		// hand-off. (A Cluster lane was a ClusterClient of one connection
+		// per node, whose NewClient added the lane's hooks to each node's
+		// client: see the history of this file, clusterLane.)
 	}
 	n = max(n, 1)
 	ls.free = make(chan *lane, n)
@@ -110,32 +112,6 @@ func singleLane(base *redis.Options, hooks []redis.Hook) redis.UniversalClient {
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	c := redis.NewClient(&o)
 	for _, h := range hooks {
-		c.AddHook(h)
-	}
-	return c
-}
-
-// clusterLane makes a lane of a *redis.ClusterClient: one connection per
-// node.
-func clusterLane(base *redis.ClusterOptions, hooks, top []redis.Hook) redis.UniversalClient {
-	o := *base
-	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 1, 1
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled} // as singleLane's
-	mk := base.NewClient
-	o.NewClient = func(no *redis.Options) *redis.Client {
-		var c *redis.Client
-		if mk != nil {
-			c = mk(no)
-		} else {
-			c = redis.NewClient(no)
-		}
-		for _, h := range hooks {
-			c.AddHook(h)
-		}
-		return c
-	}
-	c := redis.NewClusterClient(&o)
-	for _, h := range top {
 		c.AddHook(h)
 	}
 	return c
