@@ -42,7 +42,8 @@ func runSustain(ctx context.Context, cfg *config, t *table) error {
 	if err != nil {
 		return err
 	}
-	if h, err := c.Lock(ctx, key); err == nil {
+	h, err := c.Lock(ctx, key)
+	if err == nil {
 		err = h.Unlock(ctx)
 	}
 	c.Close()
