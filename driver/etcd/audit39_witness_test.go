@@ -66,9 +66,16 @@ func TestAudit39WitnessLossyFastGrants(t *testing.T) {
 	var carried atomic.Int64
 	p.losing(func(r *pb.TxnRequest) bool { return grant(r) && carried.Add(1)%4 == 0 })
 	ttl := 3 * time.Second
+	// Two Lockers only through p, so that their grants meet its losses
+	// (with two endpoints, round-robin's parity can keep every grant off
+	// p: make test saw 187 holds and no reply lost); a resend goes to p
+	// again, and passes unless it is a fourth.
+	through := func() lock.Locker {
+		return newTestLocker(t, []string{p.addr()}, &Options{Prefix: prefix, Options: lock.Options{TTL: ttl}}, &netCut{})
+	}
 	ls := []lock.Locker{
-		lossyLocker(t, e, p, prefix, ttl),
-		lossyLocker(t, e, p, prefix, ttl),
+		through(),
+		through(),
 		newTestLocker(t, e.Endpoints(), &Options{Prefix: prefix, Options: lock.Options{TTL: ttl}}, &netCut{}),
 	}
 	raw := rawClient(t, e.Endpoints())

@@ -136,14 +136,15 @@ func deleteGrant(ctx context.Context, l lock.Locker, rawURL, key string) (string
 		if schema == "" {
 			schema = postgres.DefaultSchema
 		}
-		// A grant is a row of entries with granted set; the demo's key has
-		// A's alone.
-		table := pgx.Identifier{schema, "entries"}.Sanitize()
-		tag, err := pool.Exec(ctx, "DELETE FROM "+table+" WHERE key = $1 AND granted", key)
+		// An exclusive grant lives in the key's row (schema version 3 and
+		// later: driver/postgres's schema.sql); the demo's key has A's
+		// alone, which this clears.
+		table := pgx.Identifier{schema, "keys"}.Sanitize()
+		tag, err := pool.Exec(ctx, "UPDATE "+table+" SET holder = NULL, since = NULL, expires = NULL WHERE key = $1 AND holder IS NOT NULL", key)
 		if err != nil || tag.RowsAffected() != 1 {
-			return "", fmt.Errorf("DELETE FROM %s: %d rows deleted, %v", table, tag.RowsAffected(), err)
+			return "", fmt.Errorf("UPDATE %s: %d grants cleared, %v", table, tag.RowsAffected(), err)
 		}
-		return "PostgreSQL DELETE", nil
+		return "PostgreSQL UPDATE", nil
 	}
 	return "", fmt.Errorf("no way to delete a grant of %s", u.Scheme)
 }
