@@ -12,20 +12,30 @@ import (
 func init() {
 	// Every step is one call of a function of the driver's schema
 	// (driver/postgres, schema.sql), as a statement pgx prepares once per
-	// connection: the requests that run acquire, release and refresh are
+	// connection: the requests that run acquire (lock3), release (unlock3) and refresh are
 	// the grants, releases and refreshes (a "prepare" request runs
 	// nothing).
 	register(&target{
 		name: "postgres", backend: PostgresBackend, ttl: time.Second, open: openURL(PostgresURLFormat),
-		grantReq:   pgCalls(".acquire("),
-		releaseReq: pgCalls(".release("),
-		refreshReq: pgCalls(".refresh("),
+		grantReq:   pgCalls(".acquire(", ".acquire3(", ".lock3("),
+		releaseReq: pgCalls(".release(", ".release3(", ".unlock3("),
+		refreshReq: pgCalls(".refresh(", ".refresh3("),
 	})
 }
 
-// pgCalls matches the requests that run a statement calling fn.
-func pgCalls(fn string) func(Request) bool {
+// pgCalls matches the requests that run a statement calling one of fns
+// (schema version 2's names, and version 3's and later: acquire3, the
+// fast path lock3, ...).
+func pgCalls(fns ...string) func(Request) bool {
 	return func(r Request) bool {
-		return (r.Cmd == "execute" || r.Cmd == "query") && strings.Contains(r.SQL, fn)
+		if r.Cmd != "execute" && r.Cmd != "query" {
+			return false
+		}
+		for _, fn := range fns {
+			if strings.Contains(r.SQL, fn) {
+				return true
+			}
+		}
+		return false
 	}
 }
