@@ -76,6 +76,9 @@ func (t *target) pred(p func(Request) bool) func(Request) bool {
 func openURL(format string) func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
 	return func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
 		u := fmt.Sprintf(format, strings.Join(addrs, ","))
+		if strings.HasPrefix(u, "zookeeper://") {
+			return lock.Open(ctx, u) // a grant lasts its session: ttl= is refused
+		}
 		sep := "?"
 		if strings.Contains(u, "?") {
 			sep = "&"
