@@ -84,20 +84,9 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 	if u.Opaque != "" || u.Fragment != "" || u.RawFragment != "" {
 		return nil, bad("want %s://[user:password@][host][:port][,host:port...][/db][?params]", u.Scheme)
 	}
-	q, err := url.ParseQuery(u.RawQuery)
+	own, theirs, err := splitQuery(u.RawQuery, bad)
 	if err != nil {
-		return nil, bad("query: %v", err)
-	}
-	own, theirs := url.Values{}, url.Values{}
-	for name, vals := range q {
-		if len(vals) > 1 && name != "addr" {
-			return nil, bad("parameter %s given %d times", errtext.Quote(name), len(vals))
-		}
-		if name == "ttl" || name == "autorenew" || slices.Contains(Params, name) {
-			own[name] = vals
-		} else {
-			theirs[name] = vals
-		}
+		return nil, err
 	}
 	lu := *u
 	lu.RawQuery = own.Encode()
@@ -106,51 +95,117 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		return nil, err
 	}
 	c := &Config{Options: lo}
-	if ownq.Has("prefix") {
-		c.Prefix = ownq.Get("prefix")
-		switch {
-		case c.Prefix == "":
-			return nil, bad("empty prefix (leave the parameter out for the default)")
-		case strings.ContainsAny(c.Prefix, "{}"):
-			return nil, bad("prefix %s contains '{' or '}'", errtext.Quote(c.Prefix))
+	if c.Prefix, err = parsePrefix(ownq, bad); err != nil {
+		return nil, err
+	}
+	useTLS, tc, err := parseTLS(u, tlsScheme, ownq, theirs, bad)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := parseHosts(u, theirs, bad)
+	if err != nil {
+		return nil, err
+	}
+	c.Kind, err = parseKind(ownq, theirs, len(hosts)-1+len(theirs["addr"]), bad)
+	if err != nil {
+		return nil, err
+	}
+	gu := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], Path: u.Path, RawPath: u.RawPath}
+	if useTLS {
+		gu.Scheme = "rediss"
+	}
+	for _, h := range hosts[1:] {
+		theirs.Add("addr", h)
+	}
+	gu.RawQuery = theirs.Encode()
+	if err := c.goRedis(gu, theirs, bad); err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		overlay(c.tlsConfig(), tc)
+	}
+	return c, nil
+}
+
+// splitQuery splits a URL's query into the parameters dlock reads (own)
+// and go-redis's (theirs). Only addr may repeat.
+func splitQuery(raw string, bad func(string, ...any) error) (own, theirs url.Values, err error) {
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, nil, bad("query: %v", err)
+	}
+	own, theirs = url.Values{}, url.Values{}
+	for name, vals := range q {
+		if len(vals) > 1 && name != "addr" {
+			return nil, nil, bad("parameter %s given %d times", errtext.Quote(name), len(vals))
+		}
+		if name == "ttl" || name == "autorenew" || slices.Contains(Params, name) {
+			own[name] = vals
+		} else {
+			theirs[name] = vals
 		}
 	}
+	return own, theirs, nil
+}
+
+// parsePrefix reads prefix=, "" when not given.
+func parsePrefix(ownq url.Values, bad func(string, ...any) error) (string, error) {
+	if !ownq.Has("prefix") {
+		return "", nil
+	}
+	prefix := ownq.Get("prefix")
+	switch {
+	case prefix == "":
+		return "", bad("empty prefix (leave the parameter out for the default)")
+	case strings.ContainsAny(prefix, "{}"):
+		return "", bad("prefix %s contains '{' or '}'", errtext.Quote(prefix))
+	}
+	return prefix, nil
+}
+
+// parseTLS says whether the URL asks for TLS (its scheme, tls=, or any TLS
+// parameter), and returns the TLS parameters' config, nil when none.
+func parseTLS(u *url.URL, tlsScheme string, ownq, theirs url.Values, bad func(string, ...any) error) (bool, *tls.Config, error) {
 	useTLS := u.Scheme == tlsScheme
 	if v := ownq.Get("tls"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, bad("tls=%s: want true or false", errtext.Quote(v))
+			return false, nil, bad("tls=%s: want true or false", errtext.Quote(v))
 		}
 		if !b && useTLS {
-			return nil, bad("tls=false contradicts the %s scheme", tlsScheme)
+			return false, nil, bad("tls=false contradicts the %s scheme", tlsScheme)
 		}
 		if !b && tlsconf.Given(ownq) {
-			return nil, bad("tls=false contradicts the TLS parameters (%s)", strings.Join(tlsconf.Params, ", "))
+			return false, nil, bad("tls=false contradicts the TLS parameters (%s)", strings.Join(tlsconf.Params, ", "))
 		}
 		useTLS = b
 	}
 	tc, err := tlsconf.Parse(ownq, fmt.Sprintf("%s URL %s", u.Scheme, errtext.Quote(redact.URL(u))))
-	if err != nil {
-		return nil, err
+	if err != nil || tc == nil {
+		return useTLS, nil, err
 	}
-	if tc != nil {
-		useTLS = true
-		if theirs.Has("skip_verify") && ownq.Has(tlsconf.InsecureSkipVerify) {
-			return nil, bad("skip_verify (go-redis's) and %s say the same: give one", tlsconf.InsecureSkipVerify)
-		}
-		if theirs.Has("skip_verify") && ownq.Has(tlsconf.CA) {
-			return nil, bad("skip_verify leaves %s unused: give one of them", tlsconf.CA)
-		}
+	if theirs.Has("skip_verify") && ownq.Has(tlsconf.InsecureSkipVerify) {
+		return false, nil, bad("skip_verify (go-redis's) and %s say the same: give one", tlsconf.InsecureSkipVerify)
 	}
+	if theirs.Has("skip_verify") && ownq.Has(tlsconf.CA) {
+		return false, nil, bad("skip_verify leaves %s unused: give one of them", tlsconf.CA)
+	}
+	return true, tc, nil
+}
 
+// parseHosts checks the URL's hosts, its addr= parameters and its
+// database path, and returns the hosts as host:port ("" for go-redis's
+// default, localhost:6379).
+func parseHosts(u *url.URL, theirs url.Values, bad func(string, ...any) error) ([]string, error) {
 	hosts := strings.Split(u.Host, ",")
 	if len(hosts) > 1 && slices.Contains(hosts, "") {
 		return nil, bad("empty host in %s", errtext.Quote(u.Host))
 	}
 	for i, h := range hosts {
 		if h == "" {
-			continue // go-redis's default, localhost:6379
+			continue
 		}
+		var err error
 		if hosts[i], err = hostPort(h); err != nil {
 			return nil, bad("%v", err)
 		}
@@ -165,39 +220,46 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 			return nil, bad("path %s: want /DB, a database number", errtext.Quote(u.Path))
 		}
 	}
-	extra := len(hosts) - 1 + len(theirs["addr"])
+	return hosts, nil
+}
+
+// parseKind decides the client's kind: master_name makes a Sentinel
+// client, extra hosts or cluster=true a Cluster one.
+func parseKind(ownq, theirs url.Values, extra int, bad func(string, ...any) error) (Kind, error) {
 	failover := theirs.Has("master_name")
 	cluster := extra > 0 && !failover
 	if v := ownq.Get("cluster"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return nil, bad("cluster=%s: want true or false", errtext.Quote(v))
+			return 0, bad("cluster=%s: want true or false", errtext.Quote(v))
 		}
 		switch {
 		case b && failover:
-			return nil, bad("cluster=true and master_name (Sentinel) exclude each other")
+			return 0, bad("cluster=true and master_name (Sentinel) exclude each other")
 		case !b && cluster:
-			return nil, bad("cluster=false with %d hosts (several hosts are a Cluster's, or Sentinels with master_name)", extra+1)
+			return 0, bad("cluster=false with %d hosts (several hosts are a Cluster's, or Sentinels with master_name)", extra+1)
 		}
 		cluster = b
 	}
-
 	if !failover && (theirs.Has("username") || theirs.Has("password")) {
-		return nil, bad("username= and password= are the primary's credentials on a Sentinel URL (with master_name); " +
+		return 0, bad("username= and password= are the primary's credentials on a Sentinel URL (with master_name); " +
 			"a single server's or a Cluster's go in the user info: user:password@host")
 	}
-
-	gu := url.URL{Scheme: "redis", User: u.User, Host: hosts[0], Path: u.Path, RawPath: u.RawPath}
-	if useTLS {
-		gu.Scheme = "rediss"
-	}
-	for _, h := range hosts[1:] {
-		theirs.Add("addr", h)
-	}
-	gu.RawQuery = theirs.Encode()
 	switch {
 	case failover:
-		c.Kind = Failover
+		return Failover, nil
+	case cluster:
+		return Cluster, nil
+	}
+	return Single, nil
+}
+
+// goRedis makes c's go-redis options of its Kind from gu, the URL in
+// go-redis's own form, with go-redis's parsers.
+func (c *Config) goRedis(gu url.URL, theirs url.Values, bad func(string, ...any) error) error {
+	var err error
+	switch c.Kind {
+	case Failover:
 		c.Failover, err = redis.ParseFailoverURL(gu.String())
 		if err == nil {
 			o := c.Failover
@@ -209,17 +271,16 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 			if !theirs.Has("username") && !theirs.Has("password") {
 				o.Username, o.Password = o.SentinelUsername, o.SentinelPassword
 			}
-			if c.Failover.TLSConfig != nil {
+			if o.TLSConfig != nil {
 				// Sentinels and the primary are verified by their own host names.
-				c.Failover.TLSConfig.ServerName = ""
+				o.TLSConfig.ServerName = ""
 			}
 		}
-	case cluster:
-		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
-			return nil, bad("a Redis Cluster has only database 0")
+	case Cluster:
+		if db := strings.Trim(gu.Path, "/"); db != "" && db != "0" {
+			return bad("a Redis Cluster has only database 0")
 		}
 		gu.Path, gu.RawPath = "", ""
-		c.Kind = Cluster
 		c.Cluster, err = redis.ParseClusterURL(gu.String())
 		if err == nil {
 			c.Cluster.ContextTimeoutEnabled = true
@@ -229,9 +290,8 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 			}
 		}
 	default:
-		c.Kind = Single
 		if theirs.Has("addr") {
-			return nil, bad("addr= adds hosts to a Cluster or Sentinel URL, not to a single server's")
+			return bad("addr= adds hosts to a Cluster or Sentinel URL, not to a single server's")
 		}
 		c.Single, err = redis.ParseURL(gu.String())
 		if err == nil {
@@ -239,12 +299,9 @@ func Parse(u *url.URL, tlsScheme string) (*Config, error) {
 		}
 	}
 	if err != nil {
-		return nil, bad("%s", explain(err))
+		return bad("%s", explain(err))
 	}
-	if tc != nil {
-		overlay(c.tlsConfig(), tc)
-	}
-	return c, nil
+	return nil
 }
 
 // tlsConfig is the *tls.Config go-redis made for a TLS URL, nil for a
