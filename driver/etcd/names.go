@@ -8,8 +8,8 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// The keys and values this driver writes (docs/design.md, "etcd keys and
-// values", is the same description):
+// The keys and values this driver writes (docs/wire/etcd.md is the same
+// description):
 //
 //	PREFIX "q/" esc(K) "/" OWNER        an anonymous attempt's entry: its
 //	                                    waiting place, then its grant

@@ -9,7 +9,8 @@
 // # Algorithm
 //
 // Each lease has a random owner token (32 hex digits); each user key maps
-// to a lock item and a fencing counter (see Keys).
+// to a lock item and a fencing counter (see Keys; docs/wire/memcached.md
+// in the repository is the wire format).
 //
 //   - Grant: add(lock, owner, N seconds), which fails if the item exists,
 //     so the grant and its expiry are one atomic step; then incr(counter)

@@ -33,7 +33,7 @@
 // deadline, so a client that stalls keeps it while it cannot know it
 // still holds it (no Done before another holder is possible), it is lost
 // silently with its connection, and it is re-entrant per session. See
-// docs/design.md.
+// docs/wire/postgres.md.
 //
 // Keys are stored as they are, in text columns; a key holding a NUL byte,
 // which PostgreSQL's text cannot hold, is refused with lock.ErrInvalid.

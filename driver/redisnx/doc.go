@@ -9,7 +9,8 @@
 //
 // or from a URL with lock.Open (see URLs). It needs Redis 5 or later
 // (tested with 7.0). Where scripts are refused, use rediswatch. The design,
-// and why, is in docs/design.md in the repository.
+// and why, is in docs/design.md in the repository; the wire format in
+// docs/wire/redis.md.
 //
 // # Algorithm
 //
@@ -243,5 +244,6 @@
 // P{K}:h, the permits P{K}:s, tombstones P{K}:void:OWNER, the grant
 // lists of waits P{K}:g:OWNER:NONCE, the channel P{K}:rel) share K as
 // Cluster hash tag; each Locker has an inbox channel,
-// P + "inbox:" + 32 hex digits. docs/design.md gives the full wire format.
+// P + "inbox:" + 32 hex digits. docs/wire/redis.md gives the full wire
+// format.
 package redisnx

@@ -10,7 +10,7 @@ import (
 // share (internal/redisx), this driver's queue, P{K}:q (a sorted set of
 // owners) and P{K}:w (their entries, a hash), its readers, P{K}:r, and
 // the permits of a semaphore, P{K}:s (sorted sets: see prelude.lua).
-// docs/design.md lists them all, and why they cannot meet.
+// docs/wire/redis.md lists them all, and why they cannot meet.
 const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix

@@ -14,7 +14,8 @@
 // (see Errors). Prefer redisnx where scripts may run: it needs one round trip where
 // this driver needs two, and contention never aborts its operations. This
 // driver needs a server or proxy that keeps WATCH, MULTI and EXEC on one
-// connection. The design, and why, is in docs/design.md in the repository.
+// connection. The design, and why, is in docs/design.md in the repository;
+// the wire format in docs/wire/redis.md.
 //
 // # Algorithm
 //
@@ -243,6 +244,6 @@
 // queue P{K}:wq, entries P{K}:we:OWNER, grant records P{K}:wg:OWNER,
 // tombstones P{K}:void:OWNER, the readers P{K}:r, holds P{K}:h and permits
 // P{K}:s, the channel P{K}:rel) share K as Cluster hash tag; each Locker
-// has an inbox channel, P + "inbox:" + 32 hex. docs/design.md has the wire
-// format.
+// has an inbox channel, P + "inbox:" + 32 hex. docs/wire/redis.md has the
+// wire format.
 package rediswatch

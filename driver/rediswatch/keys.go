@@ -8,7 +8,7 @@ import (
 
 // The Redis names of a user key K, with prefix P: those both Redis drivers
 // share (internal/redisx), and this driver's queue (see queue.go), apart
-// from redisnx's. docs/design.md lists them all, and why they cannot meet.
+// from redisnx's. docs/wire/redis.md lists them all, and why they cannot meet.
 const (
 	counterSuffix = redisx.CounterSuffix
 	channelSuffix = redisx.ChannelSuffix

@@ -93,7 +93,7 @@ func recordedDriver(t *testing.T) (*watchDriver, *redis.Client, *recorder) {
 	return d, rdb, rec
 }
 
-// Every operation takes the round trips docs/design.md says ("rediswatch
+// Every operation takes the round trips docs/wire/redis.md says ("rediswatch
 // transactions"), made of the commands it lists, and no script command
 // ever.
 func TestRoundTrips(t *testing.T) {
@@ -201,7 +201,7 @@ func ownerOf(t *testing.T, rdb redis.UniversalClient, key string) string {
 }
 
 // The transactions of shares and permits (member grants) take the round
-// trips and commands docs/design.md lists, in each of their branches:
+// trips and commands docs/wire/redis.md lists, in each of their branches:
 // grants onto a free key, beside longer and shorter members, onto a key
 // held otherwise; refreshes that lengthen the lock key or not; Resume;
 // releases of the longest member, of a shorter one, of the last one, and by

@@ -515,7 +515,7 @@ func exercisePermits(t *testing.T, rdb, admin redis.UniversalClient) {
 
 // Every operation on permits takes two round trips (a held key's refusal:
 // the read and UNWATCH; a refresh reads without WATCH), made of the commands driver/rediswatch's doc and
-// docs/design.md list, and no script command.
+// docs/wire/redis.md list, and no script command.
 func TestPermitRoundTrips(t *testing.T) {
 	d, _, rec := recordedDriver(t)
 	ctx := testCtx(t)

@@ -11,7 +11,8 @@
 //
 // The Locker is a lock.RWLocker: RLock and TryRLock grant shared leases;
 // and a lock.SemLocker: Acquire and TryAcquire grant the permits of
-// counting semaphores (see Semaphores).
+// counting semaphores (see Semaphores). docs/wire/zookeeper.md in the
+// repository is the wire format.
 //
 // # The recipe
 //

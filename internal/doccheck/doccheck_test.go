@@ -23,7 +23,7 @@ const maxREADMELines = 220
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
 	files := []string{"README.md", "CHANGELOG.md"}
-	for _, pattern := range []string{"docs/*.md", "docker/*.md"} {
+	for _, pattern := range []string{"docs/*.md", "docs/wire/*.md", "docs/decisions/*.md", "docker/*.md"} {
 		m, err := filepath.Glob(filepath.Join(root, pattern))
 		if err != nil {
 			t.Fatal(err)

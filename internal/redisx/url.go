@@ -3,7 +3,8 @@
 // Cluster slot (a wire contract between the two drivers, and with the plain
 // SET NX locks of redsync and redislock), the client a URL makes, the
 // client's life (Core), the pub/sub notifier and context handling. The
-// design, and why, is in docs/design.md.
+// design, and why, is in docs/design.md; the wire format in
+// docs/wire/redis.md.
 //
 // Parse reads a dlock Redis URL with go-redis's own parsers
 // (redis.ParseURL, ParseClusterURL, ParseFailoverURL), so that one URL
