@@ -128,14 +128,40 @@ func (m *monitor) tick(now time.Time) time.Duration {
 	timeout := m.d.sessionTimeout()
 	st, sid := m.d.conn.State(), m.d.conn.SessionID()
 	connected := st == zk.StateHasSession
-	var lost []loss
 
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return 0
 	}
-	reconnected := connected && !m.connected
+	reconnected := m.noteStateLocked(now, st, sid)
+	lost, deadline := m.dropLostLocked(now, st, sid, timeout)
+	m.pruneOrphansLocked(sid)
+	active := len(m.leases) > 0 || m.waiters > 0
+	if active {
+		m.busyAt = now
+	}
+	beatAt := m.beatAtLocked(now, sid, timeout)
+	if beatAt.Before(m.beatAfter) {
+		beatAt = m.beatAfter
+	}
+	m.startDueLocked(now, beatAt, timeout, active, connected, reconnected)
+	next := m.nextLocked(now, beatAt, deadline, timeout, active, connected)
+	m.mu.Unlock()
+
+	for _, x := range lost {
+		if x.l.Lost != nil {
+			x.l.Lost(x.err)
+		}
+	}
+	return next
+}
+
+// noteStateLocked records the connection's state, and reports whether it
+// has just got its session back.
+func (m *monitor) noteStateLocked(now time.Time, st zk.State, sid int64) (reconnected bool) {
+	connected := st == zk.StateHasSession
+	reconnected = connected && !m.connected
 	m.connected = connected
 	switch {
 	case st == zk.StateDisconnected || st == zk.StateConnecting:
@@ -149,7 +175,13 @@ func (m *monitor) tick(now time.Time) time.Duration {
 		m.provedLocked(sid, m.downAt)
 		m.downAt = time.Time{}
 	}
+	return reconnected
+}
 
+// dropLostLocked takes out the leases that are lost: those of a session
+// that is over, and all of them once the session may expire any moment.
+// It returns them, and the moment the rest are lost without new proof.
+func (m *monitor) dropLostLocked(now time.Time, st zk.State, sid int64, timeout time.Duration) (lost []loss, deadline time.Time) {
 	// Leases of a session that is over: go-zookeeper learned it expired.
 	for l, g := range m.leases {
 		if g.session != sid || st == zk.StateExpired {
@@ -157,26 +189,30 @@ func (m *monitor) tick(now time.Time) time.Duration {
 			delete(m.leases, l)
 		}
 	}
+	if len(m.leases) == 0 {
+		return lost, deadline
+	}
 	// Leases whose session may expire any moment now.
-	var deadline time.Time
-	if len(m.leases) > 0 {
-		if m.proofSid == sid {
-			deadline = m.proofAt.Add(timeout - driver.DriftMargin(timeout))
-		}
-		if !now.Before(deadline) {
-			for l, g := range m.leases {
-				lost = append(lost, loss{l, fmt.Errorf("zookeeper: no proof that session %#x is alive for its timeout %v (connection lost?): the server may expire it and grant the key to another client", g.session, timeout)})
-				delete(m.leases, l)
-				m.orphans = append(m.orphans, &orphan{path: g.path, session: g.session})
-			}
+	if m.proofSid == sid {
+		deadline = m.proofAt.Add(timeout - driver.DriftMargin(timeout))
+	}
+	if !now.Before(deadline) {
+		for l, g := range m.leases {
+			lost = append(lost, loss{l, fmt.Errorf("zookeeper: no proof that session %#x is alive for its timeout %v (connection lost?): the server may expire it and grant the key to another client", g.session, timeout)})
+			delete(m.leases, l)
+			m.orphans = append(m.orphans, &orphan{path: g.path, session: g.session})
 		}
 	}
-	// Orphans of a session that is over (go-zookeeper learned it expired,
-	// or replaced it): the server deleted their nodes. A connection down
-	// for longer than the timeout does not make it so: a server restarted
-	// from its data restores its sessions with a fresh timeout, and the
-	// client may reconnect to the session, whose nodes then stay until the
-	// janitor deletes them.
+	return lost, deadline
+}
+
+// pruneOrphansLocked forgets the orphans of a session that is over
+// (go-zookeeper learned it expired, or replaced it): the server deleted
+// their nodes. A connection down for longer than the timeout does not
+// make it so: a server restarted from its data restores its sessions with
+// a fresh timeout, and the client may reconnect to the session, whose
+// nodes then stay until the janitor deletes them.
+func (m *monitor) pruneOrphansLocked(sid int64) {
 	kept := m.orphans[:0]
 	for _, o := range m.orphans {
 		if o.session == 0 || o.session == sid {
@@ -185,15 +221,11 @@ func (m *monitor) tick(now time.Time) time.Duration {
 	}
 	clear(m.orphans[len(kept):])
 	m.orphans = kept
+}
 
-	active := len(m.leases) > 0 || m.waiters > 0
-	if active {
-		m.busyAt = now
-	}
-	beatAt := m.beatAtLocked(now, sid, timeout)
-	if beatAt.Before(m.beatAfter) {
-		beatAt = m.beatAfter
-	}
+// startDueLocked starts the heartbeat, the check after a reconnection and
+// the janitor, when due and not running.
+func (m *monitor) startDueLocked(now, beatAt time.Time, timeout time.Duration, active, connected, reconnected bool) {
 	// The proof is kept fresh while the session lasts, idle or not: a
 	// grant after an idle spell would otherwise wait reportLag (3 s of a
 	// 10 s session) for a request old enough to be proven. It costs a
@@ -217,7 +249,10 @@ func (m *monitor) tick(now time.Time) time.Duration {
 		m.wg.Add(1)
 		go m.clean(timeout)
 	}
+}
 
+// nextLocked is when tick looks again: 0 only when poked.
+func (m *monitor) nextLocked(now, beatAt, deadline time.Time, timeout time.Duration, active, connected bool) time.Duration {
 	var next time.Duration
 	polling := active || len(m.orphans) > 0 || now.Sub(m.busyAt) < linger
 	switch {
@@ -235,13 +270,6 @@ func (m *monitor) tick(now time.Time) time.Duration {
 		next = max(beatAt.Sub(now), time.Millisecond)
 	}
 	m.sleeping = !polling
-	m.mu.Unlock()
-
-	for _, x := range lost {
-		if x.l.Lost != nil {
-			x.l.Lost(x.err)
-		}
-	}
 	return next
 }
 
