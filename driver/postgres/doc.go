@@ -169,7 +169,8 @@
 //
 // A Locker creates its schema on first use if it is missing, which needs
 // the CREATE right on the database. Where the application's role may
-// not, run the output of SchemaSQL once as a role that may, and set
+// not, run the output of SchemaSQL (or of dlock schema URL, the same
+// SQL with the URL's schema name) once as a role that may, and set
 // Options.NoCreate (create_schema=false); the application's role then
 // needs USAGE on the schema, SELECT, INSERT, UPDATE and DELETE on its
 // tables, and EXECUTE on its functions (the default for PUBLIC).

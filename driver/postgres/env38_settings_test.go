@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/testserver"
 	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestEnv38Timeouts: a database's statement_timeout, lock_timeout or
@@ -102,10 +103,28 @@ func TestEnv38RoleRights(t *testing.T) {
 	t.Run("NoCreateRight", func(t *testing.T) {
 		l := newLockerWith(t, appURL, &Options{Schema: "env38_mine"}, &netCut{})
 		_, err := l.TryLock(ctx, key)
-		if err == nil || !strings.Contains(err.Error(), "CREATE right") || !strings.Contains(err.Error(), `SchemaSQL("env38_mine")`) {
-			t.Fatalf("TryLock of a role that may not create the schema: %v; want the error to say what to run", err)
+		if err == nil {
+			t.Fatal("TryLock of a role that may not create the schema succeeded")
+		}
+		for _, want := range []string{"CREATE right", "create_schema=false", "dlock schema URL with schema=env38_mine", `SchemaSQL("env38_mine")`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("TryLock of a role that may not create the schema: %v; want the error to say %q", err, want)
+			}
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "42501" {
+			t.Errorf("TryLock of a role that may not create the schema: %v; want the server's 42501 as a *pgconn.PgError", err)
 		}
 		t.Log(err)
+	})
+	t.Run("NoCreateSet", func(t *testing.T) {
+		l := newLockerWith(t, appURL, &Options{Schema: "env38_mine", NoCreate: true}, &netCut{})
+		_, err := l.TryLock(ctx, key)
+		for _, want := range []string{"create_schema=false", "dlock schema URL with schema=env38_mine"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("TryLock with NoCreate and no schema: %v; want the error to say %q", err, want)
+			}
+		}
 	})
 
 	script, err := SchemaSQL("env38_owned")

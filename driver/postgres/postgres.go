@@ -252,7 +252,7 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 		if err == nil {
 			have = fmt.Sprintf("at version %d", v)
 		}
-		return false, fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate is set: run the output of postgres.SchemaSQL(%q) (version %d) as a user with the CREATE right", d.schema, have, d.schema, schemaVersion)
+		return false, fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate (create_schema=false) is set: run its SQL (version %d) as a role with the CREATE right; %s", d.schema, have, schemaVersion, schemaSource(d.schema))
 	}
 	if err := d.install(ctx); err != nil {
 		return false, fmt.Errorf("postgres: creating schema %s: %w%s", d.schema, err, createHint(err, d.schema))
@@ -282,7 +282,17 @@ func createHint(err error, schema string) string {
 	if !refused(err) {
 		return ""
 	}
-	return fmt.Sprintf(" (the role needs the CREATE right on the database, and to own the schema's objects to update them; or run the output of postgres.SchemaSQL(%q) as a role that may, and set Options.NoCreate, create_schema=false)", schema)
+	return fmt.Sprintf(" (the role needs the CREATE right on the database, and to own the schema's objects to update them; "+
+		"or have a role that may run the schema's SQL once, and set create_schema=false in the URL (Options.NoCreate); %s)", schemaSource(schema))
+}
+
+// schemaSource says where a DBA gets the SQL of schema.
+func schemaSource(schema string) string {
+	url := "URL"
+	if schema != DefaultSchema {
+		url = "URL with schema=" + schema
+	}
+	return fmt.Sprintf("dlock schema %s prints it, as postgres.SchemaSQL(%q) returns it", url, schema)
 }
 
 // install runs schema.sql in one transaction, under a transaction-level
