@@ -5,7 +5,8 @@
 //
 //	dlock run [flags] KEY [--] COMMAND [ARGS...]
 //	dlock demo [flags]
-//	dlock help [run|demo|inspect]
+//	dlock schema [URL]
+//	dlock help [run|demo|inspect|schema]
 //	dlock version
 //
 // # dlock run
@@ -268,6 +269,21 @@
 // 1 when it is free,
 // 2 on usage errors (flags, KEY, URL), 125 when the backend could not be
 // reached or failed.
+//
+// # dlock schema
+//
+// dlock schema [URL] prints the SQL that creates dlock's tables and
+// functions for the backend of URL (or $DLOCK_URL), with the URL's
+// schema=NAME applied, and makes no connection. A database administrator
+// runs it once as a role with the CREATE right; the application's URL
+// then sets create_schema=false (see driver/postgres, "Schema made by
+// hand"):
+//
+//	dlock schema 'postgres://app@db/app?schema=locks' | psql -U admin -d app
+//
+// Only PostgreSQL has a schema: for the other backends it says so and
+// exits 1. Exit status: 0 when the SQL was printed, 1 when the backend has
+// none, 2 on usage errors.
 //
 // # dlock demo
 //

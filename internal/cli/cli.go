@@ -19,7 +19,8 @@ Usage:
   dlock run [flags] KEY [--] COMMAND [ARGS...]  run COMMAND while holding KEY
   dlock demo [flags]                            workers contend for locks on every reachable backend
   dlock inspect [flags] KEY                     who holds KEY and who waits for it (dlock inspect -h)
-  dlock help [run|demo|inspect]                 this text, or a command's flags
+  dlock schema [URL]                            the SQL that creates the backend's schema (PostgreSQL)
+  dlock help [run|demo|inspect|schema]          this text, or a command's flags
   dlock version                                 dlock's version and Go's (also -version, --version)
 
 Backends compiled in: %s.
@@ -43,6 +44,8 @@ func dispatch(args []string) int {
 		return cmdDemo(args[1:])
 	case "inspect":
 		return cmdInspect(args[1:])
+	case "schema":
+		return cmdSchema(args[1:])
 	case demoWorkerCmd: // hidden: one worker process of dlock demo
 		return cmdDemoWorker(args[1:])
 	case "version", "-version", "--version":
@@ -53,10 +56,10 @@ func dispatch(args []string) int {
 		case len(args) == 1:
 			usage(os.Stdout)
 			return exitOK
-		case args[1] == "run" || args[1] == "demo" || args[1] == "inspect":
+		case args[1] == "run" || args[1] == "demo" || args[1] == "inspect" || args[1] == "schema":
 			return dispatch([]string{args[1], "-h"})
 		}
-		fmt.Fprintf(os.Stderr, "dlock help: no command %q: run, demo or inspect\n(dlock help for the commands)\n", args[1])
+		fmt.Fprintf(os.Stderr, "dlock help: no command %q: run, demo, inspect or schema\n(dlock help for the commands)\n", args[1])
 		return exitUsage
 	}
 	fmt.Fprintf(os.Stderr, "dlock: unknown command %q\n(dlock help for the commands)\n", args[0])

@@ -182,6 +182,9 @@ func TestHelpOnStdout(t *testing.T) {
 		{[]string{"demo", "-h"}, "-start-servers"},
 		{[]string{"help", "inspect"}, "-timeout"},
 		{[]string{"inspect", "-h"}, "-timeout"},
+		{[]string{"help"}, "\n  dlock schema [URL]"},
+		{[]string{"help", "schema"}, "Usage: dlock schema [URL]"},
+		{[]string{"schema", "-h"}, "Usage: dlock schema [URL]"},
 	} {
 		cmd := dlockCmd(t, "", "", tc.args...)
 		stdout := &lockedWriter{}
@@ -210,6 +213,7 @@ func TestUsageErrorsOneLine(t *testing.T) {
 		{[]string{"demo", "-duration", "soon"}, `dlock demo: invalid value "soon" for flag -duration`},
 		{[]string{"frobnicate"}, `dlock: unknown command "frobnicate"`},
 		{[]string{"help", "frobnicate"}, `dlock help: no command "frobnicate"`},
+		{[]string{"schema", "-bogus"}, "dlock schema: flag provided but not defined: -bogus"},
 	} {
 		cmd := dlockCmd(t, "", "", tc.args...)
 		stdout := &lockedWriter{}
