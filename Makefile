@@ -21,7 +21,7 @@ TEST_SKIP ?= ^(TestConformancePgBouncer|TestConformanceReplica|TestConformanceTw
 # loading the machine: the longest package (zookeeper, 3 min) starts at once.
 TEST_P ?= 4
 
-.PHONY: test check servers conformance unit images up down test-docker chaos bench nemesis
+.PHONY: test check api servers conformance unit images up down test-docker chaos bench nemesis
 
 ## test: install missing servers, vet, and run every test against real servers:
 ## the main module's, then the harness module's (harness/: chaos's short selection,
@@ -49,8 +49,8 @@ test: servers check
 	@$(MAKE) --no-print-directory test-docker
 
 ## check: go vet, staticcheck and gofmt, in every module (the main one, harness/,
-## bench/, driver/etcd/). staticcheck comes from the Go module proxy at the version
-## named here.
+## bench/, driver/etcd/), and that the public API is the one api/dlock.txt records
+## (make api). staticcheck comes from the Go module proxy at the version named here.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 check:
 	$(GO) vet ./...
@@ -63,6 +63,12 @@ check:
 	cd driver/etcd && $(STATICCHECK) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
+	$(GO) run ./internal/apilist -check api/dlock.txt
+
+## api: record the public API (packages lock, driver and the drivers, driver/etcd's
+## module too) in api/dlock.txt, one line per exported name; make check compares.
+api:
+	$(GO) run ./internal/apilist > api/dlock.txt.new && mv api/dlock.txt.new api/dlock.txt
 
 ## servers: install the backend servers (Debian packages) if missing.
 servers:
