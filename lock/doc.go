@@ -46,14 +46,14 @@
 // # Renewal
 //
 // By default each lease is renewed automatically a third of the way to its
-// local deadline (every TTL/3 where the backend applies the TTL as it is;
+// local deadline (renewFraction: every TTL/3 where the backend applies the TTL as it is;
 // more often where it gives less, such as memcached's whole seconds or a
 // ZooKeeper session timeout shorter than the TTL), until it is released;
 // turn that off with Options.DisableAutoRenew or WithAutoRenew(false). One
 // scheduler goroutine per Locker renews all of its leases, in batches where
-// the driver supports it, with at most 16 refresh calls under way. A
-// renewal that fails for a network reason is retried every tenth of the
-// validity; if none succeeds before the lease's local deadline, the lease
+// the driver supports it, with a bounded number of refresh calls under
+// way. A renewal that fails for a network reason is retried every tenth
+// of the validity (retryFraction); if none succeeds before the lease's local deadline, the lease
 // is lost, and its grant is left to expire by its TTL (another Lease may
 // hold it: see "Handing a lease over"; ZooKeeper's, which would live as
 // long as the session, is released). A renewal the backend refuses (the
@@ -63,7 +63,7 @@
 //
 // The local deadline is the moment the last successful grant or refresh
 // request was sent, plus the validity the backend applied, minus a drift
-// margin of 1% of the validity plus 2 ms. It is measured on the monotonic
+// margin (driver.DriftMargin: 1% of the validity plus 2 ms). It is measured on the monotonic
 // clock, so wall-clock jumps do not move it. A refresh whose reply is lost
 // may have been applied: before it is sent the deadline is moved to no
 // later than what it gives, and no later refresh counts on more.

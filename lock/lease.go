@@ -133,8 +133,8 @@ func (l *Lease) Err() error {
 
 // Deadline returns the conservative local validity deadline: the time the
 // last successful grant or refresh request was sent, plus the validity the
-// backend applied (Validity), minus a drift margin of 1% of that validity
-// plus 2 ms. Until then no other client can be granted the key, as judged
+// backend applied (Validity), minus driver.DriftMargin of that validity.
+// Until then no other client can be granted the key, as judged
 // by this process's monotonic clock. Done closes at the latest at this
 // deadline unless a refresh succeeds first.
 //

@@ -32,9 +32,9 @@ type Options struct {
 	// WithTTL overrides it (WithTTL(0) keeps it).
 	TTL time.Duration
 	// DisableAutoRenew turns off automatic renewal for leases of this
-	// Locker. By default a lease is refreshed every TTL/3 until it is
-	// released, like Redisson's watchdog or an etcd session's keep-alive.
-	// Per call, WithAutoRenew overrides it.
+	// Locker. By default a lease is renewed until it is released (see
+	// Renewal in the package doc), like Redisson's watchdog or an etcd
+	// session's keep-alive. Per call, WithAutoRenew overrides it.
 	DisableAutoRenew bool
 	// Retry is how Lock waits for a held key: DefaultRetry (also when
 	// nil) queues on drivers that queue waiters and backs off on the

@@ -14,8 +14,8 @@ import (
 // The renewal scheduler: one per Locker, however many leases it holds.
 //
 // It keeps every live lease in a heap ordered by the next moment it must
-// look at it: the renewal time (TTL/3 after the last successful grant or
-// refresh was sent) for auto-renewed leases, else the local deadline. Due
+// look at it: the renewal time (see renewFraction) for auto-renewed
+// leases, else the local deadline. Due
 // renewals are handed, grouped, to at most maxWorkers worker goroutines
 // (maxBatchWorkers for a driver that implements driver.BatchRefresher,
 // which refreshes each group of up to maxBatch leases in one call, in a
@@ -49,6 +49,20 @@ type scheduler struct {
 }
 
 const (
+	// renewFraction places a renewal: 1/renewFraction of the way from the
+	// moment the last successful grant or refresh was sent to the lease's
+	// local deadline. That is every TTL/3 where the backend applies the TTL
+	// as it is, and more often where it gives less (memcached's whole
+	// seconds, a ZooKeeper session timeout shorter than the TTL).
+	renewFraction = 3
+	// renewAhead groups renewals: one due within validity/renewAhead is
+	// taken with the due ones, so that leases granted close together are
+	// refreshed together.
+	renewAhead = 30
+	// retryFraction paces a failed renewal's retries: every
+	// validity/retryFraction, and at least minRetryDelay apart.
+	retryFraction = 10
+
 	maxWorkers      = 16   // concurrent refresh calls per Locker
 	maxBatchWorkers = 4    // concurrent RefreshBatch calls per Locker
 	maxBatch        = 1000 // leases per RefreshBatch call, unless jobs queue up
@@ -61,7 +75,7 @@ const (
 	maxSingleJob  = 32 // leases per job for drivers without batches
 	minRetryDelay = 5 * time.Millisecond
 	// minRenewRoom is the least validity, less the drift margin, that a
-	// TTL must give: renewals come at a third of it.
+	// TTL must give: renewals come at 1/renewFraction of it.
 	minRenewRoom = 3 * time.Millisecond
 	// lateLogEvery is the least time between two logs of late renewals.
 	lateLogEvery = 10 * time.Second
@@ -83,14 +97,13 @@ func newScheduler(lk *locker) *scheduler {
 }
 
 // schedule (re)computes when to look at l next, from its current state.
-// Renewals come a third of the way from the last successful grant or
-// refresh to the deadline: from the validity the backend applied, which
-// may be much shorter than the TTL (memcached's whole seconds).
+// Renewals come at renewFraction, counted on the validity the backend
+// applied, which may be much shorter than the TTL.
 func (s *scheduler) schedule(l *Lease) {
 	l.mu.Lock()
 	ended, renew := l.err != nil, l.autoRenew && !l.unlocking
 	deadline, ttl, v := l.deadline, l.ttl, l.validity
-	renewAt := l.start.Add(deadline.Sub(l.start) / 3)
+	renewAt := l.start.Add(deadline.Sub(l.start) / renewFraction)
 	l.mu.Unlock()
 
 	s.mu.Lock()
@@ -172,11 +185,10 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 	groups := map[group][]*Lease{}
 	for len(s.h) > 0 {
 		l := s.h[0]
-		// Renewals a little ahead of time are taken with the due ones, so
-		// that leases granted close together are refreshed together.
+		// See renewAhead.
 		ahead := time.Duration(0)
 		if l.renewDue {
-			ahead = l.validCopy / 30
+			ahead = l.validCopy / renewAhead
 		}
 		if l.due.After(now.Add(ahead)) {
 			break
@@ -369,14 +381,14 @@ func (s *scheduler) late(ls []*Lease) {
 }
 
 // done ends the scheduler's renewal of l: the lease's refresh slot is freed
-// and the lease is scheduled again (after a failure, in a tenth of its
-// validity, or at its deadline if that is sooner).
+// and the lease is scheduled again (after a failure, see retryFraction;
+// at its deadline if that is sooner).
 func (s *scheduler) done(l *Lease, failed bool, v time.Duration) {
 	s.mu.Lock()
 	l.renewing = false
 	l.retryAt = time.Time{}
 	if failed {
-		l.retryAt = time.Now().Add(max(v/10, minRetryDelay))
+		l.retryAt = time.Now().Add(max(v/retryFraction, minRetryDelay))
 	}
 	s.mu.Unlock()
 	<-l.refreshing

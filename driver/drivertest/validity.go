@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -30,10 +31,6 @@ const (
 	validityLate  = 250 * time.Millisecond
 	validityFree  = time.Second
 )
-
-// validityDrift is the drift margin lock counts a deadline with: 1% of
-// the validity plus 2 ms (see Lease.Deadline).
-func validityDrift(v time.Duration) time.Duration { return v/100 + 2*time.Millisecond }
 
 // sentSpan is when a grant or refresh call was under way: its request was
 // sent between from and to.
@@ -116,7 +113,7 @@ func checkValidity(t *testing.T, what string, c Caps, lease *lock.Lease, sent se
 	if v <= 0 || v > bound {
 		t.Fatalf("after the %s, Validity() = %v; want within (0, %v] (TTL %v)", what, v, bound, ttl)
 	}
-	room := v - validityDrift(v)
+	room := v - driver.DriftMargin(v)
 	dl := lease.Deadline()
 	if lo, hi := sent.from.Add(room), sent.to.Add(room); dl.Before(lo) || dl.After(hi) {
 		t.Errorf("after the %s, Deadline is %v after the call began; want Validity %v less the drift margin, within [%v, %v]",
@@ -184,7 +181,7 @@ func checkValidityKept(t *testing.T, c Caps, other lock.Locker, k string, lease 
 	}
 	checkBy(t, due, at, validityLate, "Done closed %v after the Deadline", at.Sub(dl))
 	ended := at.Sub(sent.from)
-	if room := v - validityDrift(v) - validityEarly; ended < room {
+	if room := v - driver.DriftMargin(v) - validityEarly; ended < room {
 		t.Errorf("Done closed %v after the call began (%v before its Deadline), Validity %v; want no earlier than %v: the lease claimed more than its backend could keep (%v)",
 			ended, time.Until(dl), v, room, lease.Err())
 	}

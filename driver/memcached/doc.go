@@ -63,8 +63,8 @@
 // An item also lives at most about N seconds, so a crashed holder's key is
 // free within its TTL. This driver therefore reports as a lease's Validity
 // N-2 seconds, which lock counts from the moment the grant or refresh
-// request was sent, less its drift margin (1% plus 2 ms, which also covers
-// the tick's lateness). Hence the TTL rules:
+// request was sent, less its drift margin (driver.DriftMargin, which also
+// covers the tick's lateness). Hence the TTL rules:
 //
 //   - TTLs are whole seconds, rounded up (3.5 s becomes 4 s, valid 2 s).
 //   - The least is MinTTL, 3 s: valid for 1 s. A 2 s TTL would leave no
@@ -138,9 +138,10 @@
 // Memcached is a cache. Without -M it evicts the least recently used items
 // when memory runs out, lock items included, and it keeps nothing across a
 // restart (nor across flush_all). A holder learns that its grant is gone at
-// its next refresh, within TTL/3 with auto-renewal, and the lease ends with
-// lock.ErrLost; until then another client may be granted the key, so two
-// holders overlap for up to TTL/3. Fencing tokens make that overlap
+// its next refresh (with auto-renewal, within a renewal period: lock's
+// Renewal), and the lease ends with lock.ErrLost; until then another
+// client may be granted the key, so two holders overlap for up to that
+// period. Fencing tokens make that overlap
 // harmless to a resource that checks them: every grant draws a larger
 // token than the grants before it, from the counter or, if the counter was
 // lost too, from the clock, so the resource refuses the holder whose token

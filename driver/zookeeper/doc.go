@@ -183,7 +183,7 @@
 // wait after an idle spell; and:
 //
 //   - when the last proof is older than the session timeout minus a
-//     drift margin (1% plus 2 ms), which happens when the connection is
+//     drift margin (driver.DriftMargin), which happens when the connection is
 //     lost, every lease of the Locker ends (Done closes, Err wraps
 //     lock.ErrLost): the server may expire the session any moment now,
 //     and then grant the keys to another client;
@@ -216,10 +216,10 @@
 //     heartbeats keep, which is 0.3 to 0.5 of the timeout old, so it is
 //     about 0.5 to 0.7 of the timeout (a grant right after Dial, whose
 //     handshake is a fresh proof, gets nearly all of it). lock renews a
-//     third of the way to the deadline, so a renewal comes every 0.17 to
-//     0.23 of the session timeout (1.7 to 2.3 s with a 10 s session); a
-//     node deleted behind the holder's back ends its lease by the next
-//     one. The TTL is not used.
+//     third of the way to the deadline (lock's Renewal), so a renewal
+//     comes every 0.17 to 0.23 of the session timeout (1.7 to 2.3 s with
+//     a 10 s session); a node deleted behind the holder's back ends its
+//     lease by the next one. The TTL is not used.
 //   - With auto-renewal off, a lease lasts its grant's validity (at least
 //     half the session timeout), or less if the session is at risk first;
 //     then the Locker deletes its node.
