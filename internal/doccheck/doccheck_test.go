@@ -287,3 +287,84 @@ func TestLockDocListsEveryDriver(t *testing.T) {
 		}
 	}
 }
+
+// docPathRE matches a path of the repository's docs in a Go comment;
+// docSectionRE one followed by a quoted section title.
+var (
+	docPathRE    = regexp.MustCompile(`\bdocs/[A-Za-z0-9_./-]*[A-Za-z0-9_]\.md\b`)
+	docSectionRE = regexp.MustCompile(`\b(docs/[A-Za-z0-9_./-]*\.md), "([^"]+)"`)
+)
+
+// TestGoCommentsNameDocs: a Go comment that names a file under docs/
+// names one that exists, and a section it quotes after it (the path, a
+// comma, then the title in quotes) is the start of a heading of that
+// file, so that moving text between documents cannot leave the code
+// pointing nowhere.
+func TestGoCommentsNameDocs(t *testing.T) {
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		for _, p := range docReferences(rel, readFile(t, rel)) {
+			t.Error(p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// docReferences returns what is wrong with the docs that the comments of
+// file (whose text is src) name.
+func docReferences(file, src string) []string {
+	var text strings.Builder
+	for _, line := range strings.Split(src, "\n") {
+		if _, c, ok := strings.Cut(line, "//"); ok {
+			text.WriteString(c + " ")
+		}
+	}
+	flat := strings.Join(strings.Fields(text.String()), " ")
+	var problems []string
+	for _, p := range docPathRE.FindAllString(flat, -1) {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: names %s: %v", file, p, err))
+		}
+	}
+	for _, m := range docSectionRE.FindAllStringSubmatch(flat, -1) {
+		b, err := os.ReadFile(filepath.Join(root, m[1]))
+		if err != nil {
+			continue // reported above
+		}
+		if !hasHeadingPrefix(string(b), m[2]) {
+			problems = append(problems, fmt.Sprintf("%s: names %s, %q: no heading starts so", file, m[1], m[2]))
+		}
+	}
+	return problems
+}
+
+// hasHeadingPrefix reports whether a heading of the Markdown text starts
+// with title, ignoring case and a section number.
+func hasHeadingPrefix(text, title string) bool {
+	for _, line := range strings.Split(codeRE.ReplaceAllString(text, ""), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		h = strings.TrimLeft(h, "0123456789. ")
+		if strings.HasPrefix(strings.ToLower(h), strings.ToLower(title)) {
+			return true
+		}
+	}
+	return false
+}

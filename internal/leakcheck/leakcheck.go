@@ -1,7 +1,7 @@
 // Package leakcheck finds the goroutines a test left running, with the
 // standard library only: the tests of dlock's main module may not import
 // a leak checker from another module, or every user's go.sum would list it
-// (docs/design.md, "Packaging").
+// (docs/decisions/0036-three-modules.md).
 //
 // Take a Snapshot before the code under test starts, and Check after it
 // should have stopped everything it started:
