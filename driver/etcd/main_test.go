@@ -6,4 +6,8 @@ import (
 	"github.com/dlock-go/dlock/internal/testserver"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
+// TestMain gives the examples the shared server's URL
+// (Example_exclusion).
+func TestMain(m *testing.M) {
+	testserver.MainExamples(m, testserver.KindEtcd, "DLOCK_EXAMPLE_URL", func(addr string) string { return "etcd://" + addr })
+}

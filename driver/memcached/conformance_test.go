@@ -15,8 +15,6 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-func TestMain(m *testing.M) { testserver.Main(m) }
-
 // skips are the subtests memcached cannot run (see Caps): it grants no
 // shared leases nor permits (the subtests check that both are refused,
 // then skip).
