@@ -415,8 +415,15 @@ func (d *pgDriver) boolStep(ctx context.Context, query string, args ...any) (boo
 	return textBool(r[0]), nil
 }
 
+// notSent marks, in driver.Lease.Data, an attempt that failed before it
+// sent its step (reading or making the schema failed): it granted
+// nothing, and the clean-up Release that follows needs no round trip.
+type notSent struct{}
+
 func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) error {
+	l.Data = nil
 	if err := d.ready(ctx); err != nil {
+		l.Data = notSent{}
 		return err
 	}
 	query := d.q.acquire
@@ -480,8 +487,13 @@ func (d *pgDriver) Leave(ctx context.Context, l *driver.Lease) error {
 }
 
 // Release deletes l's grant (l's hold, for a named owner's), and hands
-// the key on by waking the waiters it lets in.
+// the key on by waking the waiters it lets in. After an Acquire whose
+// outcome is unknown (l.Token unset) that never sent its step, there is
+// nothing to release: it returns ErrNotHeld without a round trip.
 func (d *pgDriver) Release(ctx context.Context, l *driver.Lease) error {
+	if _, ok := l.Data.(notSent); ok && l.Token == 0 {
+		return driver.ErrNotHeld
+	}
 	ok, err := d.release(ctx, l, l.Reentrant, false)
 	if err == nil && !ok {
 		return driver.ErrNotHeld

@@ -87,6 +87,9 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, lk string) e
 	px, validity := ms(l.TTL)
 	res, err := acquireScript.Run(ctx, d.Lanes, []string{lk}, l.Owner, px, modeArg(l)).Result()
 	if err != nil {
+		if redisx.NotSent(err) {
+			l.Data = noGrant{}
+		}
 		return fmt.Errorf("redisnx: grant: %w", redisx.WithCtx(ctx, err))
 	}
 	n, ok := res.(int64)

@@ -210,6 +210,9 @@ func (ls *Lanes) take(ctx context.Context) (*lane, error) {
 		<-ls.slots
 		return nil, redis.ErrClosed
 	}
+	ln.mu.Lock()
+	ln.sent = ln.ready
+	ln.mu.Unlock()
 	if ctx.Done() != nil {
 		ln.stop = context.AfterFunc(ctx, ln.abortFn)
 	}
@@ -280,6 +283,8 @@ type lane struct {
 	mu      sync.Mutex
 	aborted bool
 	conns   []laneConn // the latest connection to each address
+	ready   bool       // the lane's connection was set up: its HELLO answered
+	sent    bool       // the call under way may have sent a command
 }
 
 type laneConn struct {
@@ -315,6 +320,7 @@ func (ln *lane) DialHook(next redis.DialHook) redis.DialHook {
 			return nil, errLaneAborted
 		}
 		ln.record(addr, c)
+		ln.ready = false // until its HELLO is answered
 		return c, nil
 	}
 }
@@ -337,7 +343,52 @@ func (ln *lane) record(addr string, c net.Conn) {
 	ln.conns = append(ln.conns, laneConn{addr, c})
 }
 
-func (ln *lane) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+// ProcessHook notes a connection's set-up: go-redis sends HELLO on a new
+// connection, through the client's hooks, and sends nothing else on it
+// before HELLO's reply. So a call during which no connection of the lane
+// was set up, on a lane whose connection was not, sent nothing.
+func (ln *lane) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		var reply redis.Error
+		if cmd.Name() == "hello" && (err == nil || errors.As(err, &reply)) {
+			ln.mu.Lock()
+			ln.ready, ln.sent = true, true
+			ln.mu.Unlock()
+		}
+		return err
+	}
+}
+
+// unsent marks cmd's error when the call on ln sent nothing (see
+// ProcessHook), for NotSent.
+func (ln *lane) unsent(cmd *redis.Cmd) *redis.Cmd {
+	if ln == nil || cmd.Err() == nil {
+		return cmd
+	}
+	ln.mu.Lock()
+	sent := ln.sent
+	ln.mu.Unlock()
+	if !sent {
+		cmd.SetErr(&notSentError{cmd.Err()})
+	}
+	return cmd
+}
+
+// notSentError is the error of a command that was never sent: its
+// connection's set-up got no answer.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
+
+// NotSent reports whether err is that of a lane's script call that sent
+// nothing to the server (its connection's set-up got no answer): such a
+// call changed nothing there.
+func NotSent(err error) bool {
+	var ns *notSentError
+	return errors.As(err, &ns)
+}
 
 func (ln *lane) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
@@ -353,7 +404,7 @@ func (ls *Lanes) Eval(ctx context.Context, script string, keys []string, args ..
 		return errCmd(ctx, err)
 	}
 	defer ls.release(ln)
-	return c.Eval(ctx, script, keys, args...)
+	return ln.unsent(c.Eval(ctx, script, keys, args...))
 }
 
 func (ls *Lanes) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
@@ -362,7 +413,7 @@ func (ls *Lanes) EvalSha(ctx context.Context, sha1 string, keys []string, args .
 		return errCmd(ctx, err)
 	}
 	defer ls.release(ln)
-	return c.EvalSha(ctx, sha1, keys, args...)
+	return ln.unsent(c.EvalSha(ctx, sha1, keys, args...))
 }
 
 func (ls *Lanes) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
@@ -371,7 +422,7 @@ func (ls *Lanes) EvalRO(ctx context.Context, script string, keys []string, args 
 		return errCmd(ctx, err)
 	}
 	defer ls.release(ln)
-	return c.EvalRO(ctx, script, keys, args...)
+	return ln.unsent(c.EvalRO(ctx, script, keys, args...))
 }
 
 func (ls *Lanes) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
@@ -380,7 +431,7 @@ func (ls *Lanes) EvalShaRO(ctx context.Context, sha1 string, keys []string, args
 		return errCmd(ctx, err)
 	}
 	defer ls.release(ln)
-	return c.EvalShaRO(ctx, sha1, keys, args...)
+	return ln.unsent(c.EvalShaRO(ctx, sha1, keys, args...))
 }
 
 func (ls *Lanes) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
