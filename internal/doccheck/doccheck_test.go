@@ -368,3 +368,45 @@ func hasHeadingPrefix(text, title string) bool {
 	}
 	return false
 }
+
+// maxArchitectureLines is the most lines docs/architecture.md may have:
+// a newcomer reads it first, whole.
+const maxArchitectureLines = 300
+
+// TestArchitecture keeps docs/architecture.md short, and its tree whole:
+// every package directory under lock/, driver/ and internal/ and every
+// module's root is named there, so a new package cannot be left out.
+func TestArchitecture(t *testing.T) {
+	text := readFile(t, "docs/architecture.md")
+	if n := strings.Count(text, "\n"); n > maxArchitectureLines {
+		t.Errorf("docs/architecture.md has %d lines, more than %d", n, maxArchitectureLines)
+	}
+	for _, dir := range packageDirs(t, "lock", "driver", "internal") {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(dir) + `/`).MatchString(text) {
+			t.Errorf("docs/architecture.md: the tree leaves out %s/", dir)
+		}
+	}
+}
+
+// packageDirs returns the directories under roots that hold Go files,
+// but testdata and the packages inside a package already listed (a
+// command's or a driver's parts are its own business).
+func packageDirs(t *testing.T, roots ...string) []string {
+	t.Helper()
+	var dirs []string
+	for _, r := range roots {
+		entries, err := os.ReadDir(filepath.Join(root, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(root, r, "*.go")); len(m) > 0 {
+			dirs = append(dirs, r)
+		}
+		for _, e := range entries {
+			if e.IsDir() && e.Name() != "testdata" {
+				dirs = append(dirs, r+"/"+e.Name())
+			}
+		}
+	}
+	return dirs
+}
