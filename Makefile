@@ -89,13 +89,13 @@ DRIVERS = $(shell $(GO) list ./driver/... | grep -v '/drivertest$$')
 # CONFORMANCE_DRIVERS are the packages make conformance runs (all drivers).
 # make test's Docker part runs the suite of the driver whose servers are a
 # group in containers (the ZooKeeper ensemble, where a container's network
-# and pauses change the timing); internal/testserver's tests on the docker
+# and pauses change the timing); internal/testsupport/testserver's tests on the docker
 # provider start, pause, kill and restart every kind of server there, and
 # every driver's suite already ran on the local provider.
 CONFORMANCE_DRIVERS ?= $(DRIVERS)
 DOCKER_CONFORMANCE_DRIVERS ?= ./driver/zookeeper/
 conformance:
-	@$(GO) build -o bin/conftable ./internal/testserver/conftable
+	@$(GO) build -o bin/conftable ./internal/testsupport/testserver/conftable
 	@status=0; runs=""; \
 	for p in $(CONFORMANCE_PROVIDERS); do \
 	  case $$p in \
@@ -117,13 +117,13 @@ conformance:
 	exit $$status
 
 ## test-docker: build the images (make images) and the container helper (bin/dlock-containers),
-## then run the harness's own tests (internal/testserver on the docker provider, every kind of
+## then run the harness's own tests (internal/testsupport/testserver on the docker provider, every kind of
 ## server; the harness module's container engine and helper) and the conformance suites of
 ## DOCKER_CONFORMANCE_DRIVERS on the docker provider (make conformance runs them all). Without a Docker engine (docker info fails) it fails, unless DLOCK_SKIP_DOCKER=1,
 ## and then says what was skipped.
 test-docker:
 	@if [ "$$DLOCK_SKIP_DOCKER" = 1 ]; then \
-	  echo "test-docker: SKIPPED (DLOCK_SKIP_DOCKER=1): not tested: the docker provider (internal/testserver on containers), the harness module's ./containers/ and ./cmd/dlock-containers/, and the conformance suites on the docker provider"; \
+	  echo "test-docker: SKIPPED (DLOCK_SKIP_DOCKER=1): not tested: the docker provider (internal/testsupport/testserver on containers), the harness module's ./containers/ and ./cmd/dlock-containers/, and the conformance suites on the docker provider"; \
 	  exit 0; \
 	fi; \
 	if ! docker info >/dev/null 2>&1; then \
@@ -133,8 +133,8 @@ test-docker:
 	fi; \
 	$(MAKE) --no-print-directory images bin/dlock-containers && \
 	export DLOCK_CONTAINERS_HELPER="$(CURDIR)/bin/dlock-containers" && \
-	echo "test-docker: internal/testserver on the docker provider" && \
-	DLOCK_TEST_BACKEND=docker $(GO) test -count=1 -timeout $(TIMEOUT) ./internal/testserver/ && \
+	echo "test-docker: internal/testsupport/testserver on the docker provider" && \
+	DLOCK_TEST_BACKEND=docker $(GO) test -count=1 -timeout $(TIMEOUT) ./internal/testsupport/testserver/ && \
 	echo "test-docker: the harness module's container engine and helper" && \
 	(cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./containers/ ./cmd/dlock-containers/) && \
 	DLOCK_TEST_BACKEND=docker CONFORMANCE_DRIVERS="$(DOCKER_CONFORMANCE_DRIVERS)" $(MAKE) --no-print-directory conformance
@@ -191,5 +191,5 @@ nemesis: servers
 ## bench: dlock against peer libraries and the backends' own round trips, on
 ## servers from the test harness; the report goes to bench/results/.
 bench: servers
-	@$(GO) build -o bin/serve ./internal/testserver/cmd/serve
+	@$(GO) build -o bin/serve ./internal/testsupport/testserver/cmd/serve
 	bin/serve -kinds redis,memcached,zookeeper,postgres,etcd -- sh -c 'cd bench && BENCH_COMMAND="make bench" $(GO) run . -out results/'

@@ -8,7 +8,7 @@
 // It is a module of its own (github.com/dlock-go/dlock/bench), so that the
 // peers (go-redsync/redsync v4, bsm/redislock; go-zookeeper's zk.Lock) never
 // enter dlock's go.mod. Run it with `make bench`, which starts the servers
-// through dlock's test harness (internal/testserver/cmd/serve) and passes
+// through dlock's test harness (internal/testsupport/testserver/cmd/serve) and passes
 // their addresses in DLOCK_REDIS_ADDR, DLOCK_MEMCACHED_ADDR and
 // DLOCK_ZOOKEEPER_ADDR, and PostgreSQL's URL in DLOCK_POSTGRES_URL; a
 // backend without an address is left out. A peer that cannot be built

@@ -236,7 +236,7 @@ extra_zookeeper() {
 
 # PostgreSQL's programs run from their directory (on PATH in the image, as
 # in the official one); the harness starts them with its own script
-# (internal/testserver/pgstart.sh), so the image has no command of its own.
+# (internal/testsupport/testserver/pgstart.sh), so the image has no command of its own.
 # The postgres user owns /var/lib/postgresql, where the data go.
 extra_postgres() {
 	local root=$1

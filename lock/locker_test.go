@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/leakcheck"
+	"github.com/dlock-go/dlock/internal/testsupport/leakcheck"
 	"github.com/dlock-go/dlock/lock"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/leakcheck"
+	"github.com/dlock-go/dlock/internal/testsupport/leakcheck"
 	"github.com/dlock-go/dlock/lock"
 )
 

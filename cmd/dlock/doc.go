@@ -336,7 +336,7 @@
 // -start-servers instead starts redis-server, memcached, ZooKeeper and
 // PostgreSQL (its server programs from PATH or /usr/lib/postgresql/*/bin,
 // run as the postgres user when dlock runs as root) on free loopback ports,
-// the way the tests do (internal/testserver, which also honours
+// the way the tests do (internal/testsupport/testserver, which also honours
 // DLOCK_REDIS_ADDR, DLOCK_POSTGRES_URL and their siblings), and stops them
 // at the end. A server that is not installed is reported as such and left
 // out (apt-get install redis-server memcached zookeeper postgresql); one

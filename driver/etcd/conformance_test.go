@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock/driver/drivertest"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // TestConformance runs the driver conformance suite against one etcd

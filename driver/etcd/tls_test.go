@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
-	"github.com/dlock-go/dlock/internal/tlstest"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/tlstest"
 	"github.com/dlock-go/dlock/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

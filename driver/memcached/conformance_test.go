@@ -11,7 +11,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/dlock-go/dlock/driver/drivertest"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 

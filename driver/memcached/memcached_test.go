@@ -15,7 +15,7 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/dlock-go/dlock/internal/testserver"
-	"github.com/dlock-go/dlock/internal/tlstest"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/tlstest"
 	"github.com/dlock-go/dlock/lock"
 )
 

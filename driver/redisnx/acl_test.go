@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/redisx"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/redisacl"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -16,7 +16,7 @@ import (
 // The permits of a semaphore work as a user allowed only the rules of the
 // package doc, on one server and on a Cluster (plus +cluster|slots): see
 // redisacl.ExercisePermits for what is done; and no node's ACL LOG shows a
-// refusal on the way. (internal/redismix's TestMinimalPermissions checks
+// refusal on the way. (internal/testsupport/redismix's TestMinimalPermissions checks
 // the other operations with the same rules.)
 func TestMinimalPermissionsPermits(t *testing.T) {
 	rules := redisacl.DocRules(t, "doc.go")

@@ -12,9 +12,9 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/driver/rediswatch"
-	"github.com/dlock-go/dlock/internal/leakcheck"
 	"github.com/dlock-go/dlock/internal/redisx"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/leakcheck"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

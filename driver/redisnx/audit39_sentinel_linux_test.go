@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver/rediswatch"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

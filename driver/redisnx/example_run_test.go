@@ -6,12 +6,12 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // TestExamples runs the README's quick start (Example, Example_open)
 // against the shared test server, through the environment variables the
-// examples read, and checks what they print. internal/doccheck checks that
+// examples read, and checks what they print. internal/testsupport/doccheck checks that
 // the README shows their code.
 func TestExamples(t *testing.T) {
 	addr := testserver.SharedRedis(t).Addr()

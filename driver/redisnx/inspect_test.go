@@ -10,8 +10,8 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/driver/drivertest"
-	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/internal/testsupport/redistest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

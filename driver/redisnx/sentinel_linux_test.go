@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -121,7 +121,7 @@ func startSentinel(t *testing.T, name, addr string, auth *sentinelAuth) string {
 
 // A Sentinel URL (go-redis's convention: the hosts are the Sentinels,
 // master_name names the primary) opens a failover client that works, and
-// makes the same client for rediswatch (internal/redismix).
+// makes the same client for rediswatch (internal/testsupport/redismix).
 func TestSentinelURL(t *testing.T) {
 	primary := testserver.StartRedis(t, nil)
 	primary.RequireFaults(t) // a local server: Sentinel is started beside it

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
-	"github.com/dlock-go/dlock/internal/tlstest"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/tlstest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

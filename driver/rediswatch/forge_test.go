@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/internal/testsupport/redisacl"
 )
 
 // A client that may only subscribe and publish on the channels, and hears

@@ -3,7 +3,7 @@ package rediswatch
 import (
 	"context"
 	"errors"
-	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/testsupport/redistest"
 	"slices"
 	"testing"
 	"time"

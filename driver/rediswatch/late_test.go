@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/dlock-go/dlock/driver/redisnx"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/redisacl"
+	"github.com/dlock-go/dlock/internal/testsupport/redisacl"
 	"github.com/redis/go-redis/v9"
 )
 

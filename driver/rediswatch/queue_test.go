@@ -3,15 +3,15 @@ package rediswatch
 import (
 	"context"
 	"errors"
-	"github.com/dlock-go/dlock/internal/redistest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/ordertest"
 	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/internal/testsupport/ordertest"
+	"github.com/dlock-go/dlock/internal/testsupport/redistest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

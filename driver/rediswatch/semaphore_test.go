@@ -2,16 +2,16 @@ package rediswatch
 
 import (
 	"errors"
-	"github.com/dlock-go/dlock/internal/redistest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/redisacl"
 	"github.com/dlock-go/dlock/internal/redisx"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/redisacl"
+	"github.com/dlock-go/dlock/internal/testsupport/redistest"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver/drivertest"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // testSessionTimeout is short, so that expiry tests take seconds; the test

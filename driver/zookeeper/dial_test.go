@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/leakcheck"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/leakcheck"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 

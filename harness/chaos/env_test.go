@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/leakcheck"
+	"github.com/dlock-go/dlock/internal/testsupport/leakcheck"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -320,7 +320,7 @@ func run(t *testing.T, tg *target, sc *scenario) {
 	start := time.Now()
 	srv := StartServer(t, tg.backend, sc.server)
 	// Servers restarted by the scenario and the thread that starts holder
-	// processes are internal/testserver's, which leakcheck ignores.
+	// processes are internal/testsupport/testserver's, which leakcheck ignores.
 	base := leakcheck.Take()
 	e := newEnv(t, tg, sc, srv)
 	sc.run(e)

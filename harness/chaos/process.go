@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // Child processes: the running binary (a test binary) started again with

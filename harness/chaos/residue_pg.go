@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/jackc/pgx/v5"
 )
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/harness/chaos"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // The PostgreSQL environments: the database's default isolation level

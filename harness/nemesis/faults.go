@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/harness/chaos"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // nemesis injects faults at random moments, overlapping, in phases: a few

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/leakcheck"
+	"github.com/dlock-go/dlock/internal/testsupport/leakcheck"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -115,7 +115,7 @@ func say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 // runOne runs a target and checks, besides what Run checks, that it
 // leaked no goroutine. What outlives a run by design (servers the run
 // restarted, the thread that starts servers and child processes) is
-// internal/testserver's, which leakcheck ignores.
+// internal/testsupport/testserver's, which leakcheck ignores.
 func runOne(t *testing.T, cfg Config) Summary {
 	base := leakcheck.Take()
 	sum := Run(t, cfg)

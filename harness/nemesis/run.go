@@ -15,7 +15,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver/memory"
 	"github.com/dlock-go/dlock/harness/chaos"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 

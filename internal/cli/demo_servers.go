@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // canStartServers: this binary can start servers (built with -tags
@@ -16,7 +16,7 @@ import (
 const canStartServers = true
 
 // startServers starts local servers of kinds on free loopback ports the
-// way the tests do, with internal/testserver: the installed redis-server,
+// way the tests do, with internal/testsupport/testserver: the installed redis-server,
 // memcached, ZooKeeper (Java) and PostgreSQL (a data directory copied from
 // one initdb, run as the postgres user when dlock runs as root), each in a
 // fresh directory, killed by stop and, should dlock die first, by the

@@ -5,7 +5,7 @@ package cli
 import "errors"
 
 // canStartServers: this binary cannot start servers. -start-servers links
-// internal/testserver (and through it a container client) into dlock,
+// internal/testsupport/testserver (and through it a container client) into dlock,
 // which a binary that runs cron jobs should not carry or pay for at each
 // start; make demo builds with -tags demoservers.
 const canStartServers = false

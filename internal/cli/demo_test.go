@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // TestDemoStartServersNeedsTag: the binary users build cannot start

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // inspectDlock runs dlock inspect ARGS and returns how it ended and its

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // TestScrubbing: the scrubber hides the secrets of the URLs it was

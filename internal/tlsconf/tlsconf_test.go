@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 

@@ -2,7 +2,7 @@
 // provider: it serves the operations of harness/containers (connect, image,
 // create, start, state, pause, unpause, kill, stop, remove, logs, exec) to
 // one test binary over its standard input and output, with net/rpc and the
-// JSON-RPC codec, as internal/testserver/containerrpc describes. Calls are
+// JSON-RPC codec, as internal/testsupport/testserver/containerrpc describes. Calls are
 // served concurrently.
 //
 // testserver starts one helper per test binary, on first use of the docker
@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/harness/containers"
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 	"golang.org/x/sys/unix"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/harness/containers"
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 )
 
 // The tests run this test binary as the helper: with envRunMain set it is

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 )
 
 // The other tests run on whichever provider DLOCK_TEST_BACKEND picks (make
@@ -162,7 +162,7 @@ func TestFindRepoRoot(t *testing.T) {
 	root, err := findRepoRoot()
 	must(t, err)
 	wd, _ := os.Getwd()
-	if want := filepath.Dir(filepath.Dir(wd)); root != want { // internal/testserver
+	if want := filepath.Dir(filepath.Dir(wd)); root != want { // internal/testsupport/testserver
 		t.Errorf("findRepoRoot() = %q, want %q", root, want)
 	}
 	if isRepoRoot(filepath.Join(root, "harness")) || isRepoRoot(wd) {

@@ -9,7 +9,7 @@
 #     /usr/share/java/zookeeper.jar (its manifest names its dependencies),
 #     slf4j-simple for logging, and netty-codec and netty-resolver, which
 #     the manifest leaves out and a secure client port needs.
-# Used by internal/testserver's docker provider (embedded) and by
+# Used by internal/testsupport/testserver's docker provider (embedded) and by
 # docker-compose.yml (mounted), so both start ZooKeeper the same way.
 set -eu
 cfg=$1

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 )
 
 // containerSpec describes one server container.

@@ -1,4 +1,4 @@
-// Command serve starts dlock's test servers through internal/testserver, the
+// Command serve starts dlock's test servers through internal/testsupport/testserver, the
 // harness the tests use, for programs outside the main module that cannot
 // import it (the bench module, make bench):
 //
@@ -35,7 +35,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // kinds maps a -kinds name to its address variable and its start function.

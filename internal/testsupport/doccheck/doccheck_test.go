@@ -13,7 +13,7 @@ import (
 )
 
 // root is the repository's root, from this package's directory.
-const root = "../.."
+const root = "../../.."
 
 // maxREADMELines is the most lines the README may have: it is read in a
 // newcomer's first hour; the rest belongs in docs/.

@@ -3,7 +3,7 @@ package leakcheck
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 func TestMain(m *testing.M) { testserver.Main(m) }

@@ -16,7 +16,7 @@
 // outlive any test by design: the testing package's own (a test or
 // subtest blocked on a channel), os/signal's and the runtime's signal
 // goroutines, and the test harness's (any goroutine with a frame in, or
-// created by, package internal/testserver: its servers and their hooks).
+// created by, package internal/testsupport/testserver: its servers and their hooks).
 // Ignore adds others. A goroutine started by one alive at the Snapshot
 // belongs to what was there before the code under test: a harness's
 // client that reconnects meanwhile (go-zookeeper starts a reader and a
@@ -65,7 +65,7 @@ func Ignore(fn string) Option {
 // harness is the prefix of the test harness's functions; its goroutines
 // (server processes' waiters, restarts, the container helper's client) live
 // as long as the servers they watch, not as the code under test.
-const harness = "github.com/dlock-go/dlock/internal/testserver."
+const harness = "github.com/dlock-go/dlock/internal/testsupport/testserver."
 
 // maxWait bounds Check's wait, however starved the machine.
 const maxWait = 30 * time.Second

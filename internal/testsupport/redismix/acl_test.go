@@ -12,8 +12,8 @@ import (
 
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
-	"github.com/dlock-go/dlock/internal/redisacl"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/redisacl"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -23,7 +23,7 @@ import (
 // script calls are checked against them too); a Cluster client needs
 // +cluster|slots on top.
 func minimalRules(t *testing.T, scheme string) []string {
-	return redisacl.DocRules(t, "../../driver/"+scheme+"/doc.go")
+	return redisacl.DocRules(t, "../../../driver/"+scheme+"/doc.go")
 }
 
 // Every operation of either driver works as a user allowed only what its

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 )
 
 // The docker provider does not talk to the Docker engine itself: a helper

@@ -1,7 +1,7 @@
 #!/bin/sh
 # pgstart.sh PWFILE PRIMARY KEY [postgres option...]
 #
-# Starts PostgreSQL inside a container for internal/testserver's docker
+# Starts PostgreSQL inside a container for internal/testsupport/testserver's docker
 # provider (embedded), whichever of two images it runs in: the official
 # postgres image (which starts as root, with gosu) or the one `make images`
 # builds from Debian packages (which starts as postgres). Both have

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 )
 
 // The docker provider runs each server in its own container, from the images

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 )
 
 // The servers run with the same configuration as local ones (redis.conf,

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/testserver/containerrpc"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver/containerrpc"
 )
 
 // The docker provider's PostgreSQL: one container per node, started by

@@ -16,7 +16,7 @@ func TestFindsLeak(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "leakcheck.leaky") {
 		t.Fatalf("Check = %v, want the leaked goroutine in leakcheck.leaky", err)
 	}
-	if err := Check(base, Ignore("github.com/dlock-go/dlock/internal/leakcheck.leaky")); err != nil {
+	if err := Check(base, Ignore("github.com/dlock-go/dlock/internal/testsupport/leakcheck.leaky")); err != nil {
 		t.Errorf("Check with leaky ignored = %v", err)
 	}
 	close(stop)
