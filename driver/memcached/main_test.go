@@ -3,7 +3,7 @@ package memcached
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
 // TestMain gives the examples the shared server's URL
