@@ -1,4 +1,4 @@
--- dlock's state on PostgreSQL, version 4: the tables and functions of
+-- dlock's state on PostgreSQL, version 5 (see version() below): the tables and functions of
 -- driver/postgres. The driver runs this script (with {{schema}} replaced by
 -- Options.Schema, "dlock" by default) the first time a Locker finds the
 -- functions missing; a user who creates schema by hand runs the output of
