@@ -410,3 +410,16 @@ func packageDirs(t *testing.T, roots ...string) []string {
 	}
 	return dirs
 }
+
+// TestPostgresWireVersion: docs/wire/postgres.md names the schema
+// version the driver installs (driver/postgres's schemaVersion).
+func TestPostgresWireVersion(t *testing.T) {
+	code := regexp.MustCompile(`(?m)^const schemaVersion = (\d+)$`).FindStringSubmatch(readFile(t, "driver/postgres/postgres.go"))
+	doc := regexp.MustCompile("`version\\(\\)` is (\\d+)").FindStringSubmatch(readFile(t, "docs/wire/postgres.md"))
+	if code == nil || doc == nil {
+		t.Fatalf("schemaVersion found: %v; docs/wire/postgres.md's \"`version()` is N\" found: %v", code != nil, doc != nil)
+	}
+	if code[1] != doc[1] {
+		t.Errorf("docs/wire/postgres.md says version() is %s; driver/postgres's schemaVersion is %s", doc[1], code[1])
+	}
+}
