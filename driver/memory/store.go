@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	qrule "github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -37,10 +38,8 @@ func NewStore() *Store {
 	return &Store{keys: map[string]*queue{}, counters: map[string]uint64{}, now: time.Now}
 }
 
-// queue is one key: its holders and waiters in arrival order. An exclusive
-// entry is granted when it is first; a shared entry when no exclusive entry
-// is before it (the ZooKeeper shared-lock recipe); a permit of a semaphore
-// of N permits when only permits are before it, fewer than N.
+// queue is one key: its holders and waiters in arrival order, granted by
+// the rule of internal/queue.
 type queue struct {
 	entries []*entry
 }
@@ -70,25 +69,27 @@ func (e *entry) heldBy(owner string) bool {
 	return e.owner == owner
 }
 
-func (q *queue) grantable(i int) bool {
-	e := q.entries[i]
-	if e.limit > 0 {
-		if i >= e.limit {
-			return false
-		}
-		for _, before := range q.entries[:i] {
-			if before.limit == 0 {
-				return false
-			}
-		}
-		return true
+// grantable reports whether q.entries[i] is granted by the rule of
+// internal/queue.
+func (q *queue) grantable(i int) bool { return qrule.Granted(q.rule(), i) }
+
+// rule is q's entries as internal/queue sees them.
+func (q *queue) rule() []qrule.Entry {
+	out := make([]qrule.Entry, len(q.entries))
+	for i, e := range q.entries {
+		out[i] = e.rule()
 	}
-	for _, before := range q.entries[:i] {
-		if !e.shared || !before.shared {
-			return false
-		}
+	return out
+}
+
+func (e *entry) rule() qrule.Entry {
+	switch {
+	case e.limit > 0:
+		return qrule.Entry{Kind: qrule.Permit, Limit: e.limit}
+	case e.shared:
+		return qrule.Entry{Kind: qrule.Shared}
 	}
-	return true
+	return qrule.Entry{}
 }
 
 // limitConflict returns an error wrapping driver.ErrInvalid when l is a
@@ -97,10 +98,8 @@ func (q *queue) limitConflict(l *driver.Lease) error {
 	if l.Mode != driver.Permit {
 		return nil
 	}
-	for _, e := range q.entries {
-		if e.limit > 0 && e.limit != l.Limit {
-			return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrInvalid, e.limit, l.Limit)
-		}
+	if n := qrule.Conflict(q.rule(), qrule.Entry{Kind: qrule.Permit, Limit: l.Limit}); n != 0 {
+		return fmt.Errorf("%w: the key is a semaphore of %d permits, not %d", driver.ErrInvalid, n, l.Limit)
 	}
 	return nil
 }

@@ -1,0 +1,127 @@
+package queuetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/queue"
+)
+
+// Queuer is a driver that queues: what DriverBackend calls.
+type Queuer interface {
+	driver.Driver
+	driver.Queuer
+}
+
+// DriverBackend returns a Backend that runs histories on key through d's
+// own calls, the ones lock makes: a Join step is Join, a Try step
+// Acquire, a Leave step Release (a holder) or Leave (a waiter); Holders
+// runs Check for each waiter, in queue order. Every lease lasts ttl. What
+// it leaves is released at t's cleanup.
+func DriverBackend(t *testing.T, d Queuer, key string, ttl time.Duration) Backend {
+	b := &driverBackend{d: d, key: key, ttl: ttl, leases: map[int]*lease{}, run: time.Now().UnixNano()}
+	t.Cleanup(b.cleanup)
+	return b
+}
+
+type lease struct {
+	l    *driver.Lease
+	held bool
+}
+
+type driverBackend struct {
+	d      Queuer
+	key    string
+	ttl    time.Duration
+	leases map[int]*lease
+	run    int64
+}
+
+func (b *driverBackend) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 20*time.Second)
+}
+
+func (b *driverBackend) Do(id int, s Step) (Outcome, error) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	if s.Op == Leave {
+		le := b.leases[s.ID]
+		if le == nil {
+			return Left, fmt.Errorf("no entry #%d", s.ID)
+		}
+		delete(b.leases, s.ID)
+		if le.held {
+			return Left, b.d.Release(ctx, le.l)
+		}
+		return Left, b.d.Leave(ctx, le.l)
+	}
+	l := &driver.Lease{Key: b.key, Owner: fmt.Sprintf("%016x%016x", uint64(b.run), uint64(id)), TTL: b.ttl}
+	switch s.Entry.Kind {
+	case queue.Shared:
+		l.Mode = driver.Shared
+	case queue.Permit:
+		l.Mode, l.Limit = driver.Permit, s.Entry.Limit
+	}
+	var err error
+	if s.Op == Try {
+		err = b.d.Acquire(ctx, l)
+	} else {
+		err = b.d.Join(ctx, l, make(chan struct{}, 1))
+	}
+	var held *driver.HeldError
+	switch {
+	case err == nil:
+		b.leases[id] = &lease{l: l, held: true}
+		return Granted, nil
+	case errors.Is(err, driver.ErrInvalid):
+		return Refused, nil
+	case errors.As(err, &held):
+		if s.Op == Join {
+			b.leases[id] = &lease{l: l}
+		}
+		return Queued, nil
+	}
+	return 0, err
+}
+
+func (b *driverBackend) Holders(live []int) ([]int, error) {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	var out []int
+	for _, id := range live {
+		le := b.leases[id]
+		if le == nil {
+			return nil, fmt.Errorf("no entry #%d", id)
+		}
+		if !le.held {
+			err := b.d.Check(ctx, le.l)
+			var held *driver.HeldError
+			switch {
+			case err == nil:
+				le.held = true
+			case !errors.As(err, &held):
+				return nil, fmt.Errorf("check #%d: %w", id, err)
+			}
+		}
+		if le.held {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (b *driverBackend) cleanup() {
+	ctx, cancel := b.ctx()
+	defer cancel()
+	for _, le := range b.leases {
+		if le.held {
+			b.d.Release(ctx, le.l)
+		} else {
+			b.d.Leave(ctx, le.l)
+		}
+	}
+}
