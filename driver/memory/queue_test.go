@@ -12,6 +12,6 @@ import (
 func TestQueueRule(t *testing.T) {
 	cases := append(queuetest.Table, queuetest.Random(1, 40, 40)...)
 	queuetest.Run(t, cases, func(t *testing.T) queuetest.Backend {
-		return queuetest.DriverBackend(t, &memDriver{s: NewStore()}, "k", time.Minute)
+		return queuetest.DriverBackend(t, &memDriver{s: NewStore()}, "k", time.Minute, 0)
 	})
 }

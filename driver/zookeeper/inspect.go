@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	qrule "github.com/dlock-go/dlock/internal/queue"
 )
 
 var _ driver.Inspector = (*zkDriver)(nil)
@@ -20,7 +21,7 @@ var _ driver.Inspector = (*zkDriver)(nil)
 // written, watched or deleted.
 //
 // The lock nodes are judged by the rule the driver grants with (judge,
-// grantable): in sequence order, the nodes that nothing before them
+// internal/queue): in sequence order, the nodes that nothing before them
 // blocks are the holders (a prefix of the queue), the others the waiters,
 // first in line first. A holder's Since is its node's creation, which is
 // when its request was made: one that waited was granted later. No grant
@@ -48,10 +49,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 		}
 	}
 	slices.SortFunc(queue, func(a, b child) int { return cmp.Compare(a.seq, b.seq) })
-	granted := 0
-	for granted < len(queue) && grantable(queue[:granted], queue[granted]) {
-		granted++
-	}
+	granted := qrule.Holders(rules(queue))
 	if len(queue)-granted > driver.MaxInspectWaiters {
 		queue, st.MoreWaiters = queue[:granted+driver.MaxInspectWaiters], true
 	}

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/queue"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -190,35 +191,44 @@ type verdict struct {
 	conflictNode string
 }
 
-// judge applies the recipe to the children of a key node, sorted by their
-// sequence numbers. Whether a node is granted depends on the children
-// alone, never on what another client did or announced:
-//
-//   - an exclusive node is granted when no node is before it;
-//   - a shared node is granted when no node that is not shared is before
-//     it;
-//   - a permit of a semaphore of N is granted when every node before it
-//     is a permit and fewer than N are (as the memory driver's queue), and
-//     is refused when a permit before it was made with another N.
+// rule is c as internal/queue sees it.
+func (c child) rule() queue.Entry {
+	switch {
+	case c.limit > 0:
+		return queue.Entry{Kind: queue.Permit, Limit: c.limit}
+	case c.shared:
+		return queue.Entry{Kind: queue.Shared}
+	}
+	return queue.Entry{}
+}
+
+// rules is cs as internal/queue sees them.
+func rules(cs []child) []queue.Entry {
+	out := make([]queue.Entry, len(cs))
+	for i, c := range cs {
+		out[i] = c.rule()
+	}
+	return out
+}
+
+// judge applies the rule of internal/queue to the children of a key node,
+// sorted by their sequence numbers: whether own is granted and, if not,
+// the earlier nodes it watches (queue.Watch). Whether a node is granted
+// depends on the children alone, never on what another client did or
+// announced. A permit is refused when a permit before it was made with
+// another N.
 //
 // A node that waits watches earlier nodes that keep it blocked for as
 // long as they all exist, so that only the departure of one of them can be
-// its turn, whoever's process is alive:
-//
-//   - an exclusive node watches its predecessor;
-//   - a shared node, the nearest earlier node that is not shared;
-//   - a permit, the N permits just before it, or, when a node that is not
-//     a permit comes first, that node alone (it needs every one of them
-//     gone).
-//
-// One node cannot keep a permit blocked: any N departures among the nodes
-// before it may be its turn, so it watches N of them (ZooKeeper's watches
-// are per node; a children watch would wake every waiter at every arrival
-// and departure). A departure thus wakes at most N permit waiters, the
-// ones just behind it, and one exclusive or every shared waiter behind a
-// writer: never the whole queue. The granted nodes are always a prefix of
-// the queue, so grants follow the sequence, and the tokens (czxids, which
-// increase with it) of successive grants increase.
+// its turn, whoever's process is alive: its predecessor (exclusive), the
+// nearest earlier node that is not shared (shared), the N permits just
+// before it or the non-permit that comes first (a permit). ZooKeeper's
+// watches are per node; a children watch would wake every waiter at every
+// arrival and departure. A departure thus wakes at most N permit waiters,
+// the ones just behind it, and one exclusive or every shared waiter
+// behind a writer: never the whole queue. The granted nodes are always a
+// prefix of the queue, so grants follow the sequence, and the tokens
+// (czxids, which increase with it) of successive grants increase.
 func judge(children []string, own string) verdict {
 	me, ok := parseChild(own)
 	if !ok || !slices.Contains(children, own) {
@@ -232,59 +242,22 @@ func judge(children []string, own string) verdict {
 	}
 	slices.SortFunc(before, func(a, b child) int { return cmp.Compare(a.seq, b.seq) })
 	v := verdict{present: true}
-	if me.limit > 0 {
-		return judgePermit(v, before, me)
-	}
-	v.granted = true
-	for _, c := range slices.Backward(before) {
-		if me.shared && c.shared {
-			continue
-		}
-		v.granted, v.watch = false, []string{c.name}
-		break
-	}
-	return v
-}
-
-// judgePermit is judge for a permit me, behind the nodes before.
-func judgePermit(v verdict, before []child, me child) verdict {
 	// The limit is checked against every permit before it, granted or
 	// waiting: those were there when me was created. A permit after it
 	// with another limit is refused by its own check.
 	for _, c := range before {
-		if c.limit > 0 && c.limit != me.limit {
+		if me.limit > 0 && c.limit > 0 && c.limit != me.limit {
 			v.conflict, v.conflictNode = c.limit, c.name
 			return v
 		}
 	}
-	if grantable(before, me) {
+	q := append(rules(before), me.rule())
+	if queue.Granted(q, len(before)) {
 		v.granted = true
 		return v
 	}
-	// Blocked: by a node that is not a permit, or by N permits or more.
-	var permits []string
-	for _, c := range slices.Backward(before) {
-		if c.limit == 0 {
-			v.watch = []string{c.name}
-			return v
-		}
-		if permits = append(permits, c.name); len(permits) == me.limit {
-			break
-		}
+	for _, j := range queue.Watch(q, len(before)) {
+		v.watch = append(v.watch, before[j].name)
 	}
-	slices.Reverse(permits)
-	v.watch = permits
 	return v
-}
-
-// grantable reports whether c is granted behind the nodes before (in
-// sequence order), by judge's rule.
-func grantable(before []child, c child) bool {
-	switch {
-	case c.limit > 0:
-		return len(before) < c.limit && !slices.ContainsFunc(before, func(b child) bool { return b.limit == 0 })
-	case c.shared:
-		return !slices.ContainsFunc(before, func(b child) bool { return !b.shared })
-	}
-	return len(before) == 0
 }

@@ -17,7 +17,7 @@ func (m *model) Do(id int, s queuetest.Step) (queuetest.Outcome, error) {
 	return m.Apply(id, s), nil
 }
 
-func (m *model) Holders(live []int) ([]int, error) { return m.Model.Holders(), nil }
+func (m *model) Holders(live, want []int) ([]int, error) { return m.Model.Holders(), nil }
 
 func TestTable(t *testing.T) {
 	queuetest.Run(t, queuetest.Table, func(t *testing.T) queuetest.Backend { return &model{} })

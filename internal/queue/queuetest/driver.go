@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,8 +23,14 @@ type Queuer interface {
 // Acquire, a Leave step Release (a holder) or Leave (a waiter); Holders
 // runs Check for each waiter, in queue order. Every lease lasts ttl. What
 // it leaves is released at t's cleanup.
-func DriverBackend(t *testing.T, d Queuer, key string, ttl time.Duration) Backend {
-	b := &driverBackend{d: d, key: key, ttl: ttl, leases: map[int]*lease{}, run: time.Now().UnixNano()}
+//
+// woken is for drivers whose Check asks the server only once a watch woke
+// the waiter (ZooKeeper, etcd): a waiter that the rule grants and Check
+// does not is given up to woken to be woken (on Join's wake channel) and
+// checked again, so that a watch that misses its waiter's turn fails the
+// test. 0 checks once.
+func DriverBackend(t *testing.T, d Queuer, key string, ttl, woken time.Duration) Backend {
+	b := &driverBackend{d: d, key: key, ttl: ttl, woken: woken, leases: map[int]*lease{}, run: time.Now().UnixNano()}
 	t.Cleanup(b.cleanup)
 	return b
 }
@@ -31,12 +38,14 @@ func DriverBackend(t *testing.T, d Queuer, key string, ttl time.Duration) Backen
 type lease struct {
 	l    *driver.Lease
 	held bool
+	wake chan struct{}
 }
 
 type driverBackend struct {
 	d      Queuer
 	key    string
 	ttl    time.Duration
+	woken  time.Duration
 	leases map[int]*lease
 	run    int64
 }
@@ -67,10 +76,11 @@ func (b *driverBackend) Do(id int, s Step) (Outcome, error) {
 		l.Mode, l.Limit = driver.Permit, s.Entry.Limit
 	}
 	var err error
+	wake := make(chan struct{}, 1)
 	if s.Op == Try {
 		err = b.d.Acquire(ctx, l)
 	} else {
-		err = b.d.Join(ctx, l, make(chan struct{}, 1))
+		err = b.d.Join(ctx, l, wake)
 	}
 	var held *driver.HeldError
 	switch {
@@ -81,14 +91,14 @@ func (b *driverBackend) Do(id int, s Step) (Outcome, error) {
 		return Refused, nil
 	case errors.As(err, &held):
 		if s.Op == Join {
-			b.leases[id] = &lease{l: l}
+			b.leases[id] = &lease{l: l, wake: wake}
 		}
 		return Queued, nil
 	}
 	return 0, err
 }
 
-func (b *driverBackend) Holders(live []int) ([]int, error) {
+func (b *driverBackend) Holders(live, want []int) ([]int, error) {
 	ctx, cancel := b.ctx()
 	defer cancel()
 	var out []int
@@ -98,12 +108,7 @@ func (b *driverBackend) Holders(live []int) ([]int, error) {
 			return nil, fmt.Errorf("no entry #%d", id)
 		}
 		if !le.held {
-			err := b.d.Check(ctx, le.l)
-			var held *driver.HeldError
-			switch {
-			case err == nil:
-				le.held = true
-			case !errors.As(err, &held):
+			if err := b.check(ctx, le, slices.Contains(want, id)); err != nil {
 				return nil, fmt.Errorf("check #%d: %w", id, err)
 			}
 		}
@@ -112,6 +117,30 @@ func (b *driverBackend) Holders(live []int) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// check runs Check for le, a waiter, and if due (the rule grants it) and
+// still held, again each time it is woken, for up to b.woken.
+func (b *driverBackend) check(ctx context.Context, le *lease, due bool) error {
+	deadline := time.After(b.woken)
+	for {
+		err := b.d.Check(ctx, le.l)
+		var held *driver.HeldError
+		switch {
+		case err == nil:
+			le.held = true
+			return nil
+		case !errors.As(err, &held):
+			return err
+		case !due || b.woken == 0:
+			return nil
+		}
+		select {
+		case <-le.wake:
+		case <-deadline:
+			return nil
+		}
+	}
 }
 
 func (b *driverBackend) cleanup() {
