@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/queue"
 )
 
 // entry is one key under a lock key's queue prefix, as read.
@@ -35,71 +36,55 @@ func (s *state) find(name string) int {
 	return -1
 }
 
-// turn reports whether an entry of mode and limit, with ahead before it
-// in the queue, is granted by the rule: exclusive when first; shared when
-// only shared entries are ahead; a permit when only permits are ahead
-// and fewer than limit of them. Whether an entry is granted depends on
-// the queue alone, never on another client acting: a waiter the rule
-// grants counts as a holder whether or not it has written its token yet.
-func turn(ahead []entry, mode driver.Mode, limit int) bool {
+// rule is an entry of mode and limit as internal/queue sees it.
+func rule(mode driver.Mode, limit int) queue.Entry {
 	switch mode {
 	case driver.Shared:
-		for _, e := range ahead {
-			if e.modeForGrants != driver.Shared {
-				return false
-			}
-		}
-		return true
+		return queue.Entry{Kind: queue.Shared}
 	case driver.Permit:
-		for _, e := range ahead {
-			if e.modeForGrants != driver.Permit {
-				return false
-			}
-		}
-		return len(ahead) < limit
+		return queue.Entry{Kind: queue.Permit, Limit: limit}
 	}
-	return len(ahead) == 0
+	return queue.Entry{}
+}
+
+// rules is ahead, and an entry of mode and limit behind it, as
+// internal/queue sees them.
+func rules(ahead []entry, mode driver.Mode, limit int) []queue.Entry {
+	q := make([]queue.Entry, 0, len(ahead)+1)
+	for _, e := range ahead {
+		q = append(q, rule(e.modeForGrants, e.v.limit))
+	}
+	return append(q, rule(mode, limit))
+}
+
+// turn reports whether an entry of mode and limit, with ahead before it
+// in the queue, is granted by the rule of internal/queue. Whether an
+// entry is granted depends on the queue alone, never on another client
+// acting: a waiter the rule grants counts as a holder whether or not it
+// has written its token yet.
+func turn(ahead []entry, mode driver.Mode, limit int) bool {
+	return queue.Granted(rules(ahead, mode, limit), len(ahead))
 }
 
 // maxPermitWatches is the most entries a permit waiter watches one by
-// one; with a larger limit it watches the whole queue.
+// one; when it is to watch more, it watches the whole queue.
 const maxPermitWatches = 16
 
 // blockers are the entries (names) whose departure may be the turn of an
-// entry of mode and limit with ahead before it, when it is not its turn:
-// the entry just before it (exclusive), the nearest earlier non-shared
-// one (shared), and for a permit the nearest earlier non-permit, or, when
-// all ahead are permits, the limit permits just before it (its turn
-// needs departures among them: len(ahead)-limit+1 departures cannot all
-// be among the others). all is set when they are too many to watch one
-// by one.
+// entry of mode and limit with ahead before it, when it is not its turn
+// (queue.Watch): the entry just before it (exclusive), the nearest
+// earlier non-shared one (shared), and for a permit the limit permits
+// just before it, or the nearest earlier non-permit when it comes first.
+// all is set when they are too many to watch one by one.
 func blockers(ahead []entry, mode driver.Mode, limit int) (names []string, all bool) {
-	switch mode {
-	case driver.Shared:
-		for i := len(ahead) - 1; i >= 0; i-- {
-			if ahead[i].modeForGrants != driver.Shared {
-				return []string{ahead[i].name}, false
-			}
-		}
-		return nil, false
-	case driver.Permit:
-		for i := len(ahead) - 1; i >= 0; i-- {
-			if ahead[i].modeForGrants != driver.Permit {
-				return []string{ahead[i].name}, false
-			}
-		}
-		if limit > maxPermitWatches {
-			return nil, true
-		}
-		for i := len(ahead) - 1; i >= 0 && len(names) < limit; i-- {
-			names = append(names, ahead[i].name)
-		}
-		return names, false
+	idx := queue.Watch(rules(ahead, mode, limit), len(ahead))
+	if len(idx) > maxPermitWatches {
+		return nil, true
 	}
-	if len(ahead) == 0 {
-		return nil, false
+	for _, i := range idx {
+		names = append(names, ahead[i].name)
 	}
-	return []string{ahead[len(ahead)-1].name}, false
+	return names, false
 }
 
 // otherLimit returns the limit of a live permit entry other than skip

@@ -28,6 +28,16 @@ func q(desc ...string) []entry {
 	return es
 }
 
+// permits is a queue of n permits of n.
+func permits(n int) []entry {
+	es := make([]entry, n)
+	for i := range es {
+		es[i] = entry{name: string(rune('a' + i)), create: int64(i + 1), modeForGrants: driver.Permit}
+		es[i].v.mode, es[i].v.limit = driver.Permit, n
+	}
+	return es
+}
+
 func TestTurn(t *testing.T) {
 	for _, tc := range []struct {
 		ahead []entry
@@ -64,9 +74,10 @@ func TestBlockers(t *testing.T) {
 		{q("x", "s", "s"), driver.Exclusive, 0, []string{"c"}, false},
 		{q("x", "s", "s"), driver.Shared, 0, []string{"a"}, false},
 		{q("s", "f", "s"), driver.Shared, 0, []string{"b"}, false},
-		{q("p3", "p3", "p3", "p3"), driver.Permit, 3, []string{"d", "c", "b"}, false},
+		{q("p3", "p3", "p3", "p3"), driver.Permit, 3, []string{"b", "c", "d"}, false},
 		{q("p3", "x", "p3"), driver.Permit, 3, []string{"b"}, false},
-		{q("p1"), driver.Permit, maxPermitWatches + 1, nil, true},
+		{q("x", "p2", "p2"), driver.Permit, 2, []string{"b", "c"}, false},
+		{permits(maxPermitWatches + 1), driver.Permit, maxPermitWatches + 1, nil, true},
 	} {
 		got, all := blockers(tc.ahead, tc.mode, tc.limit)
 		if !slices.Equal(got, tc.want) || all != tc.all {
