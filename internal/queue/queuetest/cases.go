@@ -129,3 +129,22 @@ func randomCase(r *rand.Rand, name string, steps int) Case {
 	}
 	return c
 }
+
+// WaiterConflicts reports whether a step of c brings a permit whose limit
+// differs from a waiting permit's while the holders' agree (or none is a
+// permit): a driver that checks the limit against the holders and the
+// first waiter alone (rediswatch; docs/design.md allows it "where the
+// driver can tell cheaply") queues such a permit, to refuse it later.
+func WaiterConflicts(c Case) bool {
+	var m Model
+	for id, s := range c.Steps {
+		if s.Op != Leave {
+			held := m.q[:queue.Holders(m.q)]
+			if queue.Conflict(m.q, s.Entry) != 0 && queue.Conflict(held, s.Entry) == 0 {
+				return true
+			}
+		}
+		m.Apply(id, s)
+	}
+	return false
+}
