@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/queue/queuetest"
-	"github.com/dlock-go/dlock/internal/testserver"
+	"github.com/dlock-go/dlock/internal/testsupport/queuetest"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/queue/queuetest"
+	"github.com/dlock-go/dlock/internal/testsupport/queuetest"
 )
 
 // TestQueueRule runs the queue rule's table and random histories against

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/queue/queuetest"
+	"github.com/dlock-go/dlock/internal/testsupport/queuetest"
 	"github.com/dlock-go/dlock/lock"
 )
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
-	"github.com/dlock-go/dlock/internal/queue/queuetest"
 	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/internal/testsupport/queuetest"
 	"github.com/dlock-go/dlock/lock"
 )
 

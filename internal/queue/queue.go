@@ -1,8 +1,8 @@
 // Package queue is the rule that decides who holds a key among the entries
 // of its queue, for every driver that queues: one place for it in Go, and
 // the description of what the Lua (redisnx), the WATCH transactions
-// (rediswatch) and the PL/pgSQL (postgres) do. queuetest holds one table
-// of cases that runs against each of them.
+// (rediswatch) and the PL/pgSQL (postgres) do. One table of cases runs
+// against each of them: internal/testsupport/queuetest.
 //
 // # The rule
 //

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock/internal/queue"
-	"github.com/dlock-go/dlock/internal/queue/queuetest"
+	"github.com/dlock-go/dlock/internal/testsupport/queuetest"
 )
 
 // model is the rule as a queuetest.Backend: the package itself, checked
