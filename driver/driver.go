@@ -33,8 +33,12 @@
 // Drivers report outcomes with the sentinels of this package, checked with
 // errors.Is: ErrHeld (the key is held by someone else; wrap it in a
 // *HeldError to pass a retry hint), ErrNotHeld (the caller's grant is gone)
-// and ErrInvalid (the input cannot be carried by this backend). Any other
-// error is a backend failure (network, server); lock wraps it with the key.
+// and ErrInvalid (the input cannot be carried by this backend), and mark
+// the errors that say the backend is unreachable with ErrUnavailable
+// (Unavailable, MarkNetFailure): lock waits through those in a waiting
+// call, and reports them as such in the others. Any other error is a
+// backend failure (a refusal, a server error) that ends a waiting call;
+// lock wraps it with the key.
 // Context errors are returned as they are (possibly wrapped), never hidden.
 //
 // # Lifetimes
@@ -59,7 +63,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errtext"
@@ -74,7 +82,58 @@ var (
 	ErrNotHeld = errors.New("driver: lease not held")
 	// ErrInvalid: the input cannot be used with this backend.
 	ErrInvalid = errors.New("driver: invalid input")
+	// ErrUnavailable: the backend could not be reached, or stopped
+	// answering: a connection refused, lost or timed out, no server or
+	// session to send to. The outcome of the call is unknown (a request
+	// may have been applied before its connection failed). Wrap it with
+	// the client's error, as Unavailable does.
+	ErrUnavailable = errors.New("driver: backend unavailable")
 )
+
+// Unavailable returns err marked as ErrUnavailable (errors.Is sees both),
+// or nil for nil. A driver marks with it the errors of its client that
+// mean the backend is unreachable and that NetFailure does not recognise.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return &unavailableError{err}
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string   { return e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// MarkNetFailure returns err marked as ErrUnavailable when NetFailure(err),
+// and err as it is otherwise: a driver passes its client's errors through
+// it where they leave the driver.
+func MarkNetFailure(err error) error {
+	if NetFailure(err) {
+		return Unavailable(err)
+	}
+	return err
+}
+
+// NetFailure reports whether err is a failure of the network between
+// client and server, as the standard library reports them: a dial, read
+// or write error (*net.OpError, *net.DNSError), a connection refused,
+// reset or broken, a read or write timeout, or a connection closed by the
+// server (io.EOF, io.ErrUnexpectedEOF). A context's end is not one: the
+// caller's context says why.
+func NetFailure(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var (
+		op  *net.OpError
+		dns *net.DNSError
+	)
+	return errors.As(err, &op) || errors.As(err, &dns) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed)
+}
 
 // HeldError is an ErrHeld carrying the driver's knowledge of when the key
 // may become free (for example the holder's remaining PTTL).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -44,6 +45,8 @@ func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.
 	defer sc.exit()
 	w := lk.newWaiter(attempt{lk: lk, op: op, ctx: sc.ctx, dl: l.dl}, co.retry, wait)
 	defer w.stop()
+	var outage error // the last attempt's, while the backend is unreachable
+	base := *l.dl    // as validated, before any attempt
 	for {
 		v, start, err := w.try()
 		switch v {
@@ -53,19 +56,44 @@ func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.
 			}
 			return l, nil
 		case ctxEnded:
-			return nil, ctxError(op, key, ErrNotAcquired, sc.ctx)
+			return nil, duringOutage(ctxError(op, key, ErrNotAcquired, sc.ctx), outage)
 		case invalid:
 			return nil, newError(op, key, ErrInvalid, err)
-		case unknown:
+		case unknown, unreachable:
 			if sc.ctx.Err() != nil {
-				return nil, ctxError(op, key, ErrNotAcquired, sc.ctx)
+				return nil, duringOutage(ctxError(op, key, ErrNotAcquired, sc.ctx), outage)
 			}
-			return nil, newError(op, key, ErrNotAcquired, err)
+			if v == unknown || !wait {
+				return nil, newError(op, key, ErrNotAcquired, notAcquiredCause(err))
+			}
+			outage = err
+		default:
+			outage = nil
 		}
 		if err := w.next(v, err); err != nil {
-			return nil, err
+			return nil, duringOutage(err, outage)
+		}
+		if v == unreachable {
+			// The attempt's outcome is unknown and its clean-up, by
+			// owner, goes on in the background: the next attempt is
+			// one of a new owner, which that clean-up cannot touch.
+			dl := base
+			dl.Owner, _ = lk.owner(op, key, mode, co)
+			l.dl = &dl
+			w.retarget(l.dl)
 		}
 	}
+}
+
+// duringOutage adds to err, the error of a waiting call that ended, the
+// unreachable backend's error of its last attempt, if it had one.
+func duringOutage(err, outage error) error {
+	var e *Error
+	if outage == nil || !errors.As(err, &e) {
+		return err
+	}
+	e.Err = errors.Join(e.Err, unavailableError{outage})
+	return err
 }
 
 // owner returns the owner token of an acquisition: a fresh one, or, for
@@ -94,6 +122,8 @@ type waiter interface {
 	next(v verdict, err error) error
 	// stop ends what the waiter holds (a subscription) when the call ends.
 	stop()
+	// retarget makes the next attempts at dl, a lease of a new owner.
+	retarget(dl *driver.Lease)
 }
 
 // newWaiter returns the waiter of an acquisition: once for a Try call;
@@ -115,12 +145,13 @@ func (lk *locker) newWaiter(a attempt, retry RetryStrategy, wait bool) waiter {
 type verdict int
 
 const (
-	granted  verdict = iota // the grant is the caller's, revived if it came late
-	late                    // the grant came too late to be of use and has expired
-	held                    // the key is held (driver.ErrHeld)
-	invalid                 // the backend refused the request (driver.ErrInvalid)
-	unknown                 // the attempt failed: it may have been applied
-	ctxEnded                // ctx ended first: the attempt goes on in the background
+	granted     verdict = iota // the grant is the caller's, revived if it came late
+	late                       // the grant came too late to be of use and has expired
+	held                       // the key is held (driver.ErrHeld)
+	invalid                    // the backend refused the request (driver.ErrInvalid)
+	unknown                    // the attempt failed: it may have been applied
+	unreachable                // as unknown, with the backend unreachable (driver.ErrUnavailable)
+	ctxEnded                   // ctx ended first: the attempt goes on in the background
 )
 
 // failure sorts the error of a failed attempt.
@@ -130,6 +161,8 @@ func failure(err error) verdict {
 		return held
 	case errors.Is(err, driver.ErrInvalid):
 		return invalid
+	case errors.Is(err, driver.ErrUnavailable):
+		return unreachable
 	}
 	return unknown
 }
@@ -144,6 +177,8 @@ type attempt struct {
 }
 
 func (a *attempt) stop() {}
+
+func (a *attempt) retarget(dl *driver.Lease) { a.dl = dl }
 
 // settle sorts the outcome of an attempt at a.dl that returned err (its
 // granting request sent at start), and starts, in the background, the
@@ -175,7 +210,7 @@ func (a *attempt) settle(queued, abandoned bool, start time.Time, err error) (ve
 		a.lk.leaveAfter(err, a.dl)
 	}
 	v := failure(err)
-	if v == unknown && !queued {
+	if (v == unknown || v == unreachable) && !queued {
 		a.lk.releaseAfter(err, a.dl, time.Now().Add(a.dl.TTL))
 	}
 	return v, start, err
@@ -348,6 +383,21 @@ type pacer struct {
 	retry   RetryStrategy
 	backoff Backoff
 	notify  <-chan struct{}
+	outage  time.Duration // the bound of the next outageWait
+}
+
+// Waits between attempts at an unreachable backend are drawn from
+// [b/2, b), b doubling from outageBase to outageMax: each failed attempt
+// leaves a clean-up in the background, and a backend coming back up
+// should not meet every waiter at once.
+const outageBase, outageMax = 100 * time.Millisecond, 2 * time.Second
+
+// outageWait is the least wait after an attempt that found the backend
+// unreachable.
+func (p *pacer) outageWait() time.Duration {
+	b := max(p.outage, outageBase)
+	p.outage = min(2*b, outageMax)
+	return b/2 + rand.N(b/2)
 }
 
 // pause waits before the attempt after a's last, which found the key held
@@ -360,7 +410,10 @@ func (p *pacer) pause(a *attempt, err error) error {
 	}
 	d, ok := p.backoff.Next()
 	if !ok {
-		return newError(a.op, a.dl.Key, ErrNotAcquired, heldError{err})
+		return newError(a.op, a.dl.Key, ErrNotAcquired, notAcquiredCause(err))
+	}
+	if errors.Is(err, driver.ErrUnavailable) {
+		d = max(d, p.outageWait())
 	}
 	var held *driver.HeldError
 	if errors.As(err, &held) && held.RetryAfter > 0 && held.RetryAfter < d {

@@ -35,7 +35,31 @@ var (
 	// up). Its absence from an ErrNotAcquired error means the backend failed
 	// or the context ended.
 	ErrHeld = errors.New("lock: held by another owner")
+	// ErrUnavailable: beside ErrNotAcquired, when the backend could not be
+	// reached (a connection refused, lost or timed out): a Try call found
+	// it so, or a waiting call's context ended during the outage, or its
+	// retry strategy gave up. The error also wraps the client's error.
+	ErrUnavailable = errors.New("lock: backend unavailable")
 )
+
+// unavailableError is the cause for an unreachable backend:
+// ErrUnavailable, with the driver's error.
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string   { return "backend unavailable: " + e.err.Error() }
+func (e unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
+
+// notAcquiredCause is the cause of an ErrNotAcquired after an attempt
+// that failed with err: ErrHeld or ErrUnavailable beside it, or err alone.
+func notAcquiredCause(err error) error {
+	switch {
+	case errors.Is(err, driver.ErrUnavailable):
+		return unavailableError{err}
+	case errors.Is(err, driver.ErrHeld):
+		return heldError{err}
+	}
+	return err
+}
 
 // heldError is the cause for a held key: ErrHeld, with the driver's error
 // (which may say when the key frees up).

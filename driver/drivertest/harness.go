@@ -93,6 +93,11 @@ type Caps struct {
 	// driver cannot inspect keys, and the suite checks that lock.Inspect
 	// refuses with ErrInvalid.
 	Inspect *InspectCaps
+	// Outage, when set, starts a server of the subtest's own that the
+	// suite may stop and start again (see Outage), for the Outage/
+	// subtests; nil (a backend without a server, a shared one), they
+	// skip.
+	Outage func(t *testing.T) *Outage
 }
 
 // ttl returns a short test TTL the driver accepts.

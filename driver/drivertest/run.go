@@ -70,6 +70,8 @@ var subtests = []subtest{
 	{"Inspect/Shared", testInspectShared},
 	{"Inspect/Expired", testInspectExpired},
 	{"Inspect/Waiters", testInspectWaiters},
+	{"Outage/LockWaits", testOutageLockWaits},
+	{"Outage/TryLockFails", testOutageTryLockFails},
 }
 
 // Run runs every subtest of the suite, each with a fresh Harness from

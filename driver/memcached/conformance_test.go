@@ -3,6 +3,7 @@ package memcached
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,20 +38,38 @@ var skips = drivertest.Skips{
 // check would see the other's goroutines.
 func TestConformance(t *testing.T) {
 	addrs := testserver.SharedMemcached(t).Addrs()
-	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return newHarness(addrs) }, skips)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
+		h := newHarness(addrs)
+		h.outage = outage
+		return h
+	}, skips)
 }
 
-// Two servers: keys spread over both, each lock with its counter.
+// Two servers: keys spread over both, each lock with its counter. The
+// outage checks are TestConformance's, on one server.
 func TestConformanceTwoServers(t *testing.T) {
 	addrs := testserver.StartMemcached(t, &testserver.MemcachedOptions{Servers: 2}).Addrs()
-	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return newHarness(addrs) }, skips)
+	two := drivertest.Skips{
+		"Outage/LockWaits":    "one server covers it (TestConformance)",
+		"Outage/TryLockFails": "one server covers it (TestConformance)",
+	}
+	maps.Copy(two, skips)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return newHarness(addrs) }, two)
+}
+
+// outage is a harness on a server of the subtest's own, which the suite
+// stops and starts.
+func outage(t *testing.T) *drivertest.Outage {
+	srv := testserver.StartMemcached(t, nil)
+	return &drivertest.Outage{Harness: newHarness(srv.Addrs()), Stop: srv.Stop, Start: srv.Restart}
 }
 
 type harness struct {
-	addrs []string
-	raw   *memcache.Client // tampers, with the same server list
-	mu    sync.Mutex
-	conns map[lock.Locker]*cuttable
+	addrs  []string
+	raw    *memcache.Client // tampers, with the same server list
+	mu     sync.Mutex
+	conns  map[lock.Locker]*cuttable
+	outage func(t *testing.T) *drivertest.Outage
 }
 
 func newHarness(addrs []string) *harness {
@@ -118,7 +137,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 // lease's deadline past half its TTL, and this driver's validity is the TTL
 // less 2 s (see clockLoss).
 func (h *harness) Caps() drivertest.Caps {
-	return drivertest.Caps{MinTTL: 5 * time.Second, DeletableCounter: true, Resume: true, Reentry: true, Inspect: inspectCaps}
+	return drivertest.Caps{MinTTL: 5 * time.Second, DeletableCounter: true, Resume: true, Reentry: true, Inspect: inspectCaps, Outage: h.outage}
 }
 
 // cuttable is a dialer whose connections can all be cut at once.

@@ -21,6 +21,21 @@ const maxCASAttempts = 10
 // and draws the fencing token with incr. Two round trips; three or four
 // when the counter is missing.
 func (d *mcDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	return unreachable(d.acquire(ctx, l))
+}
+
+// unreachable marks err as driver.ErrUnavailable when it says that no
+// server can be reached: a network failure, a connection that timed out,
+// no server to ask.
+func unreachable(err error) error {
+	var ct *memcache.ConnectTimeoutError
+	if errors.As(err, &ct) || errors.Is(err, memcache.ErrNoServers) {
+		return driver.Unavailable(err)
+	}
+	return driver.MarkNetFailure(err)
+}
+
+func (d *mcDriver) acquire(ctx context.Context, l *driver.Lease) error {
 	secs, err := ttlSeconds(l.TTL)
 	if err != nil {
 		return err

@@ -17,21 +17,36 @@ import (
 func TestConformance(t *testing.T) {
 	addr := testserver.SharedRedis(t).Addr()
 	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
-		return newHarness(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) })
+		h := newHarness(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) })
+		h.outage = outage
+		return h
 	}, nil)
 }
 
+// The Cluster runs all but the outage checks, which one server covers.
 func TestConformanceCluster(t *testing.T) {
 	addrs := testserver.SharedRedisCluster(t).Addrs()
 	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		return newHarness(t, func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) })
-	}, nil)
+	}, drivertest.Skips{
+		"Outage/LockWaits":    "one server covers it (TestConformance)",
+		"Outage/TryLockFails": "one server covers it (TestConformance)",
+	})
+}
+
+// outage is a harness on a server of the subtest's own, which the suite
+// stops and starts.
+func outage(t *testing.T) *drivertest.Outage {
+	srv := testserver.StartRedis(t, nil)
+	h := newHarness(t, func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: srv.Addr()}) })
+	return &drivertest.Outage{Harness: h, Stop: srv.Stop, Start: srv.Restart}
 }
 
 // harness tampers with the server through a raw client of its own.
 type harness struct {
-	dial func() redis.UniversalClient
-	raw  redis.UniversalClient
+	dial   func() redis.UniversalClient
+	raw    redis.UniversalClient
+	outage func(t *testing.T) *drivertest.Outage
 }
 
 func newHarness(t *testing.T, dial func() redis.UniversalClient) *harness {
@@ -92,5 +107,5 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() drivertest.Caps {
-	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
+	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps, Outage: h.outage}
 }

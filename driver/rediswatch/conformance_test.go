@@ -20,12 +20,26 @@ import (
 // checks that no script command was even attempted. rediswatch does all
 // the suite checks, here and on a Cluster: no subtest may skip.
 func TestConformance(t *testing.T) {
+	srv, h := startServer(t)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: h.url, admin: h.admin, outage: outage} }, nil)
+	assertNoScripts(t, h.admin, srv.Username, srv.Password)
+}
+
+// startServer starts a server of the test's own, with a user denied
+// @scripting, and returns it with a harness whose Lockers are that user.
+func startServer(t *testing.T) (*testserver.Redis, *harness) {
 	srv := testserver.StartRedis(t, &testserver.RedisOptions{User: "dlock", ACLRules: []string{"-@scripting"}})
 	u := &url.URL{Scheme: Scheme, User: url.UserPassword(srv.Username, srv.Password), Host: srv.Addr()}
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { admin.Close() })
-	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: u.String(), admin: admin} }, nil)
-	assertNoScripts(t, admin, srv.Username, srv.Password)
+	return srv, &harness{url: u.String(), admin: admin}
+}
+
+// outage is a harness on a server of the subtest's own, which the suite
+// stops and starts.
+func outage(t *testing.T) *drivertest.Outage {
+	srv, h := startServer(t)
+	return &drivertest.Outage{Harness: h, Stop: srv.Stop, Start: srv.Restart}
 }
 
 // TestConformanceCluster runs the suite on the three-master Cluster, as a
@@ -36,14 +50,18 @@ func TestConformanceCluster(t *testing.T) {
 	t.Cleanup(func() { admin.Close() })
 	user, pass := redisacl.ClusterUser(t, admin, "dlock-rediswatch", "-@scripting")
 	u := &url.URL{Scheme: Scheme, User: url.UserPassword(user, pass), Host: strings.Join(c.Addrs(), ",")}
-	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: u.String(), admin: admin} }, nil)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: u.String(), admin: admin} }, drivertest.Skips{
+		"Outage/LockWaits":    "one server covers it (TestConformance)",
+		"Outage/TryLockFails": "one server covers it (TestConformance)",
+	})
 	assertNoScripts(t, admin, user, pass)
 }
 
 // harness tampers through admin, a client of the default user.
 type harness struct {
-	url   string
-	admin redis.UniversalClient
+	url    string
+	admin  redis.UniversalClient
+	outage func(t *testing.T) *drivertest.Outage
 }
 
 func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
@@ -129,5 +147,5 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() drivertest.Caps {
-	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps}
+	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true, Inspect: inspectCaps, Outage: h.outage}
 }

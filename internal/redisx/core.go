@@ -170,7 +170,8 @@ func (c *Core) Close() error {
 
 // WithCtx returns err, the failure of a call bound to ctx, wrapping
 // ctx.Err() when ctx ended, so that callers see context.DeadlineExceeded
-// or Canceled. go-redis reports a deadline that passed during a read as a
+// or Canceled, and marked as driver.ErrUnavailable when it says the
+// server is unreachable (see unreachable). go-redis reports a deadline that passed during a read as a
 // network timeout, sometimes a moment before ctx itself reports it (its
 // socket deadline and ctx's timer race): a timeout at or past ctx's
 // deadline waits briefly for ctx to agree.
@@ -192,10 +193,32 @@ func WithCtx(ctx context.Context, err error) error {
 			t.Stop()
 		}
 	}
-	if cerr == nil || errors.Is(err, cerr) {
+	switch {
+	case cerr == nil && unreachable(err):
+		return driver.Unavailable(err)
+	case cerr == nil || errors.Is(err, cerr):
 		return err
 	}
 	return fmt.Errorf("%w: %w", cerr, err)
+}
+
+// unreachable reports whether err says that the server cannot serve: a
+// network failure (driver.NetFailure), or a server that is up but not
+// serving yet or without a master (LOADING, MASTERDOWN, CLUSTERDOWN).
+func unreachable(err error) bool {
+	if driver.NetFailure(err) {
+		return true
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range []string{"LOADING ", "MASTERDOWN ", "CLUSTERDOWN "} {
+		if strings.HasPrefix(re.Error(), p) {
+			return true
+		}
+	}
+	return false
 }
 
 // Register registers the URL schemes of driver name with lock.Open: name
