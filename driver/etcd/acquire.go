@@ -61,13 +61,13 @@ func holdsOf(l *driver.Lease) []string {
 // that writes the entry and the counter if nothing entered the queue and
 // no grant was made since the read. A held key leaves nothing behind.
 func (d *etcdDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	return d.attempt(ctx, l, nil)
+	return unreachable(ctx, d.attempt(ctx, l, nil))
 }
 
 // Join implements driver.Queuer: Acquire's attempt, and when the key is
 // held, an entry at the end of the queue (see enqueue).
 func (d *etcdDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct{}) error {
-	return d.attempt(ctx, l, wake)
+	return unreachable(ctx, d.attempt(ctx, l, wake))
 }
 
 // noGrant marks, in driver.Lease.Data, an attempt known to have granted
@@ -343,6 +343,10 @@ func (d *etcdDriver) made(owner string, lease int64) bool {
 // takes the key if the rule grants its entry, which must be the one it
 // made, on the lease it made it with.
 func (d *etcdDriver) Check(ctx context.Context, l *driver.Lease) error {
+	return unreachable(ctx, d.check(ctx, l))
+}
+
+func (d *etcdDriver) check(ctx context.Context, l *driver.Lease) error {
 	c, err := d.client()
 	if err != nil {
 		return err

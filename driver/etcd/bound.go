@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -98,6 +99,16 @@ func again(err error) bool {
 		code = ee.Code()
 	}
 	return code == codes.Unavailable || code == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
+}
+
+// unreachable marks err, the failure of a call under ctx, as
+// driver.ErrUnavailable when ctx is alive and err says that no member
+// could serve the call (see again), or is a network failure.
+func unreachable(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && again(err) {
+		return driver.Unavailable(err)
+	}
+	return driver.MarkNetFailure(err)
 }
 
 // readOnly reports whether a transaction only reads: sent twice, it

@@ -22,6 +22,8 @@ type harness struct {
 	endpoints []string
 	raw       *clientv3.Client // the test's own client, for tampering
 	prefix    string
+	// outage starts a member for the Outage/ subtests (nil: they skip).
+	outage func(t *testing.T) *drivertest.Outage
 }
 
 func newHarness(t *testing.T, endpoints []string) *harness {
@@ -155,6 +157,7 @@ func (h *harness) Caps() drivertest.Caps {
 	return drivertest.Caps{
 		MinTTL: MinTTL, Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true,
 		Inspect: &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Since: true, Waiters: true, WaiterSince: true, ExpiryLag: ExpiryLag},
+		Outage:  h.outage,
 	}
 }
 

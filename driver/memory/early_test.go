@@ -60,5 +60,5 @@ func TestAudit38EarlyPurgeChild(t *testing.T) {
 	}
 	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		return earlyHarness{&harness{s: memory.NewStore()}}
-	}, nil)
+	}, skips)
 }

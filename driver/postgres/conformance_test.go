@@ -20,7 +20,21 @@ import (
 func TestConformance(t *testing.T) {
 	url := serverURL(t)
 	raw := rawPool(t, url)
-	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: url, raw: raw} }, nil)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: url, raw: raw, outage: outage} }, nil)
+}
+
+// outage is a harness on a server of the subtest's own, which the suite
+// stops and starts.
+func outage(t *testing.T) *drivertest.Outage {
+	pg := testserver.StartPostgres(t, nil)
+	h := &harness{url: pg.URL(), raw: rawPool(t, pg.URL())}
+	return &drivertest.Outage{Harness: h, Stop: pg.Stop, Start: pg.Restart}
+}
+
+// outageSkips are the variants' skips: TestConformance checks outages.
+var outageSkips = drivertest.Skips{
+	"Outage/LockWaits":    "one server covers it (TestConformance)",
+	"Outage/TryLockFails": "one server covers it (TestConformance)",
 }
 
 // TestConformancePgBouncer runs the suite through PgBouncer in
@@ -34,7 +48,9 @@ func TestConformancePgBouncer(t *testing.T) {
 	drivertest.Run(t, func(t *testing.T) drivertest.Harness {
 		return &harness{url: b.URL(), raw: raw, opts: Options{TransactionPooling: true}, poll: true}
 	}, drivertest.Skips{
-		"Semaphore/FIFO": "waiters poll behind a transaction pooler (no LISTEN): arrival order is kept by the queue, but the suite checks it only with prompt wake-ups",
+		"Semaphore/FIFO":      "waiters poll behind a transaction pooler (no LISTEN): arrival order is kept by the queue, but the suite checks it only with prompt wake-ups",
+		"Outage/LockWaits":    outageSkips["Outage/LockWaits"],
+		"Outage/TryLockFails": outageSkips["Outage/TryLockFails"],
 	})
 }
 
@@ -48,7 +64,7 @@ func TestConformanceReplica(t *testing.T) {
 	}
 	url := pg.NodeURL(0)
 	raw := rawPool(t, url)
-	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: url, raw: raw} }, nil)
+	drivertest.Run(t, func(t *testing.T) drivertest.Harness { return &harness{url: url, raw: raw} }, outageSkips)
 }
 
 // serverURL is the superuser URL of the test binary's shared server.
@@ -76,6 +92,8 @@ type harness struct {
 	raw  *pgxpool.Pool // straight to the server
 	opts Options
 	poll bool // waiters are not woken (TransactionPooling)
+	// outage starts a server for the Outage/ subtests (nil: they skip).
+	outage func(t *testing.T) *drivertest.Outage
 }
 
 func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
@@ -191,6 +209,7 @@ func (h *harness) Caps() drivertest.Caps {
 	return drivertest.Caps{
 		Notify: !h.poll, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true,
 		Inspect: &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Remaining: true, Since: true, Waiters: true, WaiterSince: true},
+		Outage:  h.outage,
 	}
 }
 

@@ -440,7 +440,7 @@ func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) err
 // Acquire makes one attempt: a grant when the key's entries allow it
 // (see schema.sql), otherwise a *driver.HeldError.
 func (d *pgDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	return d.acquire(ctx, l, false)
+	return unreachable(d.acquire(ctx, l, false))
 }
 
 // Join implements driver.Queuer: an attempt that, when the key is held,

@@ -12,10 +12,11 @@ import (
 )
 
 // rideOut is how long a queued wait rides out connection failures (a
-// PgBouncer or PostgreSQL restart, a network cut): its steps answer
-// with a *driver.HeldError, so lock steps again, until the failures have
-// lasted this long; then the failure ends the wait, so that a Lock with
-// no deadline fails when the server cannot be reached. The waiter's entry
+// PgBouncer or PostgreSQL restart, a network cut) in its place: its steps
+// answer with a *driver.HeldError, so lock steps again, until the
+// failures have lasted this long; then the failure, marked
+// driver.ErrUnavailable, ends the wait, and lock tries again as after any
+// attempt that found the server unreachable. The waiter's entry
 // lives entryLife after its last step: after a longer failure it joins
 // the queue again, at its end. A single attempt (TryLock) is not ridden
 // out.
@@ -52,7 +53,7 @@ func (d *pgDriver) ride(ctx context.Context, owner string, err error) error {
 	}
 	if time.Since(start) > rideOut {
 		delete(r.failing, owner)
-		return err
+		return driver.Unavailable(err)
 	}
 	return &driver.HeldError{RetryAfter: rideRetry}
 }
@@ -62,6 +63,15 @@ func (d *pgDriver) endRide(owner string) {
 	d.rides.mu.Lock()
 	delete(d.rides.failing, owner)
 	d.rides.mu.Unlock()
+}
+
+// unreachable marks err as driver.ErrUnavailable when it is a
+// connection failure.
+func unreachable(err error) error {
+	if err != nil && connFailure(err) {
+		return driver.Unavailable(err)
+	}
+	return err
 }
 
 // connFailure reports whether err says the server could not be reached

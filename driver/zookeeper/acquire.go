@@ -18,6 +18,10 @@ import (
 // (see join); when something earlier blocks the node, delete it and report
 // the key held. Round trips: 1 when granted, 2 when held.
 func (d *zkDriver) Acquire(ctx context.Context, l *driver.Lease) error {
+	return unreachable(d.acquire(ctx, l))
+}
+
+func (d *zkDriver) acquire(ctx context.Context, l *driver.Lease) error {
 	if err := d.start.await(ctx); err != nil {
 		return err
 	}
@@ -356,6 +360,15 @@ func (d *zkDriver) firstMoves(ctx context.Context, l *driver.Lease, kp string) (
 func transient(err error) bool {
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
 		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// unreachable marks err as driver.ErrUnavailable when it is a transient
+// failure or a network one.
+func unreachable(err error) error {
+	if transient(err) {
+		return driver.Unavailable(err)
+	}
+	return driver.MarkNetFailure(err)
 }
 
 // pause waits a little before a waiter tries again, and reports false if

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock-go/dlock/driver"
 )
 
 // starter brings the connection of a Locker from Dial or lock.Open to its
@@ -219,13 +221,13 @@ func (s *starter) await(ctx context.Context) error {
 			}
 		}
 		if failed-began >= s.hosts {
-			return fmt.Errorf("zookeeper: %s unreachable: every server failed a connection attempt, the last with: %w", s.list, s.errs.lastErr())
+			return driver.Unavailable(fmt.Errorf("zookeeper: %s unreachable: every server failed a connection attempt, the last with: %w", s.list, s.errs.lastErr()))
 		}
 		select {
 		case <-s.ready:
 		case <-changed:
 		case <-limit.C:
-			return s.noSession(fmt.Errorf("%w within %v, the session timeout asked for", errNoSession, s.asked))
+			return driver.Unavailable(s.noSession(fmt.Errorf("%w within %v, the session timeout asked for", errNoSession, s.asked)))
 		case <-ctx.Done():
 			return s.noSession(ctx.Err())
 		}

@@ -30,6 +30,9 @@ type harness struct {
 
 	mu   sync.Mutex
 	cuts map[lock.Locker]*netCut
+
+	// outage starts a server for the Outage/ subtests (nil: they skip).
+	outage func(t *testing.T) *drivertest.Outage
 }
 
 func newHarness(t *testing.T, servers []string, timeout time.Duration) *harness {
@@ -146,7 +149,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() drivertest.Caps {
-	return drivertest.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Semaphore: true, Inspect: inspectCaps}
+	return drivertest.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Semaphore: true, Inspect: inspectCaps, Outage: h.outage}
 }
 
 // netCut is a zk.Dialer whose connections a test can cut: setDown(true)
