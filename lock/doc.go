@@ -247,22 +247,58 @@
 // grant's expiry, and Close waits for it up to its own bound. A grant that
 // reaches a queued waiter after the validity it counts on has passed is
 // refreshed before Lock returns it, so a lease is never returned already
-// past its deadline. An Unlock that fails for a network reason ends the
-// lease all the same, and its release is retried in the background until
-// the backend answers, so that an outage keeps the key for the outage, not
-// for the rest of the TTL.
+// past its deadline.
+//
+// # Outages
+//
+// One rule holds on every backend while it cannot be reached (a server
+// stopped or restarting, a network cut, no ZooKeeper session), checked by
+// the conformance suite's Outage subtests:
+//
+//   - A waiting call (Lock, RLock, Acquire, Do) waits through the outage
+//     until its context ends, and is granted once the backend is back (on
+//     ZooKeeper, on a new session if the old one expired). Each attempt
+//     that found the backend unreachable is cleaned up in the background,
+//     as any attempt whose outcome is unknown, and the next is made under
+//     a new owner token, which that clean-up cannot touch, after a wait
+//     drawn from [b/2, b), b doubling from 100 ms to 2 s (a RetryStrategy
+//     may wait longer, and, other than DefaultRetry, decides when to give
+//     up). A call whose context ends first returns an error wrapping
+//     ErrNotAcquired, the context's error and ErrUnavailable with the
+//     backend's last error.
+//   - A Try call (TryLock, TryRLock, TryAcquire) makes its one attempt and
+//     fails with ErrNotAcquired and ErrUnavailable, never ErrHeld, wrapping
+//     the client's error, within the client's own bound on a request to a
+//     dead server (its dial timeout and retries: a second or two) or its
+//     context, whichever ends first.
+//   - Unlock ends the lease at once and returns the backend's error; its
+//     release is retried in the background until the backend answers or
+//     the grant has expired, so that an outage keeps the key for the
+//     outage, not for the rest of the TTL. Refresh returns the backend's
+//     error, with no sentinel: whether the grant still holds is unknown.
+//     Automatic renewal retries (see Renewal), and the lease is lost
+//     (ErrLost) if none succeeds before its local deadline. Inspect and
+//     Resume return the backend's error.
+//
+// A backend that answers with a refusal (a wrong password, a permission
+// an ACL denies) is not out: a waiting call fails at once with its error.
+// Each driver tells which of its client's errors mean unreachable
+// (driver.ErrUnavailable).
 //
 // # Errors
 //
 // Errors are *Error values naming the operation and the key, wrapping one
 // of the sentinels ErrNotAcquired, ErrNotHeld, ErrLost, ErrClosed and
 // ErrInvalid, and the cause: the backend's error, or the context's.
-// Check them with errors.Is:
+// Beside ErrNotAcquired, ErrHeld says the key was held, ErrUnavailable
+// that the backend could not be reached. Check them with errors.Is:
 //
-//	lease, err := locker.Lock(ctx, key)
+//	lease, err := locker.TryLock(ctx, key)
 //	switch {
+//	case errors.Is(err, lock.ErrHeld):             // held elsewhere (also ErrNotAcquired)
+//	case errors.Is(err, lock.ErrUnavailable):      // the backend is unreachable (see Outages)
 //	case errors.Is(err, context.DeadlineExceeded): // waited too long (also ErrNotAcquired)
-//	case errors.Is(err, lock.ErrNotAcquired):      // held elsewhere, or the backend failed
+//	case errors.Is(err, lock.ErrNotAcquired):      // the backend refused or failed
 //	case errors.Is(err, lock.ErrInvalid):          // bad key, TTL or option: a bug to fix
 //	}
 //

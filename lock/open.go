@@ -87,13 +87,12 @@ func Schemes() []string {
 // ZooKeeper clients resolve the servers' names there: a name that does not
 // resolve is an error. The clients connect when first used (go-zookeeper's
 // at once, in the background) and reconnect on their own. While the
-// backend is unreachable, a call fails with ErrNotAcquired (Inspect with
-// its own error) wrapping the connection's error, a refused connection
-// say, within a bound that needs no deadline on its context: the client's
-// dial timeout and retries (go-redis's, gomemcache's), or, on ZooKeeper
-// before the first session, once every server has failed an attempt (1s
-// each at most), and after the session timeout asked for at the latest. A
-// deadline on the call's context ends it sooner.
+// backend is unreachable, a waiting call waits and a Try call fails with
+// ErrUnavailable, as the package doc's Outages says: a Try call within a
+// bound that needs no deadline on its context (the client's dial timeout
+// and retries; on ZooKeeper before the first session, once every server
+// has failed an attempt, 1s each at most, and after the session timeout
+// asked for at the latest).
 func Open(ctx context.Context, rawURL string) (Locker, error) {
 	return OpenWith(ctx, rawURL, nil)
 }

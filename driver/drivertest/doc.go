@@ -22,7 +22,8 @@
 //
 // Run runs one named subtest per check, grouped by contract item (C1/ to
 // C11/) and then by feature (Do/, Shared/, Resume/, Reentry/,
-// Semaphore/, Inspect/). Each subtest gets a fresh Harness and keys of its
+// Semaphore/, Inspect/), and Outage/, which stops and starts a server of
+// its own (Caps.Outage) to check lock's outage rule. Each subtest gets a fresh Harness and keys of its
 // own, named dlock-conformance/.... Caps turn off only what a backend
 // cannot do, never a safety property: where a flag is unset, the suite
 // checks what it can see (that lock refuses the capability with

@@ -110,8 +110,10 @@
 //
 // A TTL under a second is refused with lock.ErrInvalid. Backend failures
 // are the client's errors, wrapped by lock with the key. Requests do not
-// wait for a connection: while no member answers, a call fails at once
-// with the connection's error (a refused certificate says so), and a
-// queued Lock rides out failures (an election, a member's death) for 15 s
-// before it fails.
+// wait for a connection: while no member answers, an attempt fails at
+// once with the connection's error (a refused certificate says so),
+// marked unreachable, and lock follows its outage rule (package lock,
+// Outages): a Try call fails with lock.ErrUnavailable, a waiting Lock
+// tries again until its context ends. A queued Lock rides out failures
+// (an election, a member's death) in its place for 15 s first.
 package etcd

@@ -64,9 +64,12 @@
 // A queued Lock rides out connection failures (a restart of PostgreSQL
 // or PgBouncer, a network cut, a connection closed by
 // idle_session_timeout) for 15 s: its steps report the key held and
-// lock steps again every 100 ms. Past 15 s the failure ends the wait.
-// The waiter's place lives 3 s after its last step: a longer failure
-// puts it at the end of the queue. A TryLock fails at once.
+// lock steps again every 100 ms. Past 15 s the failure ends the wait in
+// the queue, and lock follows its outage rule (package lock, Outages):
+// the Lock tries again, under a new owner, until its context ends. The
+// waiter's place lives 3 s after its last step: a longer failure puts it
+// at the end of the queue. A TryLock fails at once, with
+// lock.ErrUnavailable.
 //
 // # Sweep
 //

@@ -344,8 +344,9 @@
 // servers in turn (1s per attempt at most, a pause of 1s after each round)
 // until Close. A call that would send a request before the first session
 // is up, and authenticated with the digest identity if there is one,
-// waits for it, and fails (lock.ErrNotAcquired, or Inspect's error,
-// wrapping the cause) at the first of:
+// waits for it, and fails (lock.ErrNotAcquired with lock.ErrUnavailable,
+// or Inspect's error, wrapping the cause; a waiting Lock then tries
+// again, as package lock's Outages says) at the first of:
 //
 //   - each server has failed a connection attempt since the call began
 //     (refused, unreachable, timed out, or closed by a server that is not
