@@ -29,8 +29,9 @@ func expired(t *testing.T) context.Context {
 }
 
 // A network timeout at the context's deadline wraps the context's error,
-// even before ctx.Err() is set (and waits until it is); other errors and
-// the driver's sentinels are left alone.
+// even before ctx.Err() is set (and waits until it is); one before it is
+// marked driver.ErrUnavailable; other errors and the driver's sentinels
+// are left alone.
 func TestWithCtx(t *testing.T) {
 	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 	cancelled, cancel := context.WithCancel(context.Background())
@@ -44,7 +45,7 @@ func TestWithCtx(t *testing.T) {
 	}{
 		{"timeout at the deadline", pastDeadline{context.Background()}, timeout, context.DeadlineExceeded},
 		{"timeout at a real deadline", expired(t), timeout, context.DeadlineExceeded},
-		{"timeout without a deadline", context.Background(), timeout, nil},
+		{"timeout without a deadline", context.Background(), timeout, driver.ErrUnavailable},
 		{"other error at the deadline", pastDeadline{context.Background()}, other, nil},
 		{"any error after cancel", cancelled, other, context.Canceled},
 		{"held after cancel", cancelled, &driver.HeldError{}, nil},

@@ -72,11 +72,12 @@ func within[T any](t *testing.T, limit time.Duration, what string, f func() T) T
 	}
 }
 
-// TestCallsUnreachable: with context.Background(), on servers where
-// nothing listens, lock.Open returns at once, and each call reports the
-// outage (ErrNotAcquired wrapping the refused connection) once every
-// server failed an attempt: Lock, which would queue, as TryLock; Inspect
-// too. Close does not wait for the clean-up of calls that sent nothing.
+// TestCallsUnreachable: on servers where nothing listens, lock.Open
+// returns at once; a Try call with context.Background() reports the
+// outage (ErrNotAcquired and ErrUnavailable wrapping the refused
+// connection) once every server failed an attempt, Inspect too; a
+// waiting call waits until its context ends, and says why it waited.
+// Close does not wait for the clean-up of calls that sent nothing.
 func TestCallsUnreachable(t *testing.T) {
 	url := "zookeeper://u:pw@" + closedAddr(t) + "," + closedAddr(t) + "/x"
 	l := within(t, time.Second, "Open", func() lock.Locker {
@@ -90,20 +91,25 @@ func TestCallsUnreachable(t *testing.T) {
 		t.FailNow()
 	}
 	bg := context.Background()
+	err := within(t, 5*time.Second, "TryLock", func() error { _, err := l.TryLock(bg, "k"); return err })
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "unreachable") {
+		t.Errorf("TryLock: %v; want ErrNotAcquired and ErrUnavailable saying the servers are unreachable, wrapping ECONNREFUSED", err)
+	}
 	for _, c := range []struct {
 		name string
-		call func() error
+		call func(ctx context.Context) error
 	}{
-		{"Lock", func() error { _, err := l.Lock(bg, "k"); return err }},
-		{"TryLock", func() error { _, err := l.TryLock(bg, "k"); return err }},
-		{"RLock", func() error { _, err := l.(lock.RWLocker).RLock(bg, "k"); return err }},
+		{"Lock", func(ctx context.Context) error { _, err := l.Lock(ctx, "k"); return err }},
+		{"RLock", func(ctx context.Context) error { _, err := l.(lock.RWLocker).RLock(ctx, "k"); return err }},
 	} {
-		err := within(t, 5*time.Second, c.name, c.call)
-		if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "unreachable") {
-			t.Errorf("%s: %v; want ErrNotAcquired saying the servers are unreachable, wrapping ECONNREFUSED", c.name, err)
+		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		err := within(t, 6*time.Second, c.name, func() error { return c.call(ctx) })
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s: %v; want its context's deadline, and ErrUnavailable wrapping ECONNREFUSED", c.name, err)
 		}
 	}
-	err := within(t, 5*time.Second, "Inspect", func() error { _, err := lock.Inspect(bg, l, "k"); return err })
+	err = within(t, 5*time.Second, "Inspect", func() error { _, err := lock.Inspect(bg, l, "k"); return err })
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("Inspect: %v; want the refused connection", err)
 	}
