@@ -20,6 +20,10 @@ TEST_SKIP ?= ^(TestConformancePgBouncer|TestConformanceReplica|TestConformanceTw
 # minutes at 3), so more than the 2 cores' default shortens the run without
 # loading the machine: the longest package (zookeeper, 3 min) starts at once.
 TEST_P ?= 4
+# TEST_TAGS: the build tags of the main module's tests. demo compiles dlock's
+# demo (internal/cli's demo*.go), which the dlock users build leaves out, so
+# that its tests run too; the end-to-end tests build a dlock without it as well.
+TEST_TAGS ?= demo
 
 .PHONY: test check api servers conformance unit images up down test-docker chaos bench nemesis
 
@@ -37,7 +41,7 @@ test: servers check
 	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS)
 	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector; its output follows theirs"
 	@mkdir -p bin; (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./... > ../../bin/etcd-test.out 2>&1; echo $$? > ../../bin/etcd-test.rc) & \
-	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
+	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
 	  wait; echo "test: driver/etcd module"; cat bin/etcd-test.out; \
 	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc)" = 0 ]
 	@echo "test: harness module (harness/)"
@@ -54,10 +58,12 @@ test: servers check
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 check:
 	$(GO) vet ./...
+	$(GO) vet -tags demo ./internal/cli/
 	cd harness && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
 	cd driver/etcd && $(GO) vet ./...
 	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags demo ./internal/cli/
 	cd harness && $(STATICCHECK) ./...
 	cd bench && $(STATICCHECK) ./...
 	cd driver/etcd && $(STATICCHECK) ./...
@@ -76,7 +82,7 @@ servers:
 
 ## unit: the tests that need no server.
 unit:
-	$(GO) test -short -count=1 $(PKGS)
+	$(GO) test -short -count=1 -tags '$(TEST_TAGS)' $(PKGS)
 
 ## conformance: every driver's conformance suite on the local provider, then on the
 ## docker provider (a failure when no Docker engine answers, unless DLOCK_SKIP_DOCKER=1 skips it, saying so), and a table
@@ -166,11 +172,12 @@ up:
 down:
 	$(COMPOSE) -p $(COMPOSE_PROJECT) down -v --remove-orphans
 
-## demo: install missing servers, build bin/dlock able to start them (-tags demoservers),
-## and run its demo: workers contending for locks on every backend, on local servers.
+## demo: install missing servers, build bin/dlock with the demo (-tags demo: the dlock
+## users install leaves it out), and run it: workers contending for locks on every
+## backend, on local servers it starts.
 .PHONY: demo
 demo: servers
-	$(GO) build -tags demoservers -o bin/dlock ./cmd/dlock
+	$(GO) build -tags demo -o bin/dlock ./cmd/dlock
 	./bin/dlock demo -start-servers
 
 ## chaos: every fault scenario against every driver and every broken-algorithm

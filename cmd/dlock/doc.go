@@ -287,6 +287,10 @@
 //
 // # dlock demo
 //
+// The demo is compiled in only with -tags demo, as make demo builds dlock
+// from a clone of the repository; a dlock built without it (go install)
+// answers dlock demo with how to get it, and carries none of its code.
+//
 // demo runs worker processes that contend for a few keys on every reachable
 // network backend, one backend after the other, with live progress, then
 // shows a lease lost on that backend, and ends with a table per backend:
@@ -294,7 +298,7 @@
 // 0), whether fencing tokens were strictly increasing, and the wait for
 // the lock at the 50th and 99th percentile.
 //
-//	make demo                        # go build -tags demoservers, then dlock demo -start-servers
+//	make demo                        # go build -tags demo, then dlock demo -start-servers
 //	dlock demo -url redisnx://localhost:6379 -url zookeeper://localhost:2181/demo
 //
 // Each worker is a separate dlock process (the hidden subcommand
@@ -340,10 +344,8 @@
 // DLOCK_REDIS_ADDR, DLOCK_POSTGRES_URL and their siblings), and stops them
 // at the end. A server that is not installed is reported as such and left
 // out (apt-get install redis-server memcached zookeeper postgresql); one
-// that is installed and fails to start, as failing to start, with why. It
-// needs a dlock built with -tags demoservers, as make demo builds it: the
-// test harness, and the container client it links, stay out of the dlock
-// that runs your jobs. memory:// is left out: a memory store lives in one
+// that is installed and fails to start, as failing to start, with why.
+// memory:// is left out: a memory store lives in one
 // process and the workers are separate processes.
 //
 // Flags: -workers (4), -keys (3), -duration per backend (2.5s), -hold, the

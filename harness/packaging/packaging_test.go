@@ -138,7 +138,7 @@ func TestRequirementsAreBuildDependencies(t *testing.T) {
 	dlock := root(t)
 	used := map[string]bool{}
 	for _, goos := range []string{"linux", "darwin", "windows", "freebsd"} {
-		for _, tags := range []string{"", "demoservers"} {
+		for _, tags := range []string{"", "demo"} {
 			out := goCmdEnv(t, dlock, []string{"GOOS=" + goos, "CGO_ENABLED=0"},
 				"list", "-tags", tags, "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", "./...")
 			for _, m := range strings.Fields(out) {

@@ -10,8 +10,7 @@ import (
 // TestEtcdNotCompiledIn: cmd/dlock has no etcd driver (etcd's client is a
 // module of its own). An etcd:// URL, from -url or $DLOCK_URL, is a usage
 // error that says so and how to get the dlock that has it, before any
-// command runs; dlock inspect says the same, and the demo leaves the URL
-// out with a pointer to that dlock.
+// command runs; dlock inspect says the same (the demo: TestDemoEtcdNotCompiledIn).
 func TestEtcdNotCompiledIn(t *testing.T) {
 	const (
 		url     = "etcd://u:s3cret@127.0.0.1:2379/app"
@@ -47,13 +46,5 @@ func TestEtcdNotCompiledIn(t *testing.T) {
 	check("dlock inspect", r)
 	if out != "" {
 		t.Errorf("dlock inspect wrote to stdout:\n%s", out)
-	}
-
-	cmd := dlockCmd(t, "", "", "demo", "-url", url)
-	stdout := &lockedWriter{}
-	cmd.Stdout = stdout
-	r = finish(t, cmd, start(t, cmd))
-	if want := "left out: this dlock has no etcd backend (github.com/dlock-go/dlock/driver/etcd/cmd/dlock has it)"; r.code != exitBackend || !strings.Contains(stdout.String(), want) {
-		t.Errorf("dlock demo: %v\nstdout:\n%s\nwant exit 125 and %q", r, stdout, want)
 	}
 }

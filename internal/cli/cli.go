@@ -66,6 +66,19 @@ func dispatch(args []string) int {
 	return exitUsage
 }
 
+// demoWorkerCmd is the hidden subcommand that dlock demo re-executes itself
+// with, once per worker process.
+const demoWorkerCmd = "demo-worker"
+
+// demoMissing says how to get a dlock with the demo. The demo (worker
+// processes, a fenced resource, fault injection, and the test servers it
+// can start) is compiled in only with -tags demo, as make demo builds it:
+// the dlock users install carries none of it.
+const demoMissing = `dlock demo: this dlock was built without the demo.
+From a clone of the repository, make demo builds bin/dlock with it
+(go build -tags demo -o bin/dlock ./cmd/dlock) and runs it on local servers.
+`
+
 func usage(w *os.File) {
 	fmt.Fprintf(w, mainUsage, strings.Join(lock.Schemes(), ", "))
 }

@@ -178,8 +178,6 @@ func TestHelpOnStdout(t *testing.T) {
 		{[]string{"help", "run"}, "-conflict-exit-code"},
 		{[]string{"run", "-h"}, "-conflict-exit-code"},
 		{[]string{"run", "-help"}, "-conflict-exit-code"},
-		{[]string{"help", "demo"}, "-start-servers"},
-		{[]string{"demo", "-h"}, "-start-servers"},
 		{[]string{"help", "inspect"}, "-timeout"},
 		{[]string{"inspect", "-h"}, "-timeout"},
 		{[]string{"help"}, "\n  dlock schema [URL]"},
@@ -209,8 +207,6 @@ func TestUsageErrorsOneLine(t *testing.T) {
 		{[]string{"run", "-limit", "-3", "-url", "redisnx://127.0.0.1:1", "k", "true"}, "dlock run: -limit -3: a number of permits cannot be negative; want 1 to 65536 permits"},
 		{[]string{"run", "-limit", "two", "k", "true"}, `dlock run: invalid value "two" for flag -limit: parse error`},
 		{[]string{"inspect", "-timeout", "x", "k"}, `dlock inspect: invalid value "x" for flag -timeout: want a duration`},
-		{[]string{"demo", "-bogus"}, "dlock demo: flag provided but not defined: -bogus"},
-		{[]string{"demo", "-duration", "soon"}, `dlock demo: invalid value "soon" for flag -duration`},
 		{[]string{"frobnicate"}, `dlock: unknown command "frobnicate"`},
 		{[]string{"help", "frobnicate"}, `dlock help: no command "frobnicate"`},
 		{[]string{"schema", "-bogus"}, "dlock schema: flag provided but not defined: -bogus"},
@@ -268,31 +264,6 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestDemoNoBackend: with nothing reachable the demo says how to start
-// servers and exits 125.
-func TestDemoNoBackend(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	cmd := dlockCmd(t, "", "", "demo", "-url", "memory://", "-url", schemeForDemoTest()+"://"+addr)
-	out := &lockedWriter{}
-	cmd.Stdout = out
-	r := finish(t, cmd, start(t, cmd))
-	if r.code != exitBackend || !strings.Contains(out.String(), "-start-servers") || !strings.Contains(out.String(), "memory://") {
-		t.Errorf("%v\nstdout:\n%s", r, out)
-	}
-}
-
-func schemeForDemoTest() string {
-	for _, b := range compiledIn() {
-		return b.scheme
-	}
-	return "redisnx"
-}
-
 // memcachedFlush empties a memcached server with the text protocol.
 func memcachedFlush(ctx context.Context, addr string) error {
 	var d net.Dialer
@@ -313,4 +284,21 @@ func memcachedFlush(ctx context.Context, addr string) error {
 		return fmt.Errorf("flush_all: %q", line)
 	}
 	return nil
+}
+
+// TestDemoNotBuiltIn: the dlock users build has no demo, and dlock demo
+// says how to get one that has it.
+func TestDemoNotBuiltIn(t *testing.T) {
+	bin, err := plainBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"demo"}, {"help", "demo"}, {demoWorkerCmd}} {
+		cmd := dlockCmd(t, "", "", args...)
+		cmd.Path, cmd.Args[0] = bin, bin
+		r := finish(t, cmd, start(t, cmd))
+		if r.code != exitUsage || r.stderr != demoMissing {
+			t.Errorf("dlock %q: %v\nwant exit 2 and on stderr:\n%s", args, r, demoMissing)
+		}
+	}
 }

@@ -1,3 +1,5 @@
+//go:build demo
+
 package cli
 
 import (
@@ -41,6 +43,27 @@ redis-server, memcached, ZooKeeper and PostgreSQL, those installed
 (apt-get install redis-server memcached zookeeper postgresql).
 `
 
+// urlsFlag collects a repeated -url.
+type urlsFlag []string
+
+func (u *urlsFlag) String() string { return strings.Join(*u, " ") }
+
+func (u *urlsFlag) Set(s string) error {
+	if s == "" {
+		return fmt.Errorf("empty URL")
+	}
+	*u = append(*u, s)
+	return nil
+}
+
+// levelName is the -log-level to hand to a child dlock process.
+func (l *logFlags) levelName() string {
+	if l.verbose {
+		return "info"
+	}
+	return l.level
+}
+
 type demoConfig struct {
 	urls         urlsFlag
 	startServers bool
@@ -58,7 +81,7 @@ func cmdDemo(args []string) int {
 	d := &demoConfig{out: os.Stdout}
 	fs := newFlagSet("demo", demoUsage)
 	fs.Var(&d.urls, "url", "backend URL to include (repeatable; default $DLOCK_URL, else localhost standard ports)")
-	fs.BoolVar(&d.startServers, "start-servers", false, "start local redis-server, memcached, ZooKeeper and PostgreSQL on free ports for the demo (needs a build with -tags demoservers, as make demo does)")
+	fs.BoolVar(&d.startServers, "start-servers", false, "start local redis-server, memcached, ZooKeeper and PostgreSQL on free ports for the demo")
 	fs.IntVar(&d.workers, "workers", 4, "worker processes per backend")
 	fs.IntVar(&d.keys, "keys", 3, "keys the workers contend for, per backend")
 	durationVar(fs, &d.duration, "duration", 2500*time.Millisecond, "contention time per backend, a `duration` or seconds")
@@ -88,11 +111,6 @@ func cmdDemo(args []string) int {
 		return exitUsage
 	}
 	routeLibraryLogs(log)
-	if d.startServers && !canStartServers {
-		fmt.Fprintln(os.Stderr, "dlock demo: -start-servers needs a dlock built with -tags demoservers, as make demo does:")
-		fmt.Fprintln(os.Stderr, "  go build -tags demoservers -o bin/dlock ./cmd/dlock && bin/dlock demo -start-servers")
-		return exitUsage
-	}
 	d.term = isTerminal(os.Stdout)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,3 +1,5 @@
+//go:build demo
+
 package cli
 
 import (
@@ -82,31 +84,10 @@ func backendOf(scheme string) (netBackend, bool) {
 	return netBackend{}, false
 }
 
-// compiledURLs lists the compiled-in network schemes as URL prefixes
-// (redisnx://, ...), for messages: the demo's, and etcd:// in the dlock
-// that has etcd's driver (the demo does not run on it).
-func compiledURLs() []string {
-	var s []string
-	for _, b := range compiledIn() {
-		s = append(s, b.scheme+"://")
-	}
-	if slices.Contains(lock.Schemes(), "etcd") {
-		s = append(s, "etcd://")
-	}
-	return s
-}
-
 // target is one backend the demo runs against.
 type target struct {
 	name, url string
 	pause     pauser // the server, where the demo started it; else nil
-}
-
-func schemeOf(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
-		return u.Scheme
-	}
-	return ""
 }
 
 // probe checks that a backend answers: a TCP dial to one of its hosts

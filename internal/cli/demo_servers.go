@@ -1,4 +1,4 @@
-//go:build demoservers
+//go:build demo
 
 package cli
 
@@ -10,10 +10,6 @@ import (
 
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
-
-// canStartServers: this binary can start servers (built with -tags
-// demoservers, as make demo does).
-const canStartServers = true
 
 // startServers starts local servers of kinds on free loopback ports the
 // way the tests do, with internal/testsupport/testserver: the installed redis-server,

@@ -1,3 +1,5 @@
+//go:build demo
+
 package cli
 
 import (
@@ -13,15 +15,6 @@ import (
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
-// TestDemoStartServersNeedsTag: the binary users build cannot start
-// servers, and says how to get one that can.
-func TestDemoStartServersNeedsTag(t *testing.T) {
-	r := runDlock(t, "", "", "demo", "-start-servers")
-	if r.code != exitUsage || !strings.Contains(r.stderr, "-tags demoservers") {
-		t.Errorf("%v", r)
-	}
-}
-
 // TestDemoStartServers runs what make demo runs, shorter: every compiled-in
 // network backend must get a table row with grants, no overlaps and
 // monotonic tokens, and the fencing scene's two lines, the server paused
@@ -33,12 +26,7 @@ func TestDemoStartServers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the demo starts real servers")
 	}
-	bin, err := demoBin()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := dlockCmd(t, "", "", "demo", "-start-servers", "-duration", "800ms", "-workers", "3", "-keys", "2")
-	cmd.Path, cmd.Args[0] = bin, bin
 	out := &lockedWriter{}
 	cmd.Stdout = out
 	r := finish(t, cmd, start(t, cmd))
@@ -182,10 +170,6 @@ func TestDemoPostgresNotInstalledOrFailed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs the demo binary")
 	}
-	bin, err := demoBin()
-	if err != nil {
-		t.Fatal(err)
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +201,6 @@ func TestDemoPostgresNotInstalledOrFailed(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := dlockCmd(t, "", "", "demo", "-start-servers", "-duration", "300ms")
-			cmd.Path, cmd.Args[0] = bin, bin
 			cmd.Env = append(cmd.Env,
 				testserver.EnvBackend+"=", testserver.EnvPostgresURL+"=",
 				testserver.EnvRedisAddr+"="+closed, testserver.EnvMemcachedAddr+"="+closed,
@@ -265,5 +248,133 @@ func TestDemoBackendOf(t *testing.T) {
 		if got := withDefaultPort(c[0], c[1]); got != c[2] {
 			t.Errorf("withDefaultPort(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
 		}
+	}
+}
+
+// init builds the end-to-end tests' dlock with the demo, as make demo
+// does: this file is compiled only with -tags demo, as make test runs
+// these tests.
+func init() { dlockTags = "demo" }
+
+// TestDemoHelpAndUsage: the demo's help goes to stdout, and a bad flag
+// gets one line on stderr, as every command's.
+func TestDemoHelpAndUsage(t *testing.T) {
+	for _, args := range [][]string{{"help", "demo"}, {"demo", "-h"}} {
+		cmd := dlockCmd(t, "", "", args...)
+		stdout := &lockedWriter{}
+		cmd.Stdout = stdout
+		r := finish(t, cmd, start(t, cmd))
+		if r.code != 0 || r.stderr != "" || !strings.Contains(stdout.String(), "-start-servers") {
+			t.Errorf("dlock %q: %v\nstdout:\n%s\nwant exit 0 and the demo's flags on stdout", args, r, stdout)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"demo", "-bogus"}, "dlock demo: flag provided but not defined: -bogus"},
+		{[]string{"demo", "-duration", "soon"}, `dlock demo: invalid value "soon" for flag -duration`},
+	} {
+		r := runDlock(t, "", "", tc.args...)
+		if r.code != exitUsage || !strings.HasPrefix(r.stderr, tc.want) {
+			t.Errorf("dlock %q: %v\nwant exit 2 and a first line %q", tc.args, r, tc.want)
+		}
+	}
+}
+
+// TestDemoEtcdNotCompiledIn: the demo leaves an etcd:// URL out, with a
+// pointer to the dlock that has etcd's driver.
+func TestDemoEtcdNotCompiledIn(t *testing.T) {
+	const url = "etcd://u:s3cret@127.0.0.1:2379/app"
+	cmd := dlockCmd(t, "", "", "demo", "-url", url)
+	stdout := &lockedWriter{}
+	cmd.Stdout = stdout
+	r := finish(t, cmd, start(t, cmd))
+	if want := "left out: this dlock has no etcd backend (github.com/dlock-go/dlock/driver/etcd/cmd/dlock has it)"; r.code != exitBackend || !strings.Contains(stdout.String(), want) {
+		t.Errorf("dlock demo: %v\nstdout:\n%s\nwant exit 125 and %q", r, stdout, want)
+	}
+}
+
+// TestDemoNoBackend: with nothing reachable the demo says how to start
+// servers and exits 125.
+func TestDemoNoBackend(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	cmd := dlockCmd(t, "", "", "demo", "-url", "memory://", "-url", schemeForDemoTest()+"://"+addr)
+	out := &lockedWriter{}
+	cmd.Stdout = out
+	r := finish(t, cmd, start(t, cmd))
+	if r.code != exitBackend || !strings.Contains(out.String(), "-start-servers") || !strings.Contains(out.String(), "memory://") {
+		t.Errorf("%v\nstdout:\n%s", r, out)
+	}
+}
+
+func schemeForDemoTest() string {
+	for _, b := range compiledIn() {
+		return b.scheme
+	}
+	return "redisnx"
+}
+
+// TestResource checks the demo's overlap and stale-token detector, with
+// two handles on one file as two worker processes have.
+func TestResource(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r")
+	a, err := openResource(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := openResource(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	step := func(r *resource, token uint64, wantOverlap, wantStale bool) {
+		t.Helper()
+		overlap, stale, err := r.enter(token)
+		if err != nil || overlap != wantOverlap || stale != wantStale {
+			t.Fatalf("enter(%d) = overlap %v, stale %v, %v; want %v, %v", token, overlap, stale, err, wantOverlap, wantStale)
+		}
+	}
+	step(a, 5, false, false)
+	a.leave(5)
+	step(b, 7, false, false) // in turn, increasing: fine
+	step(a, 9, true, false)  // b is still inside: an overlap
+	b.leave(7)               // not the latest holder: a stays inside
+	if inside, highest, _ := a.state(); !inside || highest != 9 {
+		t.Fatalf("state = %v, %d; want inside, 9", inside, highest)
+	}
+	a.leave(9)
+	step(b, 8, false, true) // below 9: stale
+	b.leave(8)
+	step(a, 9, false, true) // equal: stale too
+	a.leave(9)
+	if inside, _, _ := a.state(); inside {
+		t.Fatalf("still inside after everyone left")
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i))
+	}
+	if p := percentile(ds, 50); p != 50 {
+		t.Errorf("p50 = %d", p)
+	}
+	if p := percentile(ds, 99); p != 99 {
+		t.Errorf("p99 = %d", p)
+	}
+	if p := percentile(ds[:1], 99); p != 1 {
+		t.Errorf("p99 of one = %d", p)
+	}
+	if p := percentile(nil, 50); p != 0 {
+		t.Errorf("p50 of none = %d", p)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build demo
+
 package cli
 
 import (
@@ -15,10 +17,6 @@ import (
 
 	"github.com/dlock-go/dlock/lock"
 )
-
-// demoWorkerCmd is the hidden subcommand that dlock demo re-executes itself
-// with, once per worker process.
-const demoWorkerCmd = "demo-worker"
 
 // workerEvent is one line of a worker's standard output, in JSON: first
 // {"ready":true} once connected, then one per grant or failed attempt.

@@ -93,19 +93,6 @@ func (c *exitCodeFlag) Set(s string) error {
 	return nil
 }
 
-// urlsFlag collects a repeated -url.
-type urlsFlag []string
-
-func (u *urlsFlag) String() string { return strings.Join(*u, " ") }
-
-func (u *urlsFlag) Set(s string) error {
-	if s == "" {
-		return fmt.Errorf("empty URL")
-	}
-	*u = append(*u, s)
-	return nil
-}
-
 // newFlagSet returns a flag set that prints nothing itself: parseFlags
 // returns its errors, and -h as a *helpErr, for the command to report
 // (see parseFailed).

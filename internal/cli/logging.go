@@ -43,11 +43,3 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lv})), nil
 }
-
-// levelName is the -log-level to hand to a child dlock process.
-func (l *logFlags) levelName() string {
-	if l.verbose {
-		return "info"
-	}
-	return l.level
-}

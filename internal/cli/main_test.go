@@ -24,13 +24,20 @@ var dlockBin string
 // dlockPkg is the command the end-to-end tests build.
 const dlockPkg = "github.com/dlock-go/dlock/cmd/dlock"
 
-// demoBin returns a dlock built with -tags demoservers, as make demo
-// builds it, next to dlockBin.
-var demoBin = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(filepath.Dir(dlockBin), "dlock-demoservers")
-	out, err := exec.Command("go", "build", "-tags", "demoservers", "-o", bin, dlockPkg).CombinedOutput()
+// dlockTags are dlockBin's build tags: "demo" when these tests are built
+// with -tags demo (demo_test.go), as make test builds them.
+var dlockTags string
+
+// plainBin returns a dlock built without tags, as users build it, next to
+// dlockBin.
+var plainBin = sync.OnceValues(func() (string, error) {
+	if dlockTags == "" {
+		return dlockBin, nil
+	}
+	bin := filepath.Join(filepath.Dir(dlockBin), "dlock-plain")
+	out, err := exec.Command("go", "build", "-o", bin, dlockPkg).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build -tags demoservers: %v\n%s", err, out)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
 	return bin, nil
 })
@@ -48,7 +55,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	dlockBin = filepath.Join(dir, "dlock")
-	build := exec.Command("go", "build", "-o", dlockBin, dlockPkg)
+	build := exec.Command("go", "build", "-tags", dlockTags, "-o", dlockBin, dlockPkg)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "building dlock: %v\n", err)

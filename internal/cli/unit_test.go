@@ -2,7 +2,6 @@ package cli
 
 import (
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -194,64 +193,5 @@ func TestSchemeHint(t *testing.T) {
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) || strings.Contains(got, "secret") {
 			t.Errorf("schemeHint(%q) = %q, want %q", tc.raw, got, tc.want)
 		}
-	}
-}
-
-// TestResource checks the demo's overlap and stale-token detector, with
-// two handles on one file as two worker processes have.
-func TestResource(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "r")
-	a, err := openResource(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := openResource(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-
-	step := func(r *resource, token uint64, wantOverlap, wantStale bool) {
-		t.Helper()
-		overlap, stale, err := r.enter(token)
-		if err != nil || overlap != wantOverlap || stale != wantStale {
-			t.Fatalf("enter(%d) = overlap %v, stale %v, %v; want %v, %v", token, overlap, stale, err, wantOverlap, wantStale)
-		}
-	}
-	step(a, 5, false, false)
-	a.leave(5)
-	step(b, 7, false, false) // in turn, increasing: fine
-	step(a, 9, true, false)  // b is still inside: an overlap
-	b.leave(7)               // not the latest holder: a stays inside
-	if inside, highest, _ := a.state(); !inside || highest != 9 {
-		t.Fatalf("state = %v, %d; want inside, 9", inside, highest)
-	}
-	a.leave(9)
-	step(b, 8, false, true) // below 9: stale
-	b.leave(8)
-	step(a, 9, false, true) // equal: stale too
-	a.leave(9)
-	if inside, _, _ := a.state(); inside {
-		t.Fatalf("still inside after everyone left")
-	}
-}
-
-func TestPercentile(t *testing.T) {
-	var ds []time.Duration
-	for i := 1; i <= 100; i++ {
-		ds = append(ds, time.Duration(i))
-	}
-	if p := percentile(ds, 50); p != 50 {
-		t.Errorf("p50 = %d", p)
-	}
-	if p := percentile(ds, 99); p != 99 {
-		t.Errorf("p99 = %d", p)
-	}
-	if p := percentile(ds[:1], 99); p != 1 {
-		t.Errorf("p99 of one = %d", p)
-	}
-	if p := percentile(nil, 50); p != 0 {
-		t.Errorf("p50 of none = %d", p)
 	}
 }
