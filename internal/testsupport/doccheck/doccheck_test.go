@@ -374,8 +374,9 @@ func hasHeadingPrefix(text, title string) bool {
 const maxArchitectureLines = 300
 
 // TestArchitecture keeps docs/architecture.md short, and its tree whole:
-// every package directory under lock/, driver/ and internal/ and every
-// module's root is named there, so a new package cannot be left out.
+// every package directory under lock/, driver/ and internal/ (and
+// internal/testsupport/) and every module's root is named there, so a new
+// package cannot be left out.
 func TestArchitecture(t *testing.T) {
 	text := readFile(t, "docs/architecture.md")
 	if n := strings.Count(text, "\n"); n > maxArchitectureLines {
@@ -384,6 +385,16 @@ func TestArchitecture(t *testing.T) {
 	for _, dir := range packageDirs(t, "lock", "driver", "internal") {
 		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(dir) + `/`).MatchString(text) {
 			t.Errorf("docs/architecture.md: the tree leaves out %s/", dir)
+		}
+	}
+	// internal/testsupport's packages are listed under it, indented.
+	for _, dir := range packageDirs(t, "internal/testsupport") {
+		name := strings.TrimPrefix(dir, "internal/testsupport/")
+		if dir == "internal/testsupport" || strings.Contains(name, "/") {
+			continue
+		}
+		if !regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(name) + `/`).MatchString(text) {
+			t.Errorf("docs/architecture.md: the tree leaves out %s/ (under internal/testsupport/)", dir)
 		}
 	}
 }
