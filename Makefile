@@ -25,7 +25,7 @@ TEST_P ?= 4
 # that its tests run too; the end-to-end tests build a dlock without it as well.
 TEST_TAGS ?= demo
 
-.PHONY: test check api servers conformance unit images up down test-docker chaos bench nemesis
+.PHONY: test check api servers conformance unit images up down test-docker chaos bench nemesis release
 
 ## test: install missing servers, vet, and run every test against real servers:
 ## the main module's, then the harness module's (harness/: chaos's short selection,
@@ -39,10 +39,12 @@ TEST_TAGS ?= demo
 test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
 	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS)
-	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector; its output follows theirs"
-	@mkdir -p bin; (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./... > ../../bin/etcd-test.out 2>&1; echo $$? > ../../bin/etcd-test.rc) & \
+	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector, then the cmd/dlock module (the command, etcd included); their output follows"
+	@mkdir -p bin; ( (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); a=$$?; \
+	  (cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); b=$$?; \
+	  [ $$a = 0 ] && [ $$b = 0 ]; echo $$? > bin/etcd-test.rc) > bin/etcd-test.out 2>&1 & \
 	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
-	  wait; echo "test: driver/etcd module"; cat bin/etcd-test.out; \
+	  wait; echo "test: driver/etcd and cmd/dlock modules"; cat bin/etcd-test.out; \
 	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc)" = 0 ]
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
@@ -52,21 +54,22 @@ test: servers check
 	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-docker
 
-## check: go vet, staticcheck and gofmt, in every module (the main one, harness/,
-## bench/, driver/etcd/), and that the public API is the one api/dlock.txt records
+## check: go vet, staticcheck and gofmt, in every module of go.work (the main one,
+## driver/etcd/, cmd/dlock/, harness/, bench/), no replace directive in a published
+## module's go.mod, and that the public API is the one api/dlock.txt records
 ## (make api). staticcheck comes from the Go module proxy at the version named here.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# MODULES: every module of the repository (go.work uses them all); the first
+# three are published, harness/ and bench/ are not.
+PUBLISHED = . driver/etcd cmd/dlock
+MODULES   = $(PUBLISHED) harness bench
 check:
-	$(GO) vet ./...
+	@for m in $(MODULES); do echo "check: go vet in $$m"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) vet -tags demo ./internal/cli/
-	cd harness && $(GO) vet ./...
-	cd bench && $(GO) vet ./...
-	cd driver/etcd && $(GO) vet ./...
-	$(STATICCHECK) ./...
+	@for m in $(MODULES); do echo "check: staticcheck in $$m"; (cd $$m && $(STATICCHECK) ./...) || exit 1; done
 	$(STATICCHECK) -tags demo ./internal/cli/
-	cd harness && $(STATICCHECK) ./...
-	cd bench && $(STATICCHECK) ./...
-	cd driver/etcd && $(STATICCHECK) ./...
+	@for m in $(PUBLISHED); do if grep -q '^replace' $$m/go.mod || grep -q '^replace (' $$m/go.mod; then \
+	  echo "check: $$m/go.mod has a replace directive: go install ...@version refuses it (go.work serves the clone)"; exit 1; fi; done
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt wants to change:"; echo "$$out"; exit 1; fi
 	$(GO) run ./internal/apilist -check api/dlock.txt
@@ -200,3 +203,12 @@ nemesis: servers
 bench: servers
 	@$(GO) build -o bin/serve ./internal/testsupport/testserver/cmd/serve
 	bin/serve -kinds redis,memcached,zookeeper,postgres,etcd -- sh -c 'cd bench && BENCH_COMMAND="make bench" $(GO) run . -out results/'
+
+## release: tag the release VERSION (make release VERSION=v0.2.0) of the three published
+## modules, in order: the main one (VERSION), driver/etcd (driver/etcd/VERSION, requiring
+## it), cmd/dlock (cmd/dlock/VERSION, requiring both), with their go.sum filled from the
+## new tags without the network; then go install ...@VERSION must work (scripts/release.sh).
+## It refuses a working tree with changes; nothing is pushed: it prints the push command.
+release:
+	@[ -n "$(VERSION)" ] || { echo "release: give VERSION, as in make release VERSION=v0.2.0"; exit 2; }
+	bash scripts/release.sh $(VERSION)

@@ -53,12 +53,10 @@
 //	    The backend (default $DLOCK_URL): redisnx://host:6379,
 //	    rediswatch://host:6379, postgres://user:pw@host:5432/db,
 //	    memcached://h1:11211,h2:11211,
-//	    zookeeper://h1:2181,h2:2181/app/locks, each with the query
+//	    zookeeper://h1:2181,h2:2181/app/locks,
+//	    etcd://h1:2379,h2:2379/app/locks, each with the query
 //	    parameters its driver documents (go doc the driver package), and
-//	    ttl= and autorenew= of lock.Open. etcd://h1:2379,h2:2379/app/locks
-//	    needs the dlock built with etcd's driver, a module of its own
-//	    (see "Backends" below); this one refuses it (exit status 2),
-//	    saying so. memory:// is refused (exit
+//	    ttl= and autorenew= of lock.Open. memory:// is refused (exit
 //	    status 2): its locks live inside one process, and each dlock run
 //	    is a process of its own, so it would exclude nothing. A URL
 //	    without a scheme (127.0.0.1:6379) is a usage error that suggests
@@ -366,19 +364,17 @@
 //
 // # Backends
 //
-// This dlock has the drivers of dlock's main module: redisnx, rediswatch,
-// postgres, memcached, zookeeper (and memory). etcd's driver is a Go
-// module of its own, github.com/dlock-go/dlock/driver/etcd, so that
-// etcd's client (gRPC, protobuf) reaches no one who does not use it; the
-// same command with etcd too is github.com/dlock-go/dlock/driver/etcd/cmd/dlock:
+// dlock has every backend: redisnx, rediswatch, postgres, memcached,
+// zookeeper, etcd (and memory). It is a Go module of its own,
+// github.com/dlock-go/dlock/cmd/dlock, that requires dlock's main module
+// and etcd's driver, itself a module of its own so that etcd's client
+// (gRPC, protobuf) reaches no program that does not use it:
 //
-//	go install github.com/dlock-go/dlock/driver/etcd/cmd/dlock@latest   # from a release
-//	cd driver/etcd && go build -o dlock ./cmd/dlock                     # in a clone
+//	go install github.com/dlock-go/dlock/cmd/dlock@latest   # a release
+//	go build -o dlock ./cmd/dlock                            # in a clone, at its root
 //
-// go install ...@version refuses the module as the repository has it (its
-// go.mod takes the main module from the clone with a replace directive),
-// so it installs a release only. dlock help lists the backends compiled
-// in; dlock demo does not run on etcd.
+// In a clone, go.work makes the build use the clone's modules. dlock help
+// lists the backends compiled in; dlock demo does not run on etcd.
 //
 // # Platforms
 //

@@ -38,5 +38,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/protobuf v1.36.5 // indirect
 )
-
-replace github.com/dlock-go/dlock => ../..

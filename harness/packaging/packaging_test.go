@@ -163,17 +163,19 @@ func TestRequirementsAreBuildDependencies(t *testing.T) {
 
 // The go directive is the oldest Go the code and its dependencies need,
 // not this machine's toolchain: below 1.26, and no toolchain line forces
-// one on users. The same holds for the modules of drivers that are
-// modules of their own (driver/etcd).
+// one on users. The same holds for the other published modules: the
+// drivers that are modules of their own (driver/etcd) and the command.
 func TestGoDirective(t *testing.T) {
-	for _, gomod := range append([]string{"go.mod"}, driverModules...) {
+	for _, gomod := range publishedModules {
 		t.Run(gomod, func(t *testing.T) { checkGoDirective(t, filepath.Join(root(t), gomod)) })
 	}
 }
 
-// driverModules are the go.mod files of the drivers that are modules of
-// their own, so that only their users download their clients.
-var driverModules = []string{"driver/etcd/go.mod"}
+// publishedModules are the go.mod files of the modules users download:
+// the main one, etcd's driver (a module of its own, so that only its
+// users download etcd's client) and the dlock command, which has every
+// driver. harness/ and bench/ are not published.
+var publishedModules = []string{"go.mod", "driver/etcd/go.mod", "cmd/dlock/go.mod"}
 
 func checkGoDirective(t *testing.T, gomod string) {
 	b, err := os.ReadFile(gomod)
@@ -297,12 +299,7 @@ func TestEtcdConsumerGoSum(t *testing.T) {
 	if !slices.Contains(mods, "go.etcd.io/etcd/client/v3") {
 		t.Errorf("the etcd consumer's go.sum lacks etcd's client: %v", mods)
 	}
-	var client string
-	for _, r := range strings.Split(goCmd(t, filepath.Join(dlock, "driver", "etcd"), "list", "-m", "go.etcd.io/etcd/client/v3"), "\n") {
-		if f := strings.Fields(r); len(f) == 2 {
-			client = f[1]
-		}
-	}
+	client := required(t, filepath.Join(dlock, "driver", "etcd", "go.mod"), "go.etcd.io/etcd/client/v3")
 	base, _ := consumerSum(t, "module example.com/etcdclient\n\ngo 1.24.0\n\nrequire go.etcd.io/etcd/client/v3 "+client+"\n", etcdClientOnly)
 	var bad []string
 	for _, m := range forbiddenIn(mods) {
@@ -341,6 +338,21 @@ func sumModules(sum []byte) []string {
 	}
 	slices.Sort(mods)
 	return slices.Compact(mods)
+}
+
+// required returns the version of mod that gomod requires.
+func required(t *testing.T, gomod, mod string) string {
+	t.Helper()
+	b, err := os.ReadFile(gomod)
+	must(t, err)
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(l), "require "))
+		if len(f) >= 2 && f[0] == mod {
+			return f[1]
+		}
+	}
+	t.Fatalf("%s does not require %s", gomod, mod)
+	return ""
 }
 
 // requirements returns the module paths go.mod requires.

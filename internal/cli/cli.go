@@ -1,8 +1,7 @@
-// Package cli is the dlock command: cmd/dlock, with the main module's
-// drivers, and driver/etcd/cmd/dlock, with etcd's too, are each a main
-// function that calls Main and the blank imports of the drivers they
-// carry (internal/cli/drivers, and etcd's). The manual is cmd/dlock's
-// package doc.
+// Package cli is the dlock command: cmd/dlock, a module of its own, is a
+// main function that calls Main and the blank imports of every driver
+// (internal/cli/drivers, and etcd's, a module of its own too). The manual
+// is cmd/dlock's package doc.
 package cli
 
 import (

@@ -282,15 +282,16 @@ func TestDemoHelpAndUsage(t *testing.T) {
 	}
 }
 
-// TestDemoEtcdNotCompiledIn: the demo leaves an etcd:// URL out, with a
-// pointer to the dlock that has etcd's driver.
+// TestDemoEtcdNotCompiledIn: the demo of a dlock without etcd's driver
+// (testdata/noetcd) leaves an etcd:// URL out, with a pointer to the dlock
+// command, which has it.
 func TestDemoEtcdNotCompiledIn(t *testing.T) {
 	const url = "etcd://u:s3cret@127.0.0.1:2379/app"
-	cmd := dlockCmd(t, "", "", "demo", "-url", url)
+	cmd := noEtcdCmd(t, "", "", "demo", "-url", url)
 	stdout := &lockedWriter{}
 	cmd.Stdout = stdout
 	r := finish(t, cmd, start(t, cmd))
-	if want := "left out: this dlock has no etcd backend (github.com/dlock-go/dlock/driver/etcd/cmd/dlock has it)"; r.code != exitBackend || !strings.Contains(stdout.String(), want) {
+	if want := "left out: this dlock has no etcd backend (github.com/dlock-go/dlock/cmd/dlock has it)"; r.code != exitBackend || !strings.Contains(stdout.String(), want) {
 		t.Errorf("dlock demo: %v\nstdout:\n%s\nwant exit 125 and %q", r, stdout, want)
 	}
 }

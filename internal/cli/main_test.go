@@ -17,8 +17,9 @@ import (
 )
 
 // dlockBin is the dlock binary built by TestMain for the end-to-end tests,
-// as users build it: the command cmd/dlock, which runs this package's
-// Main with the main module's drivers.
+// as users build it: the command cmd/dlock (a module of its own, which
+// go.work makes the clone's), which runs this package's Main with every
+// driver, etcd's included.
 var dlockBin string
 
 // dlockPkg is the command the end-to-end tests build.

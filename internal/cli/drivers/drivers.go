@@ -1,7 +1,7 @@
 // Package drivers imports the main module's drivers, the backends of
 // every dlock command: each import registers its URL schemes with
-// lock.Open. cmd/dlock imports it; driver/etcd/cmd/dlock imports it and
-// etcd's driver.
+// lock.Open. cmd/dlock imports it and etcd's driver, a module of its
+// own.
 package drivers
 
 import (

@@ -17,9 +17,10 @@ import (
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 )
 
-// buildCommand is how the README says to build this dlock in a clone, in
-// driver/etcd; TestMain builds it so (into a temporary directory).
-const buildCommand = "cd driver/etcd && go build -o dlock ./cmd/dlock"
+// buildCommand is how the README says to build dlock in a clone, at the
+// repository's root (go.work makes every module of the clone the one
+// built); TestMain builds it so (into a temporary directory).
+const buildCommand = "go build -o dlock ./cmd/dlock"
 
 // dlockBin is the dlock that TestMain built.
 var dlockBin string
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 	}
 	dlockBin = filepath.Join(dir, "dlock")
 	build := exec.Command("go", "build", "-o", dlockBin, "./cmd/dlock")
-	build.Dir = filepath.Join("..", "..") // driver/etcd, the module's root
+	build.Dir = filepath.Join("..", "..") // the repository's root
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", buildCommand, err)
@@ -79,9 +80,9 @@ func dlock(t *testing.T, args ...string) result {
 }
 
 // TestBuildCommandDocumented: the README gives the command TestMain
-// builds this dlock with.
+// builds dlock with.
 func TestBuildCommandDocumented(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +91,8 @@ func TestBuildCommandDocumented(t *testing.T) {
 	}
 }
 
-// TestBackends: dlock version works, and dlock help lists etcd among the
-// backends compiled in, with the main module's.
+// TestBackends: dlock version works, and dlock help lists every backend
+// as compiled in: the main module's and etcd's.
 func TestBackends(t *testing.T) {
 	if r := dlock(t, "version"); r.code != exitOK || !strings.HasPrefix(r.stdout, "dlock ") {
 		t.Errorf("dlock version: %v", r)
@@ -110,7 +111,7 @@ func TestBackends(t *testing.T) {
 }
 
 // TestEtcdMessages: the messages that name the network backends or guess
-// one name etcd in this dlock; the demo says it does not run on etcd
+// one name etcd; the demo says it does not run on etcd
 // (rather than that the driver is missing). No server is needed.
 func TestEtcdMessages(t *testing.T) {
 	if r := dlock(t, "run", "-url", "memory://", "k", "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, ", etcd://") {
