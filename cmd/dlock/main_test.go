@@ -66,7 +66,13 @@ func (r result) String() string {
 // dlock runs dlock with args to its end (a minute at most).
 func dlock(t *testing.T, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(dlockBin, args...)
+	return run(t, dlockBin, args...)
+}
+
+// run runs the dlock bin with args to its end (a minute at most).
+func run(t *testing.T, bin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = 2 * time.Second
@@ -111,7 +117,7 @@ func TestBackends(t *testing.T) {
 }
 
 // TestEtcdMessages: the messages that name the network backends or guess
-// one name etcd; the demo says it does not run on etcd
+// one name etcd; the demo (-tags demo) says it does not run on etcd
 // (rather than that the driver is missing). No server is needed.
 func TestEtcdMessages(t *testing.T) {
 	if r := dlock(t, "run", "-url", "memory://", "k", "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, ", etcd://") {
@@ -120,7 +126,14 @@ func TestEtcdMessages(t *testing.T) {
 	if r := dlock(t, "run", "-url", "127.0.0.1:2379", "k", "--", "true"); r.code != exitUsage || !strings.Contains(r.stderr, "did you mean etcd://127.0.0.1:2379?") {
 		t.Errorf("dlock run -url 127.0.0.1:2379: %v\nwant exit 2 and etcd:// guessed", r)
 	}
-	if r := dlock(t, "demo", "-url", "etcd://127.0.0.1:1"); r.code != exitBackend || !strings.Contains(r.stdout, "left out: the demo does not run on etcd://") {
+	// The demo is compiled in with -tags demo only (make demo).
+	demo := filepath.Join(filepath.Dir(dlockBin), "dlock-demo")
+	build := exec.Command("go", "build", "-tags", "demo", "-o", demo, "./cmd/dlock")
+	build.Dir = filepath.Join("..", "..")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags demo ./cmd/dlock: %v\n%s", err, out)
+	}
+	if r := run(t, demo, "demo", "-url", "etcd://127.0.0.1:1"); r.code != exitBackend || !strings.Contains(r.stdout, "left out: the demo does not run on etcd://") {
 		t.Errorf("dlock demo -url etcd://...: %v\nwant exit 125 and etcd left out as no demo backend", r)
 	}
 }
