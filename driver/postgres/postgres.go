@@ -252,7 +252,7 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 		if err == nil {
 			have = fmt.Sprintf("at version %d", v)
 		}
-		return false, fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate (create_schema=false) is set: run its SQL (version %d) as a role with the CREATE right; %s", d.schema, have, schemaVersion, schemaSource(d.schema))
+		return false, &notInstalled{fmt.Errorf("postgres: schema %s is %s, and Options.NoCreate (create_schema=false) is set: run its SQL (version %d) as a role with the CREATE right; %s", d.schema, have, schemaVersion, schemaSource(d.schema))}
 	}
 	if err := d.install(ctx); err != nil {
 		return false, fmt.Errorf("postgres: creating schema %s: %w%s", d.schema, err, createHint(err, d.schema))
@@ -261,6 +261,12 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	d.damaged.Store(false)
 	return true, nil
 }
+
+// notInstalled is check's error when the schema is missing or old and
+// NoCreate forbids making it: a refusal to fix, not a connection failure.
+type notInstalled struct{ error }
+
+func (e *notInstalled) Unwrap() error { return e.error }
 
 // refused reports whether err is the server's insufficient_privilege.
 func refused(err error) bool {

@@ -90,5 +90,6 @@ func connFailure(err error) bool {
 		}
 		return strings.HasPrefix(pe.Code, "08")
 	}
-	return !errors.Is(err, errAbandoned) && !errors.Is(err, errShape)
+	var ni *notInstalled
+	return !errors.Is(err, errAbandoned) && !errors.Is(err, errShape) && !errors.As(err, &ni)
 }
