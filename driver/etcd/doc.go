@@ -43,6 +43,13 @@
 // as before. A concurrency.Mutex made with MutexPrefix(K)
 // and dlock's locks of K exclude each other.
 //
+// Each grant's entry has a name of its own (its owner's), and etcd keeps
+// a deleted name in its index until a compaction passes it: the grant's
+// compare over the queue, and every read of it, visit them all (30,000
+// names since the last compaction cost a grant about 15 ms on a 2-core
+// machine, docs/performance.md). Run etcd with auto-compaction
+// (--auto-compaction-retention) so that a busy key's stay few.
+//
 // # TTLs
 //
 // etcd's leases last whole seconds: a TTL is rounded up, and must be at
