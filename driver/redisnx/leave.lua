@@ -36,8 +36,9 @@ if redis.call('ZSCORE', KEYS[1] .. ':s', ARGV[1]) then
   return release_permit(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1])
 end
 local cur = current(KEYS[1], KEYS[6])
-if permits_of(cur) then
-  -- The waiter may have kept permit waiters behind it from a free permit.
+if permits_of(cur) or cur == 'R' then
+  -- The waiter may have kept waiters behind it from a free permit, or
+  -- shared ones from the readers' key.
   handover(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], nil)
   return 0
 end

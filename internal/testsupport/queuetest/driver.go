@@ -30,7 +30,16 @@ type Queuer interface {
 // checked again, so that a watch that misses its waiter's turn fails the
 // test. 0 checks once.
 func DriverBackend(t *testing.T, d Queuer, key string, ttl, woken time.Duration) Backend {
-	b := &driverBackend{d: d, key: key, ttl: ttl, woken: woken, leases: map[int]*lease{}, run: time.Now().UnixNano()}
+	return DriverBackendWaking(t, d, key, ttl, woken, 0)
+}
+
+// DriverBackendWaking is DriverBackend that also requires each waiter
+// that a Leave step makes due (the rule grants it once the entry is gone:
+// queue.HandOver) to be woken on Join's wake channel within wake, before
+// any Check of it: a release must hand the key over or wake its new
+// holders, not leave them to their next heartbeat. 0 does not require it.
+func DriverBackendWaking(t *testing.T, d Queuer, key string, ttl, woken, wake time.Duration) Backend {
+	b := &driverBackend{d: d, key: key, ttl: ttl, woken: woken, wake: wake, leases: map[int]*lease{}, run: time.Now().UnixNano()}
 	t.Cleanup(b.cleanup)
 	return b
 }
@@ -46,6 +55,8 @@ type driverBackend struct {
 	key    string
 	ttl    time.Duration
 	woken  time.Duration
+	wake   time.Duration
+	left   bool // the last step was a Leave
 	leases map[int]*lease
 	run    int64
 }
@@ -57,7 +68,9 @@ func (b *driverBackend) ctx() (context.Context, context.CancelFunc) {
 func (b *driverBackend) Do(id int, s Step) (Outcome, error) {
 	ctx, cancel := b.ctx()
 	defer cancel()
+	b.left = s.Op == Leave
 	if s.Op == Leave {
+		b.drain()
 		le := b.leases[s.ID]
 		if le == nil {
 			return Left, fmt.Errorf("no entry #%d", s.ID)
@@ -107,6 +120,13 @@ func (b *driverBackend) Holders(live, want []int) ([]int, error) {
 		if le == nil {
 			return nil, fmt.Errorf("no entry #%d", id)
 		}
+		if !le.held && b.left && b.wake > 0 && slices.Contains(want, id) {
+			select {
+			case <-le.wake:
+			case <-time.After(b.wake):
+				return nil, fmt.Errorf("waiter #%d, due after the leave, not woken within %v", id, b.wake)
+			}
+		}
 		if !le.held {
 			if err := b.check(ctx, le, slices.Contains(want, id)); err != nil {
 				return nil, fmt.Errorf("check #%d: %w", id, err)
@@ -139,6 +159,19 @@ func (b *driverBackend) check(ctx context.Context, le *lease, due bool) error {
 		case <-le.wake:
 		case <-deadline:
 			return nil
+		}
+	}
+}
+
+// drain empties the waiters' wake channels, so that a wake-up seen after
+// a Leave comes from it (or from a late earlier one).
+func (b *driverBackend) drain() {
+	for _, le := range b.leases {
+		if le.wake != nil {
+			select {
+			case <-le.wake:
+			default:
+			}
 		}
 	}
 }
