@@ -264,8 +264,10 @@
 //     drawn from [b/2, b), b doubling from 100 ms to 2 s (a RetryStrategy
 //     may wait longer, and, other than DefaultRetry, decides when to give
 //     up). A call whose context ends first returns an error wrapping
-//     ErrNotAcquired, the context's error and ErrUnavailable with the
-//     backend's last error.
+//     ErrNotAcquired and the context's error, and, when its last attempt
+//     found the backend unreachable, ErrUnavailable with the backend's
+//     error (a queued wait that rides the outage out in its place, as
+//     PostgreSQL's, etcd's and ZooKeeper's do for a while, has none).
 //   - A Try call (TryLock, TryRLock, TryAcquire) makes its one attempt and
 //     fails with ErrNotAcquired and ErrUnavailable, never ErrHeld, wrapping
 //     the client's error, within the client's own bound on a request to a

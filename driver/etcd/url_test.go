@@ -86,9 +86,10 @@ func TestInvalidInput(t *testing.T) {
 	}
 }
 
-// lock.Open makes no round trip: it returns at once with no member up,
-// and a Lock with no deadline fails with the connection's error once its
-// wait has ridden out rideOut of failures (a TryLock, at once).
+// lock.Open makes no round trip: it returns at once with no member up; a
+// TryLock fails at once with ErrUnavailable and the connection's error,
+// and a Lock waits until its context ends (its queued wait rides the
+// failures out in its place, so the error is its context's).
 func TestOpenNoServer(t *testing.T) {
 	port, err := testserver.FreePort()
 	if err != nil {
@@ -104,19 +105,21 @@ func TestOpenNoServer(t *testing.T) {
 		t.Errorf("Open took %v", d)
 	}
 	_, err = l.TryLock(context.Background(), "k")
-	if !errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "connect") {
-		t.Errorf("TryLock with no member up: %v; want ErrNotAcquired and the connection's error", err)
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, lock.ErrUnavailable) || !strings.Contains(err.Error(), "connect") {
+		t.Errorf("TryLock with no member up: %v; want ErrNotAcquired, ErrUnavailable and the connection's error", err)
 	}
 	if d := time.Since(start); d > DialTimeout+2*time.Second {
 		t.Errorf("TryLock with no member up failed after %v", d)
 	}
 	start = time.Now()
-	_, err = l.Lock(context.Background(), "k")
-	if !errors.Is(err, lock.ErrNotAcquired) || !strings.Contains(err.Error(), "connect") {
-		t.Errorf("Lock with no member up: %v; want ErrNotAcquired and the connection's error", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = l.Lock(ctx, "k")
+	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Lock with no member up: %v; want ErrNotAcquired and its context's deadline", err)
 	}
-	if d := time.Since(start); d > rideOut+2*time.Second {
-		t.Errorf("Lock with no member up failed after %v", d)
+	if d := time.Since(start); d > 3*time.Second+DialTimeout+2*time.Second {
+		t.Errorf("Lock with a 3s context and no member up returned after %v", d)
 	}
 	t.Logf("after %v: %v", time.Since(start), err)
 }
