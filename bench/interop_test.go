@@ -47,10 +47,10 @@ func TestPeerInterop(t *testing.T) {
 
 	for _, d := range []struct {
 		name string
-		new  func(prefix string) lock.Locker
+		new  func(prefix string) *lock.Locker
 	}{
-		{"redisnx", func(p string) lock.Locker { return redisnx.New(rdb, &redisnx.Options{Prefix: p}) }},
-		{"rediswatch", func(p string) lock.Locker { return rediswatch.New(rdb, &rediswatch.Options{Prefix: p}) }},
+		{"redisnx", func(p string) *lock.Locker { return redisnx.New(rdb, &redisnx.Options{Prefix: p}) }},
+		{"rediswatch", func(p string) *lock.Locker { return rediswatch.New(rdb, &rediswatch.Options{Prefix: p}) }},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			l := d.new(redisnx.DefaultPrefix)
@@ -59,7 +59,7 @@ func TestPeerInterop(t *testing.T) {
 			t.Cleanup(func() { rl.Close() })
 			peers := []struct {
 				name string
-				l    lock.Locker // the dlock Locker whose keys the peer shares
+				l    *lock.Locker // the dlock Locker whose keys the peer shares
 				// take locks the Redis key of dlock's k for the peer; the
 				// release it returns is the peer's own unlock.
 				take func(ctx context.Context, k string) (release func() error, err error)
@@ -102,12 +102,8 @@ func TestPeerInterop(t *testing.T) {
 				}},
 			}
 			for _, p := range peers {
-				rw, ok := p.l.(lock.RWLocker)
-				if !ok {
-					t.Fatal("not an RWLocker")
-				}
-				sem, err := lock.Semaphores(p.l)
-				if err != nil {
+				rw, sem := p.l, p.l
+				if err := errors.Join(rw.Supports(lock.SharedLeases), sem.Supports(lock.Permits)); err != nil {
 					t.Fatal(err)
 				}
 				modes := []struct {

@@ -104,7 +104,7 @@ func (l lib) kind() rowKind {
 // --- dlock ---
 
 type dlockClient struct {
-	l     lock.Locker
+	l     *lock.Locker
 	close func() error // the backend client's Close
 }
 
@@ -121,10 +121,10 @@ func (c *dlockClient) Close() error {
 	return errors.Join(err, c.close())
 }
 
-func redisnxNew(rdb *redis.Client) lock.Locker    { return redisnx.New(rdb, nil) }
-func rediswatchNew(rdb *redis.Client) lock.Locker { return rediswatch.New(rdb, nil) }
+func redisnxNew(rdb *redis.Client) *lock.Locker    { return redisnx.New(rdb, nil) }
+func rediswatchNew(rdb *redis.Client) *lock.Locker { return rediswatch.New(rdb, nil) }
 
-func openDlockRedis(newLocker func(*redis.Client) lock.Locker) func(context.Context, string) (client, error) {
+func openDlockRedis(newLocker func(*redis.Client) *lock.Locker) func(context.Context, string) (client, error) {
 	return func(ctx context.Context, addr string) (client, error) {
 		rdb, err := dialRedis(ctx, addr)
 		if err != nil {

@@ -61,12 +61,12 @@ func runRenewal(ctx context.Context, cfg *config, t *table) error {
 		scen := fmt.Sprintf(scenRenewal, leaseCount(n))
 		for _, d := range []struct {
 			name string
-			new  func(*redis.Client, *lock.Options) lock.Locker
+			new  func(*redis.Client, *lock.Options) *lock.Locker
 		}{
-			{"redisnx", func(c *redis.Client, o *lock.Options) lock.Locker {
+			{"redisnx", func(c *redis.Client, o *lock.Options) *lock.Locker {
 				return redisnx.New(c, &redisnx.Options{Options: *o})
 			}},
-			{"rediswatch", func(c *redis.Client, o *lock.Options) lock.Locker {
+			{"rediswatch", func(c *redis.Client, o *lock.Options) *lock.Locker {
 				return rediswatch.New(c, &rediswatch.Options{Options: *o})
 			}},
 		} {
@@ -169,7 +169,7 @@ func liveHeap() uint64 {
 	return m.HeapAlloc
 }
 
-func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func(*redis.Client, *lock.Options) lock.Locker, n int) (*row, error) {
+func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func(*redis.Client, *lock.Options) *lock.Locker, n int) (*row, error) {
 	admin, err := dialRedis(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -200,7 +200,7 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	// from rdb's options, which rdb's hooks do not see: the counter is
 	// added to them too.
 	var lanes *redisx.Lanes
-	if lock.As(locker, &lanes) {
+	if locker.As(&lanes) {
 		lanes.AddHook(counter)
 	}
 	closed := false

@@ -32,7 +32,7 @@ func semaphoreLibs(cfg *config, backend string) []lib {
 		lk := l
 		lk.name, lk.note = l.name+" lock", "the same driver's exclusive lock on one key"
 		sem := l
-		sem.name, sem.note = fmt.Sprintf("%s permit/%d", l.name, semLimit), fmt.Sprintf("SemLocker.Acquire(ctx, key, %d)", semLimit)
+		sem.name, sem.note = fmt.Sprintf("%s permit/%d", l.name, semLimit), fmt.Sprintf("Locker.Acquire(ctx, key, %d)", semLimit)
 		open := l.open
 		sem.open = func(ctx context.Context, addr string) (client, error) {
 			c, err := open(ctx, addr)
@@ -40,8 +40,8 @@ func semaphoreLibs(cfg *config, backend string) []lib {
 				return nil, err
 			}
 			dc := c.(*dlockClient)
-			sl, err := lock.Semaphores(dc.l)
-			if err != nil {
+			sl := dc.l
+			if err := sl.Supports(lock.Permits); err != nil {
 				c.Close()
 				return nil, err
 			}
@@ -54,7 +54,7 @@ func semaphoreLibs(cfg *config, backend string) []lib {
 
 type permitClient struct {
 	*dlockClient
-	sl lock.SemLocker
+	sl *lock.Locker
 }
 
 func (c *permitClient) Lock(ctx context.Context, key string) (held, error) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/dlock-go/dlock/lock"
 )
 
 // Scenario 1: uncontended Lock+Unlock.
@@ -157,7 +156,7 @@ func ownMemcachedProbe(c client) (probe, bool) {
 		return nil, false
 	}
 	var mc *memcache.Client
-	if !lock.As(dc.l, &mc) {
+	if !dc.l.As(&mc) {
 		return nil, false
 	}
 	return memcachedProbe{mc}, true

@@ -1,10 +1,15 @@
 // Package driver defines the interface that dlock backends implement.
 //
-// Users never import this package: they hold a lock.Locker and *lock.Lease.
-// A backend implements Driver (single attempts at grant, release and
-// refresh) and, where its backend allows, some of the optional capabilities
-// below, which package lock detects by type assertion:
+// Users never import this package: they hold a *lock.Locker and
+// *lock.Lease. A backend implements Driver (single attempts at grant,
+// release and refresh), declares what else it does in one place, its
+// Capabilities (shared leases, permits, re-entry, resuming, and whether its
+// calls return when their context ends), and implements the optional
+// interfaces below where its backend allows; package lock detects those by
+// type assertion:
 //
+//   - Capable: what the driver does beyond exclusive leases, each "no" with
+//     its reason, and its name.
 //   - Notifier: the backend can tell waiters that a key was released
 //     (Redis pub/sub), so lock retries at once instead of polling.
 //   - Queuer: the backend queues waiters itself (ZooKeeper sequential nodes,
@@ -12,13 +17,12 @@
 //     the driver offers its steps (join, check, leave), unless the caller
 //     gave a retry strategy.
 //   - BatchRefresher: many leases can be refreshed in one round trip.
-//   - Sharer: the backend supports shared (read) leases beside exclusive ones.
-//   - Resumer, Reenterer, Semaphorer: grants resumed elsewhere, named
-//     owners' holds, semaphore permits; each says why where it cannot.
+//   - Resumer: a grant made through another Locker can be taken over.
 //   - Inspector: the backend can be asked who holds a key and who waits
-//     for it, without changing anything (lock's Inspect).
+//     for it, without changing anything (lock's Locker.Inspect).
 //   - LogSetter: the driver's own clients log through their library;
 //     lock.New hands it the Locker's Options.Logger for those lines.
+//   - Aser: the driver exposes what it is built on (lock's Locker.As).
 //
 // Everything that is the same for every backend lives in lock, not here:
 // validation common to all backends, retries and backoff, the renewal
@@ -153,11 +157,13 @@ func (e *HeldError) Error() string {
 // Is makes errors.Is(err, ErrHeld) hold.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
-// LogSetter is implemented by a driver whose own clients (those it built,
-// from a URL) log through their library: lock.New hands it the Locker's
-// Options.Logger, nil when none, before the Locker's first call, so that
-// those lines go there or nowhere, never to the program's stderr.
+// LogSetter routes the log lines of a driver's own clients (those it
+// built, from a URL). If a Driver does not implement LogSetter, its
+// clients log wherever their library does by default.
 type LogSetter interface {
+	// SetLogger is called by lock.New, before the Locker's first call, with
+	// the Locker's Options.Logger (nil when none): those lines go there or
+	// nowhere, never to the program's stderr.
 	SetLogger(l *slog.Logger)
 }
 
@@ -168,12 +174,24 @@ const (
 	// Exclusive grants exclude every other grant of the key.
 	Exclusive Mode = iota
 	// Shared grants coexist with other Shared grants and exclude Exclusive
-	// ones. Only drivers implementing Sharer are asked for them.
+	// ones. Only drivers whose Caps.Shared is OK are asked for them.
 	Shared
-	// Permit grants are the permits of a counting semaphore: at most
-	// Lease.Limit of them coexist on a key, and they exclude Exclusive and
-	// Shared grants. Only drivers whose Semaphorer says so are asked for
-	// them.
+	// Permit grants are the permits of a counting semaphore. Only drivers
+	// whose Caps.Permits is OK are asked for them. For a Permit lease l:
+	//
+	//   - Acquire, and the Queuer's steps, grant l when fewer than l.Limit
+	//     permits of the key are live and no other kind of grant holds it;
+	//     each permit expires on its own (a crashed holder's returns within
+	//     its TTL), and every permit takes a fencing token from the key's
+	//     one counter, so tokens increase across all grants of the key. A
+	//     key whose permits were granted with another Limit is refused with
+	//     ErrInvalid. Where the driver queues, waiters are served in
+	//     arrival order: a permit waiter does not pass an earlier waiter of
+	//     any kind.
+	//   - Release, Refresh and Resume act on l.Owner's permit alone.
+	//   - While any permit is live the key is held for every Exclusive and
+	//     Shared attempt, and, on Redis, for plain SET NX locks of the same
+	//     key.
 	Permit
 )
 
@@ -202,14 +220,34 @@ type Lease struct {
 	// Owner is unique per attempt: 32 lowercase hex digits. Backends store
 	// it as the grant's value to check ownership on release and refresh.
 	Owner string
-	// Mode is Exclusive unless the driver implements Sharer.
+	// Mode is Exclusive, or what the driver's Caps allow.
 	Mode Mode
-	// Reentrant is set only for drivers that implement Reenterer, on an
+	// Reentry is set only for drivers whose Caps.Reentry is OK, on an
 	// exclusive attempt of a named owner (lock.WithOwner). Owner's first
 	// NamedOwnerLen hex digits then name the owner, the same for all of its
-	// attempts; the rest are unique to the attempt, which is one hold. See
-	// Reenterer for what the driver's calls do with such a lease.
-	Reentrant bool
+	// attempts; the rest are unique to the attempt, which is one hold. For
+	// such a lease:
+	//
+	//   - Acquire grants l also when the key is granted exclusively to a
+	//     hold of the same named owner that itself had Reentry set (a
+	//     re-entry): it adds l.Owner to the grant's holds, extends the
+	//     grant to at least l.TTL from now (never shortening it: the other
+	//     holds count on their own deadlines) and sets l.Token to the
+	//     grant's token. A first grant records l.Owner as its only hold,
+	//     and forgets the holds of any earlier grant. The holds live and
+	//     expire with the grant.
+	//   - Release removes l.Owner from the holds, and deletes the grant
+	//     (and hands it on, as for any release) only when no hold is left.
+	//     It returns ErrNotHeld when l.Owner is not a hold of the key's
+	//     grant. After a grant whose reply was lost, it removes that hold
+	//     alone.
+	//   - Refresh and Resume extend the grant, never shortening it, if
+	//     l.Owner is one of its holds (Resume: with l.Token), and return
+	//     ErrNotHeld otherwise.
+	//
+	// lock never puts such a lease in a Queuer's queue: named owners wait
+	// by their retry strategy.
+	Reentry bool
 	// Limit is, for a Permit, the number of permits of the key's
 	// semaphore (1 to lock's MaxPermits); zero otherwise. All holders of a
 	// key's permits give the same Limit: an attempt whose Limit differs
@@ -284,27 +322,16 @@ type Driver interface {
 	Close() error
 }
 
-// Notifier is implemented by drivers whose backend tells when a key is
-// released. lock subscribes before retrying a held key, so a release that
-// happens between the failed attempt and the wait is not missed.
+// Notifier tells waiters when a key is released (Redis pub/sub). If a
+// Driver does not implement Notifier, a waiting Lock polls by its retry
+// strategy alone. lock subscribes before retrying a held key, so a
+// release between the failed attempt and the wait is not missed.
 type Notifier interface {
 	// Subscribe registers interest in releases of key. The returned channel
 	// receives a value (it is buffered; sends never block) each time a
 	// release of key is observed; cancel unsubscribes and must be called.
 	// Implementations share one backend subscription between all waiters.
 	Subscribe(ctx context.Context, key string) (c <-chan struct{}, cancel func(), err error)
-}
-
-// Prompt is implemented by drivers whose calls return by their context's
-// end on their own: the client stops a request when its context is
-// cancelled or its deadline passes (pgx), or no call waits on I/O (the
-// in-process store). lock makes such a driver's calls on the caller's
-// goroutine when Prompt returns true; it hands every other driver's calls
-// to a goroutine of its own, so that the caller can return at its
-// context's end while the call goes on (go-redis honours deadlines only,
-// gomemcache and go-zookeeper take no context).
-type Prompt interface {
-	Prompt() bool
 }
 
 // DriftMargin is what lock subtracts from a validity to get a lease's
@@ -320,10 +347,13 @@ func DriftMargin(validity time.Duration) time.Duration {
 // waiter's) must outlive several heartbeats.
 const Heartbeat = time.Second
 
-// Queuer is implemented by drivers whose backend queues waiters (ZooKeeper
-// sequential nodes, the Redis drivers' queues, the memory store). For a
-// blocking Lock without an explicit retry strategy, lock runs the wait and
-// the driver offers single steps: lock calls Join once, then Check when
+// Queuer queues waiters in the backend (ZooKeeper sequential nodes, the
+// Redis drivers' queues, the memory store). If a Driver does not implement
+// Queuer, a waiting Lock makes attempts by its retry strategy, and waiters
+// are served in no particular order.
+//
+// For a blocking Lock without an explicit retry strategy, lock runs the
+// wait and the driver offers single steps: lock calls Join once, then Check when
 // the driver signals wake, when a HeldError's RetryAfter has passed, and
 // at least every Heartbeat, until a step grants the lease (returns nil).
 // If the wait ends otherwise (the context, a failure), lock calls Leave,
@@ -355,21 +385,15 @@ type Queuer interface {
 	Leave(ctx context.Context, l *Lease) error
 }
 
-// BatchRefresher is implemented by drivers that refresh many leases in
-// fewer round trips than one per lease.
+// BatchRefresher refreshes many leases in fewer round trips than one per
+// lease. If a Driver does not implement BatchRefresher, lock renews each
+// lease with its own Refresh call.
 type BatchRefresher interface {
 	// RefreshBatch refreshes every lease in ls to ttl, as Refresh would
 	// (never shortening a grant). It
 	// returns the validity applied to the successful ones and one error per
 	// lease (nil for success), in order.
 	RefreshBatch(ctx context.Context, ls []*Lease, ttl time.Duration) (validity time.Duration, errs []error)
-}
-
-// Sharer is implemented by drivers that grant Shared leases: lock offers
-// RLock and TryRLock only on Lockers whose driver implements it. Sharing is
-// a property of the backend's algorithm, so the method only confirms it.
-type Sharer interface {
-	SupportsShared() bool
 }
 
 // IsOwner reports whether s is an owner token as lock makes them (the
@@ -386,7 +410,7 @@ func IsOwner(s string) bool {
 	return true
 }
 
-// NamedOwnerLen is how many leading hex digits of a Reentrant lease's
+// NamedOwnerLen is how many leading hex digits of a Reentry lease's
 // Owner name its owner.
 const NamedOwnerLen = 16
 
@@ -397,41 +421,64 @@ func SameOwner(a, b string) bool {
 	return len(a) >= NamedOwnerLen && len(b) >= NamedOwnerLen && a[:NamedOwnerLen] == b[:NamedOwnerLen]
 }
 
-// Reenterer is implemented by drivers that keep a hold count for named
-// owners, and by drivers that cannot and say why. For a Reentrant lease l
-// (its Owner is one hold of a named owner):
-//
-//   - Acquire grants l also when the key is granted exclusively to a hold
-//     of the same named owner that was itself Reentrant (a re-entry): it
-//     adds l.Owner to the grant's holds, extends the grant to at least
-//     l.TTL from now (never shortening it: the other holds count on their
-//     own deadlines) and sets l.Token to the grant's token. A first grant
-//     records l.Owner as its only hold, and forgets the holds of any
-//     earlier grant. The holds live and expire with the grant.
-//   - Release removes l.Owner from the holds, and deletes the grant (and
-//     hands it on, as for any release) only when no hold is left. It
-//     returns ErrNotHeld when l.Owner is not a hold of the key's grant.
-//     After a grant whose reply was lost, it removes that hold alone.
-//   - Refresh and Resume extend the grant, never shortening it, if l.Owner
-//     is one of its holds (Resume: with l.Token), and return ErrNotHeld
-//     otherwise.
-//
-// lock never puts a Reentrant lease in a Queuer's queue: named owners wait
-// by their retry strategy.
-type Reenterer interface {
-	// Reentrancy returns nil when the driver keeps holds, or an error
-	// wrapping ErrInvalid that says why it cannot. It makes no I/O.
-	Reentrancy() error
+// Capable declares what a driver does beyond exclusive leases.
+// If a Driver does not implement Capable, lock asks it for exclusive
+// leases only, refuses everything else with "the driver does not say it
+// can", names it after its type's package, and runs its calls on a
+// goroutine of its own.
+type Capable interface {
+	// Capabilities is called once, by lock.New, and makes no I/O.
+	Capabilities() Caps
 }
 
-// Resumer is implemented by drivers that can take over a grant made through
-// another Locker, in this process or another (lock's Locker.Resume), and by
-// drivers that cannot and say why.
+// Caps is what a driver says it does (Capable). Its zero value claims
+// nothing beyond exclusive leases.
+type Caps struct {
+	// Name names the driver in metrics (dlock.driver), logs and refusals:
+	// "redisnx", say.
+	Name string
+	// ReturnsAtContextEnd: every call returns by its context's end on its
+	// own, because the client stops a request when its context is
+	// cancelled or its deadline passes (pgx), or no call waits on I/O (the
+	// in-process store). lock then makes the driver's calls on the
+	// caller's goroutine; it hands every other driver's calls to a
+	// goroutine of its own, so that the caller can return at its
+	// context's end while the call goes on (go-redis honours deadlines
+	// only, gomemcache and go-zookeeper take no context).
+	ReturnsAtContextEnd bool
+	// Shared: the driver grants Shared leases (lock's RLock, TryRLock).
+	Shared Support
+	// Permits: the driver grants Permit leases, the permits of counting
+	// semaphores (lock's Acquire, TryAcquire); see Permit.
+	Permits Support
+	// Reentry: the driver keeps holds for named owners, whose exclusive
+	// leases come with Lease.Reentry set; see there.
+	Reentry Support
+	// Resume: the driver takes over grants made through another Locker
+	// (lock's Resume); it then implements Resumer.
+	Resume Support
+}
+
+// Support says whether a driver does one thing (Caps), and if not, why.
+type Support struct {
+	// OK: the driver does it.
+	OK bool
+	// Why is, when not OK, the reason, as a user should read it, naming
+	// the backend: "memcached grants no semaphore permits: ...".
+	Why string
+}
+
+// Yes is the Support of a thing the driver does.
+var Yes = Support{OK: true}
+
+// No is the Support of a thing the driver does not do, and why.
+func No(why string) Support { return Support{Why: why} }
+
+// Resumer takes over a grant made through another Locker, in this process
+// or another (lock's Locker.Resume, Lease.Detach). If a Driver does not
+// implement Resumer, or its Caps.Resume is not OK, lock refuses Resume and
+// Detach with the reason.
 type Resumer interface {
-	// Resumable returns nil when the driver resumes grants, or an error
-	// wrapping ErrInvalid that says why it cannot (a ZooKeeper grant is an
-	// ephemeral node of its client's session). It makes no I/O.
-	Resumable() error
 	// Resume checks that l.Key is granted to l.Owner, in mode l.Mode, with
 	// fencing token l.Token as far as the backend can tell, and extends
 	// that grant to at least l.TTL from now, never shortening any expiry
@@ -439,36 +486,25 @@ type Resumer interface {
 	// whose handle is resumed counts on them, and a Resume applied after
 	// its caller gave up must leave the grant no shorter. It sets
 	// l.Validity and l.Data as Acquire does. It returns ErrNotHeld when
-	// there is no such grant (and changes nothing), and the error of
-	// Resumable when that is not nil. A failed Resume leaves nothing to clean up: the grant stays
-	// its first holder's, at most extended.
+	// there is no such grant, and changes nothing. A failed Resume leaves
+	// nothing to clean up: the grant stays its first holder's, at most
+	// extended.
 	Resume(ctx context.Context, l *Lease) error
 }
 
-// Semaphorer is implemented by drivers that grant Permit leases (counting
-// semaphores; lock's SemLocker), and by drivers that cannot and say why.
-// For a Permit lease l:
-//
-//   - Acquire, and the Queuer's steps, grant l when fewer than l.Limit
-//     permits of the key are live and no other kind of grant holds it;
-//     each permit expires on its own (a crashed holder's returns within
-//     its TTL), and every permit takes a fencing token from the key's one
-//     counter, so tokens increase across all grants of the key. A key
-//     whose permits were granted with another Limit is refused with
-//     ErrInvalid. Where the driver queues, waiters are served in arrival
-//     order: a permit waiter does not pass an earlier waiter of any kind.
-//   - Release, Refresh and Resume act on l.Owner's permit alone.
-//   - While any permit is live the key is held for every Exclusive and
-//     Shared attempt, and, on Redis, for plain SET NX locks of the same key.
-type Semaphorer interface {
-	// Semaphores returns nil when the driver grants permits, or an error
-	// wrapping ErrInvalid that says why it cannot. It makes no I/O.
-	Semaphores() error
+// Aser exposes what a driver is built on, such as its backend client.
+// If a Driver does not implement Aser, lock's Locker.As reports false for
+// every target.
+type Aser interface {
+	// As sets target, a pointer, to what the driver is built on when
+	// target's type is one the driver documents under "As" in its package
+	// doc, and reports whether it did.
+	As(target any) bool
 }
 
-// Inspector is implemented by drivers that can say who holds a key and who
-// waits for it (lock's Inspect). A driver that cannot tell at all does not
-// implement it; lock then refuses with lock.ErrInvalid and says so.
+// Inspector says who holds a key and who waits for it (lock's
+// Locker.Inspect). If a Driver does not implement Inspector, lock refuses
+// Inspect with lock.ErrUnsupported and says so.
 //
 // Inspect reads the backend and changes nothing on it: no grant, queue
 // entry, counter, expiry or watch is made, moved or deleted, and nothing
@@ -555,7 +591,7 @@ const NoExpiry time.Duration = -1
 type Waiter struct {
 	// Owner is the waiting attempt's owner token (for a Foreign node in
 	// a ZooKeeper queue, its name). Named owners never queue (see
-	// Reenterer).
+	// Lease.Reentry).
 	Owner string
 	Mode  Mode
 	// Limit is a Permit waiter's semaphore size; zero for other modes.

@@ -18,12 +18,15 @@ import (
 // starts every clean-up that an attempt leaves to the background.
 
 // doAcquire is acquire without its measurement.
-func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
+func (lk *Locker) doAcquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
 	argErr := checkKey(key)
 	if argErr == nil && mode == driver.Permit {
 		argErr = checkLimit(limit)
 	}
 	if err := lk.checkCall(op, key, argErr); err != nil {
+		return nil, err
+	}
+	if err := lk.refuseMode(op, key, mode); err != nil {
 		return nil, err
 	}
 	co, err := lk.options(op, key, opts)
@@ -34,7 +37,7 @@ func (lk *locker) doAcquire(parent context.Context, op, key string, mode driver.
 	if err != nil {
 		return nil, err
 	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, Limit: limit, TTL: co.ttl, Reentrant: co.named})
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, Limit: limit, TTL: co.ttl, Reentry: co.named})
 	if err != nil {
 		return nil, err
 	}
@@ -98,17 +101,28 @@ func duringOutage(err, outage error) error {
 
 // owner returns the owner token of an acquisition: a fresh one, or, for
 // WithOwner, the named owner's, where mode and the driver allow it.
-func (lk *locker) owner(op, key string, mode driver.Mode, co callOptions) (string, error) {
+func (lk *Locker) owner(op, key string, mode driver.Mode, co callOptions) (string, error) {
 	if !co.named {
 		return newOwner(), nil
 	}
 	if mode != driver.Exclusive {
 		return "", newError(op, key, ErrInvalid, fmt.Errorf("WithOwner is for exclusive leases: %s leases are not reentrant", mode))
 	}
-	if err := lk.reenterer(); err != nil {
-		return "", newError(op, key, ErrInvalid, err)
+	if err := lk.refuse(op, key, Reentry); err != nil {
+		return "", err
 	}
 	return namedOwner(co.owner), nil
+}
+
+// refuseMode refuses a grant of mode where the backend has none.
+func (lk *Locker) refuseMode(op, key string, mode driver.Mode) error {
+	switch mode {
+	case driver.Shared:
+		return lk.refuse(op, key, SharedLeases)
+	case driver.Permit:
+		return lk.refuse(op, key, Permits)
+	}
+	return nil
 }
 
 // A waiter makes an acquisition's attempts and waits between them.
@@ -129,11 +143,11 @@ type waiter interface {
 // newWaiter returns the waiter of an acquisition: once for a Try call;
 // under DefaultRetry, on a Queuer, queueWaiter (a named owner's Lock is
 // never queued); on a Notifier, subscriber; else poller.
-func (lk *locker) newWaiter(a attempt, retry RetryStrategy, wait bool) waiter {
+func (lk *Locker) newWaiter(a attempt, retry RetryStrategy, wait bool) waiter {
 	switch {
 	case !wait:
 		return &once{a}
-	case lk.queuer != nil && queues(retry) && !a.dl.Reentrant:
+	case lk.queuer != nil && queues(retry) && !a.dl.Reentry:
 		return &queueWaiter{attempt: a, pacer: pacer{retry: retry}}
 	case lk.notifier != nil:
 		return &subscriber{poller: poller{once{a}, pacer{retry: retry}}}
@@ -170,7 +184,7 @@ func failure(err error) verdict {
 // An attempt is what every waiter holds: the call's Locker, op, context
 // (the call's, see enter) and lease.
 type attempt struct {
-	lk  *locker
+	lk  *Locker
 	op  string
 	ctx context.Context
 	dl  *driver.Lease
@@ -323,7 +337,7 @@ func (w *queueWaiter) next(v verdict, err error) error {
 // signals news, the holder's grant is due to expire, or a Heartbeat has
 // passed, until a step grants dl or fails, or ctx ends. It returns when
 // the last step started, and its error (ctx's when ctx ended).
-func (lk *locker) steps(ctx context.Context, dl *driver.Lease) (time.Time, error) {
+func (lk *Locker) steps(ctx context.Context, dl *driver.Lease) (time.Time, error) {
 	wake := make(chan struct{}, 1)
 	var t *time.Timer
 	defer func() {

@@ -16,7 +16,7 @@ import (
 // attempt was turned away (see turnedAway): then it is at debug level,
 // since a warning that a key is left would most likely be false, and the
 // caller has the attempt's error, which says why.
-func (lk *locker) logCleanup(msg, key string, err, cause error) {
+func (lk *Locker) logCleanup(msg, key string, err, cause error) {
 	if lk.opts.Logger == nil {
 		return
 	}

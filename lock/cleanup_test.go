@@ -54,7 +54,7 @@ func TestCleanUpWarnings(t *testing.T) {
 				f := newFake()
 				f.setFaults(func(x *faults) { x.acquireErr, x.releaseErr, x.leaveErr = tc.attempt, tc.cleanUp, tc.cleanUp })
 				o := &lock.Options{ReleaseTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-				var l lock.Locker
+				var l *lock.Locker
 				var err error
 				if queued {
 					var waits atomic.Int64
@@ -99,7 +99,7 @@ func TestCleanUpWarningsAbandoned(t *testing.T) {
 			x.acquireErr, x.releaseErr, x.leaveErr = refused, refused, refused
 		})
 		o := &lock.Options{ReleaseTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-		var l lock.Locker = lock.New(f, o)
+		var l *lock.Locker = lock.New(f, o)
 		if queued {
 			var waits atomic.Int64
 			l = lock.New(queuingFake{f, &waits}, o)

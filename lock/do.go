@@ -17,12 +17,24 @@ import (
 // if fn returned nil), and with the error of Unlock if that failed. If Lock
 // fails, fn does not run and Do returns that error. A nil ctx, Locker or fn
 // gives an error wrapping ErrInvalid, and nothing is locked.
-func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...Option) error {
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...Option) error {
+	if l == nil {
+		return newError("do", key, ErrInvalid, errNilLocker)
+	}
+	return Do(ctx, l, key, fn, opts...)
+}
+
+// Do is Locker.Do over anything with a Lock method: a *Locker, or a
+// wrapper of one that the caller made (to record or change its grants).
+// A nil l is refused as a nil Locker is.
+func Do(ctx context.Context, l interface {
+	Lock(ctx context.Context, key string, opts ...Option) (*Lease, error)
+}, key string, fn func(ctx context.Context) error, opts ...Option) error {
 	switch {
+	case l == nil || l == (*Locker)(nil):
+		return newError("do", key, ErrInvalid, errNilLocker)
 	case ctx == nil:
 		return newError("do", key, ErrInvalid, errNilContext)
-	case l == nil:
-		return newError("do", key, ErrInvalid, errors.New("nil Locker"))
 	case fn == nil:
 		return newError("do", key, ErrInvalid, errors.New("nil fn"))
 	}
@@ -72,7 +84,7 @@ type leaseKey struct{}
 // (or with a context derived from it), and nil for any other context.
 // Send its Token with every write the lock guards:
 //
-//	err := lock.Do(ctx, locker, "orders/42", func(ctx context.Context) error {
+//	err := locker.Do(ctx, "orders/42", func(ctx context.Context) error {
 //		return store.Write(ctx, lock.LeaseFrom(ctx).Token(), order)
 //	})
 //

@@ -38,10 +38,11 @@ func ExampleDo() {
 	ctx := context.Background()
 	locker := memory.New(memory.NewStore(), nil)
 	defer locker.Close()
-	err := lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error {
+	err := locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
 		fmt.Println("running under the lock")
 		return nil
 	})
+
 	fmt.Println("err:", err)
 	// Output:
 	// running under the lock
@@ -60,15 +61,14 @@ func ExampleLease_Done() {
 	// Output: true
 }
 
-func ExampleRWLocker() {
+func ExampleLocker_RLock() {
 	ctx := context.Background()
 	locker := memory.New(memory.NewStore(), nil)
 	defer locker.Close()
-	rw := locker.(lock.RWLocker)
-	r1, _ := rw.RLock(ctx, "config")
-	r2, err := rw.TryRLock(ctx, "config")
+	r1, _ := locker.RLock(ctx, "config")
+	r2, err := locker.TryRLock(ctx, "config")
 	fmt.Println("two readers:", err == nil)
-	_, err = rw.TryLock(ctx, "config")
+	_, err = locker.TryLock(ctx, "config")
 	fmt.Println("writer refused:", errors.Is(err, lock.ErrNotAcquired))
 	r1.Unlock(ctx)
 	r2.Unlock(ctx)
@@ -79,12 +79,12 @@ func ExampleRWLocker() {
 
 // At most three deploys at once: each takes one of three permits of
 // "deploys"; a fourth waits until a permit is returned.
-func ExampleSemLocker() {
+func ExampleLocker_Acquire() {
 	ctx := context.Background()
-	locker := memory.New(memory.NewStore(), nil)
-	defer locker.Close()
-	sem, err := lock.Semaphores(locker) // ErrInvalid, with the reason, on a backend without permits
-	if err != nil {
+	sem := memory.New(memory.NewStore(), nil)
+	defer sem.Close()
+	// ErrUnsupported, with the reason, on a backend without permits:
+	if err := sem.Supports(lock.Permits); err != nil {
 		panic(err)
 	}
 	var permits []*lock.Lease
@@ -95,7 +95,7 @@ func ExampleSemLocker() {
 		}
 		permits = append(permits, p)
 	}
-	_, err = sem.TryAcquire(ctx, "deploys", 3)
+	_, err := sem.TryAcquire(ctx, "deploys", 3)
 	fmt.Println("fourth:", errors.Is(err, lock.ErrNotAcquired))
 	_, err = sem.TryAcquire(ctx, "deploys", 5)
 	fmt.Println("another limit:", errors.Is(err, lock.ErrInvalid))

@@ -9,7 +9,7 @@ import (
 )
 
 // Mode is the kind of a grant: Exclusive (Lock, TryLock), Shared (RLock,
-// TryRLock) or Permit (a SemLocker's Acquire). Its String method gives
+// TryRLock) or Permit (Acquire, TryAcquire). Its String method gives
 // "exclusive", "shared" or "permit".
 type Mode = driver.Mode
 
@@ -53,7 +53,7 @@ func (s *KeyState) Held() bool { return s != nil && len(s.Holders) > 0 }
 type Holder struct {
 	// Owner identifies the grant: for a named owner (WithOwner), its 16
 	// hex digits, the same for every hold and every grant of that owner
-	// (NamedOwner(id) gives them); otherwise the grant's owner token, 32
+	// (Owner(id) gives them); otherwise the grant's owner token, 32
 	// hex digits, the same as in its Lease's Handle; for a Foreign grant,
 	// what the backend holds in its place (a plain Redis lock's value, a
 	// ZooKeeper lock node's name).
@@ -114,12 +114,12 @@ type Unknown struct {
 	Waiters bool
 }
 
-// Inspect asks the backend behind l who holds key and who waits for it,
-// for operators and diagnostics ("who holds this lock?"): the holders
-// with their owner, mode, limit, fencing token, remaining time and the
-// time of their grant, and the queued waiters, each as far as the backend
-// can tell (KeyState.Unknown says what it could not). The driver
-// packages' docs say what each backend tells.
+// Inspect asks the backend who holds key and who waits for it, for
+// operators and diagnostics ("who holds this lock?"): the holders with
+// their owner, mode, limit, fencing token, remaining time and the time of
+// their grant, and the queued waiters, each as far as the backend can
+// tell (KeyState.Unknown says what it could not). The driver packages'
+// docs say what each backend tells.
 //
 // Inspect only reads: it changes nothing on the backend (no grant, queue
 // entry, counter or expiry is made, moved or cleaned up) and holds
@@ -129,42 +129,27 @@ type Unknown struct {
 // with read access to the backend's lock state sees.
 //
 // The key is checked as for Lock: an invalid key (and a Locker with
-// invalid options) gives an error wrapping ErrInvalid, before any I/O.
-// So does a Locker whose driver cannot inspect keys (one of another
-// package, or a driver without driver.Inspector), with the reason.
-// Inspect returns when ctx ends, with an error wrapping ctx.Err(); a
-// backend failure is returned wrapped, with the key; a closed Locker gives
-// ErrClosed. A key nobody holds or waits for gives an empty KeyState and
-// a nil error.
-//
-// Inspect is a function, not a Locker method, like Do and Semaphores: it
-// works on every Locker this package makes without a type assertion, says
-// why where the backend cannot answer, and leaves the Locker interface,
-// which other packages implement (wrappers, fakes), as it is.
-func Inspect(ctx context.Context, l Locker, key string) (*KeyState, error) {
-	if ctx == nil {
-		return nil, newError("inspect", key, ErrInvalid, errNilContext)
-	}
-	lk, ok := unwrapLocker(l)
-	if !ok {
-		return nil, newError("inspect", key, ErrInvalid, errors.New("not a Locker made by package lock: it cannot be inspected"))
-	}
-	return lk.inspect(ctx, key)
-}
-
-// NamedOwner returns what Inspect shows as the Owner of a grant of the
-// owner named id (WithOwner(id)): 16 hex digits derived from id.
-func NamedOwner(id string) string { return namedOwner(id)[:driver.NamedOwnerLen] }
-
-func (lk *locker) inspect(parent context.Context, key string) (*KeyState, error) {
+// invalid options) gives an error wrapping ErrInvalid, before any I/O. A
+// backend whose driver cannot inspect keys refuses with ErrUnsupported
+// and the reason. Inspect returns when ctx ends, with an error wrapping
+// ctx.Err(); a backend failure is returned wrapped, with the key; a closed
+// Locker gives ErrClosed. A key nobody holds or waits for gives an empty
+// KeyState and a nil error.
+func (lk *Locker) Inspect(parent context.Context, key string) (*KeyState, error) {
 	const op = "inspect"
+	switch {
+	case lk == nil:
+		return nil, newError(op, key, ErrInvalid, errNilLocker)
+	case parent == nil:
+		return nil, newError(op, key, ErrInvalid, errNilContext)
+	}
 	if err := lk.checkCall(op, key, checkKey(key)); err != nil {
 		return nil, err
 	}
-	in, ok := lk.d.(driver.Inspector)
-	if !ok {
-		return nil, newError(op, key, ErrInvalid, errors.New("this backend's driver cannot inspect keys"))
+	if err := lk.refuse(op, key, Inspect); err != nil {
+		return nil, err
 	}
+	in := lk.d.(driver.Inspector)
 	// The driver checks the key and its own configuration as for a Lock
 	// of the key, before any I/O.
 	probe := driver.Lease{Key: key, Mode: driver.Exclusive, TTL: lk.opts.TTL}
@@ -179,7 +164,7 @@ func (lk *locker) inspect(parent context.Context, key string) (*KeyState, error)
 	ctx := sc.ctx
 	var st driver.KeyState
 	// Nothing to clean up after an abandoned call: it only reads.
-	ok, err = lk.within(ctx, func() error {
+	ok, err := lk.within(ctx, func() error {
 		var err error
 		st, err = in.Inspect(ctx, key)
 		return err
@@ -197,6 +182,15 @@ func (lk *locker) inspect(parent context.Context, key string) (*KeyState, error)
 	}
 	return keyState(key, st), nil
 }
+
+// Owner returns what Inspect shows as the Owner of a grant of the owner
+// named id (WithOwner(id)): 16 hex digits derived from id.
+func Owner(id string) string { return namedOwner(id)[:driver.NamedOwnerLen] }
+
+// NamedOwner is Owner(id).
+//
+// Deprecated: use Owner.
+func NamedOwner(id string) string { return Owner(id) }
 
 // keyState is the driver's st for key in this package's terms.
 func keyState(key string, st driver.KeyState) *KeyState {

@@ -25,17 +25,14 @@ func (d *inspecting) Inspect(ctx context.Context, key string) (driver.KeyState, 
 	return d.inspect(ctx, key)
 }
 
-// A driver without driver.Inspector is refused with ErrInvalid and a
-// reason, as is a Locker of another package; a bad key before any I/O.
+// A driver without driver.Inspector is refused with ErrUnsupported and a
+// reason; a bad key with ErrInvalid, before any I/O.
 func TestInspectRefused(t *testing.T) {
 	l := lock.New(newFake(), nil)
 	defer l.Close()
-	_, err := lock.Inspect(context.Background(), l, "k")
-	if !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "cannot inspect") {
-		t.Errorf("Inspect on a driver without Inspector: %v; want ErrInvalid saying it cannot inspect", err)
-	}
-	if _, err := lock.Inspect(context.Background(), foreignLocker{l}, "k"); !errors.Is(err, lock.ErrInvalid) {
-		t.Errorf("Inspect of a Locker of another package: %v; want ErrInvalid", err)
+	_, err := l.Inspect(context.Background(), "k")
+	if !errors.Is(err, lock.ErrUnsupported) || !strings.Contains(err.Error(), "cannot tell who holds a key") {
+		t.Errorf("Inspect on a driver without Inspector: %v; want ErrUnsupported saying it cannot tell", err)
 	}
 
 	d := &inspecting{fake: newFake(), inspect: func(context.Context, string) (driver.KeyState, error) { return driver.KeyState{}, nil }}
@@ -44,7 +41,7 @@ func TestInspectRefused(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, key := range []string{"", strings.Repeat("k", lock.MaxKeyLen+1), "bad\xffkey"} {
-		_, err := lock.Inspect(cancelled, li, key)
+		_, err := li.Inspect(cancelled, key)
 		if !errors.Is(err, lock.ErrInvalid) || errors.Is(err, context.Canceled) {
 			t.Errorf("Inspect(%.20q): %v; want ErrInvalid before the context is looked at", key, err)
 		}
@@ -54,22 +51,20 @@ func TestInspectRefused(t *testing.T) {
 	}
 	bad := lock.New(d, &lock.Options{TTL: time.Nanosecond})
 	defer bad.Close()
-	if _, err := lock.Inspect(context.Background(), bad, "k"); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := bad.Inspect(context.Background(), "k"); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("Inspect through a Locker with invalid options: %v; want ErrInvalid", err)
 	}
 	li.Close()
-	if _, err := lock.Inspect(context.Background(), li, "k"); !errors.Is(err, lock.ErrClosed) {
+	if _, err := li.Inspect(context.Background(), "k"); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("Inspect after Close: %v; want ErrClosed", err)
 	}
 }
-
-type foreignLocker struct{ lock.Locker }
 
 // The driver's answer reaches the caller with a named owner shown by its
 // name's digits; errors are wrapped with the key; a call stuck in the
 // driver returns when its context ends.
 func TestInspectResult(t *testing.T) {
-	owner := lock.NamedOwner("release-7") + "0123456789abcdef"
+	owner := lock.Owner("release-7") + "0123456789abcdef"
 	since := time.Now().Add(-time.Minute)
 	var answer func(ctx context.Context) (driver.KeyState, error)
 	d := &inspecting{fake: newFake(), inspect: func(ctx context.Context, key string) (driver.KeyState, error) { return answer(ctx) }}
@@ -83,30 +78,30 @@ func TestInspectResult(t *testing.T) {
 			Unknown: driver.Unknown{Since: true},
 		}, nil
 	}
-	st, err := lock.Inspect(context.Background(), l, "k")
+	st, err := l.Inspect(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := lock.Holder{Owner: lock.NamedOwner("release-7"), Holds: 2, Mode: lock.Exclusive, Token: 7, Remaining: time.Second, Since: since}
+	want := lock.Holder{Owner: lock.Owner("release-7"), Holds: 2, Mode: lock.Exclusive, Token: 7, Remaining: time.Second, Since: since}
 	if !st.Held() || len(st.Holders) != 1 || st.Holders[0] != want || st.Key != "k" {
 		t.Errorf("holders %+v (key %q); want [%+v]", st.Holders, st.Key, want)
 	}
 	if len(st.Waiters) != 1 || st.Waiters[0].Mode != lock.Permit || st.Waiters[0].Limit != 3 || !st.Unknown.Since || st.Unknown.Waiters {
 		t.Errorf("waiters %+v, unknown %+v", st.Waiters, st.Unknown)
 	}
-	if len(lock.NamedOwner("release-7")) != driver.NamedOwnerLen || lock.NamedOwner("release-7") == lock.NamedOwner("release-8") {
-		t.Errorf("NamedOwner: %q, %q", lock.NamedOwner("release-7"), lock.NamedOwner("release-8"))
+	if len(lock.Owner("release-7")) != driver.NamedOwnerLen || lock.Owner("release-7") == lock.Owner("release-8") {
+		t.Errorf("NamedOwner: %q, %q", lock.Owner("release-7"), lock.Owner("release-8"))
 	}
 
 	boom := errors.New("connection reset")
 	answer = func(context.Context) (driver.KeyState, error) { return driver.KeyState{}, boom }
-	if _, err := lock.Inspect(context.Background(), l, "k"); !errors.Is(err, boom) || errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), `"k"`) {
+	if _, err := l.Inspect(context.Background(), "k"); !errors.Is(err, boom) || errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), `"k"`) {
 		t.Errorf("a backend failure: %v; want it wrapped with the key", err)
 	}
 	answer = func(context.Context) (driver.KeyState, error) {
 		return driver.KeyState{}, errors.Join(driver.ErrInvalid, errors.New("no such thing"))
 	}
-	if _, err := lock.Inspect(context.Background(), l, "k"); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := l.Inspect(context.Background(), "k"); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("a driver's refusal: %v; want ErrInvalid", err)
 	}
 
@@ -116,7 +111,7 @@ func TestInspectResult(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := lock.Inspect(ctx, l, "k"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := l.Inspect(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a stuck Inspect: %v; want DeadlineExceeded", err)
 	}
 	if took := time.Since(start); took > time.Second {

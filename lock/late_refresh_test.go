@@ -22,7 +22,9 @@ type lateRefresher struct {
 	refreshes atomic.Int64
 }
 
-func (d *lateRefresher) Prompt() bool { return true }
+func (d *lateRefresher) Capabilities() driver.Caps {
+	return driver.Caps{ReturnsAtContextEnd: true}
+}
 
 func (d *lateRefresher) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	d.refreshes.Add(1)
@@ -35,7 +37,7 @@ func (d *lateRefresher) Refresh(ctx context.Context, l *driver.Lease, ttl time.D
 	return d.Driver.Refresh(context.Background(), l, ttl) // applied, but after the caller's end
 }
 
-// TestAudit38LateInlineRefreshFreesSlot: a Prompt driver's Refresh that
+// TestAudit38LateInlineRefreshFreesSlot: a ReturnsAtContextEnd driver's Refresh that
 // returns after its context ended frees the lease's refresh slot, and
 // renewal goes on: the lease is still held several TTLs later and the
 // scheduler keeps refreshing it. If the late call is not cleaned up, the

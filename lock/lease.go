@@ -18,7 +18,7 @@ import (
 // resource so that the resource itself can refuse a holder that was too slow
 // to notice (see Token).
 type Lease struct {
-	lk        *locker
+	lk        *Locker
 	dl        *driver.Lease // &own
 	own       driver.Lease
 	done      chan struct{}
@@ -564,9 +564,8 @@ func (l *Lease) loseIf(cause error, why int, mayHold, ifExpired bool) bool {
 // after it was applied): the key is free then, unless another Lease
 // extended the grant, which then counts on it. Unlock and Locker.Close
 // remain explicit releases of the grant, for every Lease of it.
-func (lk *locker) releasesLost() bool {
-	_, err := lk.resumer()
-	return err != nil
+func (lk *Locker) releasesLost() bool {
+	return lk.support(Resume) != nil
 }
 
 // lostByDriver is driver.Lease.Lost.

@@ -15,107 +15,30 @@ import (
 	"github.com/dlock-go/dlock/internal/errtext"
 )
 
-// A Locker grants leases on keys of one backend. It is safe for concurrent
-// use. Drivers' constructors return one (redisnx.New, memcached.New, ...),
-// and so does Open for a URL.
-type Locker interface {
-	// Lock blocks until key is granted, the retry strategy gives up, or ctx
-	// ends. Errors wrap ErrNotAcquired (and ctx.Err() when ctx ended, or
-	// the backend's error), ErrInvalid, or ErrClosed.
-	Lock(ctx context.Context, key string, opts ...Option) (*Lease, error)
-	// TryLock makes one attempt. A held key gives an error wrapping
-	// ErrNotAcquired and ErrHeld; a backend failure, one wrapping
-	// ErrNotAcquired and the backend's error.
-	TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error)
-	// Resume takes over the grant that handle describes (Lease.Handle,
-	// Lease.Detach), made through another Locker of the same backend, in
-	// this process or another: the backend checks that the grant still
-	// exists with that owner (and, where it records it, that token) and
-	// extends it to at least the TTL, never shortening it (the first
-	// holder's deadline counts on it); the new Lease has the same key and token, and
-	// its own deadline, renewal (the options as for Lock; WithRetry is
-	// not used: Resume makes one attempt) and Done. Until one of them ends
-	// it, the grant is held by both Leases: the first holder should have
-	// died, or Detach it. Errors wrap ErrInvalid (a malformed handle, or a
-	// backend whose driver cannot resume: ZooKeeper's), ErrNotAcquired and
-	// ErrNotHeld (the grant is gone), ErrNotAcquired and the backend's or
-	// the context's error, or ErrClosed. A failed Resume changes nothing.
-	Resume(ctx context.Context, handle string, opts ...Option) (*Lease, error)
-	// Close releases every lease still held through this Locker, stops its
-	// background work, makes waiting Lock calls return ErrClosed, and closes
-	// the backend client if the Locker opened it (Open does; New does not).
-	// Later calls return errors wrapping ErrClosed.
-	Close() error
-}
-
-// RWLocker is a Locker that also grants shared (read) leases: any number of
-// shared leases on a key coexist; an exclusive lease (Lock, TryLock)
-// excludes them all. A writer that waits is not starved by readers that
-// arrive after it. Find out with a type assertion:
-//
-//	if rw, ok := locker.(lock.RWLocker); ok { lease, err := rw.RLock(ctx, key) }
-type RWLocker interface {
-	Locker
-	// RLock blocks until a shared lease on key is granted; errors as Lock.
-	RLock(ctx context.Context, key string, opts ...Option) (*Lease, error)
-	// TryRLock makes one attempt at a shared lease; errors as TryLock.
-	TryRLock(ctx context.Context, key string, opts ...Option) (*Lease, error)
-}
-
-// SemLocker is a Locker that also grants the permits of counting
-// semaphores: at most limit leases of a key at once. Find out with a type
-// assertion:
-//
-//	if sl, ok := locker.(lock.SemLocker); ok { lease, err := sl.Acquire(ctx, "deploys", 4) }
-//
-// A permit is a Lease like any other: a fencing token from the key's one
-// counter (so tokens increase across all grants of the key), Done and Err,
-// Deadline, Refresh, Unlock, automatic renewal, Handle and Resume where the
-// driver resumes leases. A permit expires on its own: a crashed holder's
-// returns within its TTL (ZooKeeper: its session timeout). While any permit
-// of a key is held, Lock and RLock of the key wait like for any holder.
-//
-// The methods are named Acquire, not Lock, because limit is the size of
-// the semaphore, not a weight: each call takes one permit of limit (unlike
-// golang.org/x/sync/semaphore's Acquire(ctx, n), whose n is what is
-// taken). Every holder of a key's permits must give the same limit; a call
-// whose limit differs from the one the key's live permits were granted with
-// fails with ErrInvalid and changes nothing. Waiting is first come, first
-// served on drivers that queue (a waiter is not passed by later arrivals),
-// and by the retry strategy elsewhere.
-type SemLocker interface {
-	Locker
-	// Acquire blocks until one of the limit permits of key is granted,
-	// the retry strategy gives up, or ctx ends; errors as Lock. limit is
-	// from 1 to MaxPermits.
-	Acquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error)
-	// TryAcquire makes one attempt at a permit; errors as TryLock.
-	TryAcquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error)
-}
-
-// MaxPermits is the largest limit of a semaphore (SemLocker).
+// MaxPermits is the largest limit of a semaphore (Acquire).
 const MaxPermits = 1 << 16
 
 // New returns a Locker over a driver. It is for driver packages, whose own
-// New functions call it; users call those (or Open). It returns an RWLocker
-// when d implements driver.Sharer, and a SemLocker when d implements
-// driver.Semaphorer and grants permits (or both).
+// New functions call it; users call those (or Open).
 //
 // Invalid options (and a nil d) are reported by every call of the Locker,
 // wrapped in ErrInvalid, so that constructors need not return errors.
 //
-// The driver's name, for the dlock.driver attribute of metrics and the
-// driver attribute of logs, is what its method Name() string returns, if
-// it has one (every dlock driver has), or else its type's package name.
+// New asks the driver once what it can do (driver.Capable): the Locker's
+// methods for what it cannot refuse with ErrUnsupported and the driver's
+// reason, and Supports tells without trying. The driver's name, for the
+// dlock.driver attribute of metrics, the driver attribute of logs and the
+// refusals, is the one its Caps give, or else its type's package name.
 // New makes the Locker's instruments (see "Metrics and logs"), and hands
 // Options.Logger to a driver that implements driver.LogSetter.
-func New(d driver.Driver, o *Options) Locker {
+func New(d driver.Driver, o *Options) *Locker {
 	opts, err := o.resolved()
 	if d == nil {
 		err = fmt.Errorf("%w: nil driver.Driver", ErrInvalid)
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	lk := &locker{d: d, name: driverName(d), opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}, work: make(chan *call)}
+	lk := &Locker{d: d, caps: capsOf(d), opts: opts, optsErr: err, ctx: ctx, cancel: cancel, leases: map[*Lease]struct{}{}, work: make(chan *call)}
+	lk.name = lk.caps.Name
 	var merr error
 	if lk.m, merr = newMetrics(opts.MeterProvider, lk.name, opts.MetricKeys); merr != nil && opts.Logger != nil {
 		opts.Logger.Warn("dlock: some instruments could not be made and are not recorded", "driver", lk.name, "err", merr)
@@ -126,30 +49,27 @@ func New(d driver.Driver, o *Options) Locker {
 	lk.bgCtx, lk.bgCancel = context.WithCancel(context.Background())
 	lk.notifier, _ = d.(driver.Notifier)
 	lk.queuer, _ = d.(driver.Queuer)
-	if p, ok := d.(driver.Prompt); ok {
-		lk.prompt = p.Prompt()
-	}
+	lk.prompt = lk.caps.ReturnsAtContextEnd
 	lk.sched = newScheduler(lk)
-	s, ok := d.(driver.Sharer)
-	shared := ok && s.SupportsShared()
-	sem := lk.semaphores() == nil
-	switch {
-	case shared && sem:
-		return &rwSemLocker{lk}
-	case shared:
-		return &rwLocker{lk}
-	case sem:
-		return &semLocker{lk}
-	}
 	return lk
 }
 
-type locker struct {
+// A Locker grants leases on keys of one backend. It is safe for concurrent
+// use. Drivers' constructors return one (redisnx.New, memcached.New, ...),
+// and so does Open for a URL.
+//
+// Every Locker has every method. A method that needs what the backend
+// cannot do (shared leases, semaphore permits, re-entry, Resume, Inspect)
+// fails with an error wrapping ErrUnsupported that names the driver and
+// says why; Supports tells without trying. A nil *Locker's methods fail
+// with ErrInvalid.
+type Locker struct {
 	d        driver.Driver
-	name     string   // the driver's name, for metrics and logs
-	m        *metrics // nil without Options.MeterProvider
+	caps     driver.Caps // what the driver said it does, Name filled
+	name     string      // the driver's name, for metrics and logs
+	m        *metrics    // nil without Options.MeterProvider
 	notifier driver.Notifier
-	prompt   bool // the driver's calls return by their context's end (driver.Prompt)
+	prompt   bool // the driver's calls return by their context's end (Caps.ReturnsAtContextEnd)
 	queuer   driver.Queuer
 	opts     Options
 	optsErr  error
@@ -181,73 +101,67 @@ type locker struct {
 	leases map[*Lease]struct{}
 }
 
-// The Lockers of drivers with shared leases, permits, or both: each
-// exposes the methods of what its driver grants, so that a type assertion
-// to RWLocker or SemLocker tells.
-type (
-	rwLocker    struct{ *locker }
-	semLocker   struct{ *locker }
-	rwSemLocker struct{ *locker }
-)
-
-func (lk *locker) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+// Lock blocks until key is granted, the retry strategy gives up, or ctx
+// ends. Errors wrap ErrNotAcquired (and ctx.Err() when ctx ended, or the
+// backend's error), ErrInvalid, ErrUnsupported (WithOwner where the
+// backend keeps no holds) or ErrClosed.
+func (lk *Locker) Lock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	return lk.acquire(ctx, "lock", key, driver.Exclusive, 0, true, opts)
 }
 
-func (lk *locker) TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+// TryLock makes one attempt. A held key gives an error wrapping
+// ErrNotAcquired and ErrHeld; a backend failure, one wrapping
+// ErrNotAcquired and the backend's error.
+func (lk *Locker) TryLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	return lk.acquire(ctx, "trylock", key, driver.Exclusive, 0, false, opts)
 }
 
-func (lk *locker) rlock(ctx context.Context, key string, wait bool, opts []Option) (*Lease, error) {
-	op := "tryrlock"
-	if wait {
-		op = "rlock"
-	}
-	return lk.acquire(ctx, op, key, driver.Shared, 0, wait, opts)
+// RLock blocks until a shared (read) lease on key is granted; errors as
+// Lock. Any number of shared leases on a key coexist; an exclusive lease
+// (Lock, TryLock) excludes them all. A writer that waits is not starved by
+// readers that arrive after it. A backend without shared leases refuses
+// with ErrUnsupported (Supports(SharedLeases) tells).
+func (lk *Locker) RLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return lk.acquire(ctx, "rlock", key, driver.Shared, 0, true, opts)
 }
 
-func (lk *locker) permit(ctx context.Context, key string, limit int, wait bool, opts []Option) (*Lease, error) {
-	op := "tryacquire"
-	if wait {
-		op = "acquire"
-	}
-	return lk.acquire(ctx, op, key, driver.Permit, limit, wait, opts)
+// TryRLock makes one attempt at a shared lease; errors as TryLock and
+// RLock.
+func (lk *Locker) TryRLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	return lk.acquire(ctx, "tryrlock", key, driver.Shared, 0, false, opts)
 }
 
-func (rw *rwLocker) RLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return rw.rlock(ctx, key, true, opts)
+// Acquire blocks until one of the limit permits of key's counting
+// semaphore is granted, the retry strategy gives up, or ctx ends; errors
+// as Lock. limit is from 1 to MaxPermits. A backend without semaphores
+// refuses with ErrUnsupported (Supports(Permits) tells).
+//
+// A permit is a Lease like any other: a fencing token from the key's one
+// counter (so tokens increase across all grants of the key), Done and Err,
+// Deadline, Refresh, Unlock, automatic renewal, Handle and Resume where the
+// driver resumes leases. A permit expires on its own: a crashed holder's
+// returns within its TTL (ZooKeeper: its session timeout). While any permit
+// of a key is held, Lock and RLock of the key wait like for any holder.
+//
+// The methods are named Acquire, not Lock, because limit is the size of
+// the semaphore, not a weight: each call takes one permit of limit (unlike
+// golang.org/x/sync/semaphore's Acquire(ctx, n), whose n is what is
+// taken). Every holder of a key's permits must give the same limit; a call
+// whose limit differs from the one the key's live permits were granted with
+// fails with ErrInvalid and changes nothing. Waiting is first come, first
+// served on drivers that queue (a waiter is not passed by later arrivals),
+// and by the retry strategy elsewhere.
+func (lk *Locker) Acquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
+	return lk.acquire(ctx, "acquire", key, driver.Permit, limit, true, opts)
 }
 
-func (rw *rwLocker) TryRLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return rw.rlock(ctx, key, false, opts)
-}
-
-func (sl *semLocker) Acquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
-	return sl.permit(ctx, key, limit, true, opts)
-}
-
-func (sl *semLocker) TryAcquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
-	return sl.permit(ctx, key, limit, false, opts)
-}
-
-func (rs *rwSemLocker) RLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return rs.rlock(ctx, key, true, opts)
-}
-
-func (rs *rwSemLocker) TryRLock(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	return rs.rlock(ctx, key, false, opts)
-}
-
-func (rs *rwSemLocker) Acquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
-	return rs.permit(ctx, key, limit, true, opts)
-}
-
-func (rs *rwSemLocker) TryAcquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
-	return rs.permit(ctx, key, limit, false, opts)
+// TryAcquire makes one attempt at a permit; errors as TryLock and Acquire.
+func (lk *Locker) TryAcquire(ctx context.Context, key string, limit int, opts ...Option) (*Lease, error) {
+	return lk.acquire(ctx, "tryacquire", key, driver.Permit, limit, false, opts)
 }
 
 // begin registers a call under way, or fails when the Locker is closed.
-func (lk *locker) begin() bool { return lk.calls.add() }
+func (lk *Locker) begin() bool { return lk.calls.add() }
 
 // The prologue of the calls that start on a key (acquisitions, Resume,
 // Inspect): checkCall, options, then enter once the call is ready to
@@ -256,7 +170,7 @@ func (lk *locker) begin() bool { return lk.calls.add() }
 // checkCall makes the checks every call makes first: the Locker's
 // options, then its arguments (argErr: what checking them found wrong, as
 // checkKey does), each reported with key as ErrInvalid.
-func (lk *locker) checkCall(op, key string, argErr error) error {
+func (lk *Locker) checkCall(op, key string, argErr error) error {
 	if lk.optsErr != nil {
 		return newError(op, key, ErrInvalid, lk.optsErr)
 	}
@@ -268,7 +182,7 @@ func (lk *locker) checkCall(op, key string, argErr error) error {
 
 // options returns the options of a call, the Locker's with opts applied
 // (callOptions), or their error as ErrInvalid.
-func (lk *locker) options(op, key string, opts []Option) (callOptions, error) {
+func (lk *Locker) options(op, key string, opts []Option) (callOptions, error) {
 	co, err := lk.callOptions(opts)
 	if err != nil {
 		return co, newError(op, key, ErrInvalid, err)
@@ -279,7 +193,7 @@ func (lk *locker) options(op, key string, opts []Option) (callOptions, error) {
 // A scope is a call under way (enter): its context, and what exit ends.
 type scope struct {
 	ctx    context.Context
-	lk     *locker
+	lk     *Locker
 	cancel context.CancelCauseFunc
 	stop   func() bool
 }
@@ -287,7 +201,7 @@ type scope struct {
 // enter begins a call of op on key: it registers the call (begin), or
 // fails with ErrClosed, and makes its context (callCtx). The caller defers
 // the scope's exit.
-func (lk *locker) enter(parent context.Context, op, key string) (scope, error) {
+func (lk *Locker) enter(parent context.Context, op, key string) (scope, error) {
 	if !lk.begin() {
 		return scope{}, newError(op, key, ErrClosed, nil)
 	}
@@ -320,15 +234,6 @@ func namedOwner(id string) string {
 	return hex.EncodeToString(b[:])
 }
 
-// semaphores returns nil when the driver grants permits, or why it cannot.
-func (lk *locker) semaphores() error {
-	s, ok := lk.d.(driver.Semaphorer)
-	if !ok {
-		return errors.New("this backend's driver grants no semaphore permits")
-	}
-	return s.Semaphores()
-}
-
 // checkLimit checks a semaphore's limit.
 func checkLimit(limit int) error {
 	if limit < 1 || limit > MaxPermits {
@@ -337,20 +242,10 @@ func checkLimit(limit int) error {
 	return nil
 }
 
-// reenterer returns nil when the driver keeps holds for named owners, or
-// why it cannot.
-func (lk *locker) reenterer() error {
-	r, ok := lk.d.(driver.Reenterer)
-	if !ok {
-		return errors.New("this backend's driver keeps no hold count: its locks are not reentrant")
-	}
-	return r.Reentrancy()
-}
-
 // newLease makes the Lease of an attempt at dl (the Lease and its
 // driver.Lease in one allocation), checked by the driver: an error wraps
 // ErrInvalid.
-func (lk *locker) newLease(op string, co callOptions, dl driver.Lease) (*Lease, error) {
+func (lk *Locker) newLease(op string, co callOptions, dl driver.Lease) (*Lease, error) {
 	l := &Lease{lk: lk, autoRenew: co.autoRenew, ttl: co.ttl, idx: -1, own: dl}
 	l.dl = &l.own
 	if err := lk.d.Validate(l.dl); err != nil {
@@ -367,7 +262,7 @@ func (lk *locker) newLease(op string, co callOptions, dl driver.Lease) (*Lease, 
 
 // callCtx is the context of a call under way: parent's, also ended (with
 // ErrClosed) when Close begins. The caller defers cancel(nil) and stop().
-func (lk *locker) callCtx(parent context.Context) (context.Context, context.CancelCauseFunc, func() bool) {
+func (lk *Locker) callCtx(parent context.Context) (context.Context, context.CancelCauseFunc, func() bool) {
 	// Locals, assigned once: the closure copies cancel (a named result
 	// would be moved to the heap).
 	ctx, cancel := context.WithCancelCause(parent)
@@ -384,7 +279,7 @@ func (lk *locker) callCtx(parent context.Context) (context.Context, context.Canc
 // unknown an error, and the grant is released in the background unless
 // keep is set (a resumed grant, which stays its first holder's when the
 // Resume fails).
-func (lk *locker) revive(ctx context.Context, dl *driver.Lease, start time.Time, keep bool) (time.Time, error) {
+func (lk *Locker) revive(ctx context.Context, dl *driver.Lease, start time.Time, keep bool) (time.Time, error) {
 	v := dl.Validity
 	if time.Until(start.Add(v-driftMargin(v))) >= minRenewRoom {
 		return start, nil
@@ -438,7 +333,7 @@ func validityFor(dl *driver.Lease) (time.Duration, error) {
 // Locker's list for Close. A grant that raced with Close is released,
 // unless it was resumed (it stays its first holder's: a failed Resume
 // changes nothing), and the call fails with ErrClosed.
-func (lk *locker) register(op string, l *Lease, start time.Time) error {
+func (lk *Locker) register(op string, l *Lease, start time.Time) error {
 	l.start = start
 	l.deadline = start.Add(l.dl.Validity - driftMargin(l.dl.Validity))
 	lk.mu.Lock()
@@ -464,14 +359,14 @@ func (lk *locker) register(op string, l *Lease, start time.Time) error {
 // release until it succeeds, the backend says the grant is gone, or until
 // passes (the grant has expired by then). Close waits for it up to Close's
 // bound and then cuts it short.
-func (lk *locker) releaseLater(dl *driver.Lease, until time.Time) {
+func (lk *Locker) releaseLater(dl *driver.Lease, until time.Time) {
 	lk.releaseAfter(nil, dl, until)
 }
 
 // releaseAfter is releaseLater after an attempt that failed with cause
 // (nil: no failed attempt), which decides how a failure is logged
 // (logCleanup).
-func (lk *locker) releaseAfter(cause error, dl *driver.Lease, until time.Time) {
+func (lk *Locker) releaseAfter(cause error, dl *driver.Lease, until time.Time) {
 	if !lk.bg.add() {
 		return // Close is past its bound: the TTL frees the key
 	}
@@ -491,7 +386,7 @@ func (lk *locker) releaseAfter(cause error, dl *driver.Lease, until time.Time) {
 // leaveAfter ends a queued wait that did not get the key, in the
 // background, as releaseLater ends a grant; cause is the error the wait
 // ended with, which decides how a failure is logged (see releaseAfter).
-func (lk *locker) leaveAfter(cause error, dl *driver.Lease) {
+func (lk *Locker) leaveAfter(cause error, dl *driver.Lease) {
 	if !lk.bg.add() {
 		return // Close is past its bound: the queue entry dies by itself
 	}
@@ -507,7 +402,7 @@ func (lk *locker) leaveAfter(cause error, dl *driver.Lease) {
 // without trying again: what it leaves behind dies with the queue entry,
 // or with the TTL of a grant whose reply was lost, and Close does not wait
 // for an unreachable backend longer than one attempt.
-func (lk *locker) leave(ctx context.Context, dl *driver.Lease) error {
+func (lk *Locker) leave(ctx context.Context, dl *driver.Lease) error {
 	err := lk.queuer.Leave(ctx, dl)
 	lk.mu.Lock()
 	closing := !lk.stopBy.IsZero()
@@ -526,7 +421,7 @@ func (e *finalError) Unwrap() error { return e.error }
 // retry makes attempts of op (a release or a leave) for dl until one
 // succeeds, the backend says the grant is gone, or until passes, or
 // Close's bound. Each attempt is bounded by ReleaseTimeout.
-func (lk *locker) retry(dl *driver.Lease, until time.Time, op func(context.Context, *driver.Lease) error) error {
+func (lk *Locker) retry(dl *driver.Lease, until time.Time, op func(context.Context, *driver.Lease) error) error {
 	const first, maxWait = 20 * time.Millisecond, time.Second
 	wait := first
 	for {
@@ -564,7 +459,7 @@ func (lk *locker) retry(dl *driver.Lease, until time.Time, op func(context.Conte
 	}
 }
 
-func (lk *locker) forget(l *Lease) {
+func (lk *Locker) forget(l *Lease) {
 	lk.mu.Lock()
 	delete(lk.leases, l)
 	lk.mu.Unlock()
@@ -579,7 +474,10 @@ func (lk *locker) forget(l *Lease) {
 // Refresh under way ends with its own context (or, for Refresh, the
 // lease's deadline), which Close does not cut short. A second Close
 // returns nil.
-func (lk *locker) Close() error {
+func (lk *Locker) Close() error {
+	if lk == nil {
+		return newError("close", "", ErrInvalid, errNilLocker)
+	}
 	lk.mu.Lock()
 	if lk.closed {
 		lk.mu.Unlock()
@@ -644,7 +542,7 @@ func (lk *locker) Close() error {
 // calls and background releases up to bound, then cuts them short, stops
 // the renewals and the workers, and closes the driver, waiting for that
 // up to bound too (or 100ms, if bound has passed).
-func (lk *locker) stopAll(bound time.Time) error {
+func (lk *Locker) stopAll(bound time.Time) error {
 	timer := time.NewTimer(time.Until(bound))
 	defer timer.Stop()
 	for _, g := range []*group{&lk.calls, &lk.bg} {
@@ -685,52 +583,25 @@ func (lk *locker) stopAll(bound time.Time) error {
 	}
 }
 
-func (lk *locker) logWarn(msg, key string, err error) {
+func (lk *Locker) logWarn(msg, key string, err error) {
 	if lk.opts.Logger != nil {
 		lk.opts.Logger.Warn("dlock: "+msg, "key", key, "driver", lk.name, "err", err)
 	}
 }
 
-// As gives access to what a driver is built on, such as its backend client,
-// for what this package does not offer. It sets target, a pointer, and
-// reports whether it did; each driver's package doc lists the types it
-// accepts under "As".
-func As(l Locker, target any) bool {
-	a, ok := l.(interface{ As(any) bool })
+// As gives access to what the driver is built on, such as its backend
+// client, for what this package does not offer. It sets target, a
+// pointer, and reports whether it did; each driver's package doc lists the
+// types it accepts under "As".
+func (lk *Locker) As(target any) bool {
+	if lk == nil {
+		return false
+	}
+	a, ok := lk.d.(driver.Aser)
 	return ok && a.As(target)
 }
 
-// As forwards to the driver's As method, if it has one.
-func (lk *locker) As(target any) bool {
-	a, ok := lk.d.(interface{ As(any) bool })
-	return ok && a.As(target)
-}
-
-// Semaphores returns l as a SemLocker when its driver grants semaphore
-// permits, or else an error wrapping ErrInvalid that says why not (the
-// driver's reason, such as memcached's). Use it instead of a bare type
-// assertion where the reason is worth showing.
-func Semaphores(l Locker) (SemLocker, error) {
-	if sl, ok := l.(SemLocker); ok {
-		return sl, nil
-	}
-	if lk, ok := unwrapLocker(l); ok {
-		return nil, newError("acquire", "", ErrInvalid, lk.semaphores())
-	}
-	return nil, newError("acquire", "", ErrInvalid, errors.New("this Locker grants no semaphore permits"))
-}
-
-// unwrapLocker returns the locker behind a Locker of this package.
-func unwrapLocker(l Locker) (*locker, bool) {
-	switch v := l.(type) {
-	case *locker:
-		return v, true
-	case *rwLocker:
-		return v.locker, true
-	case *semLocker:
-		return v.locker, true
-	case *rwSemLocker:
-		return v.locker, true
-	}
-	return nil, false
-}
+// As is l.As(target).
+//
+// Deprecated: use Locker.As.
+func As(l *Locker, target any) bool { return l.As(target) }

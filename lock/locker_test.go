@@ -166,7 +166,7 @@ func TestNoAutoRenew(t *testing.T) {
 		t.Errorf("%d refreshes with auto-renewal off", n)
 	}
 	// WithAutoRenew(true) overrides the Locker's default.
-	lease, _ = l.Lock(bg(t), "k2", lock.WithTTL(150*time.Millisecond), lock.WithAutoRenew(true))
+	lease, _ = l.Lock(bg(t), "k2", lock.WithTTL(150*time.Millisecond), lock.WithDisableAutoRenew(false))
 	time.Sleep(400 * time.Millisecond)
 	if lease.Err() != nil {
 		t.Errorf("WithAutoRenew(true) lease lost: %v", lease.Err())
@@ -401,7 +401,7 @@ func TestDoReturnsLockError(t *testing.T) {
 	l := lock.New(f, nil)
 	defer l.Close()
 	ran := false
-	err := lock.Do(bg(t), l, "", func(context.Context) error { ran = true; return nil })
+	err := l.Do(bg(t), "", func(context.Context) error { ran = true; return nil })
 	if ran || !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("Do with an empty key: ran=%v err=%v", ran, err)
 	}
@@ -420,18 +420,20 @@ func TestDoLeaseFrom(t *testing.T) {
 	if lock.LeaseFrom(nil) != nil {
 		t.Error("LeaseFrom(nil) is not nil")
 	}
-	err := lock.Do(bg(t), l, "outer", func(ctx context.Context) error {
+	err := l.Do(bg(t), "outer", func(ctx context.Context) error {
 		outer := lock.LeaseFrom(ctx)
 		if outer == nil || outer.Key() != "outer" || outer.Token() == 0 {
 			return fmt.Errorf("LeaseFrom in Do = %v", outer)
 		}
-		return lock.Do(ctx, l, "inner", func(ctx context.Context) error {
+		return l.Do(ctx, "inner", func(ctx context.Context) error {
 			if inner := lock.LeaseFrom(ctx); inner == nil || inner.Key() != "inner" || inner.Token() == outer.Token() {
 				return fmt.Errorf("LeaseFrom in the nested Do = %v (outer %v)", inner, outer)
 			}
 			return nil
 		})
+
 	})
+
 	if err != nil {
 		t.Error(err)
 	}

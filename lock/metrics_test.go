@@ -75,7 +75,7 @@ func TestLifecycleLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Unlock(ctx)
-	d, err := l.(lock.RWLocker).RLock(ctx, "d")
+	d, err := l.RLock(ctx, "d")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestLifecycleLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Unlock(ctx)
-	p, err := l.(lock.SemLocker).Acquire(ctx, "p", 3)
+	p, err := l.Acquire(ctx, "p", 3)
 	if err != nil {
 		t.Fatal(err)
 	}

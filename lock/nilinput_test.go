@@ -20,18 +20,19 @@ func TestNilInputsInvalid(t *testing.T) {
 	s := memory.NewStore()
 	l := memory.New(s, &lock.Options{ReleaseTimeout: time.Second})
 	defer l.Close()
-	rw, sem := l.(lock.RWLocker), l.(lock.SemLocker)
+	rw, sem := l, l
 	held, err := l.Lock(ctx, "held")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Unlock(ctx)
 	var nilLease *lock.Lease
+	var nilLocker *lock.Locker
 	zero := &lock.Lease{}
 	fn := func(context.Context) error { return nil }
 	lease := func(_ *lock.Lease, err error) error { return err }
 	keyState := func(_ *lock.KeyState, err error) error { return err }
-	locker := func(_ lock.Locker, err error) error { return err }
+	locker := func(_ *lock.Locker, err error) error { return err }
 	for _, c := range []struct {
 		name string
 		call func() error
@@ -68,12 +69,16 @@ func TestNilInputsInvalid(t *testing.T) {
 			}
 			return lease(o.TryLock(ctx, "k"))
 		}},
-		{"Do(nil ctx)", func() error { return lock.Do(nilCtx, l, "k", fn) }},
-		{"Do(nil Locker)", func() error { return lock.Do(ctx, nil, "k", fn) }},
-		{"Do(nil fn)", func() error { return lock.Do(ctx, l, "k", nil) }},
-		{"Inspect(nil ctx)", func() error { return keyState(lock.Inspect(nilCtx, l, "k")) }},
-		{"Inspect(nil Locker)", func() error { return keyState(lock.Inspect(ctx, nil, "k")) }},
-		{"Semaphores(nil)", func() error { _, err := lock.Semaphores(nil); return err }},
+		{"Do(nil ctx)", func() error { return l.Do(nilCtx, "k", fn) }},
+		{"nil Locker: Do", func() error { return nilLocker.Do(ctx, "k", fn) }},
+		{"nil Locker: Lock", func() error { return lease(nilLocker.Lock(ctx, "k")) }},
+		{"nil Locker: TryAcquire", func() error { return lease(nilLocker.TryAcquire(ctx, "k", 2)) }},
+		{"nil Locker: Resume", func() error { return lease(nilLocker.Resume(ctx, held.Handle())) }},
+		{"nil Locker: Supports", func() error { return nilLocker.Supports(lock.SharedLeases) }},
+		{"nil Locker: Close", func() error { return nilLocker.Close() }},
+		{"Do(nil fn)", func() error { return l.Do(ctx, "k", nil) }},
+		{"Inspect(nil ctx)", func() error { return keyState(l.Inspect(nilCtx, "k")) }},
+		{"nil Locker: Inspect", func() error { return keyState(nilLocker.Inspect(ctx, "k")) }},
 		{"Open(nil ctx)", func() error { return locker(lock.Open(nilCtx, "memory://")) }},
 		{"OpenWith(nil ctx)", func() error { return locker(lock.OpenWith(nilCtx, "memory://", nil)) }},
 		{`Open("")`, func() error { return locker(lock.Open(ctx, "")) }},
@@ -106,7 +111,7 @@ func TestNilInputsInvalid(t *testing.T) {
 		t.Fatalf("the lease ended: %v", held.Err())
 	}
 	var st *lock.KeyState
-	if st.Held() || lock.As(nil, new(int)) || lock.As(l, nil) {
+	if st.Held() || nilLocker.As(new(int)) || l.As(nil) {
 		t.Error("a nil KeyState is held, or As succeeded without a Locker or target")
 	}
 }

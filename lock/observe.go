@@ -232,14 +232,9 @@ func endOf(err error) int {
 	return endUnlocked
 }
 
-// driverName is the name of d for metrics and logs: what its Name method
-// returns, if it has one, or else the name of its type's package.
-func driverName(d driver.Driver) string {
-	if n, ok := d.(interface{ Name() string }); ok {
-		if name := n.Name(); name != "" {
-			return name
-		}
-	}
+// packageName is the name of d's type's package, the name of a driver
+// whose Caps give none.
+func packageName(d driver.Driver) string {
 	t := strings.TrimLeft(fmt.Sprintf("%T", d), "*")
 	if pkg, _, ok := strings.Cut(t, "."); ok && pkg != "" {
 		return pkg
@@ -249,8 +244,11 @@ func driverName(d driver.Driver) string {
 
 // acquire is a Lock, TryLock, RLock, TryRLock, Acquire or TryAcquire call
 // (doAcquire), timed for dlock.lock.wait.duration.
-func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
-	if parent == nil {
+func (lk *Locker) acquire(parent context.Context, op, key string, mode driver.Mode, limit int, wait bool, opts []Option) (*Lease, error) {
+	switch {
+	case lk == nil:
+		return nil, newError(op, key, ErrInvalid, errNilLocker)
+	case parent == nil:
 		return nil, newError(op, key, ErrInvalid, errNilContext)
 	}
 	if lk.m == nil {
@@ -264,7 +262,7 @@ func (lk *locker) acquire(parent context.Context, op, key string, mode driver.Mo
 
 // granted counts l, just registered by op, as held (unless it has ended
 // already), and logs it.
-func (lk *locker) granted(op string, l *Lease) {
+func (lk *Locker) granted(op string, l *Lease) {
 	l.mu.Lock()
 	if l.err != nil {
 		l.mu.Unlock()
@@ -292,7 +290,7 @@ var monoBase = time.Now()
 // ended records the end of l with err, a lease counted by granted at
 // grantedAt (zero when metrics were off then). A lost lease is logged by
 // lost.
-func (lk *locker) ended(l *Lease, err error, grantedAt time.Duration) {
+func (lk *Locker) ended(l *Lease, err error, grantedAt time.Duration) {
 	e := endOf(err)
 	if lk.m != nil {
 		ctx, mode := context.Background(), modeIndex(l.dl.Mode)
@@ -312,7 +310,7 @@ func (lk *locker) ended(l *Lease, err error, grantedAt time.Duration) {
 }
 
 // lost counts and logs the loss of l, for cause (lostExpired, ...).
-func (lk *locker) lost(l *Lease, cause int, err error) {
+func (lk *Locker) lost(l *Lease, cause int, err error) {
 	if lk.m != nil {
 		lk.m.add(context.Background(), lk.m.lost, &lk.m.lostAttrs[modeIndex(l.dl.Mode)][cause], l.dl.Key, 1)
 	}
@@ -320,14 +318,14 @@ func (lk *locker) lost(l *Lease, cause int, err error) {
 }
 
 // renewalFailed counts a failed renewal of l.
-func (lk *locker) renewalFailed(l *Lease) {
+func (lk *Locker) renewalFailed(l *Lease) {
 	if lk.m != nil {
 		lk.m.add(context.Background(), lk.m.renewFailed, &lk.m.renewAttrs[modeIndex(l.dl.Mode)], l.dl.Key, 1)
 	}
 }
 
 // renewalsLate counts the renewals of ls as late.
-func (lk *locker) renewalsLate(ls []*Lease) {
+func (lk *Locker) renewalsLate(ls []*Lease) {
 	if lk.m == nil {
 		return
 	}
@@ -338,7 +336,7 @@ func (lk *locker) renewalsLate(ls []*Lease) {
 
 // logLate warns that late renewals came late since the last warning; the
 // Locker holds held leases, queued of whose renewals wait for a worker.
-func (lk *locker) logLate(late, held, queued int) {
+func (lk *Locker) logLate(late, held, queued int) {
 	lg := lk.opts.Logger
 	if lg == nil || !lg.Enabled(context.Background(), slog.LevelWarn) {
 		return
@@ -349,7 +347,7 @@ func (lk *locker) logLate(late, held, queued int) {
 
 // releaseFailed counts a failed release of dl: an Unlock's, or a
 // background one that gave up.
-func (lk *locker) releaseFailed(dl *driver.Lease, background bool) {
+func (lk *Locker) releaseFailed(dl *driver.Lease, background bool) {
 	if lk.m != nil {
 		lk.m.add(context.Background(), lk.m.releaseFailed, &lk.m.releaseAttrs[modeIndex(dl.Mode)][boolIndex(background)], dl.Key, 1)
 	}
@@ -358,7 +356,7 @@ func (lk *locker) releaseFailed(dl *driver.Lease, background bool) {
 // logLease logs an event of l's life at level, with its key, driver, mode
 // and token (and limit, for a permit), then cause and err when given.
 // Nothing is built when the logger would drop the record.
-func (lk *locker) logLease(level slog.Level, msg string, l *Lease, cause string, err error) {
+func (lk *Locker) logLease(level slog.Level, msg string, l *Lease, cause string, err error) {
 	lg := lk.opts.Logger
 	if lg == nil || !lg.Enabled(context.Background(), level) {
 		return

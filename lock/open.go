@@ -93,7 +93,7 @@ func Schemes() []string {
 // and retries; on ZooKeeper before the first session, once every server
 // has failed an attempt, 1s each at most, and after the session timeout
 // asked for at the latest).
-func Open(ctx context.Context, rawURL string) (Locker, error) {
+func Open(ctx context.Context, rawURL string) (*Locker, error) {
 	return OpenWith(ctx, rawURL, nil)
 }
 
@@ -102,7 +102,7 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 // ReleaseTimeout of o replace the Locker's when set. TTL and auto-renewal
 // come from the URL (ttl=, autorenew=), so that configuration alone decides
 // them; o's TTL and DisableAutoRenew are ignored.
-func OpenWith(ctx context.Context, rawURL string, o *Options) (Locker, error) {
+func OpenWith(ctx context.Context, rawURL string, o *Options) (*Locker, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: Open: %v", ErrInvalid, errNilContext)
 	}

@@ -130,7 +130,7 @@ func TestOpenWith(t *testing.T) {
 	}
 	defer l.Close()
 	var f *fake
-	if !lock.As(l, &f) {
+	if !l.As(&f) {
 		t.Fatal("As did not reach the fake driver")
 	}
 	lease, err := l.Lock(bg(t), "k")

@@ -34,7 +34,7 @@ type Options struct {
 	// DisableAutoRenew turns off automatic renewal for leases of this
 	// Locker. By default a lease is renewed until it is released (see
 	// Renewal in the package doc), like Redisson's watchdog or an etcd
-	// session's keep-alive. Per call, WithAutoRenew overrides it.
+	// session's keep-alive. Per call, WithDisableAutoRenew overrides it.
 	DisableAutoRenew bool
 	// Retry is how Lock waits for a held key: DefaultRetry (also when
 	// nil) queues on drivers that queue waiters and backs off on the
@@ -112,12 +112,18 @@ func WithTTL(ttl time.Duration) Option {
 	return func(c *callOptions) { c.ttl = ttl }
 }
 
-// WithAutoRenew turns automatic renewal on or off for this lease. Turn it
-// off when the work has a known bound and you would rather the key expire
-// than be held by a process that hangs; renew by hand with Lease.Refresh.
-func WithAutoRenew(on bool) Option {
-	return func(c *callOptions) { c.autoRenew = on }
+// WithDisableAutoRenew turns automatic renewal off (true) or on (false)
+// for this lease, whatever Options.DisableAutoRenew says. Turn it off when
+// the work has a known bound and you would rather the key expire than be
+// held by a process that hangs; renew by hand with Lease.Refresh.
+func WithDisableAutoRenew(disable bool) Option {
+	return func(c *callOptions) { c.autoRenew = !disable }
 }
+
+// WithAutoRenew is WithDisableAutoRenew(!on).
+//
+// Deprecated: use WithDisableAutoRenew, named as Options.DisableAutoRenew.
+func WithAutoRenew(on bool) Option { return WithDisableAutoRenew(!on) }
 
 // WithRetry sets the retry strategy for this Lock call: for instance
 // NoRetry() to try once, or LimitRetry to bound the attempts. Any strategy
@@ -151,7 +157,7 @@ func WithOwner(id string) Option {
 	return func(c *callOptions) { c.owner, c.named = id, true }
 }
 
-func (lk *locker) callOptions(opts []Option) (callOptions, error) {
+func (lk *Locker) callOptions(opts []Option) (callOptions, error) {
 	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry}
 	if len(opts) > 0 {
 		p := new(callOptions) // escapes to the options: only when there are some

@@ -13,7 +13,7 @@ import (
 )
 
 // promptFake is a fake that says its calls return by their context's end
-// (driver.Prompt), so lock makes them on the caller's goroutine. Its
+// (driver.Caps.ReturnsAtContextEnd), so lock makes them on the caller's goroutine. Its
 // Acquire can also grant after its context ended (lateGrant): a reply
 // that came just too late.
 type promptFake struct {
@@ -22,7 +22,9 @@ type promptFake struct {
 	stacks    chan string // the stack of each Acquire, when not nil
 }
 
-func (p *promptFake) Prompt() bool { return true }
+func (p *promptFake) Capabilities() driver.Caps {
+	return driver.Caps{ReturnsAtContextEnd: true}
+}
 
 func (p *promptFake) Acquire(ctx context.Context, l *driver.Lease) error {
 	if p.stacks != nil {
@@ -37,9 +39,9 @@ func (p *promptFake) Acquire(ctx context.Context, l *driver.Lease) error {
 	return p.fake.Acquire(ctx, l)
 }
 
-var _ driver.Prompt = (*promptFake)(nil)
+var _ driver.Capable = (*promptFake)(nil)
 
-// TestPromptCallsRunOnCallersGoroutine: a driver.Prompt's calls are made
+// TestPromptCallsRunOnCallersGoroutine: a ReturnsAtContextEnd driver's calls are made
 // on the caller's goroutine, with no hand-off to one of lock's (whose
 // stack would not hold the caller's frames).
 func TestPromptCallsRunOnCallersGoroutine(t *testing.T) {
@@ -58,7 +60,7 @@ func TestPromptCallsRunOnCallersGoroutine(t *testing.T) {
 	}
 }
 
-// TestPromptLateGrantReleased: a driver.Prompt's call that returns after
+// TestPromptLateGrantReleased: a ReturnsAtContextEnd driver's call that returns after
 // its context ended is treated as one the caller gave up on: the caller
 // gets the context's error at once, and a grant the call made is released
 // in the background, as after a hand-off.

@@ -25,7 +25,7 @@ import (
 // falling behind. A lease whose deadline passes before a refresh succeeds
 // is lost then, whatever its refresh is doing.
 type scheduler struct {
-	lk    *locker
+	lk    *Locker
 	batch driver.BatchRefresher
 
 	mu      sync.Mutex
@@ -87,7 +87,7 @@ type renewJob struct {
 	leases []*Lease
 }
 
-func newScheduler(lk *locker) *scheduler {
+func newScheduler(lk *Locker) *scheduler {
 	s := &scheduler{lk: lk, wake: make(chan struct{}, 1), wakeAt: time.Now().Add(time.Hour)}
 	s.batch, _ = lk.d.(driver.BatchRefresher)
 	s.ctx, s.cancel = context.WithCancel(context.Background())

@@ -40,7 +40,7 @@ func (l *Lease) Handle() string {
 		mode = "s"
 	case l.dl.Mode == driver.Permit:
 		mode = "p" + strconv.Itoa(l.dl.Limit)
-	case l.dl.Reentrant:
+	case l.dl.Reentry:
 		mode = "o"
 	}
 	return handlePrefix + mode + "." + l.dl.Owner + "." + strconv.FormatUint(l.dl.Token, 10) + "." +
@@ -101,10 +101,25 @@ func parseHandle(s string) (handle, error) {
 	return h, nil
 }
 
-// Resume implements Locker.
-func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lease, error) {
+// Resume takes over the grant that handle describes (Lease.Handle,
+// Lease.Detach), made through another Locker of the same backend, in this
+// process or another: the backend checks that the grant still exists with
+// that owner (and, where it records it, that token) and extends it to at
+// least the TTL, never shortening it (the first holder's deadline counts
+// on it); the new Lease has the same key and token, and its own deadline,
+// renewal (the options as for Lock; WithRetry is not used: Resume makes
+// one attempt) and Done. Until one of them ends it, the grant is held by
+// both Leases: the first holder should have died, or Detach it. Errors
+// wrap ErrInvalid (a malformed handle), ErrUnsupported (a backend whose
+// driver cannot resume: ZooKeeper's), ErrNotAcquired and ErrNotHeld (the
+// grant is gone), ErrNotAcquired and the backend's or the context's
+// error, or ErrClosed. A failed Resume changes nothing.
+func (lk *Locker) Resume(parent context.Context, h string, opts ...Option) (*Lease, error) {
 	const op = "resume"
-	if parent == nil {
+	switch {
+	case lk == nil:
+		return nil, newError(op, "", ErrInvalid, errNilLocker)
+	case parent == nil:
 		return nil, newError(op, "", ErrInvalid, errNilContext)
 	}
 	hd, herr := parseHandle(h)
@@ -123,7 +138,7 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 	if co.named {
 		return nil, newError(op, key, ErrInvalid, errors.New("WithOwner does not apply to Resume: the handle names the owner"))
 	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, Limit: hd.limit, TTL: co.ttl, Token: hd.token, Reentrant: hd.reentrant})
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, Limit: hd.limit, TTL: co.ttl, Token: hd.token, Reentry: hd.reentrant})
 	if err != nil {
 		return nil, err
 	}
@@ -137,33 +152,25 @@ func (lk *locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 }
 
 // resumerFor returns the driver as a Resumer of the grant hd describes,
-// or an error wrapping ErrInvalid that says why it cannot resume it.
-func (lk *locker) resumerFor(op string, hd handle) (driver.Resumer, error) {
+// or an error wrapping ErrUnsupported that says why it cannot resume it.
+func (lk *Locker) resumerFor(op string, hd handle) (driver.Resumer, error) {
 	key := hd.key
-	r, err := lk.resumer()
-	if err != nil {
-		return nil, newError(op, key, ErrInvalid, err)
+	if err := lk.refuse(op, key, Resume); err != nil {
+		return nil, err
 	}
-	if hd.mode == driver.Shared {
-		if s, ok := lk.d.(driver.Sharer); !ok || !s.SupportsShared() {
-			return nil, newError(op, key, ErrInvalid, errors.New("a shared lease, and this backend's driver grants none"))
-		}
-	}
-	if hd.mode == driver.Permit {
-		if err := lk.semaphores(); err != nil {
-			return nil, newError(op, key, ErrInvalid, err)
-		}
+	if err := lk.refuseMode(op, key, hd.mode); err != nil {
+		return nil, err
 	}
 	if hd.reentrant {
-		if err := lk.reenterer(); err != nil {
-			return nil, newError(op, key, ErrInvalid, err)
+		if err := lk.refuse(op, key, Reentry); err != nil {
+			return nil, err
 		}
 	}
-	return r, nil
+	return lk.d.(driver.Resumer), nil
 }
 
 // resume takes over l's grant through r, in the call whose context is ctx.
-func (lk *locker) resume(ctx context.Context, r driver.Resumer, l *Lease) (*Lease, error) {
+func (lk *Locker) resume(ctx context.Context, r driver.Resumer, l *Lease) (*Lease, error) {
 	const op = "resume"
 	dl := l.dl
 	key := dl.Key
@@ -207,31 +214,20 @@ func (lk *locker) resume(ctx context.Context, r driver.Resumer, l *Lease) (*Leas
 	return l, nil
 }
 
-// resumer returns the driver as a Resumer, or why it cannot resume.
-func (lk *locker) resumer() (driver.Resumer, error) {
-	r, ok := lk.d.(driver.Resumer)
-	if !ok {
-		return nil, errors.New("this backend's driver cannot resume a lease")
-	}
-	if err := r.Resumable(); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
 // Detach ends the lease here without releasing its grant, and returns its
 // Handle, so that another Locker (another process) can Resume it: renewal
 // stops, Close will not release it, Done closes and Err reports
 // ErrDetached. The grant lasts until its TTL passes unless it is resumed
 // before. It fails, with the error that ended it, when the lease has
-// ended, and with ErrInvalid, leaving the lease as it was, when the
-// backend's driver cannot resume leases (or the Lease is nil or zero).
+// ended; with ErrUnsupported, leaving the lease as it was, when the
+// backend's driver cannot resume leases; with ErrInvalid when the Lease is
+// nil or zero.
 func (l *Lease) Detach() (string, error) {
 	if l.invalid() {
 		return "", newError("detach", "", ErrInvalid, errNoLease)
 	}
-	if _, err := l.lk.resumer(); err != nil {
-		return "", newError("detach", l.dl.Key, ErrInvalid, err)
+	if err := l.lk.refuse("detach", l.dl.Key, Resume); err != nil {
+		return "", err
 	}
 	l.mu.Lock()
 	if l.err != nil {

@@ -23,7 +23,7 @@ func TestHandleRoundTrip(t *testing.T) {
 			case len(key)%3 == 1:
 				mode, limit = driver.Permit, len(key)
 			}
-			l := &Lease{own: driver.Lease{Key: key, Owner: owner, Token: 1795563207923503, Mode: mode, Limit: limit, Reentrant: named}}
+			l := &Lease{own: driver.Lease{Key: key, Owner: owner, Token: 1795563207923503, Mode: mode, Limit: limit, Reentry: named}}
 			l.dl = &l.own
 			h := l.Handle()
 			for i := 0; i < len(h); i++ {
@@ -64,7 +64,7 @@ func FuzzParseHandle(f *testing.F) {
 		if checkKey(h.key) != nil || !driver.IsOwner(h.owner) || h.token == 0 || (h.mode == driver.Permit) != (h.limit > 0) || checkLimit(max(h.limit, 1)) != nil {
 			t.Fatalf("parseHandle(%q) accepted %+v", s, h)
 		}
-		l := &Lease{own: driver.Lease{Key: h.key, Owner: h.owner, Token: h.token, Mode: h.mode, Limit: h.limit, Reentrant: h.reentrant}}
+		l := &Lease{own: driver.Lease{Key: h.key, Owner: h.owner, Token: h.token, Mode: h.mode, Limit: h.limit, Reentry: h.reentrant}}
 		l.dl = &l.own
 		if again, err := parseHandle(l.Handle()); err != nil || again != h {
 			t.Fatalf("round trip of %q: %+v, %v", s, again, err)

@@ -277,7 +277,7 @@ func TestDoReleasesOnPanic(t *testing.T) {
 				t.Errorf("recovered %v; want the panic of fn", r)
 			}
 		}()
-		_ = lock.Do(bg(t), l, "k", func(context.Context) error { panic("boom") })
+		_ = l.Do(bg(t), "k", func(context.Context) error { panic("boom") })
 	}()
 	if h := f.holder("k"); h != "" {
 		t.Fatal("the key is still held after fn panicked")

@@ -3,7 +3,6 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,39 +11,65 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// A Locker is a SemLocker exactly when its driver grants permits;
-// Semaphores says why not otherwise, and a SemLocker whose driver also
-// shares is an RWLocker too.
-func TestSemaphoresByCapability(t *testing.T) {
+// Supports tells what the driver's Caps say, and every call that needs
+// what the driver lacks is refused the same way, before any I/O: with
+// ErrUnsupported (and ErrInvalid, as before), naming the driver and, where
+// it gave one, its reason.
+func TestSupportsByCapability(t *testing.T) {
 	plain := lock.New(newFake(), nil)
 	defer plain.Close()
-	if _, ok := plain.(lock.SemLocker); ok {
-		t.Fatal("a Locker over a driver without Semaphorer is a SemLocker")
+	for _, c := range []lock.Capability{lock.SharedLeases, lock.Permits, lock.Reentry, lock.Resume, lock.Inspect} {
+		err := plain.Supports(c)
+		if !errors.Is(err, lock.ErrUnsupported) || !errors.Is(err, lock.ErrInvalid) || !errors.Is(err, errors.ErrUnsupported) ||
+			!strings.Contains(err.Error(), "lock_test") {
+			t.Errorf("Supports(%v) of a driver without Caps: %v, want ErrUnsupported naming the driver", c, err)
+		}
 	}
-	if _, err := lock.Semaphores(plain); !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "no semaphore permits") {
-		t.Errorf("Semaphores of a Locker without permits: %v, want ErrInvalid with the reason", err)
-	}
-	refusing := lock.New(&semFake{fake: newFake(), err: fmt.Errorf("%w: not here, because", driver.ErrInvalid)}, nil)
+	refusing := lock.New(&capsFake{fake: newFake(), caps: driver.Caps{Name: "refuser", Permits: driver.No("not here, because")}}, nil)
 	defer refusing.Close()
-	if _, err := lock.Semaphores(refusing); !errors.Is(err, lock.ErrInvalid) || !strings.Contains(err.Error(), "not here, because") {
-		t.Errorf("Semaphores of a refusing driver: %v, want ErrInvalid with its reason", err)
+	ctx := context.Background()
+	calls := map[string]error{
+		"Supports": refusing.Supports(lock.Permits),
 	}
-	granting := lock.New(&semFake{fake: newFake()}, nil)
+	_, calls["Acquire"] = refusing.Acquire(ctx, "k", 2)
+	_, calls["TryAcquire"] = refusing.TryAcquire(ctx, "k", 2)
+	for name, err := range calls {
+		if !errors.Is(err, lock.ErrUnsupported) || !strings.Contains(err.Error(), "refuser: not here, because") {
+			t.Errorf("%s on a driver refusing permits: %v, want ErrUnsupported with its name and reason", name, err)
+		}
+	}
+	_, err := refusing.TryRLock(ctx, "k")
+	if !errors.Is(err, lock.ErrUnsupported) || !strings.Contains(err.Error(), "the refuser driver does not declare shared leases") {
+		t.Errorf("TryRLock on a driver whose Caps leave Shared unset: %v", err)
+	}
+	_, err = refusing.Resume(ctx, "dlock1.p2.0123456789abcdef0123456789abcdef.12.a2V5")
+	if !errors.Is(err, lock.ErrUnsupported) || !strings.Contains(err.Error(), "the refuser driver does not declare resuming leases") {
+		t.Errorf("Resume on a driver whose Caps leave Resume unset: %v", err)
+	}
+	_, err = refusing.Lock(ctx, "k", lock.WithOwner("job"))
+	if !errors.Is(err, lock.ErrUnsupported) || !strings.Contains(err.Error(), "re-entry") {
+		t.Errorf("Lock WithOwner on a driver whose Caps leave Reentry unset: %v", err)
+	}
+	granting := lock.New(&capsFake{fake: newFake(), caps: driver.Caps{Permits: driver.Yes}}, nil)
 	defer granting.Close()
-	if _, err := lock.Semaphores(granting); err != nil {
-		t.Errorf("Semaphores of a granting driver: %v", err)
+	if err := granting.Supports(lock.Permits); err != nil {
+		t.Errorf("Supports(Permits) of a granting driver: %v", err)
 	}
-	if _, ok := granting.(lock.RWLocker); ok {
-		t.Error("a driver that shares nothing gave an RWLocker")
+	if err := granting.Supports(lock.SharedLeases); !errors.Is(err, lock.ErrUnsupported) {
+		t.Errorf("Supports(SharedLeases) of a driver that shares nothing: %v", err)
+	}
+	if n := plain.Supports(lock.Capability(99)); n == nil {
+		t.Error("Supports of an unknown capability: nil")
 	}
 }
 
-type semFake struct {
+// capsFake is the fake with the Caps the test gives.
+type capsFake struct {
 	*fake
-	err error
+	caps driver.Caps
 }
 
-func (s *semFake) Semaphores() error { return s.err }
+func (c *capsFake) Capabilities() driver.Caps { return c.caps }
 
 // resumingFake resumes a grant as a refresh that reaches the backend
 // delay late (a server paused under the call: applied when it wakes, the
@@ -57,7 +82,7 @@ type resumingFake struct {
 	replyLate bool
 }
 
-func (r *resumingFake) Resumable() error { return nil }
+func (r *resumingFake) Capabilities() driver.Caps { return driver.Caps{Resume: driver.Yes} }
 
 func (r *resumingFake) Resume(ctx context.Context, l *driver.Lease) error {
 	if !r.replyLate {

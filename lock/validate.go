@@ -13,6 +13,7 @@ func checkKey(key string) error { return checkName("key", key) }
 
 // Reasons for refusing nil and zero values with ErrInvalid.
 var (
+	errNilLocker  = errors.New("nil *Locker")
 	errNilContext = errors.New("nil context.Context (use context.Background() or context.TODO())")
 	errNoLease    = errors.New("not a Lease granted by a Locker (a nil or zero *Lease)")
 )

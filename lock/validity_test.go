@@ -29,7 +29,7 @@ func TestValidityReported(t *testing.T) {
 		}
 	}
 	before := time.Now()
-	lease, err := l.Lock(bg(t), "k", lock.WithTTL(3*time.Second), lock.WithAutoRenew(false))
+	lease, err := l.Lock(bg(t), "k", lock.WithTTL(3*time.Second), lock.WithDisableAutoRenew(true))
 	after := time.Now()
 	if err != nil {
 		t.Fatal(err)

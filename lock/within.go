@@ -25,7 +25,7 @@ import (
 // of a Lock+Unlock's client CPU on a 2-core machine. When ctx has ended by
 // the time f returns, the outcome is treated as the hand-off treats a call
 // that outlived its context: after gets f's error and the caller ctx's.
-func (lk *locker) within(ctx context.Context, f func() error, after func(error)) (ok bool, err error) {
+func (lk *Locker) within(ctx context.Context, f func() error, after func(error)) (ok bool, err error) {
 	if ctx.Done() == nil {
 		return true, f()
 	}
@@ -55,7 +55,7 @@ type job interface {
 }
 
 // withinJob is within for a job.
-func (lk *locker) withinJob(ctx context.Context, j job) (ok bool, err error) {
+func (lk *Locker) withinJob(ctx context.Context, j job) (ok bool, err error) {
 	if ctx.Done() == nil {
 		return true, j.run()
 	}
@@ -79,7 +79,7 @@ func (lk *locker) withinJob(ctx context.Context, j job) (ok bool, err error) {
 // with after run on a goroutine of its own, as a worker runs it. Once
 // Close has stopped background work, the call counts as returned in time,
 // as in within.
-func (lk *locker) late(ctx context.Context, err error, after func(error)) (bool, error) {
+func (lk *Locker) late(ctx context.Context, err error, after func(error)) (bool, error) {
 	if !lk.bg.add() {
 		return true, err
 	}
@@ -94,7 +94,7 @@ func (lk *locker) late(ctx context.Context, err error, after func(error)) (bool,
 
 // dispatch hands c, whose job has joined lk.bg, to a worker, and waits for
 // its result or for ctx's end (see within).
-func (lk *locker) dispatch(ctx context.Context, c *call) (ok bool, err error) {
+func (lk *Locker) dispatch(ctx context.Context, c *call) (ok bool, err error) {
 	c.lk = lk
 	select {
 	case lk.work <- c: // an idle worker takes it
@@ -131,7 +131,7 @@ const (
 	maxIdleWorkers = 8
 )
 
-func (lk *locker) worker(c *call) {
+func (lk *Locker) worker(c *call) {
 	defer lk.workers.done()
 	var idle *time.Timer
 	for {
@@ -164,7 +164,7 @@ func (lk *locker) worker(c *call) {
 type call struct {
 	state atomic.Int32 // running, then finished or abandoned
 	res   chan error   // the job's error, when the caller still waits for it
-	lk    *locker
+	lk    *Locker
 	j     job
 	fj    funcJob // within's job: j points to it
 }

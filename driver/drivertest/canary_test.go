@@ -54,7 +54,7 @@ func TestAudit38CanaryFailsLateDone(t *testing.T) {
 	defer l.Close()
 	for _, late := range []time.Duration{0, 200 * time.Millisecond} {
 		start := time.Now()
-		lease, err := l.Lock(context.Background(), fmt.Sprintf("k%v", late), lock.WithTTL(ttl), lock.WithAutoRenew(false))
+		lease, err := l.Lock(context.Background(), fmt.Sprintf("k%v", late), lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 		if err != nil {
 			t.Fatal(err)
 		}

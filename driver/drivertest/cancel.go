@@ -52,7 +52,7 @@ func testCancelWaiting(t *testing.T, h Harness) {
 // the key is free soon after the holder releases it.
 func testCancelManyWaiters(t *testing.T, h Harness) {
 	a := h.NewLocker(t, nil)
-	waiters := []lock.Locker{h.NewLocker(t, nil), h.NewLocker(t, nil)}
+	waiters := []*lock.Locker{h.NewLocker(t, nil), h.NewLocker(t, nil)}
 	k := key(t)
 	held := mustLock(t, a, k)
 	var wg sync.WaitGroup

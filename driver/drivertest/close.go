@@ -91,7 +91,7 @@ func testCloseLeaksNoGoroutine(t *testing.T, h Harness) {
 		t.Errorf("waiter: %v", err)
 	}
 	mustLock(t, a, key(t)) // still held at Close
-	for _, l := range []lock.Locker{a, b} {
+	for _, l := range []*lock.Locker{a, b} {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}

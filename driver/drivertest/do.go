@@ -17,7 +17,7 @@ func testDoCancelsOnLoss(t *testing.T, h Harness) {
 	a, b := h.NewLocker(t, &lock.Options{TTL: ttl}), h.NewLocker(t, nil)
 	k := key(t)
 	ran := false
-	err := lock.Do(ctx(t, 30*time.Second), a, k, func(c context.Context) error {
+	err := a.Do(ctx(t, 30*time.Second), k, func(c context.Context) error {
 		ran = true
 		assertHeld(t, b, k, "Do's lease")
 		if ls := lock.LeaseFrom(c); ls == nil || ls.Key() != k || ls.Token() == 0 || ls.Err() != nil {
@@ -33,6 +33,7 @@ func testDoCancelsOnLoss(t *testing.T, h Harness) {
 		}
 		return nil
 	})
+
 	if !ran {
 		t.Fatalf("fn did not run: %v", err)
 	}
@@ -41,7 +42,7 @@ func testDoCancelsOnLoss(t *testing.T, h Harness) {
 	}
 	// The ordinary path: fn's error comes back and the key is released.
 	want := errors.New("fn failed")
-	if err := lock.Do(ctx(t, 30*time.Second), a, k, func(context.Context) error { return want }); !errors.Is(err, want) {
+	if err := a.Do(ctx(t, 30*time.Second), k, func(context.Context) error { return want }); !errors.Is(err, want) {
 		t.Errorf("Do: err = %v, want fn's error", err)
 	}
 	assertFree(t, b, k, "after Do returned")

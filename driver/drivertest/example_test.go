@@ -34,14 +34,14 @@ type harness struct {
 
 func newHarness(t *testing.T) drivertest.Harness {
 	h := &harness{url: fmt.Sprintf("memory://drivertest-%d", stores.Add(1))}
-	if !lock.As(h.NewLocker(t, nil), &h.s) {
+	if !h.NewLocker(t, nil).As(&h.s) {
 		t.Fatalf("no Store behind a Locker of %s", h.url)
 	}
 	return h
 }
 
 // NewLocker opens h.url with o; lock.OpenWith takes the TTL from ttl=.
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	u := h.url
 	if o != nil && o.TTL != 0 {
 		u += "?ttl=" + o.TTL.String()
@@ -54,7 +54,7 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 	return l
 }
 
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	if err := h.s.Crash(l); err != nil {
 		t.Fatal(err)
 	}

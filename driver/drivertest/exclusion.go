@@ -68,7 +68,7 @@ func testTryLockHeld(t *testing.T, h Harness) {
 	a, b := h.NewLocker(t, nil), h.NewLocker(t, nil)
 	k := key(t)
 	lease := mustLock(t, a, k)
-	for name, l := range map[string]lock.Locker{"other Locker": b, "same Locker": a} {
+	for name, l := range map[string]*lock.Locker{"other Locker": b, "same Locker": a} {
 		start := time.Now()
 		bound := newCanary(start.Add(time.Second))
 		_, err := l.TryLock(ctx(t, 10*time.Second), k)

@@ -18,7 +18,7 @@ func testGrantCarriesExpiry(t *testing.T, h Harness) {
 	k := key(t)
 	start := time.Now()
 	expires := newCanary(start.Add(ttl))
-	mustLock(t, a, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	mustLock(t, a, k, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 	time.Sleep(ttl / 2)
 	assertHeld(t, b, k, "a grant at half its TTL")
 	lease, err := b.Lock(ctx(t, ttl+5*time.Second), k)

@@ -21,7 +21,7 @@ func testFencingIncreases(t *testing.T, h Harness) {
 		}
 	}
 	for i := range 6 {
-		l := []lock.Locker{a, b}[i%2]
+		l := []*lock.Locker{a, b}[i%2]
 		lease := mustLock(t, l, k)
 		check(lease, "successive grant")
 		if err := lease.Unlock(ctx(t, 10*time.Second)); err != nil {
@@ -32,7 +32,7 @@ func testFencingIncreases(t *testing.T, h Harness) {
 		return
 	}
 	ttl := h.Caps().ttl()
-	mustLock(t, a, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	mustLock(t, a, k, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 	lease, err := b.Lock(ctx(t, ttl+5*time.Second), k)
 	if err != nil {
 		t.Fatalf("Lock after expiry: %v", err)

@@ -19,12 +19,12 @@ type Harness interface {
 	// harness closes it at test cleanup if the test did not. Every field
 	// of o that is set must reach the Locker, as lock.New(d, o) has it
 	// (lock.OpenWith takes the TTL from the URL's ttl=, not from o).
-	NewLocker(t *testing.T, o *lock.Options) lock.Locker
+	NewLocker(t *testing.T, o *lock.Options) *lock.Locker
 
 	// Crash makes the process behind l die as far as the backend can tell:
 	// its traffic stops and nothing is released. For session-bound backends
 	// the session must end by timeout, not by a clean close.
-	Crash(t *testing.T, l lock.Locker)
+	Crash(t *testing.T, l *lock.Locker)
 
 	// DeleteKey deletes every grant of key behind the library's back.
 	DeleteKey(ctx context.Context, key string) error
@@ -145,7 +145,7 @@ func cancelled() context.Context {
 }
 
 // mustLock locks key or fails the test.
-func mustLock(t *testing.T, l lock.Locker, k string, opts ...lock.Option) *lock.Lease {
+func mustLock(t *testing.T, l *lock.Locker, k string, opts ...lock.Option) *lock.Lease {
 	t.Helper()
 	lease, err := l.Lock(ctx(t, 10*time.Second), k, opts...)
 	if err != nil {

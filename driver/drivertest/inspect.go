@@ -48,7 +48,7 @@ func inspectCaps(t *testing.T, h Harness) InspectCaps {
 	t.Helper()
 	ic := h.Caps().Inspect
 	if ic == nil {
-		_, err := lock.Inspect(ctx(t, 10*time.Second), h.NewLocker(t, nil), key(t))
+		_, err := h.NewLocker(t, nil).Inspect(ctx(t, 10*time.Second), key(t))
 		if !errors.Is(err, lock.ErrInvalid) {
 			t.Fatalf("lock.Inspect on a driver that cannot inspect: err = %v, want ErrInvalid", err)
 		}
@@ -60,9 +60,9 @@ func inspectCaps(t *testing.T, h Harness) InspectCaps {
 
 // inspect calls lock.Inspect through l, checks the result's form (its
 // key, and that Unknown says what ic leaves out), and returns it.
-func inspect(t *testing.T, l lock.Locker, ic InspectCaps, k string) *lock.KeyState {
+func inspect(t *testing.T, l *lock.Locker, ic InspectCaps, k string) *lock.KeyState {
 	t.Helper()
-	st, err := lock.Inspect(ctx(t, 10*time.Second), l, k)
+	st, err := l.Inspect(ctx(t, 10*time.Second), k)
 	if err != nil {
 		t.Fatalf("Inspect(%q): %v", k, err)
 	}
@@ -186,7 +186,7 @@ func testInspectHolders(t *testing.T, h Harness) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, bad := range []string{"", strings.Repeat("k", lock.MaxKeyLen+1), "bad\xffkey"} {
-		if _, err := lock.Inspect(cancelled, b, bad); !errors.Is(err, lock.ErrInvalid) || errors.Is(err, context.Canceled) {
+		if _, err := b.Inspect(cancelled, bad); !errors.Is(err, lock.ErrInvalid) || errors.Is(err, context.Canceled) {
 			t.Errorf("Inspect(%.20q): err = %v, want ErrInvalid before any I/O", bad, err)
 		}
 	}
@@ -196,7 +196,7 @@ func testInspectHolders(t *testing.T, h Harness) {
 	}
 	ttl := max(h.Caps().ttl(), 5*time.Second)
 	from := time.Now()
-	lease := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	lease := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 	to := time.Now()
 	before := dump(t, h, k)
 	st := inspect(t, b, ic, k)
@@ -221,12 +221,12 @@ func testInspectHolders(t *testing.T, h Harness) {
 
 	if h.Caps().Reentry {
 		const id = "conformance-inspect"
-		first := mustLock(t, a, k, lock.WithOwner(id), lock.WithTTL(ttl), lock.WithAutoRenew(false))
-		second := mustLock(t, b, k, lock.WithOwner(id), lock.WithTTL(ttl), lock.WithAutoRenew(false))
+		first := mustLock(t, a, k, lock.WithOwner(id), lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
+		second := mustLock(t, b, k, lock.WithOwner(id), lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 		before := dump(t, h, k)
 		st := inspect(t, b, ic, k)
 		assertUnchanged(t, h, k, before, "Inspect of a named owner's grant")
-		want := lock.Holder{Owner: lock.NamedOwner(id), Holds: 2, Mode: lock.Exclusive, Token: first.Token()}
+		want := lock.Holder{Owner: lock.Owner(id), Holds: 2, Mode: lock.Exclusive, Token: first.Token()}
 		if len(st.Holders) != 1 {
 			t.Fatalf("a named owner's grant with two holds: holders %+v; want one", st.Holders)
 		}
@@ -252,7 +252,7 @@ func testInspectShared(t *testing.T, h Harness) {
 		t.Skip("the driver grants no shared leases nor permits")
 	}
 	ttl := max(h.Caps().ttl(), 5*time.Second)
-	opts := []lock.Option{lock.WithTTL(ttl), lock.WithAutoRenew(false)}
+	opts := []lock.Option{lock.WithTTL(ttl), lock.WithDisableAutoRenew(true)}
 	viewer := h.NewLocker(t, nil)
 	check := func(k string, mode lock.Mode, leases []*lock.Lease, from, to time.Time) {
 		t.Helper()
@@ -285,10 +285,7 @@ func testInspectShared(t *testing.T, h Harness) {
 		var leases []*lock.Lease
 		from := time.Now()
 		for range 2 {
-			rw, ok := h.NewLocker(t, nil).(lock.RWLocker)
-			if !ok {
-				t.Fatalf("Caps.Shared is set but the Locker is not a lock.RWLocker")
-			}
+			rw := h.NewLocker(t, nil)
 			l, err := rw.RLock(ctx(t, 10*time.Second), k, opts...)
 			if err != nil {
 				t.Fatalf("RLock: %v", err)
@@ -302,7 +299,8 @@ func testInspectShared(t *testing.T, h Harness) {
 		var leases []*lock.Lease
 		from := time.Now()
 		for range 2 {
-			sl, err := lock.Semaphores(h.NewLocker(t, nil))
+			sl := h.NewLocker(t, nil)
+			err := sl.Supports(lock.Permits)
 			if err != nil {
 				t.Fatalf("Caps.Semaphore is set but: %v", err)
 			}
@@ -323,8 +321,8 @@ func testInspectExpired(t *testing.T, h Harness) {
 	}
 	viewer := h.NewLocker(t, nil)
 	ttl := h.Caps().ttl()
-	short := []lock.Option{lock.WithTTL(ttl), lock.WithAutoRenew(false)}
-	long := []lock.Option{lock.WithTTL(4 * ttl), lock.WithAutoRenew(false)}
+	short := []lock.Option{lock.WithTTL(ttl), lock.WithDisableAutoRenew(true)}
+	long := []lock.Option{lock.WithTTL(4 * ttl), lock.WithDisableAutoRenew(true)}
 	type grants struct {
 		k           string
 		gone, alive *lock.Lease
@@ -343,7 +341,7 @@ func testInspectExpired(t *testing.T, h Harness) {
 			if i == 0 {
 				locker = crashed
 			}
-			l, err := locker.(lock.RWLocker).RLock(ctx(t, 10*time.Second), k, opts...)
+			l, err := locker.RLock(ctx(t, 10*time.Second), k, opts...)
 			if err != nil {
 				t.Fatalf("RLock %d: %v", i, err)
 			}
@@ -363,7 +361,8 @@ func testInspectExpired(t *testing.T, h Harness) {
 			if i == 0 {
 				locker = crashed
 			}
-			sl, err := lock.Semaphores(locker)
+			sl := locker
+			err := sl.Supports(lock.Permits)
 			if err != nil {
 				t.Fatalf("Caps.Semaphore is set but: %v", err)
 			}
@@ -424,12 +423,9 @@ func testInspectWaiters(t *testing.T, h Harness) {
 			c := ctx(t, 60*time.Second)
 			switch mode {
 			case lock.Shared:
-				lease, err = l.(lock.RWLocker).RLock(c, k)
+				lease, err = l.RLock(c, k)
 			case lock.Permit:
-				var sl lock.SemLocker
-				if sl, err = lock.Semaphores(l); err == nil {
-					lease, err = sl.Acquire(c, k, limit)
-				}
+				lease, err = l.Acquire(c, k, limit)
 			default:
 				lease, err = l.Lock(c, k)
 			}

@@ -89,7 +89,7 @@ func testDeadlineWithoutRenewal(t *testing.T, h Harness) {
 	a := h.NewLocker(t, nil)
 	k := key(t)
 	start := time.Now()
-	lease := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	lease := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 	bound := h.Caps().validityBound(ttl)
 	if dl := lease.Deadline(); dl.After(start.Add(bound)) || dl.Before(start.Add(bound/2)) {
 		t.Errorf("Deadline %v after the request; want within (%v, %v]", dl.Sub(start), bound/2, bound)

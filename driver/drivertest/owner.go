@@ -17,7 +17,7 @@ func testOwnerCheckedAfterExpiry(t *testing.T, h Harness) {
 	ttl := h.Caps().ttl()
 	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
 	k := key(t)
-	la := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	la := mustLock(t, a, k, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 	lb, err := b.Lock(ctx(t, ttl+5*time.Second), k)
 	if err != nil {
 		t.Fatalf("B could not take the key after A's TTL: %v", err)
@@ -49,7 +49,7 @@ func testOwnerCheckedAfterTakeover(t *testing.T, h Harness) {
 	long := 60 * time.Second
 	for _, op := range []string{"Refresh", "Unlock"} {
 		k := key(t)
-		la := mustLock(t, a, k, lock.WithTTL(long), lock.WithAutoRenew(false))
+		la := mustLock(t, a, k, lock.WithTTL(long), lock.WithDisableAutoRenew(true))
 		if err := h.DeleteKey(ctx(t, 10*time.Second), k); err != nil {
 			t.Fatalf("DeleteKey: %v", err)
 		}
@@ -76,7 +76,7 @@ func testOwnerCheckedAfterTakeover(t *testing.T, h Harness) {
 }
 
 // assertHeld fails unless k is held: a TryLock through l must fail.
-func assertHeld(t *testing.T, l lock.Locker, k, what string) {
+func assertHeld(t *testing.T, l *lock.Locker, k, what string) {
 	t.Helper()
 	lease, err := l.TryLock(ctx(t, 10*time.Second), k)
 	if err == nil {
@@ -88,7 +88,7 @@ func assertHeld(t *testing.T, l lock.Locker, k, what string) {
 }
 
 // assertFree fails unless k can be taken at once through l.
-func assertFree(t *testing.T, l lock.Locker, k, what string) {
+func assertFree(t *testing.T, l *lock.Locker, k, what string) {
 	t.Helper()
 	lease, err := l.TryLock(ctx(t, 10*time.Second), k)
 	if err != nil {
@@ -100,7 +100,7 @@ func assertFree(t *testing.T, l lock.Locker, k, what string) {
 
 // assertFreeBy fails unless k can be taken through l before by: it tries
 // every 100 ms, and longer on a starved machine (see awaitBy).
-func assertFreeBy(t *testing.T, l lock.Locker, k string, by time.Time, what string) {
+func assertFreeBy(t *testing.T, l *lock.Locker, k string, by time.Time, what string) {
 	t.Helper()
 	c := newCanary(by)
 	for {

@@ -156,8 +156,8 @@ func testResumeNeverShortens(t *testing.T, h Harness) {
 	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
 	short := h.Caps().ttl()
 	long := max(30*time.Second, 6*short)
-	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithAutoRenew(false))
-	resumed := resumeEach(t, b, gs, lock.WithTTL(short), lock.WithAutoRenew(false))
+	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithDisableAutoRenew(true))
+	resumed := resumeEach(t, b, gs, lock.WithTTL(short), lock.WithDisableAutoRenew(true))
 	// Past the resumed leases' TTL, and their deadlines.
 	time.Sleep(short + 1500*time.Millisecond)
 	for i, g := range gs {
@@ -182,7 +182,7 @@ func testResumeRenewalNeverShortens(t *testing.T, h Harness) {
 	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
 	short := h.Caps().ttl()
 	long := max(30*time.Second, 6*short)
-	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithAutoRenew(false))
+	gs := grantEachKind(t, h, a, c, lock.WithTTL(long), lock.WithDisableAutoRenew(true))
 	resumed := resumeEach(t, b, gs, lock.WithTTL(short))
 	time.Sleep(short) // two or three renewals of B's leases
 	for i, g := range gs {
@@ -213,7 +213,7 @@ func testResumeLossKeepsResumed(t *testing.T, h Harness) {
 	a, b, c := h.NewLocker(t, nil), h.NewLocker(t, nil), h.NewLocker(t, nil)
 	short := h.Caps().ttl()
 	long := max(30*time.Second, 6*short)
-	gs := grantEachKind(t, h, a, c, lock.WithTTL(short), lock.WithAutoRenew(false))
+	gs := grantEachKind(t, h, a, c, lock.WithTTL(short), lock.WithDisableAutoRenew(true))
 	resumed := resumeEach(t, b, gs, lock.WithTTL(long))
 	for _, g := range gs {
 		if !closedBy(t, g.lease.Done(), short+2*time.Second) {
@@ -243,7 +243,7 @@ type kindGrant struct {
 // grantEachKind takes through a, with opts, an exclusive lease, and a
 // share, a permit and a hold of a named owner where the driver has them,
 // each on a key of its own; the attempts at those keys are c's.
-func grantEachKind(t *testing.T, h Harness, a, c lock.Locker, opts ...lock.Option) []kindGrant {
+func grantEachKind(t *testing.T, h Harness, a, c *lock.Locker, opts ...lock.Option) []kindGrant {
 	t.Helper()
 	var gs []kindGrant
 	add := func(what string, take func(k string) (*lock.Lease, error), try func(k string) (*lock.Lease, error)) {
@@ -260,14 +260,14 @@ func grantEachKind(t *testing.T, h Harness, a, c lock.Locker, opts ...lock.Optio
 	}, tryLock)
 	if h.Caps().Shared {
 		add("shared", func(k string) (*lock.Lease, error) {
-			return a.(lock.RWLocker).RLock(ctx(t, 10*time.Second), k, opts...)
+			return a.RLock(ctx(t, 10*time.Second), k, opts...)
 		}, tryLock)
 	}
 	if h.Caps().Semaphore {
 		add("permit", func(k string) (*lock.Lease, error) {
-			return a.(lock.SemLocker).Acquire(ctx(t, 10*time.Second), k, 1, opts...)
+			return a.Acquire(ctx(t, 10*time.Second), k, 1, opts...)
 		}, func(k string) (*lock.Lease, error) {
-			return c.(lock.SemLocker).TryAcquire(ctx(t, 10*time.Second), k, 1)
+			return c.TryAcquire(ctx(t, 10*time.Second), k, 1)
 		})
 	}
 	if h.Caps().Reentry {
@@ -309,7 +309,7 @@ func unlockAll(t *testing.T, h Harness, gs []kindGrant) {
 
 // resumeEach resumes the grant of every lease of gs through b, with opts,
 // and returns the resumed leases in the same order.
-func resumeEach(t *testing.T, b lock.Locker, gs []kindGrant, opts ...lock.Option) []*lock.Lease {
+func resumeEach(t *testing.T, b *lock.Locker, gs []kindGrant, opts ...lock.Option) []*lock.Lease {
 	t.Helper()
 	resumed := make([]*lock.Lease, 0, len(gs))
 	for _, g := range gs {

@@ -16,16 +16,16 @@ import (
 // semLockers returns n SemLockers of h, or, when the driver grants no
 // permits (Caps.Semaphore unset), checks that it refuses them with
 // ErrInvalid and a reason, and ends the test.
-func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []lock.SemLocker {
+func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []*lock.Locker {
 	t.Helper()
 	if !h.Caps().Semaphore {
 		l := h.NewLocker(t, o)
-		if _, ok := l.(lock.SemLocker); ok {
-			t.Fatalf("Caps.Semaphore is unset but the Locker is a lock.SemLocker")
+		err := l.Supports(lock.Permits)
+		if !errors.Is(err, lock.ErrUnsupported) {
+			t.Fatalf("Supports(Permits) on a driver without permits: err = %v, want ErrUnsupported", err)
 		}
-		_, err := lock.Semaphores(l)
-		if !errors.Is(err, lock.ErrInvalid) {
-			t.Fatalf("lock.Semaphores on a driver without permits: err = %v, want ErrInvalid", err)
+		if _, err := l.TryAcquire(ctx(t, 10*time.Second), key(t), 2); !errors.Is(err, lock.ErrUnsupported) {
+			t.Fatalf("TryAcquire on a driver without permits: err = %v, want ErrUnsupported", err)
 		}
 		t.Logf("refused as it should be: %v", err)
 		// A permit's handle is refused as well, before any I/O: with a
@@ -36,9 +36,10 @@ func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []lock.SemLocke
 		}
 		t.SkipNow()
 	}
-	var ls []lock.SemLocker
+	var ls []*lock.Locker
 	for range n {
-		sl, err := lock.Semaphores(h.NewLocker(t, o))
+		sl := h.NewLocker(t, o)
+		err := sl.Supports(lock.Permits)
 		if err != nil {
 			t.Fatalf("Caps.Semaphore is set but: %v", err)
 		}
@@ -47,7 +48,7 @@ func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []lock.SemLocke
 	return ls
 }
 
-func mustAcquire(t *testing.T, l lock.SemLocker, k string, limit int, opts ...lock.Option) *lock.Lease {
+func mustAcquire(t *testing.T, l *lock.Locker, k string, limit int, opts ...lock.Option) *lock.Lease {
 	t.Helper()
 	lease, err := l.Acquire(ctx(t, 10*time.Second), k, limit, opts...)
 	if err != nil {
@@ -84,8 +85,8 @@ func testSemaphoreLimit(t *testing.T, h Harness) {
 		t.Errorf("TryAcquire beyond the limit: err = %v, want ErrNotAcquired and ErrHeld", err)
 	}
 	assertHeld(t, ls[3], k, "a semaphore's permits")
-	if rw, ok := ls[3].(lock.RWLocker); ok {
-		if _, err := rw.TryRLock(ctx(t, 10*time.Second), k); !errors.Is(err, lock.ErrNotAcquired) {
+	if ls[3].Supports(lock.SharedLeases) == nil {
+		if _, err := ls[3].TryRLock(ctx(t, 10*time.Second), k); !errors.Is(err, lock.ErrNotAcquired) {
 			t.Errorf("TryRLock of a key with permits held: err = %v, want ErrNotAcquired", err)
 		}
 	}

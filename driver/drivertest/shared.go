@@ -11,19 +11,24 @@ import (
 // rwLockers returns n RWLockers of h, or, when the driver grants no
 // shared leases (Caps.Shared unset), checks that its Locker is indeed no
 // lock.RWLocker and ends the test.
-func rwLockers(t *testing.T, h Harness, n int) []lock.RWLocker {
+func rwLockers(t *testing.T, h Harness, n int) []*lock.Locker {
 	t.Helper()
 	if !h.Caps().Shared {
-		if _, ok := h.NewLocker(t, nil).(lock.RWLocker); ok {
-			t.Fatalf("Caps.Shared is unset but the Locker is a lock.RWLocker")
+		l := h.NewLocker(t, nil)
+		err := l.Supports(lock.SharedLeases)
+		if !errors.Is(err, lock.ErrUnsupported) {
+			t.Fatalf("Caps.Shared is unset but Supports(SharedLeases) = %v, want ErrUnsupported", err)
+		}
+		if _, err := l.TryRLock(ctx(t, 10*time.Second), key(t)); !errors.Is(err, lock.ErrUnsupported) {
+			t.Fatalf("TryRLock on a driver without shared leases: err = %v, want ErrUnsupported", err)
 		}
 		t.Skip("the driver has no shared (read) leases")
 	}
-	var ls []lock.RWLocker
+	var ls []*lock.Locker
 	for range n {
-		rw, ok := h.NewLocker(t, nil).(lock.RWLocker)
-		if !ok {
-			t.Fatalf("Caps.Shared is set but the Locker is not a lock.RWLocker")
+		rw := h.NewLocker(t, nil)
+		if err := rw.Supports(lock.SharedLeases); err != nil {
+			t.Fatalf("Caps.Shared is set but: %v", err)
 		}
 		ls = append(ls, rw)
 	}

@@ -78,12 +78,12 @@ func testValidityAfterRefresh(t *testing.T, h Harness) {
 // lockForValidity locks k through l with validityTTL (or the driver's
 // least TTL) and renewal off, and returns the lease and when its grant
 // was sent.
-func lockForValidity(t *testing.T, c Caps, l lock.Locker, k string) (*lock.Lease, sentSpan) {
+func lockForValidity(t *testing.T, c Caps, l *lock.Locker, k string) (*lock.Lease, sentSpan) {
 	t.Helper()
 	ttl := validityTTL
 	for {
 		from := time.Now()
-		lease, err := l.Lock(ctx(t, 10*time.Second), k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+		lease, err := l.Lock(ctx(t, 10*time.Second), k, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 		to := time.Now()
 		if errors.Is(err, lock.ErrInvalid) && ttl < c.MinTTL {
 			ttl = c.MinTTL
@@ -136,7 +136,7 @@ const (
 // dl, from validityProbeFrom before dl until dl: it fails the test if a
 // try returns granted before dl. A try that was still under way at dl
 // proves nothing either way, and ends the probing.
-func probeUntil(t *testing.T, other lock.Locker, k string, dl time.Time) {
+func probeUntil(t *testing.T, other *lock.Locker, k string, dl time.Time) {
 	t.Helper()
 	time.Sleep(time.Until(dl.Add(-validityProbeFrom)))
 	tries := 0
@@ -170,7 +170,7 @@ func probeUntil(t *testing.T, other lock.Locker, k string, dl time.Time) {
 // memcached applies in whole seconds; a session-bound one: the session
 // timeout, which a crashed holder's session outlives its last proof by),
 // plus a second.
-func checkValidityKept(t *testing.T, c Caps, other lock.Locker, k string, lease *lock.Lease, sent sentSpan) {
+func checkValidityKept(t *testing.T, c Caps, other *lock.Locker, k string, lease *lock.Lease, sent sentSpan) {
 	t.Helper()
 	v, dl := lease.Validity(), lease.Deadline()
 	probeUntil(t, other, k, dl)

@@ -50,7 +50,7 @@ func limitError(other, limit int) error {
 }
 
 func holdsOf(l *driver.Lease) []string {
-	if l.Reentrant {
+	if l.Reentry {
 		return []string{l.Owner}
 	}
 	return nil
@@ -135,7 +135,7 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 				return giveUp(limitError(o, l.Limit))
 			}
 		}
-		if l.Reentrant {
+		if l.Reentry {
 			if i := st.find(name); i == 0 {
 				err := d.reenter(ctx, c, n, l, st.entries[0])
 				if errors.Is(err, errChanged) {

@@ -37,8 +37,8 @@ func TestAudit32PromptLogin(t *testing.T) {
 	}{
 		{"TryLock", func(c context.Context) error { _, err := l.TryLock(c, "a"); return err }},
 		{"Lock", func(c context.Context) error { _, err := l.Lock(c, "b"); return err }},
-		{"RLock", func(c context.Context) error { _, err := l.(lock.RWLocker).RLock(c, "c"); return err }},
-		{"Inspect", func(c context.Context) error { _, err := lock.Inspect(c, l, "d"); return err }},
+		{"RLock", func(c context.Context) error { _, err := l.RLock(c, "c"); return err }},
+		{"Inspect", func(c context.Context) error { _, err := l.Inspect(c, "d"); return err }},
 	}
 	for _, c := range calls {
 		wg.Add(1)

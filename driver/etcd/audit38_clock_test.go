@@ -15,7 +15,7 @@ import (
 
 // skewedLocker is a Locker whose wall clock (tokens, SINCE) is off by
 // skew; its TTLs are etcd's and its validity its own monotonic clock's.
-func skewedLocker(t *testing.T, endpoints []string, opts *Options, skew time.Duration) lock.Locker {
+func skewedLocker(t *testing.T, endpoints []string, opts *Options, skew time.Duration) *lock.Locker {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -53,7 +53,7 @@ func TestAudit38ClockSkew(t *testing.T) {
 	for i := range 4 {
 		for _, c := range []struct {
 			who string
-			lk  lock.Locker
+			lk  *lock.Locker
 		}{{"fast", fast}, {"slow", slow}} {
 			l, err := c.lk.TryLock(ctx, k)
 			if err != nil {
@@ -95,7 +95,7 @@ func TestAudit38ClockSkew(t *testing.T) {
 	// The slow clock's 3 s grant, not renewed, holds for the fast one
 	// until about its TTL.
 	granted := time.Now() // the lease lasts 3 s from after this
-	l, err := slow.TryLock(ctx, k, lock.WithTTL(3*time.Second), lock.WithAutoRenew(false))
+	l, err := slow.TryLock(ctx, k, lock.WithTTL(3*time.Second), lock.WithDisableAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func TestAudit38CounterLeaseRevoked(t *testing.T) {
 	if err := h.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for i, lk := range []lock.Locker{a, b, a} {
+	for i, lk := range []*lock.Locker{a, b, a} {
 		l, err := lk.TryLock(ctx, k)
 		if err != nil {
 			t.Fatalf("grant %d after the counter lease's revoke: %v", i, err)

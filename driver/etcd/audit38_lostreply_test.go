@@ -324,7 +324,7 @@ func TestAudit38LostPlaceReply(t *testing.T) {
 			err error
 		}
 		got := make(chan grant, 2)
-		queued := func(who string, lk lock.Locker) {
+		queued := func(who string, lk *lock.Locker) {
 			go func() {
 				ls, err := lk.Lock(ctx, k)
 				got <- grant{who, ls, err}

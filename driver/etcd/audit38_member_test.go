@@ -67,7 +67,7 @@ func TestAudit38SlowMember(t *testing.T) {
 func badMemberCheck(t *testing.T, e *testserver.Etcd, addrs []string, bad int, what string, fault, heal func() error) {
 	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
 	url := "etcd://" + strings.Join(addrs, ",") + "/" + strings.TrimSuffix(prefix, "/") + "?ttl=3s"
-	open := func() lock.Locker {
+	open := func() *lock.Locker {
 		l, err := lock.Open(context.Background(), url)
 		if err != nil {
 			t.Fatal(err)

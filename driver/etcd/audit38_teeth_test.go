@@ -32,7 +32,7 @@ func TestAudit38QueuedGrantTTL(t *testing.T) {
 	}
 	granted := make(chan *lock.Lease, 1)
 	go func() {
-		l, err := b.Lock(ctx, k, lock.WithTTL(10*time.Second), lock.WithAutoRenew(false))
+		l, err := b.Lock(ctx, k, lock.WithTTL(10*time.Second), lock.WithDisableAutoRenew(true))
 		if err != nil {
 			t.Error(err)
 		}

@@ -28,7 +28,7 @@ func audit39Open(t *testing.T) {
 // it early) and a contender B on one key, A granted on a spare.
 type audit39Hold struct {
 	raw    *clientv3.Client
-	a, b   lock.Locker
+	a, b   *lock.Locker
 	key    string
 	entry  string // A's entry's key (the queue has only it)
 	lease  *lock.Lease

@@ -70,10 +70,10 @@ func TestAudit39WitnessLossyFastGrants(t *testing.T) {
 	// (with two endpoints, round-robin's parity can keep every grant off
 	// p: make test saw 187 holds and no reply lost); a resend goes to p
 	// again, and passes unless it is a fourth.
-	through := func() lock.Locker {
+	through := func() *lock.Locker {
 		return newTestLocker(t, []string{p.addr()}, &Options{Prefix: prefix, Options: lock.Options{TTL: ttl}}, &netCut{})
 	}
-	ls := []lock.Locker{
+	ls := []*lock.Locker{
 		through(),
 		through(),
 		newTestLocker(t, e.Endpoints(), &Options{Prefix: prefix, Options: lock.Options{TTL: ttl}}, &netCut{}),

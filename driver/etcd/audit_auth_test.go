@@ -84,7 +84,7 @@ func userClient(t *testing.T, endpoints []string, user, pw string, cut *netCut) 
 	return c
 }
 
-func authLocker(t *testing.T, e *testserver.Etcd, user, pw string, opts *Options) lock.Locker {
+func authLocker(t *testing.T, e *testserver.Etcd, user, pw string, opts *Options) *lock.Locker {
 	t.Helper()
 	d, lo := newDriver(opts)
 	d.c = userClient(t, e.Endpoints(), user, pw, nil)

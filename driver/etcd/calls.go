@@ -174,7 +174,7 @@ func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state
 	}
 	now := d.wall().UnixMicro()
 	token = nextToken(st.counter, now)
-	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holds}
+	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, holds: holds}
 	key, value := n.queue+entryName(l), v.String()
 	cl, err := d.counterLease(ctx, c)
 	if err != nil {

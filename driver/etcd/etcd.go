@@ -28,7 +28,7 @@ type Options struct {
 
 // New returns a Locker over c. Its Close releases its leases and leaves c
 // open.
-func New(c *clientv3.Client, o *Options) lock.Locker {
+func New(c *clientv3.Client, o *Options) *lock.Locker {
 	d, lo := newDriver(o)
 	if c == nil {
 		d.err = fmt.Errorf("%w: etcd: nil *clientv3.Client", driver.ErrInvalid)
@@ -81,12 +81,8 @@ var (
 	_ driver.Driver         = (*etcdDriver)(nil)
 	_ driver.Queuer         = (*etcdDriver)(nil)
 	_ driver.BatchRefresher = (*etcdDriver)(nil)
-	_ driver.Sharer         = (*etcdDriver)(nil)
 	_ driver.Resumer        = (*etcdDriver)(nil)
-	_ driver.Reenterer      = (*etcdDriver)(nil)
-	_ driver.Semaphorer     = (*etcdDriver)(nil)
 	_ driver.Inspector      = (*etcdDriver)(nil)
-	_ driver.Prompt         = (*etcdDriver)(nil)
 )
 
 func newDriver(o *Options) (*etcdDriver, *lock.Options) {
@@ -109,7 +105,13 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 	return d, &opts.Options
 }
 
-func (d *etcdDriver) Name() string { return "etcd" } // the dlock.driver attribute of metrics and logs
+// Capabilities implements driver.Capable. Every request is a gRPC call,
+// which ends with its context; a Locker opened from a URL with a user and
+// password logs in at its first call, with that call's context (login).
+func (d *etcdDriver) Capabilities() driver.Caps {
+	return driver.Caps{Name: "etcd", ReturnsAtContextEnd: true,
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+}
 
 // As gives access to the client: a **clientv3.Client target is set to it
 // (nil until the first call for a Locker opened from a URL).
@@ -122,17 +124,6 @@ func (d *etcdDriver) As(target any) bool {
 	}
 	return false
 }
-
-// Prompt reports that the driver's calls return by their context's end
-// (driver.Prompt): every request is a gRPC call, which ends with its
-// context; a Locker opened from a URL with a user and password logs in
-// at its first call, with that call's context (login).
-func (d *etcdDriver) Prompt() bool { return true }
-
-func (d *etcdDriver) SupportsShared() bool { return true }
-func (d *etcdDriver) Semaphores() error    { return nil }
-func (d *etcdDriver) Reentrancy() error    { return nil }
-func (d *etcdDriver) Resumable() error     { return nil }
 
 // MinTTL is the shortest TTL the driver accepts: etcd's leases last
 // whole seconds.

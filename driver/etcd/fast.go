@@ -55,7 +55,7 @@ func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.
 		d.putBack(l.Owner, t)
 		return false, nil, nil
 	}
-	v := entryValue{mode: l.Mode, named: l.Reentrant, limit: l.Limit, token: token, since: now, holds: holdsOf(l)}
+	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, holds: holdsOf(l)}
 	key, value := n.queue+entryName(l), v.String()
 	cv := counterValue(token)
 	req := &pb.TxnRequest{
@@ -182,5 +182,5 @@ func (d *etcdDriver) fastStep(ctx context.Context, c *conn, n names, l *driver.L
 // fastStepFits reports whether ws's step may be fastStep: an exclusive
 // wait, placed, whose grant moves to a lease of its own TTL.
 func fastStepFits(l *driver.Lease, ws *waitState) bool {
-	return l.Mode == driver.Exclusive && !l.Reentrant && ws.create != 0 && ws.leaseSec != seconds(l.TTL)
+	return l.Mode == driver.Exclusive && !l.Reentry && ws.create != 0 && ws.leaseSec != seconds(l.TTL)
 }

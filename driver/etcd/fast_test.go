@@ -135,7 +135,7 @@ func TestFastStepKeepsOrder(t *testing.T) {
 	e := testserver.SharedEtcd(t)
 	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
 	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 10 * time.Second}}
-	ls := []lock.Locker{
+	ls := []*lock.Locker{
 		newTestLocker(t, e.Endpoints(), opts, &netCut{}),
 		newTestLocker(t, e.Endpoints(), opts, &netCut{}),
 		newTestLocker(t, e.Endpoints(), opts, &netCut{}),

@@ -52,7 +52,7 @@ func rawClient(t testing.TB, endpoints []string) *clientv3.Client {
 	return c
 }
 
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	t.Helper()
 	opts := &Options{Prefix: h.prefix}
 	if o != nil {
@@ -61,11 +61,11 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 	return newTestLocker(t, h.endpoints, opts, &netCut{})
 }
 
-var cuts sync.Map // lock.Locker -> *netCut
+var cuts sync.Map // *lock.Locker -> *netCut
 
 // newTestLocker is a Locker that owns a client of its own, dialing
 // through cut.
-func newTestLocker(t testing.TB, endpoints []string, opts *Options, cut *netCut) lock.Locker {
+func newTestLocker(t testing.TB, endpoints []string, opts *Options, cut *netCut) *lock.Locker {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
@@ -84,7 +84,7 @@ func newTestLocker(t testing.TB, endpoints []string, opts *Options, cut *netCut)
 	return l
 }
 
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	c, ok := cuts.Load(l)
 	if !ok {
 		t.Fatal("Crash: not a Locker of this harness")

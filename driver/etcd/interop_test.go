@@ -38,9 +38,9 @@ func TestMutexInterop(t *testing.T) {
 		t.Fatalf("TryLock while a concurrency.Mutex holds the key: %v, want ErrHeld", err)
 	}
 	for _, rl := range []func(context.Context, string, ...lock.Option) (*lock.Lease, error){
-		locker.(lock.RWLocker).TryRLock,
+		locker.TryRLock,
 		func(ctx context.Context, k string, o ...lock.Option) (*lock.Lease, error) {
-			return locker.(lock.SemLocker).TryAcquire(ctx, k, 3, o...)
+			return locker.TryAcquire(ctx, k, 3, o...)
 		},
 	} {
 		if _, err := rl(ctx, k); !errors.Is(err, lock.ErrHeld) {

@@ -24,7 +24,7 @@ func TestRefreshLengthens(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	k := "lengthen"
-	la, err := a.Lock(ctx, k, lock.WithTTL(time.Second), lock.WithAutoRenew(false))
+	la, err := a.Lock(ctx, k, lock.WithTTL(time.Second), lock.WithDisableAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func (d *etcdDriver) names(key string) names {
 
 // entryName is the name, under the queue prefix, of l's entry.
 func entryName(l *driver.Lease) string {
-	if l.Reentrant {
+	if l.Reentry {
 		return "o-" + l.Owner[:driver.NamedOwnerLen]
 	}
 	return l.Owner

@@ -25,7 +25,7 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	d.dropHolder(l.Owner)
 	n := d.names(l.Key)
-	if l.Reentrant {
+	if l.Reentry {
 		return d.releaseHold(ctx, c, n, l)
 	}
 	d.mu.Lock()
@@ -223,7 +223,7 @@ func (d *etcdDriver) readEntries(ctx context.Context, c *conn, ls []*driver.Leas
 // holds reports whether e is l's grant: l's own entry, with a token, or
 // a named owner's grant that lists l's hold.
 func holds(e entry, l *driver.Lease) bool {
-	if l.Reentrant {
+	if l.Reentry {
 		return e.dlockNamed && slices.Contains(e.v.holds, l.Owner)
 	}
 	return e.dlockAnon && e.v.token != 0
@@ -290,7 +290,7 @@ func (d *etcdDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	e := parseEntry(n, kvs[0])
-	if !holds(e, l) || e.v.token != l.Token || (!l.Reentrant && (e.v.mode != l.Mode || e.v.limit != l.Limit)) {
+	if !holds(e, l) || e.v.token != l.Token || (!l.Reentry && (e.v.mode != l.Mode || e.v.limit != l.Limit)) {
 		return driver.ErrNotHeld
 	}
 	if err := d.extend(ctx, c, key, e, seconds(l.TTL)); err != nil {

@@ -22,7 +22,7 @@ func TestTLS(t *testing.T) {
 	tlstest.Run(t, tlstest.Target{
 		URL: "etcd://" + e.Addr(),
 		TLS: e.TLS,
-		New: func(ctx context.Context, tc *tls.Config) (lock.Locker, error) {
+		New: func(ctx context.Context, tc *tls.Config) (*lock.Locker, error) {
 			c, err := clientv3.New(clientv3.Config{
 				Endpoints:   []string{strings.Replace(e.Endpoints()[0], "http://", "https://", 1)},
 				TLS:         tc,

@@ -142,7 +142,7 @@ func TestOpenURL(t *testing.T) {
 		t.Errorf("TTL %v, want the URL's 2s", lease.TTL())
 	}
 	var c *clientv3.Client
-	if !lock.As(l, &c) || c == nil {
+	if !l.As(&c) || c == nil {
 		t.Fatal("lock.As gives no *clientv3.Client")
 	}
 	raw := rawClient(t, e.Endpoints())

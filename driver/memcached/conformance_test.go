@@ -68,15 +68,15 @@ type harness struct {
 	addrs  []string
 	raw    *memcache.Client // tampers, with the same server list
 	mu     sync.Mutex
-	conns  map[lock.Locker]*cuttable
+	conns  map[*lock.Locker]*cuttable
 	outage func(t *testing.T) *drivertest.Outage
 }
 
 func newHarness(addrs []string) *harness {
-	return &harness{addrs: addrs, raw: memcache.New(addrs...), conns: map[lock.Locker]*cuttable{}}
+	return &harness{addrs: addrs, raw: memcache.New(addrs...), conns: map[*lock.Locker]*cuttable{}}
 }
 
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	cut := &cuttable{}
 	c := memcache.New(h.addrs...)
 	c.DialContext = cut.dial
@@ -94,7 +94,7 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 
 // Crash cuts every connection of the Locker's client and refuses new ones,
 // as the death of its process would; nothing is released.
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	h.mu.Lock()
 	cut := h.conns[l]
 	h.mu.Unlock()

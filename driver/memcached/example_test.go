@@ -33,9 +33,10 @@ func Example_open() {
 		log.Fatal(err)
 	}
 	defer locker.Close()
-	err = lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error {
-		return nil // ctx ends if the lease is lost
+	err = locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
+		return nil
 	})
+
 	if err != nil {
 		log.Fatal(err)
 	}

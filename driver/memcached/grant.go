@@ -44,7 +44,7 @@ func (d *mcDriver) acquire(ctx context.Context, l *driver.Lease) error {
 		return err
 	}
 	k := d.keys(l.Key)
-	if l.Reentrant {
+	if l.Reentry {
 		return d.acquireHold(ctx, l, k, secs)
 	}
 	err = d.c.Add(&memcache.Item{Key: k.lock, Value: []byte(l.Owner), Flags: uint32(secs), Expiration: secs})
@@ -104,7 +104,7 @@ func (d *mcDriver) nextToken(counter string) (uint64, error) {
 // with l.Owner, then cas with expiration -1, which memcached applies as an
 // immediate expiry. Two round trips.
 func (d *mcDriver) Release(ctx context.Context, l *driver.Lease) error {
-	if l.Reentrant {
+	if l.Reentry {
 		return d.releaseHold(ctx, l)
 	}
 	return d.casOwned(ctx, "release", d.leaseKeys(l).lock, l.Owner, func(int32) int32 { return -1 })
@@ -120,7 +120,7 @@ func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 	if err != nil {
 		return 0, err
 	}
-	if l.Reentrant {
+	if l.Reentry {
 		err = d.extendHold(ctx, "refresh", l, secs, 0)
 	} else {
 		err = d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, func(recorded int32) int32 { return max(recorded, secs) })
@@ -207,9 +207,6 @@ func (d *mcDriver) casItem(ctx context.Context, op, key string, change func(it *
 	return fmt.Errorf("memcached %s: the item changed under %d consecutive cas attempts; it was left as it was", op, maxCASAttempts)
 }
 
-// Resumable implements driver.Resumer.
-func (d *mcDriver) Resumable() error { return nil }
-
 // Resume implements driver.Resumer: the counter must have reached l.Token
 // (a larger token is refused; a missing counter, evicted or lost, proves
 // nothing and is let pass), then the item must hold l.Owner (128 random
@@ -246,7 +243,7 @@ func (d *mcDriver) Resume(ctx context.Context, l *driver.Lease) error {
 			return driver.ErrNotHeld
 		}
 	}
-	if l.Reentrant {
+	if l.Reentry {
 		l.Data = k
 		err = d.extendHold(ctx, "resume", l, secs, l.Token)
 	} else {

@@ -12,7 +12,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 )
 
-// Holds of a named owner (lock.WithOwner, driver.Lease.Reentrant) live in
+// Holds of a named owner (lock.WithOwner, driver.Lease.Reentry) live in
 // the lock item itself, updated by cas:
 //
 //	H FIRST TOKEN OWNER:SECS OWNER:SECS ...
@@ -103,15 +103,6 @@ func (h *holdsValue) expiration() int32 {
 	}
 	return m
 }
-
-// Semaphores implements driver.Semaphorer: memcached cannot carry permits
-// (see the package doc, "Not offered").
-func (d *mcDriver) Semaphores() error {
-	return fmt.Errorf("%w: memcached grants no semaphore permits: each permit must expire on its own, and an item has one expiration and clients have no server clock to write each permit's in (see the driver's package doc)", driver.ErrInvalid)
-}
-
-// Reentrancy implements driver.Reenterer.
-func (d *mcDriver) Reentrancy() error { return nil }
 
 // acquireHold makes one attempt at a hold of l's named owner: add, incr
 // and cas for a first hold; add (refused), gets and cas for a re-entry.

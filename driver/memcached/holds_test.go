@@ -17,15 +17,15 @@ func TestHoldsKeepTheLongestTTL(t *testing.T) {
 	ctx := testCtx(t)
 	const name = "0123456789abcdef"
 	k := testKey(t)
-	first := &driver.Lease{Key: k, Owner: name + owner(1)[16:], TTL: 9 * time.Second, Reentrant: true}
+	first := &driver.Lease{Key: k, Owner: name + owner(1)[16:], TTL: 9 * time.Second, Reentry: true}
 	if err := d.Acquire(ctx, first); err != nil {
 		t.Fatal(err)
 	}
-	short := &driver.Lease{Key: k, Owner: name + owner(2)[16:], TTL: MinTTL, Reentrant: true}
+	short := &driver.Lease{Key: k, Owner: name + owner(2)[16:], TTL: MinTTL, Reentry: true}
 	if err := d.Acquire(ctx, short); err != nil || short.Token != first.Token {
 		t.Fatalf("re-entry: token %d, err %v; want %d", short.Token, err, first.Token)
 	}
-	lost := &driver.Lease{Key: k, Owner: name + owner(3)[16:], TTL: MinTTL, Reentrant: true}
+	lost := &driver.Lease{Key: k, Owner: name + owner(3)[16:], TTL: MinTTL, Reentry: true}
 	if err := d.Acquire(ctx, lost); err != nil {
 		t.Fatalf("re-entry: %v", err)
 	}
@@ -33,7 +33,7 @@ func TestHoldsKeepTheLongestTTL(t *testing.T) {
 	if err := d.Release(ctx, lost); err != nil {
 		t.Fatalf("clean-up of an applied re-entry: %v", err)
 	}
-	other := &driver.Lease{Key: k, Owner: "fedcba9876543210" + owner(4)[16:], TTL: MinTTL, Reentrant: true}
+	other := &driver.Lease{Key: k, Owner: "fedcba9876543210" + owner(4)[16:], TTL: MinTTL, Reentry: true}
 	if err := d.Acquire(ctx, other); !errors.Is(err, driver.ErrHeld) {
 		t.Fatalf("another named owner: err = %v, want ErrHeld", err)
 	}

@@ -60,12 +60,12 @@ type Options struct {
 //
 // Invalid options (a bad Prefix, a nil client) are reported by the
 // Locker's calls, wrapped in lock.ErrInvalid.
-func New(client *memcache.Client, o *Options) lock.Locker {
+func New(client *memcache.Client, o *Options) *lock.Locker {
 	return newLocker(client, o, false)
 }
 
 // newLocker is New for a client the Locker owns (and closes) or not.
-func newLocker(client *memcache.Client, o *Options, owns bool) lock.Locker {
+func newLocker(client *memcache.Client, o *Options, owns bool) *lock.Locker {
 	d, lo := newDriverOptions(client, o, owns)
 	return lock.New(d, lo)
 }
@@ -108,9 +108,22 @@ type mcDriver struct {
 	err    error  // invalid options, reported by Validate
 }
 
-// As sets a **memcache.Client target to the Locker's client.
-func (d *mcDriver) Name() string { return "memcached" } // the dlock.driver attribute of metrics and logs
+// Capabilities implements driver.Capable: memcached grants neither shared
+// leases nor permits (see the package doc, "Not offered"); gomemcache
+// takes no context, so lock runs the driver's calls on goroutines of its
+// own.
+func (d *mcDriver) Capabilities() driver.Caps {
+	return driver.Caps{Name: "memcached", Shared: driver.No(noShared), Permits: driver.No(noPermits),
+		Reentry: driver.Yes, Resume: driver.Yes}
+}
 
+// Why memcached grants no shared leases and no permits.
+const (
+	noShared  = "memcached grants no shared leases: each share must expire on its own, and an item has one expiration and clients have no server clock to write each share's in (see the driver's package doc)"
+	noPermits = "memcached grants no semaphore permits: each permit must expire on its own, and an item has one expiration and clients have no server clock to write each permit's in (see the driver's package doc)"
+)
+
+// As sets a **memcache.Client target to the Locker's client.
 func (d *mcDriver) As(target any) bool {
 	if p, ok := target.(**memcache.Client); ok {
 		*p = d.c

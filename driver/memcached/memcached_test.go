@@ -430,7 +430,7 @@ func TestNewLeavesClientOpen(t *testing.T) {
 		t.Errorf("Close of New's Locker closed %d of the caller's connections", n)
 	}
 	var got *memcache.Client
-	if !lock.As(l, &got) || got != c {
+	if !l.As(&got) || got != c {
 		t.Errorf("lock.As did not give the caller's client")
 	}
 }
@@ -452,7 +452,7 @@ func TestOpen(t *testing.T) {
 	}
 	defer l.Close()
 	var c *memcache.Client
-	if !lock.As(l, &c) || c.Timeout != 2*time.Second {
+	if !l.As(&c) || c.Timeout != 2*time.Second {
 		t.Fatalf("lock.As: client %v", c)
 	}
 	k := testKey(t)

@@ -27,7 +27,7 @@ func TestOpenURLs(t *testing.T) {
 			continue
 		}
 		var c *memcache.Client
-		if !lock.As(l, &c) || c == nil {
+		if !l.As(&c) || c == nil {
 			t.Errorf("Open(%q): lock.As gave no client", u)
 		}
 		if err := l.Close(); err != nil {

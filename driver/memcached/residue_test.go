@@ -68,7 +68,7 @@ func metadump(addr string) ([]dumpedItem, error) {
 // useKeyOnce uses key once as the i-th of a mixed workload: a lease and a
 // named owner's two holds released; a grant of the dead Locker, left to
 // expire; a wait behind a holder given up; a TryLock refused.
-func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) {
+func useKeyOnce(t *testing.T, live, dead *lock.Locker, i int, key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var leases []*lock.Lease

@@ -24,7 +24,7 @@ func TestTLS(t *testing.T) {
 		// localhost, though gomemcache dials the address it resolved.
 		URL: "memcached://" + m.Node(0).Addr() + ",localhost:" + port,
 		TLS: m.TLS,
-		New: func(ctx context.Context, tc *tls.Config) (lock.Locker, error) {
+		New: func(ctx context.Context, tc *tls.Config) (*lock.Locker, error) {
 			c := memcache.New(m.Addrs()...)
 			o := &Options{TLS: tc}
 			o.ReleaseTimeout = 300 * time.Millisecond // see tlstest.Target.New

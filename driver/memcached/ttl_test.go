@@ -46,7 +46,7 @@ func TestTTLSeconds(t *testing.T) {
 func TestInvalidBeforeIO(t *testing.T) {
 	c := memcache.New("127.0.0.1:1")
 	ctx := context.Background()
-	for name, l := range map[string]lock.Locker{
+	for name, l := range map[string]*lock.Locker{
 		"short default TTL": New(c, &Options{Options: lock.Options{TTL: 2 * time.Second}}),
 		"bad prefix":        New(c, &Options{Prefix: "a b"}),
 		"nil client":        New(nil, nil),

@@ -27,7 +27,7 @@ var skips = drivertest.Skips{
 // share one server, and tampers with the Store directly.
 type harness struct{ s *memory.Store }
 
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	l := memory.New(h.s, o)
 	t.Cleanup(func() { l.Close() })
 	return l
@@ -35,7 +35,7 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 
 // Crash cuts the Locker off from the Store, as a dead process is cut off
 // from a server: every later call fails, nothing is released.
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	if err := h.s.Crash(l); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 // before the validity the driver reports: a backend whose expiry runs
 // ahead of the TTL, for the conformance suite's own tests (it must fail
 // such a backend).
-func NewEarly(s *Store, o *lock.Options, early time.Duration) lock.Locker {
+func NewEarly(s *Store, o *lock.Options, early time.Duration) *lock.Locker {
 	return lock.New(&earlyDriver{memDriver: &memDriver{s: s}, early: early}, o)
 }
 

@@ -21,7 +21,7 @@ const earlyPurge = 100 * time.Millisecond
 // the validity its driver reports.
 type earlyHarness struct{ *harness }
 
-func (h earlyHarness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h earlyHarness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	l := memory.NewEarly(h.s, o, earlyPurge)
 	t.Cleanup(func() { l.Close() })
 	return l

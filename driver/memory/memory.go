@@ -88,7 +88,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 
 // New returns a Locker over s. Its Close releases its leases and leaves s
 // as it is.
-func New(s *Store, o *lock.Options) lock.Locker {
+func New(s *Store, o *lock.Options) *lock.Locker {
 	return lock.New(&memDriver{s: s}, o)
 }
 
@@ -114,15 +114,19 @@ func (d *memDriver) alive(ctx context.Context) error {
 	return nil
 }
 
-// Prompt reports that the driver's calls return by their context's end
-// (driver.Prompt): none waits, but for the Store's mutex.
-func (d *memDriver) Prompt() bool { return true }
-
-func (d *memDriver) Name() string { return "memory" } // the dlock.driver attribute of metrics and logs
+// Capabilities implements driver.Capable: a Store does everything, and its
+// calls return by their context's end (none waits, but for the Store's
+// mutex). A Store keeps permits as entries of the key's queue, a named
+// grant its holds, and its grants can be resumed by any Locker over the
+// same Store.
+func (d *memDriver) Capabilities() driver.Caps {
+	return driver.Caps{Name: "memory", ReturnsAtContextEnd: true,
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+}
 
 func (d *memDriver) As(target any) bool {
 	switch p := target.(type) {
-	case **Store: // lock.As(l, &store) passes a **Store
+	case **Store: // l.As(&store) passes a **Store
 		*p = d.s
 		return true
 	case **memDriver: // Store.Crash's
@@ -131,12 +135,6 @@ func (d *memDriver) As(target any) bool {
 	}
 	return false
 }
-
-func (d *memDriver) SupportsShared() bool { return true }
-
-// Semaphores implements driver.Semaphorer: a Store keeps permits as
-// entries of the key's queue.
-func (d *memDriver) Semaphores() error { return nil }
 
 func (d *memDriver) Validate(l *driver.Lease) error { return nil }
 
@@ -148,7 +146,7 @@ func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queueLocked(l.Key, true)
-	if l.Reentrant {
+	if l.Reentry {
 		// A re-entry: the key's grant is a named one of the same owner.
 		if j := slices.IndexFunc(q.entries, func(e *entry) bool {
 			return e.granted && e.holds != nil && driver.SameOwner(e.owner, l.Owner)
@@ -198,7 +196,7 @@ func (d *memDriver) untilFree(q *queue) time.Duration {
 }
 
 func (d *memDriver) grantLocked(l *driver.Lease, e *entry) {
-	if l.Reentrant {
+	if l.Reentry {
 		e.holds = map[string]struct{}{l.Owner: {}}
 	}
 	e.granted = true
@@ -294,7 +292,7 @@ func (d *memDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
-	if l.Reentrant {
+	if l.Reentry {
 		return d.releaseHoldLocked(l)
 	}
 	if !d.removeLocked(l.Key, l.Owner) {
@@ -323,9 +321,6 @@ func (d *memDriver) releaseHoldLocked(l *driver.Lease) error {
 	}
 	return nil
 }
-
-// Reentrancy implements driver.Reenterer: a named grant keeps its holds.
-func (d *memDriver) Reentrancy() error { return nil }
 
 // later returns the later of a and b.
 func later(a, b time.Time) time.Time {
@@ -360,10 +355,6 @@ func (d *memDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durat
 	return ttl, nil
 }
 
-// Resumable implements driver.Resumer: a Store's grants can be resumed by
-// any Locker over the same Store.
-func (d *memDriver) Resumable() error { return nil }
-
 // Resume implements driver.Resumer: it extends the grant of l.Owner on
 // l.Key to at least l.TTL from now if it has l's mode and token, never
 // shortening it: the Lease whose handle is resumed counts on its expiry.
@@ -384,7 +375,7 @@ func (d *memDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	e := q.entries[i]
-	if e.token != l.Token || e.shared != (l.Mode == driver.Shared) || e.limit != l.Limit || (e.holds != nil) != l.Reentrant {
+	if e.token != l.Token || e.shared != (l.Mode == driver.Shared) || e.limit != l.Limit || (e.holds != nil) != l.Reentry {
 		return driver.ErrNotHeld
 	}
 	e.expires = later(e.expires, s.now().Add(l.TTL))

@@ -31,7 +31,7 @@ func (s *Store) size() (keys, counters int) {
 // useOnce uses key once as the i-th of a mixed workload: an exclusive, a
 // shared, a permit's and a named owner's lease released; a grant of the
 // crashed Locker dead, left to expire; a wait behind a holder given up.
-func useOnce(t *testing.T, live, dead lock.Locker, i int, key string) {
+func useOnce(t *testing.T, live, dead *lock.Locker, i int, key string) {
 	ctx := context.Background()
 	var (
 		l   *lock.Lease
@@ -41,9 +41,9 @@ func useOnce(t *testing.T, live, dead lock.Locker, i int, key string) {
 	case 0:
 		l, err = live.Lock(ctx, key)
 	case 1:
-		l, err = live.(lock.RWLocker).RLock(ctx, key)
+		l, err = live.RLock(ctx, key)
 	case 2:
-		l, err = live.(lock.SemLocker).Acquire(ctx, key, 3)
+		l, err = live.Acquire(ctx, key, 3)
 	case 3:
 		l, err = live.Lock(ctx, key, lock.WithOwner("job"))
 	case 4:

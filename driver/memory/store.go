@@ -54,7 +54,7 @@ type entry struct {
 	since   time.Time       // when a granted entry was granted (Inspect)
 	joined  time.Time       // when a waiting entry joined the queue (Inspect)
 	wake    chan<- struct{} // a waiting entry's, told of every change
-	// holds, for a grant of a named owner (driver.Lease.Reentrant), are its
+	// holds, for a grant of a named owner (driver.Lease.Reentry), are its
 	// holds' owner tokens; the grant ends when the last one is released.
 	holds map[string]struct{}
 }
@@ -299,9 +299,9 @@ func (s *Store) Dump(key string) []string {
 // waiters alone leave the queue, as a dead waiter's entry expires on the
 // network backends). It returns an error wrapping lock.ErrInvalid when l is
 // not a Locker over s.
-func (s *Store) Crash(l lock.Locker) error {
+func (s *Store) Crash(l *lock.Locker) error {
 	var d *memDriver
-	if !lock.As(l, &d) || d.s != s {
+	if !l.As(&d) || d.s != s {
 		return fmt.Errorf("%w: memory: Crash: not a Locker over this Store", lock.ErrInvalid)
 	}
 	d.cut.Store(true)

@@ -43,7 +43,7 @@ func heldCall(t *testing.T, px interface {
 	}
 }
 
-func warm(t *testing.T, l lock.Locker) {
+func warm(t *testing.T, l *lock.Locker) {
 	t.Helper()
 	ctx := context.Background()
 	w, err := l.Lock(ctx, auditKey("audit31-warm"))
@@ -65,7 +65,7 @@ func warm(t *testing.T, l lock.Locker) {
 }
 
 // freeWithin checks another client gets key within d (well under the TTL).
-func freeWithin(t *testing.T, other lock.Locker, key string, d time.Duration) {
+func freeWithin(t *testing.T, other *lock.Locker, key string, d time.Duration) {
 	t.Helper()
 	end := time.Now().Add(d)
 	for {

@@ -36,8 +36,8 @@ func TestAudit38SearchPathSetConfig(t *testing.T) {
 // timestamptz) of a schema named before pg_catalog runs as it reads the
 // key's entries.
 func TestAudit38SearchPathInspect(t *testing.T) {
-	inspect := func(ctx context.Context, l lock.Locker, key string) {
-		if _, err := lock.Inspect(ctx, l, key); err != nil {
+	inspect := func(ctx context.Context, l *lock.Locker, key string) {
+		if _, err := l.Inspect(ctx, key); err != nil {
 			t.Logf("Inspect: %v", err)
 		}
 	}
@@ -54,7 +54,7 @@ func TestAudit38SearchPathInspect(t *testing.T) {
 // searchPathAttack makes database db whose search_path is "audit38sp,
 // pg_catalog", runs evil there, and checks that a key held by one
 // client is not granted to another after between (if any) ran on it.
-func searchPathAttack(t *testing.T, db string, between func(context.Context, lock.Locker, string), evil ...string) {
+func searchPathAttack(t *testing.T, db string, between func(context.Context, *lock.Locker, string), evil ...string) {
 	url := envDB(t, db)
 	raw := rawPool(t, url)
 	ctx := tctx(t, 60*time.Second)

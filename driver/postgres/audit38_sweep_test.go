@@ -30,7 +30,7 @@ func TestAudit38SweepRacesGrants(t *testing.T) {
 	raw.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 	t.Cleanup(func() { raw.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
 	o := &Options{Schema: schema}
-	lockers := make([]lock.Locker, 4)
+	lockers := make([]*lock.Locker, 4)
 	for i := range lockers {
 		lockers[i] = newLockerWith(t, url, o, &netCut{})
 	}

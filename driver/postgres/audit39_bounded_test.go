@@ -19,7 +19,7 @@ import (
 // a shared grant (entries), 3 a permit, 4 a named owner's hold, 5 a
 // waiter that gives up behind a row grant (a tombstone), 6 a waiter
 // granted in the row by check_turn3.
-func useOnce39(ctx context.Context, a, b lock.Locker, key string, kind int) error {
+func useOnce39(ctx context.Context, a, b *lock.Locker, key string, kind int) error {
 	short := lock.WithTTL(300 * time.Millisecond)
 	var l *lock.Lease
 	var err error
@@ -30,9 +30,9 @@ func useOnce39(ctx context.Context, a, b lock.Locker, key string, kind int) erro
 		_, err = a.TryLock(ctx, key, short)
 		return err
 	case 2:
-		l, err = a.(lock.RWLocker).RLock(ctx, key)
+		l, err = a.RLock(ctx, key)
 	case 3:
-		l, err = a.(lock.SemLocker).Acquire(ctx, key, 2)
+		l, err = a.Acquire(ctx, key, 2)
 	case 4:
 		l, err = a.Lock(ctx, key, lock.WithOwner("audit39-owner"))
 	case 5, 6:

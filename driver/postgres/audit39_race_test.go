@@ -76,11 +76,11 @@ func (w *witness) check(errorf func(string, ...any)) int {
 // ms, no renewal); each exclusive holder also asks holds_grant in a
 // transaction of its own. It returns the witness, checked: its
 // violations are the test's errors unless quiet.
-func hammer(t *testing.T, raw *pgxpool.Pool, mk func(i int) lock.Locker, n int, key string, d time.Duration) *witness {
+func hammer(t *testing.T, raw *pgxpool.Pool, mk func(i int) *lock.Locker, n int, key string, d time.Duration) *witness {
 	return hammerIn(t, raw, "dlock", mk, n, key, d, false)
 }
 
-func hammerIn(t *testing.T, raw *pgxpool.Pool, schema string, mk func(i int) lock.Locker, n int, key string, d time.Duration, quiet bool) *witness {
+func hammerIn(t *testing.T, raw *pgxpool.Pool, schema string, mk func(i int) *lock.Locker, n int, key string, d time.Duration, quiet bool) *witness {
 	w := &witness{}
 	ctx := tctx(t, d+time.Minute)
 	end := time.Now().Add(d)
@@ -98,13 +98,13 @@ func hammerIn(t *testing.T, raw *pgxpool.Pool, schema string, mk func(i int) loc
 				var err error
 				switch {
 				case expire:
-					l, err = lk.Lock(ctx, key, lock.WithTTL(400*time.Millisecond), lock.WithAutoRenew(false))
+					l, err = lk.Lock(ctx, key, lock.WithTTL(400*time.Millisecond), lock.WithDisableAutoRenew(true))
 				case op < 6:
 					l, err = lk.Lock(ctx, key, lock.WithTTL(5*time.Second))
 				case op < 8:
 					l, err = lk.TryLock(ctx, key, lock.WithTTL(5*time.Second))
 				default:
-					l, err = lk.(lock.RWLocker).RLock(ctx, key, lock.WithTTL(5*time.Second))
+					l, err = lk.RLock(ctx, key, lock.WithTTL(5*time.Second))
 				}
 				if errors.Is(err, lock.ErrHeld) {
 					time.Sleep(time.Millisecond)
@@ -178,7 +178,7 @@ func summary(w *witness) string {
 func TestAudit39HotKeyWitness(t *testing.T) {
 	url := envDB(t, "audit39_witness")
 	raw := rawPool(t, url)
-	w := hammer(t, raw, func(int) lock.Locker { return newTestLocker(t, url, nil, &netCut{}) }, 6, auditKey("audit39-hot"), 8*time.Second)
+	w := hammer(t, raw, func(int) *lock.Locker { return newTestLocker(t, url, nil, &netCut{}) }, 6, auditKey("audit39-hot"), 8*time.Second)
 	t.Log(summary(w))
 }
 
@@ -189,7 +189,7 @@ func TestAudit39HotKeyWitness(t *testing.T) {
 func TestAudit39HotKeySerializableDefault(t *testing.T) {
 	url := envDB(t, "audit39_ser", "default_transaction_isolation=serializable")
 	raw := rawPool(t, url)
-	w := hammer(t, raw, func(int) lock.Locker { return newTestLocker(t, url, nil, &netCut{}) }, 6, auditKey("audit39-ser"), 6*time.Second)
+	w := hammer(t, raw, func(int) *lock.Locker { return newTestLocker(t, url, nil, &netCut{}) }, 6, auditKey("audit39-ser"), 6*time.Second)
 	t.Log(summary(w))
 }
 
@@ -201,7 +201,7 @@ func TestAudit39HotKeyPgBouncer(t *testing.T) {
 	b := testserver.StartPgBouncer(t, pg, "transaction")
 	url := serverURL(t)
 	raw := rawPool(t, url)
-	w := hammer(t, raw, func(i int) lock.Locker {
+	w := hammer(t, raw, func(i int) *lock.Locker {
 		if i%2 == 0 {
 			return newLockerWith(t, b.URL(), &Options{TransactionPooling: true}, &netCut{})
 		}
@@ -229,10 +229,10 @@ func TestAudit39WitnessHasTeeth(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &Options{Schema: schema, NoCreate: true}
-	lks := []lock.Locker{newLockerWith(t, url, o, &netCut{}), newLockerWith(t, url, o, &netCut{}), newLockerWith(t, url, o, &netCut{})}
+	lks := []*lock.Locker{newLockerWith(t, url, o, &netCut{}), newLockerWith(t, url, o, &netCut{}), newLockerWith(t, url, o, &netCut{})}
 	bad := 0
 	for round := 0; round < 5 && bad == 0; round++ { // the fast path runs when no waiter is queued: not every round
-		w := hammerIn(t, raw, schema, func(i int) lock.Locker { return lks[i] }, 3, auditKey("audit39-teeth"), 3*time.Second, true)
+		w := hammerIn(t, raw, schema, func(i int) *lock.Locker { return lks[i] }, 3, auditKey("audit39-teeth"), 3*time.Second, true)
 		t.Logf("round %d: %s, %d violations", round, summary(w), w.bad)
 		bad = w.bad
 	}

@@ -102,7 +102,7 @@ func (p *replyDropper) pipe(client, server net.Conn) {
 }
 
 // dropperLocker is a Locker whose pool and listener go through p.
-func dropperLocker(t testing.TB, url string, p *replyDropper, o *Options) lock.Locker {
+func dropperLocker(t testing.TB, url string, p *replyDropper, o *Options) *lock.Locker {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

@@ -229,7 +229,7 @@ func TestAudit39HoldsGrantAcrossGrants(t *testing.T) {
 	if holds(l1.Token()) {
 		t.Fatal("holds_grant true after unlock3's fast path")
 	}
-	l2, err := a.Lock(ctx, key, lock.WithTTL(300*time.Millisecond), lock.WithAutoRenew(false))
+	l2, err := a.Lock(ctx, key, lock.WithTTL(300*time.Millisecond), lock.WithDisableAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,11 +284,11 @@ func TestAudit39HoldsGrantAcrossGrants(t *testing.T) {
 	if err := l4.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r1, err := a.(lock.RWLocker).RLock(ctx, key)
+	r1, err := a.RLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := b.(lock.RWLocker).RLock(ctx, key)
+	r2, err := b.RLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}

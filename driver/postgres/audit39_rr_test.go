@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -25,7 +24,7 @@ func TestAudit39HoldsGrantRRReleasedEntry(t *testing.T) {
 	ctx := tctx(t, time.Minute)
 	a := newTestLocker(t, url, nil, &netCut{})
 	key := auditKey("audit39-rr")
-	r, err := a.(lock.RWLocker).RLock(ctx, key)
+	r, err := a.RLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}

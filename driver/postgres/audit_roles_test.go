@@ -26,7 +26,7 @@ func asRole(t testing.TB, u, role string) string {
 const rolePassword = "audit-role"
 
 // roleLocker is a Locker of its own pool at url, with o.
-func roleLocker(t testing.TB, u string, o *Options) lock.Locker {
+func roleLocker(t testing.TB, u string, o *Options) *lock.Locker {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), u)
 	if err != nil {

@@ -171,7 +171,7 @@ func TestAuditCounterDeletedUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	key := auditKey("audit-counterloss")
 	const workers = 6
-	var lockers []lock.Locker
+	var lockers []*lock.Locker
 	for range workers {
 		lockers = append(lockers, newTestLocker(t, url, &lock.Options{TTL: 10 * time.Second, DisableAutoRenew: true}, &netCut{}))
 	}

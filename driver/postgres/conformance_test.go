@@ -96,7 +96,7 @@ type harness struct {
 	outage func(t *testing.T) *drivertest.Outage
 }
 
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	t.Helper()
 	opts := h.opts
 	if o != nil {
@@ -107,7 +107,7 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 
 // newTestLocker is a Locker that owns a pool of its own, dialing through
 // cut.
-func newTestLocker(t testing.TB, url string, o *lock.Options, cut *netCut) lock.Locker {
+func newTestLocker(t testing.TB, url string, o *lock.Options, cut *netCut) *lock.Locker {
 	opts := &Options{}
 	if o != nil {
 		opts.Options = *o
@@ -115,7 +115,7 @@ func newTestLocker(t testing.TB, url string, o *lock.Options, cut *netCut) lock.
 	return newLockerWith(t, url, opts, cut)
 }
 
-func newLockerWith(t testing.TB, url string, opts *Options, cut *netCut) lock.Locker {
+func newLockerWith(t testing.TB, url string, opts *Options, cut *netCut) *lock.Locker {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -133,9 +133,9 @@ func newLockerWith(t testing.TB, url string, opts *Options, cut *netCut) lock.Lo
 	return l
 }
 
-var cuts sync.Map // lock.Locker -> *netCut
+var cuts sync.Map // *lock.Locker -> *netCut
 
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	c, ok := cuts.Load(l)
 	if !ok {
 		t.Fatal("Crash: not a Locker of this harness")

@@ -80,7 +80,7 @@ func TestEnv38SchemaDroppedReinstalled(t *testing.T) {
 	})
 }
 
-func lockUnlock(t *testing.T, ctx context.Context, l lock.Locker, key string) {
+func lockUnlock(t *testing.T, ctx context.Context, l *lock.Locker, key string) {
 	t.Helper()
 	ls, err := l.Lock(ctx, key)
 	if err != nil {

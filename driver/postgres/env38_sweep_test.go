@@ -72,7 +72,7 @@ func TestEnv38SweepBoundsKeysUsedOnce(t *testing.T) {
 // useOnce uses key once: kind 0-5 takes and releases it, 6-7 takes it
 // for 300 ms and leaves it to expire, 8-9 waits for it while another
 // holds it and gives up (its Leave leaves a tombstone).
-func useOnce(ctx context.Context, l lock.Locker, key string, kind int) error {
+func useOnce(ctx context.Context, l *lock.Locker, key string, kind int) error {
 	switch {
 	case kind < 6:
 		ls, err := l.TryLock(ctx, key)

@@ -54,7 +54,7 @@ func TestRowGrantHonoursExpiry(t *testing.T) {
 		t.Fatalf("an attempt while the row's grant is live: %v, want held (token %d over %d)", err, b.Token, a.Token)
 	}
 	r := rowLease(key, 3, 10*time.Second)
-	r.Reentrant = true // acquire3's path
+	r.Reentry = true // acquire3's path
 	if err := d.Acquire(ctx, r); !isHeld(err) {
 		t.Fatalf("acquire3 while the row's grant is live: %v, want held", err)
 	}

@@ -81,7 +81,7 @@ func SchemaSQL(schema string) (string, error) {
 // leaves pool open. Each Locker also keeps one connection of its own,
 // made with pool's ConnConfig, for LISTEN (unless
 // Options.TransactionPooling).
-func New(pool *pgxpool.Pool, o *Options) lock.Locker {
+func New(pool *pgxpool.Pool, o *Options) *lock.Locker {
 	d, lo := newDriver(pool, o, false)
 	return lock.New(d, lo)
 }
@@ -109,12 +109,8 @@ var (
 	_ driver.Driver         = (*pgDriver)(nil)
 	_ driver.Queuer         = (*pgDriver)(nil)
 	_ driver.BatchRefresher = (*pgDriver)(nil)
-	_ driver.Sharer         = (*pgDriver)(nil)
 	_ driver.Resumer        = (*pgDriver)(nil)
-	_ driver.Reenterer      = (*pgDriver)(nil)
-	_ driver.Semaphorer     = (*pgDriver)(nil)
 	_ driver.Inspector      = (*pgDriver)(nil)
-	_ driver.Prompt         = (*pgDriver)(nil)
 )
 
 // queries are the statements of the driver's steps, for its schema.
@@ -170,12 +166,13 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 	return d, &opts.Options
 }
 
-// Prompt reports that the driver's calls return by their context's end
-// (driver.Prompt): pgx stops a query when its context ends, and the one
-// wait of the driver's own, for the schema's install, does too.
-func (d *pgDriver) Prompt() bool { return true }
-
-func (d *pgDriver) Name() string { return "postgres" } // the dlock.driver attribute of metrics and logs
+// Capabilities implements driver.Capable. pgx stops a query when its
+// context ends, and the one wait of the driver's own, for the schema's
+// install, does too.
+func (d *pgDriver) Capabilities() driver.Caps {
+	return driver.Caps{Name: "postgres", ReturnsAtContextEnd: true,
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+}
 
 // As gives access to the pool: a **pgxpool.Pool target is set to it.
 func (d *pgDriver) As(target any) bool {
@@ -185,11 +182,6 @@ func (d *pgDriver) As(target any) bool {
 	}
 	return false
 }
-
-func (d *pgDriver) SupportsShared() bool { return true }
-func (d *pgDriver) Semaphores() error    { return nil }
-func (d *pgDriver) Reentrancy() error    { return nil }
-func (d *pgDriver) Resumable() error     { return nil }
 
 // Validate refuses keys PostgreSQL's text cannot hold.
 func (d *pgDriver) Validate(l *driver.Lease) error {
@@ -433,10 +425,10 @@ func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) err
 		return err
 	}
 	query := d.q.acquire
-	if l.Mode == driver.Exclusive && !l.Reentrant {
+	if l.Mode == driver.Exclusive && !l.Reentry {
 		query = d.q.fastAcquire
 	}
-	s, err := d.step(ctx, query, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentrant, queue, micros(entryLife), d.channel())
+	s, err := d.step(ctx, query, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentry, queue, micros(entryLife), d.channel())
 	if err != nil {
 		return err
 	}
@@ -500,7 +492,7 @@ func (d *pgDriver) Release(ctx context.Context, l *driver.Lease) error {
 	if _, ok := l.Data.(notSent); ok && l.Token == 0 {
 		return driver.ErrNotHeld
 	}
-	ok, err := d.release(ctx, l, l.Reentrant, false)
+	ok, err := d.release(ctx, l, l.Reentry, false)
 	if err == nil && !ok {
 		return driver.ErrNotHeld
 	}
@@ -592,7 +584,7 @@ func (d *pgDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if err := d.ready(ctx); err != nil {
 		return err
 	}
-	ok, err := d.boolStep(ctx, d.q.resume, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentrant, micros(l.TTL))
+	ok, err := d.boolStep(ctx, d.q.resume, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentry, micros(l.TTL))
 	if err != nil {
 		return err
 	}

@@ -259,7 +259,7 @@ func TestForgedWakeGrantsNothing(t *testing.T) {
 	}()
 	var owner string
 	for owner == "" {
-		st, err := lock.Inspect(ctx, holder, key)
+		st, err := holder.Inspect(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,7 +378,7 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 	pg := testserver.SharedPostgres(t)
 	b := testserver.StartPgBouncer(t, pg, "transaction")
 	ctx := tctx(t, 60*time.Second)
-	newL := func() lock.Locker {
+	newL := func() *lock.Locker {
 		return newLockerWith(t, b.URL(), &Options{TransactionPooling: true}, &netCut{})
 	}
 	a, w := newL(), newL()
@@ -410,7 +410,7 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 	}); err != nil || !ok {
 		t.Errorf("holds_grant through PgBouncer: %v, %v; want true", ok, err)
 	}
-	st, err := lock.Inspect(ctx, a, key)
+	st, err := a.Inspect(ctx, key)
 	if err != nil || len(st.Holders) != 1 {
 		t.Fatalf("Inspect: %+v, %v; want one holder", st, err)
 	}
@@ -434,19 +434,19 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter was not served within 5s of the release (it polls every second)")
 	}
-	rw := w.(lock.RWLocker)
+	rw := w
 	r1, err := rw.RLock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := a.(lock.RWLocker).TryRLock(ctx, key)
+	r2, err := a.TryRLock(ctx, key)
 	if err != nil {
 		t.Fatalf("a second reader: %v", err)
 	}
 	r1.Unlock(ctx)
 	r2.Unlock(ctx)
-	sem, err := lock.Semaphores(a)
-	if err != nil {
+	sem := a
+	if err := sem.Supports(lock.Permits); err != nil {
 		t.Fatal(err)
 	}
 	p1, err := sem.Acquire(ctx, key+"/sem", 1)

@@ -159,7 +159,7 @@ func (p *pgProxy) deliver() {
 
 // proxiedLocker is a Locker whose pool (of at most maxConns connections)
 // and listener reach the server through p.
-func proxiedLocker(t testing.TB, url string, p *pgProxy, maxConns int32, o *Options) lock.Locker {
+func proxiedLocker(t testing.TB, url string, p *pgProxy, maxConns int32, o *Options) *lock.Locker {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {

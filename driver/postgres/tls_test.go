@@ -34,7 +34,7 @@ func TestTLS(t *testing.T) {
 	tlstest.Run(t, tlstest.Target{
 		URL: pgTLSURL(p),
 		TLS: p.TLS,
-		New: func(ctx context.Context, tc *tls.Config) (lock.Locker, error) {
+		New: func(ctx context.Context, tc *tls.Config) (*lock.Locker, error) {
 			cfg, err := pgxpool.ParseConfig(pgTLSURL(p, "sslmode", "disable"))
 			if err != nil {
 				return nil, err
@@ -56,7 +56,7 @@ func TestTLS(t *testing.T) {
 // tlsOpen opens a Locker on rawURL, bounded by a short timeout, with a
 // short ReleaseTimeout (a refused Locker's Close retries the releases of
 // its failed attempts that long).
-func tlsOpen(t *testing.T, rawURL string) lock.Locker {
+func tlsOpen(t *testing.T, rawURL string) *lock.Locker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -70,7 +70,7 @@ func tlsOpen(t *testing.T, rawURL string) lock.Locker {
 
 // tlsWorks takes and releases a key through l and checks that the
 // pool's connection is encrypted (pg_stat_ssl).
-func tlsWorks(t *testing.T, l lock.Locker, key string) {
+func tlsWorks(t *testing.T, l *lock.Locker, key string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -82,7 +82,7 @@ func tlsWorks(t *testing.T, l lock.Locker, key string) {
 		t.Fatalf("Unlock over TLS: %v", err)
 	}
 	var pool *pgxpool.Pool
-	if !lock.As(l, &pool) {
+	if !l.As(&pool) {
 		t.Fatal("lock.As: no *pgxpool.Pool")
 	}
 	var ssl bool
@@ -94,7 +94,7 @@ func tlsWorks(t *testing.T, l lock.Locker, key string) {
 // tlsRefused checks that l's first TryLock fails with ErrNotAcquired (not
 // ErrInvalid: the server or the handshake refused) and an error saying
 // want.
-func tlsRefused(t *testing.T, l lock.Locker, who, want string) {
+func tlsRefused(t *testing.T, l *lock.Locker, who, want string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

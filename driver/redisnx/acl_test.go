@@ -43,7 +43,7 @@ func userURL(user, pass string, addrs []string) string {
 // exercisePermits runs redisacl.ExercisePermits through Lockers opened
 // from u; admin, a client of the default user, watches the queue.
 func exercisePermits(t *testing.T, admin redis.UniversalClient, u string) {
-	open := func(u string) lock.SemLocker {
+	open := func(u string) *lock.Locker {
 		l, err := lock.Open(tctx(t, 10*time.Second), u)
 		if err != nil {
 			t.Fatal(err)

@@ -26,7 +26,7 @@ type lockResult struct {
 	at  time.Time
 }
 
-func lockAsync(ctx context.Context, l lock.Locker, k string) <-chan lockResult {
+func lockAsync(ctx context.Context, l *lock.Locker, k string) <-chan lockResult {
 	ch := make(chan lockResult, 1)
 	go func() {
 		le, err := l.Lock(ctx, k)
@@ -176,7 +176,7 @@ func TestAudit39FIFO32(t *testing.T) {
 
 func fifo32(t *testing.T, newClient func() redis.UniversalClient) {
 	base := leakcheck.Take()
-	var ls []lock.Locker
+	var ls []*lock.Locker
 	var cs []redis.UniversalClient
 	for range 4 {
 		c := newClient()
@@ -237,7 +237,7 @@ func TestAudit39RestartMidBLPOP(t *testing.T) {
 	srv.RequireFaults(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { admin.Close() })
-	var ls []lock.Locker
+	var ls []*lock.Locker
 	for range 2 {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 		t.Cleanup(func() { c.Close() })

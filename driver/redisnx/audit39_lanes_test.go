@@ -273,7 +273,7 @@ func randomAborts(t *testing.T, admin *redis.Client, opts func(addr string) *red
 	keys := []string{testKey(t) + "/a", testKey(t) + "/b"}
 	wit := newWitness()
 	var clients []*redis.Client
-	var lockers []lock.Locker
+	var lockers []*lock.Locker
 	for i := range 4 {
 		c := redis.NewClient(opts(proxy.Addr()))
 		clients = append(clients, c)

@@ -40,10 +40,10 @@ func role(ctx context.Context, c *redis.Client) string {
 // lanes (internal/redisx NewLanes), as before lanes.
 func TestAudit39SentinelFailoverLanes(t *testing.T) {
 	t.Run("redisnx", func(t *testing.T) {
-		failoverLanes(t, func(c redis.UniversalClient, o *Options) lock.Locker { return newTestLocker(t, c, o) })
+		failoverLanes(t, func(c redis.UniversalClient, o *Options) *lock.Locker { return newTestLocker(t, c, o) })
 	})
 	t.Run("rediswatch", func(t *testing.T) {
-		failoverLanes(t, func(c redis.UniversalClient, o *Options) lock.Locker {
+		failoverLanes(t, func(c redis.UniversalClient, o *Options) *lock.Locker {
 			l := rediswatch.New(c, o)
 			t.Cleanup(func() { l.Close() })
 			return l
@@ -51,7 +51,7 @@ func TestAudit39SentinelFailoverLanes(t *testing.T) {
 	})
 }
 
-func failoverLanes(t *testing.T, newLocker func(redis.UniversalClient, *Options) lock.Locker) {
+func failoverLanes(t *testing.T, newLocker func(redis.UniversalClient, *Options) *lock.Locker) {
 	primary := testserver.StartRedis(t, nil)
 	primary.RequireFaults(t)
 	host, port, _ := net.SplitHostPort(primary.Addr())

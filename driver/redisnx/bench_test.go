@@ -271,7 +271,7 @@ func BenchmarkScriptCost(b *testing.B) {
 // them together; cpu-ns/op the client's CPU per cycle.
 func BenchmarkManyKeys(b *testing.B) {
 	const n = 32
-	lockers := make([]lock.Locker, n)
+	lockers := make([]*lock.Locker, n)
 	for i := range lockers {
 		lockers[i] = New(benchClient(b), nil)
 		b.Cleanup(func() { lockers[i].Close() })
@@ -433,7 +433,7 @@ func benchHotKey(b *testing.B, inline bool) {
 	const contenders = 32
 	ctx := context.Background()
 	key := benchKey("hot")
-	lockers := make([]lock.Locker, contenders)
+	lockers := make([]*lock.Locker, contenders)
 	for i := range lockers {
 		core, lo := redisx.NewCore("redisnx", benchClient(b), nil, false)
 		d := newDriver(core)

@@ -56,7 +56,7 @@ func newHarness(t *testing.T, dial func() redis.UniversalClient) *harness {
 }
 
 // NewLocker returns a Locker that owns its client, as one opened from a URL.
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	var ro *Options
 	if o != nil {
 		ro = &Options{Options: *o}
@@ -68,9 +68,9 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 
 // Crash closes the Locker's client: all its traffic fails, nothing is
 // released.
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	var c redis.UniversalClient
-	if !lock.As(l, &c) {
+	if !l.As(&c) {
 		t.Fatalf("not a redisnx Locker")
 	}
 	c.Close()

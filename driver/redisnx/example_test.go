@@ -19,7 +19,7 @@ func Example() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("REDIS_ADDR")}) // "" is localhost:6379
 	defer rdb.Close()
-	locker := redisnx.New(rdb, nil) // a lock.Locker; its Close leaves rdb open
+	locker := redisnx.New(rdb, nil) // a *lock.Locker; its Close leaves rdb open
 	defer locker.Close()
 
 	// Lock waits until the key is granted or ctx ends. The lease is renewed
@@ -37,10 +37,11 @@ func Example() {
 
 	// Or lock.Do: fn's ctx carries the lease (send its token with the
 	// writes) and ends if it is lost; the lock is released when fn returns.
-	err = lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error {
+	err = locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
 		fmt.Println("writing the nightly report with token", lock.LeaseFrom(ctx).Token())
 		return nil
 	})
+
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,10 +74,11 @@ func Example_cluster() {
 	defer rdb.Close()
 	locker := redisnx.New(rdb, &redisnx.Options{Prefix: "billing:"})
 	defer locker.Close()
-	_ = lock.Do(context.Background(), locker, "nightly-report", func(ctx context.Context) error {
-		// ctx ends if the lease is lost.
+	_ = locker.Do(context.Background(), "nightly-report", func(ctx context.Context) error {
+
 		return nil
 	})
+
 }
 
 // Example_as reaches the client of a Locker that Open made.
@@ -89,7 +91,7 @@ func Example_as() {
 	}
 	defer locker.Close()
 	var rdb redis.UniversalClient
-	if lock.As(locker, &rdb) {
+	if locker.As(&rdb) {
 		fmt.Println(rdb.Ping(context.Background()).Err())
 	}
 }

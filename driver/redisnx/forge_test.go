@@ -65,7 +65,7 @@ func waitFor(got <-chan granted) func(d time.Duration) (*lock.Lease, bool, error
 	}
 }
 
-func lockLater(ctx context.Context, l lock.Locker, k string) <-chan granted {
+func lockLater(ctx context.Context, l *lock.Locker, k string) <-chan granted {
 	got := make(chan granted, 1)
 	go func() {
 		lease, err := l.Lock(ctx, k)
@@ -76,7 +76,7 @@ func lockLater(ctx context.Context, l lock.Locker, k string) <-chan granted {
 
 // handOff has holder lock k, waiter wait for it, and holder release it to
 // the waiter, which then releases it too.
-func handOff(t *testing.T, c redis.UniversalClient, holder, waiter lock.Locker, k string) {
+func handOff(t *testing.T, c redis.UniversalClient, holder, waiter *lock.Locker, k string) {
 	t.Helper()
 	ctx := tctx(t, 10*time.Second)
 	held, err := holder.TryLock(ctx, k)

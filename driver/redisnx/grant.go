@@ -32,26 +32,13 @@ func modeArg(l *driver.Lease) any {
 		return argShared
 	case l.Mode == driver.Permit:
 		return "p" + strconv.Itoa(l.Limit)
-	case l.Reentrant:
+	case l.Reentry:
 		return argHold
 	}
 	return argExclusive
 }
 
 var argShared, argExclusive, argHold any = "s", "x", "o"
-
-// Reentrancy implements driver.Reenterer: a named owner's grant keeps its
-// holds in P{K}:h (see prelude.lua).
-func (d *redisDriver) Reentrancy() error { return nil }
-
-// SupportsShared implements driver.Sharer: shared grants are members of
-// the readers set P{K}:r, with the lock key holding "R" (see prelude.lua).
-func (d *redisDriver) SupportsShared() bool { return true }
-
-// Semaphores implements driver.Semaphorer: permits are members of the
-// permits set P{K}:s, with the lock key holding "S" and the limit (see
-// prelude.lua).
-func (d *redisDriver) Semaphores() error { return nil }
 
 // limitError is the refusal of a permit l whose key's permits, held or
 // queued, are of a semaphore of another limit, told by a script as the
@@ -142,8 +129,3 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	return nil
 }
-
-// Prompt implements driver.Prompt: over a *redis.Client (single node or
-// Sentinel failover), every script runs on a lane whose connection is closed when the call's context ends
-// (redisx.Lanes), so lock runs calls on the caller's goroutine.
-func (d *redisDriver) Prompt() bool { return d.Lanes.Prompt() }

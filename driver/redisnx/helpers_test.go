@@ -54,7 +54,7 @@ func topologies(t *testing.T, fn func(t *testing.T, c redis.UniversalClient)) {
 }
 
 // newTestLocker returns a Locker over c, closed at cleanup.
-func newTestLocker(t testing.TB, c redis.UniversalClient, o *Options) lock.Locker {
+func newTestLocker(t testing.TB, c redis.UniversalClient, o *Options) *lock.Locker {
 	l := New(c, o)
 	hookLanes(c, lanesOf(t, l))
 	t.Cleanup(func() { l.Close() })
@@ -149,7 +149,7 @@ func cloneClient(t testing.TB, c redis.UniversalClient, name string) redis.Unive
 
 // newLocker is New, or, with owns set, a Locker that owns its client as
 // one opened from a URL does.
-func newLocker(client redis.UniversalClient, o *Options, owns bool) lock.Locker {
+func newLocker(client redis.UniversalClient, o *Options, owns bool) *lock.Locker {
 	core, lo := redisx.NewCore("redisnx", client, o, owns)
 	hookLanes(client, core.Lanes)
 	return lock.New(newDriver(core), lo)
@@ -204,9 +204,9 @@ func hookLanes(c redis.UniversalClient, ls *redisx.Lanes) {
 }
 
 // lanesOf returns l's lanes.
-func lanesOf(t testing.TB, l lock.Locker) *redisx.Lanes {
+func lanesOf(t testing.TB, l *lock.Locker) *redisx.Lanes {
 	var ls *redisx.Lanes
-	if !lock.As(l, &ls) {
+	if !l.As(&ls) {
 		t.Fatal("no lanes")
 	}
 	return ls

@@ -42,7 +42,7 @@ func TestInspectForeignAndStale(t *testing.T) {
 		lk := lockKey(DefaultPrefix, k)
 		inspect := func() *lock.KeyState {
 			t.Helper()
-			st, err := lock.Inspect(ctx, l, k)
+			st, err := l.Inspect(ctx, k)
 			if err != nil {
 				t.Fatalf("Inspect: %v", err)
 			}

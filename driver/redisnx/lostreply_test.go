@@ -42,7 +42,7 @@ func TestLostReplyLeavesNoKey(t *testing.T) {
 
 			err := duringStall(t, srv, tc.cancel, func(ctx context.Context) (err error) {
 				if tc.shared {
-					_, err = l.(lock.RWLocker).TryRLock(ctx, k)
+					_, err = l.TryRLock(ctx, k)
 				} else {
 					_, err = l.TryLock(ctx, k)
 				}

@@ -94,14 +94,14 @@ func TestMessages(t *testing.T) {
 					return err
 				}, []error{lock.ErrNotAcquired, context.DeadlineExceeded}, "deadline exceeded"},
 				{"limit differs", func() error {
-					_, err := other.(lock.SemLocker).Acquire(ctx, key+"/sem", 3)
+					_, err := other.Acquire(ctx, key+"/sem", 3)
 					return err
 				}, []error{lock.ErrInvalid}, "semaphore of 2 permits, not 3"},
 			}
 			if _, err := l.Lock(ctx, key+"/held", lock.WithTTL(30*time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := l.(lock.SemLocker).Acquire(ctx, key+"/sem", 2); err != nil {
+			if _, err := l.Acquire(ctx, key+"/sem", 2); err != nil {
 				t.Fatal(err)
 			}
 			for _, c := range cases {
@@ -130,7 +130,7 @@ func TestMessages(t *testing.T) {
 	t.Run("bad Options", func(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		defer c.Close()
-		for _, l := range []lock.Locker{
+		for _, l := range []*lock.Locker{
 			memory.New(memory.NewStore(), &lock.Options{TTL: time.Nanosecond}),
 			redisnx.New(c, &redisnx.Options{Options: lock.Options{TTL: time.Nanosecond}}),
 		} {

@@ -101,7 +101,7 @@ func TestWakeAfterReconnect(t *testing.T) {
 		waiter := newTestLocker(t, wc, nil)
 		ctx := tctx(t, 30*time.Second)
 		k := testKey(t)
-		if _, err := holder.TryLock(ctx, k, lock.WithTTL(time.Minute), lock.WithAutoRenew(false)); err != nil {
+		if _, err := holder.TryLock(ctx, k, lock.WithTTL(time.Minute), lock.WithDisableAutoRenew(true)); err != nil {
 			t.Fatalf("TryLock: %v", err)
 		}
 		done := make(chan error, 1)
@@ -220,7 +220,7 @@ func TestUnansweredPingReconnects(t *testing.T) {
 	waiter := newPingingLocker(t, redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 300 * time.Millisecond}), 100*time.Millisecond)
 	ctx := tctx(t, 30*time.Second)
 	k := testKey(t)
-	if _, err := holder.TryLock(ctx, k, lock.WithTTL(time.Minute), lock.WithAutoRenew(false)); err != nil {
+	if _, err := holder.TryLock(ctx, k, lock.WithTTL(time.Minute), lock.WithDisableAutoRenew(true)); err != nil {
 		t.Fatalf("TryLock: %v", err)
 	}
 	done := make(chan error, 1)
@@ -255,7 +255,7 @@ func TestUnansweredPingReconnects(t *testing.T) {
 
 // newPingingLocker is newTestLocker with a notifier that pings a silent
 // pub/sub connection every period.
-func newPingingLocker(t *testing.T, c redis.UniversalClient, every time.Duration) lock.Locker {
+func newPingingLocker(t *testing.T, c redis.UniversalClient, every time.Duration) *lock.Locker {
 	core, lo := redisx.NewCore("redisnx", c, nil, false)
 	core.Notify.PingEvery = every
 	l := lock.New(newDriver(core), lo)

@@ -50,7 +50,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	var c *redis.Client
-	if !lock.As(l, &c) || c.Options().Addr != addr || c.Options().TLSConfig != nil || !c.Options().ContextTimeoutEnabled {
+	if !l.As(&c) || c.Options().Addr != addr || c.Options().TLSConfig != nil || !c.Options().ContextTimeoutEnabled {
 		t.Fatalf("As(*redis.Client): %v", c)
 	}
 	k := testKey(t)
@@ -80,7 +80,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("Open TLS: %v", err)
 	}
 	defer l.Close()
-	if !lock.As(l, &c) || c.Options().TLSConfig == nil {
+	if !l.As(&c) || c.Options().TLSConfig == nil {
 		t.Errorf("redisnxs: no TLS configuration")
 	}
 }
@@ -92,7 +92,7 @@ func TestNew(t *testing.T) {
 	l := New(c, &Options{Prefix: "newtest:"})
 	var u redis.UniversalClient
 	var cc *redis.ClusterClient
-	if !lock.As(l, &u) || u != c || lock.As(l, &cc) {
+	if !l.As(&u) || u != c || l.As(&cc) {
 		t.Errorf("As: UniversalClient %v, ClusterClient %v", u, cc)
 	}
 	lease, err := l.TryLock(tctx(t, 10*time.Second), testKey(t))
@@ -109,7 +109,7 @@ func TestNew(t *testing.T) {
 		t.Errorf("the caller's client after Close: %v", err)
 	}
 
-	for name, l := range map[string]lock.Locker{
+	for name, l := range map[string]*lock.Locker{
 		"prefix with braces": New(c, &Options{Prefix: "a{b}"}),
 		"nil client":         New(nil, nil),
 		"nil *redis.Client":  New((*redis.Client)(nil), nil),

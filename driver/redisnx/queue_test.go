@@ -41,7 +41,7 @@ func TestQueueFIFO(t *testing.T) {
 		q := lockKey(DefaultPrefix, k) + queueSuffix
 		queued := func() int64 { return c.ZCard(tctx(t, time.Second), q).Val() }
 		l := newTestLocker(t, c, nil)
-		order := ordertest.GrantOrder(t, func() lock.Locker { return l }, k, 8, queued)
+		order := ordertest.GrantOrder(t, func() *lock.Locker { return l }, k, 8, queued)
 		if !ordertest.IsFIFO(order) {
 			t.Errorf("grant order %v; want arrival order", order)
 		}
@@ -55,7 +55,7 @@ func TestQueueFIFO(t *testing.T) {
 		l := lock.New(pollingDriver{d, d}, nil)
 		defer l.Close()
 		for try := range 3 {
-			order := ordertest.GrantOrder(t, func() lock.Locker { return l }, testKey(t)+strconv.Itoa(try), 8, nil)
+			order := ordertest.GrantOrder(t, func() *lock.Locker { return l }, testKey(t)+strconv.Itoa(try), 8, nil)
 			if !ordertest.IsFIFO(order) {
 				t.Logf("without the queue: grant order %v", order)
 				return

@@ -26,7 +26,7 @@ type Options = redisx.Options
 //
 // Invalid options (a prefix with braces, a nil client) are reported by the
 // Locker's first call, as an error wrapping lock.ErrInvalid.
-func New(client redis.UniversalClient, o *Options) lock.Locker {
+func New(client redis.UniversalClient, o *Options) *lock.Locker {
 	core, lo := redisx.NewCore("redisnx", client, o, false)
 	return lock.New(newDriver(core), lo)
 }
@@ -48,12 +48,20 @@ var (
 	_ driver.Notifier       = (*redisDriver)(nil)
 	_ driver.Queuer         = (*redisDriver)(nil)
 	_ driver.BatchRefresher = (*redisDriver)(nil)
-	_ driver.Sharer         = (*redisDriver)(nil)
 	_ driver.Resumer        = (*redisDriver)(nil)
-	_ driver.Semaphorer     = (*redisDriver)(nil)
 )
 
-func (d *redisDriver) Name() string { return "redisnx" } // the dlock.driver attribute of metrics and logs
+// Capabilities implements driver.Capable. Shared grants are members of
+// the readers set P{K}:r, with the lock key holding "R"; permits members
+// of the permits set P{K}:s, with the lock key holding "S" and the limit;
+// a named owner's grant keeps its holds in P{K}:h (see prelude.lua). Over
+// a *redis.Client (single node or Sentinel failover), every script runs on
+// a lane whose connection is closed when the call's context ends
+// (redisx.Lanes), so lock runs calls on the caller's goroutine.
+func (d *redisDriver) Capabilities() driver.Caps {
+	return driver.Caps{Name: "redisnx", ReturnsAtContextEnd: d.Lanes.Prompt(),
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+}
 
 func newDriver(c redisx.Core) *redisDriver {
 	c.SharedLeases = true

@@ -22,9 +22,6 @@ func (d *redisDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dur
 	return validity, nil
 }
 
-// Resumable implements driver.Resumer.
-func (d *redisDriver) Resumable() error { return nil }
-
 // Resume implements driver.Resumer with resume.lua: the key must hold
 // l.Owner (128 random bits, unique to the grant), and the fencing counter
 // must have reached l.Token (a larger token is refused); one round trip.
@@ -137,7 +134,7 @@ func refreshOwner(l *driver.Lease) string {
 		return "s" + l.Owner
 	case l.Mode == driver.Permit:
 		return "p" + l.Owner
-	case l.Reentrant:
+	case l.Reentry:
 		return "o" + l.Owner
 	}
 	return l.Owner

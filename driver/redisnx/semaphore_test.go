@@ -14,9 +14,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func sem(t testing.TB, l lock.Locker) lock.SemLocker {
+func sem(t testing.TB, l *lock.Locker) *lock.Locker {
 	t.Helper()
-	s, err := lock.Semaphores(l)
+	s := l
+	err := s.Supports(lock.Permits)
 	if err != nil {
 		t.Fatalf("a redisnx Locker grants no permits: %v", err)
 	}
@@ -24,8 +25,8 @@ func sem(t testing.TB, l lock.Locker) lock.SemLocker {
 }
 
 // semLockers returns n SemLockers over c, closed at cleanup.
-func semLockers(t testing.TB, c redis.UniversalClient, n int) []lock.SemLocker {
-	ls := make([]lock.SemLocker, n)
+func semLockers(t testing.TB, c redis.UniversalClient, n int) []*lock.Locker {
+	ls := make([]*lock.Locker, n)
 	for i := range ls {
 		ls[i] = sem(t, newTestLocker(t, c, nil))
 	}
@@ -315,7 +316,7 @@ func TestSemaphoreCrashedPermitExpires(t *testing.T) {
 	lk := lockKey(DefaultPrefix, k)
 	ctx := tctx(t, 20*time.Second)
 	const ttl = 1500 * time.Millisecond
-	crashed, err := l.TryAcquire(ctx, k, 2, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	crashed, err := l.TryAcquire(ctx, k, 2, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func TestSentinelURL(t *testing.T) {
 	}
 	defer l.Close()
 	var c *redis.Client
-	if !lock.As(l, &c) {
+	if !l.As(&c) {
 		t.Fatal("As(*redis.Client) failed for a failover client")
 	}
 	lease, err := l.TryLock(ctx, testKey(t))

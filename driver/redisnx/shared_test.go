@@ -8,13 +8,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func rw(t *testing.T, l lock.Locker) lock.RWLocker {
+func rw(t *testing.T, l *lock.Locker) *lock.Locker {
 	t.Helper()
-	r, ok := l.(lock.RWLocker)
-	if !ok {
-		t.Fatalf("a redisnx Locker is not a lock.RWLocker")
+	if err := l.Supports(lock.SharedLeases); err != nil {
+		t.Fatalf("a redisnx Locker has no shared leases: %v", err)
 	}
-	return r
+	return l
 }
 
 // A plain SET NX PX lock on the key (redsync's, redislock's) excludes
@@ -70,7 +69,7 @@ func TestSharedCrashedReaderFreesItsShare(t *testing.T) {
 	k := testKey(t)
 	ctx := tctx(t, 20*time.Second)
 	const ttl = 1500 * time.Millisecond
-	crashed, err := l.TryRLock(ctx, k, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+	crashed, err := l.TryRLock(ctx, k, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +101,7 @@ func TestSharedCrashedReaderFreesItsShare(t *testing.T) {
 // writer queued after them waits for them all.
 func TestSharedReadersHandedOverTogether(t *testing.T) {
 	c := sharedClient(t, nil)
-	lockers := make([]lock.RWLocker, 4)
+	lockers := make([]*lock.Locker, 4)
 	for i := range lockers {
 		lockers[i] = rw(t, newTestLocker(t, c, nil))
 	}
@@ -182,7 +181,7 @@ func TestSharedRefresh(t *testing.T) {
 	}
 	r.Unlock(ctx)
 	x.Unlock(ctx)
-	short, err := l.TryRLock(ctx, k, lock.WithTTL(300*time.Millisecond), lock.WithAutoRenew(false))
+	short, err := l.TryRLock(ctx, k, lock.WithTTL(300*time.Millisecond), lock.WithDisableAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestTLS(t *testing.T) {
 		URL:    Scheme + "://" + r.Addr(),
 		TLSURL: SchemeTLS + "://" + r.Addr(),
 		TLS:    r.TLS,
-		New: func(ctx context.Context, tc *tls.Config) (lock.Locker, error) {
+		New: func(ctx context.Context, tc *tls.Config) (*lock.Locker, error) {
 			c := redis.NewClient(&redis.Options{Addr: r.Addr(), TLSConfig: tc})
 			t.Cleanup(func() { c.Close() })
 			o := &Options{}

@@ -84,7 +84,7 @@ func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx 
 	// the lock key).
 	excl := idx[:0:0]
 	for _, i := range idx {
-		if ls[i].Mode != driver.Exclusive || ls[i].Reentrant {
+		if ls[i].Mode != driver.Exclusive || ls[i].Reentry {
 			_, errs[i] = d.Refresh(ctx, ls[i], ttl)
 		} else {
 			excl = append(excl, i)

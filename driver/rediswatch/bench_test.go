@@ -265,7 +265,7 @@ func benchHandoff(b *testing.B, topology, name string, opts []lock.Option, waiti
 func BenchmarkHotKey(b *testing.B) {
 	const n = 32
 	admin := benchClient(b, "standalone")
-	lockers := make([]lock.Locker, n)
+	lockers := make([]*lock.Locker, n)
 	for i := range lockers {
 		lockers[i] = New(benchClient(b, "standalone"), nil)
 		b.Cleanup(func() { lockers[i].Close() })

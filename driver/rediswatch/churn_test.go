@@ -33,7 +33,7 @@ type churnResult struct {
 // and again. With refresher, one more Locker holds a grant taken by take
 // for the whole run and refreshes it in a loop. It counts the grants, the
 // Unlock and Refresh errors, and the most grants held at once.
-func churn(t *testing.T, n int, refresher bool, take func(ctx context.Context, l lock.Locker) (*lock.Lease, error)) churnResult {
+func churn(t *testing.T, n int, refresher bool, take func(ctx context.Context, l *lock.Locker) (*lock.Lease, error)) churnResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(testCtx(t), churnFor)
 	defer cancel()
@@ -43,7 +43,7 @@ func churn(t *testing.T, n int, refresher bool, take func(ctx context.Context, l
 		holders atomic.Int64
 		mu      sync.Mutex
 		wg      sync.WaitGroup
-		lockers []lock.Locker
+		lockers []*lock.Locker
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -58,7 +58,7 @@ func churn(t *testing.T, n int, refresher bool, take func(ctx context.Context, l
 		res.maxHolders = max(res.maxHolders, h)
 		mu.Unlock()
 	}
-	newLocker := func() lock.Locker {
+	newLocker := func() *lock.Locker {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		t.Cleanup(func() { rdb.Close() })
 		l, _ := newTestLocker(t, rdb, nil)
@@ -132,15 +132,15 @@ func churn(t *testing.T, n int, refresher bool, take func(ctx context.Context, l
 func TestMemberChurn(t *testing.T) {
 	t.Run("permits", func(t *testing.T) {
 		k := testKey(t)
-		r := churn(t, 24, false, func(ctx context.Context, l lock.Locker) (*lock.Lease, error) {
-			return l.(lock.SemLocker).Acquire(ctx, k, 4)
+		r := churn(t, 24, false, func(ctx context.Context, l *lock.Locker) (*lock.Lease, error) {
+			return l.Acquire(ctx, k, 4)
 		})
 		checkChurn(t, "24 contenders for 4 permits", r, 4)
 	})
 	t.Run("shares", func(t *testing.T) {
 		k := testKey(t)
-		r := churn(t, 16, false, func(ctx context.Context, l lock.Locker) (*lock.Lease, error) {
-			return l.(lock.RWLocker).RLock(ctx, k)
+		r := churn(t, 16, false, func(ctx context.Context, l *lock.Locker) (*lock.Lease, error) {
+			return l.RLock(ctx, k)
 		})
 		checkChurn(t, "16 readers", r, 0)
 	})
@@ -153,15 +153,15 @@ func TestMemberChurn(t *testing.T) {
 func TestMemberRefreshChurn(t *testing.T) {
 	t.Run("permits", func(t *testing.T) {
 		k := testKey(t)
-		r := churn(t, 16, true, func(ctx context.Context, l lock.Locker) (*lock.Lease, error) {
-			return l.(lock.SemLocker).Acquire(ctx, k, 4)
+		r := churn(t, 16, true, func(ctx context.Context, l *lock.Locker) (*lock.Lease, error) {
+			return l.Acquire(ctx, k, 4)
 		})
 		checkChurn(t, "16 contenders for 4 permits, one refreshing", r, 4)
 	})
 	t.Run("shares", func(t *testing.T) {
 		k := testKey(t)
-		r := churn(t, 16, true, func(ctx context.Context, l lock.Locker) (*lock.Lease, error) {
-			return l.(lock.RWLocker).RLock(ctx, k)
+		r := churn(t, 16, true, func(ctx context.Context, l *lock.Locker) (*lock.Lease, error) {
+			return l.RLock(ctx, k)
 		})
 		checkChurn(t, "16 readers, one refreshing", r, 0)
 	})

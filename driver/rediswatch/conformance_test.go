@@ -64,7 +64,7 @@ type harness struct {
 	outage func(t *testing.T) *drivertest.Outage
 }
 
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	u := h.url
 	if o != nil && o.TTL != 0 {
 		u += "?ttl=" + o.TTL.String()
@@ -78,14 +78,14 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 }
 
 // Crash closes the Locker's client: its traffic stops, nothing is released.
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	var c redis.UniversalClient
-	if !lock.As(l, &c) {
+	if !l.As(&c) {
 		t.Fatalf("not a rediswatch Locker")
 	}
 	c.Close()
 	var ls *redisx.Lanes
-	if lock.As(l, &ls) {
+	if l.As(&ls) {
 		ls.Close() // the Locker's own connections
 	}
 }

@@ -36,9 +36,10 @@ func Example_open() {
 		log.Fatal(err)
 	}
 	defer locker.Close()
-	err = lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error {
-		return nil // ctx ends if the lease is lost
+	err = locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
+		return nil
 	})
+
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,9 +47,9 @@ func Example_open() {
 
 // The driver's counters, through lock.As.
 func ExampleStats() {
-	var locker lock.Locker // from rediswatch.New or lock.Open
+	var locker *lock.Locker // from rediswatch.New or lock.Open
 	var s rediswatch.Stats
-	if lock.As(locker, &s) {
+	if locker.As(&s) {
 		fmt.Println("aborted grants:", s.GrantAborts, "given up:", s.GaveUp)
 	}
 }

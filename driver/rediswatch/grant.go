@@ -82,7 +82,7 @@ const fenceLife = 7 * 24 * time.Hour
 // clean-up Release (see there). A transaction that also changes the queue
 // does watch the lock key: the queue must change only with a grant.
 func (d *watchDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	if l.Reentrant {
+	if l.Reentry {
 		return d.acquireHold(ctx, l)
 	}
 	_, err := d.acquire(ctx, l, tryOnce, "", "")

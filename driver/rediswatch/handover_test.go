@@ -49,7 +49,7 @@ func waitFor(got <-chan granted) func(d time.Duration) (*lock.Lease, bool, error
 	}
 }
 
-func lockLater(ctx context.Context, l lock.Locker, k string) <-chan granted {
+func lockLater(ctx context.Context, l *lock.Locker, k string) <-chan granted {
 	got := make(chan granted, 1)
 	go func() {
 		lease, err := l.Lock(ctx, k)

@@ -51,7 +51,7 @@ func clients(t *testing.T, fn func(t *testing.T, rdb redis.UniversalClient)) {
 
 // newTestLocker returns a Locker over rdb without auto-renewal, closed at
 // cleanup, and its driver.
-func newTestLocker(t *testing.T, rdb redis.UniversalClient, o *Options) (lock.Locker, *watchDriver) {
+func newTestLocker(t *testing.T, rdb redis.UniversalClient, o *Options) (*lock.Locker, *watchDriver) {
 	if o == nil {
 		o = &Options{}
 	}
@@ -61,9 +61,9 @@ func newTestLocker(t *testing.T, rdb redis.UniversalClient, o *Options) (lock.Lo
 	return l, d
 }
 
-func stats(t *testing.T, l lock.Locker) Stats {
+func stats(t *testing.T, l *lock.Locker) Stats {
 	var s Stats
-	if !lock.As(l, &s) {
+	if !l.As(&s) {
 		t.Fatalf("As(*Stats) failed")
 	}
 	return s
@@ -115,7 +115,7 @@ func hookLanes(c redis.UniversalClient, ls *redisx.Lanes) {
 
 // newLockerDriver is New, also returning the driver; with owns set, the
 // Locker owns its client, as one opened from a URL does.
-func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (lock.Locker, *watchDriver) {
+func newLockerDriver(client redis.UniversalClient, o *Options, owns bool) (*lock.Locker, *watchDriver) {
 	core, lo := redisx.NewCore("rediswatch", client, o, owns)
 	hookLanes(client, core.Lanes)
 	d := newDriver(core)

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Holds of a named owner (lock.WithOwner, driver.Lease.Reentrant) use
+// Holds of a named owner (lock.WithOwner, driver.Lease.Reentry) use
 // redisnx's layout, so that both drivers' holds of one owner share a
 // grant: the lock key holds the owner token of the grant's first hold (all
 // tokens of one named owner start with the same 16 hex digits), and
@@ -21,9 +21,6 @@ import (
 // fencing token, expiring with the lock key.
 
 func holdsKey(lk string) string { return lk + redisx.HoldsSuffix }
-
-// Reentrancy implements driver.Reenterer.
-func (d *watchDriver) Reentrancy() error { return nil }
 
 // acquireHold makes one attempt at a hold of l's named owner, in two
 // round trips:

@@ -25,7 +25,7 @@ func TestCleanupAfterLostHoldReply(t *testing.T) {
 		const name = "0123456789abcdef"
 		k := testKey(t)
 		lk := d.LockKey(k)
-		first := &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentrant: true}
+		first := &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentry: true}
 		if err := d.Acquire(ctx, first); err != nil {
 			t.Fatal(err)
 		}
@@ -41,10 +41,10 @@ func TestCleanupAfterLostHoldReply(t *testing.T) {
 			}
 		}
 
-		cleanUpBeforeExec(t, ctx, d, &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentrant: true})
+		cleanUpBeforeExec(t, ctx, d, &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentry: true})
 		check("after a re-entry aborted by its clean-up")
 
-		l := &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentrant: true}
+		l := &driver.Lease{Key: k, Owner: namedOwner(name), TTL: 10 * time.Second, Reentry: true}
 		if err := d.Acquire(ctx, l); err != nil || l.Token != first.Token {
 			t.Fatalf("re-entry: token %d, err %v; want %d", l.Token, err, first.Token)
 		}

@@ -50,7 +50,7 @@ func TestInspectQueueAndForeign(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := lock.Inspect(ctx, l, k)
+		st, err := l.Inspect(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}

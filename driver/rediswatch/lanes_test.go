@@ -24,8 +24,8 @@ func TestLaneAbort(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	l, d := newTestLocker(t, rdb, &Options{Options: lock.Options{TTL: time.Minute}})
-	if !d.Prompt() {
-		t.Fatal("rediswatch over a *redis.Client is not driver.Prompt")
+	if !d.Capabilities().ReturnsAtContextEnd {
+		t.Fatal("rediswatch over a *redis.Client does not return at its calls' context end")
 	}
 	free := func(what, k string) {
 		t.Helper()

@@ -32,12 +32,12 @@ func TestAudit38LateRenewalsWarnBeforeLoss(t *testing.T) {
 	}
 	for _, drv := range []struct {
 		name string
-		new  func(redis.UniversalClient, lock.Options) lock.Locker
+		new  func(redis.UniversalClient, lock.Options) *lock.Locker
 	}{
-		{"redisnx", func(c redis.UniversalClient, o lock.Options) lock.Locker {
+		{"redisnx", func(c redis.UniversalClient, o lock.Options) *lock.Locker {
 			return redisnx.New(c, &redisnx.Options{Options: o})
 		}},
-		{"rediswatch", func(c redis.UniversalClient, o lock.Options) lock.Locker {
+		{"rediswatch", func(c redis.UniversalClient, o lock.Options) *lock.Locker {
 			return New(c, &Options{Options: o})
 		}},
 	} {

@@ -48,7 +48,7 @@ func TestQueueFIFO(t *testing.T) {
 	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
 		k := testKey(t)
 		lk := redisx.LockKey(DefaultPrefix, k)
-		newLocker := func() lock.Locker { l, _ := newTestLocker(t, rdb, nil); return l }
+		newLocker := func() *lock.Locker { l, _ := newTestLocker(t, rdb, nil); return l }
 		order := ordertest.GrantOrder(t, newLocker, k, 8, func() int64 { return queueLen(t, rdb, lk) })
 		if !ordertest.IsFIFO(order) {
 			t.Errorf("grant order %v; want arrival order", order)
@@ -59,7 +59,7 @@ func TestQueueFIFO(t *testing.T) {
 	})
 	t.Run("control", func(t *testing.T) {
 		rdb := standalone(t)
-		newLocker := func() lock.Locker {
+		newLocker := func() *lock.Locker {
 			d := testDriver(rdb, DefaultPrefix)
 			l := lock.New(notifyingDriver{d, d}, &lock.Options{DisableAutoRenew: true})
 			t.Cleanup(func() { l.Close() })

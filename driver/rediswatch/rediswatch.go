@@ -45,7 +45,7 @@ type Options = redisx.Options
 // New returns a Locker over client, which may be a *redis.Client
 // (standalone or Sentinel failover), a *redis.ClusterClient or any other
 // redis.UniversalClient. The Locker's Close leaves client open.
-func New(client redis.UniversalClient, o *Options) lock.Locker {
+func New(client redis.UniversalClient, o *Options) *lock.Locker {
 	core, lo := redisx.NewCore("rediswatch", client, o, false)
 	return lock.New(newDriver(core), lo)
 }
@@ -70,9 +70,7 @@ var (
 	_ driver.Notifier       = (*watchDriver)(nil)
 	_ driver.Queuer         = (*watchDriver)(nil)
 	_ driver.BatchRefresher = (*watchDriver)(nil)
-	_ driver.Sharer         = (*watchDriver)(nil)
 	_ driver.Resumer        = (*watchDriver)(nil)
-	_ driver.Semaphorer     = (*watchDriver)(nil)
 )
 
 func newDriver(c redisx.Core) *watchDriver {
@@ -84,14 +82,16 @@ func newDriver(c redisx.Core) *watchDriver {
 // px is the TTL as Redis applies it: whole milliseconds, rounded down.
 func px(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millisecond) }
 
+// Capabilities implements driver.Capable. Over a *redis.Client (single
+// node or Sentinel failover), every transaction runs on a lane whose
+// connection is closed when the call's context ends (redisx.Lanes), so
+// lock runs calls on the caller's goroutine.
+func (d *watchDriver) Capabilities() driver.Caps {
+	return driver.Caps{Name: "rediswatch", ReturnsAtContextEnd: d.Lanes.Prompt(),
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+}
+
 // As exposes the client and the driver's counters; see the package doc.
-func (d *watchDriver) Name() string { return "rediswatch" } // the dlock.driver attribute of metrics and logs
-
-// Prompt implements driver.Prompt: over a *redis.Client (single node or
-// Sentinel failover), every transaction runs on a lane whose connection is closed when the call's context ends
-// (redisx.Lanes), so lock runs calls on the caller's goroutine.
-func (d *watchDriver) Prompt() bool { return d.Lanes.Prompt() }
-
 func (d *watchDriver) As(target any) bool {
 	if t, ok := target.(*Stats); ok {
 		*t = d.stats.snapshot(d.Notify)

@@ -23,7 +23,7 @@ func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dur
 		return px(ttl), nil
 	}
 	ttl = px(ttl)
-	if l.Reentrant {
+	if l.Reentry {
 		if err := d.extendHold(ctx, "refresh", lk, l.Owner, ttl, 0); err != nil {
 			return 0, err
 		}
@@ -98,9 +98,6 @@ func pexpire(ctx context.Context, p redis.Pipeliner, lk string, ttl time.Duratio
 	return cmd
 }
 
-// Resumable implements driver.Resumer.
-func (d *watchDriver) Resumable() error { return nil }
-
 // Resume implements driver.Resumer, as a refresh that also checks the
 // token: for an exclusive grant, extendOwned's two round trips with the
 // counter read beside the key. The key must hold l.Owner (128 random bits,
@@ -131,7 +128,7 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 		l.Validity, l.Data = ttl, nil
 		return nil
 	}
-	if l.Reentrant {
+	if l.Reentry {
 		if err := d.extendHold(ctx, "resume", lk, l.Owner, ttl, l.Token); err != nil {
 			return err
 		}

@@ -39,7 +39,7 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 		return d.releaseMember(ctx, memberKindOf(l), lk, l.Owner, tomb, max(px(l.TTL), 1))
 	}
 	q, viaQueue := l.Data.(fromQueue)
-	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue, l.Reentrant)
+	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue, l.Reentry)
 }
 
 // release deletes the grant of owner on lk and hands the key over to the

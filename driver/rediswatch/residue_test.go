@@ -15,7 +15,7 @@ import (
 )
 
 // residueLocker opens a Locker of this driver on the server at addr.
-func residueLocker(t *testing.T, addr string, ttl time.Duration) lock.Locker {
+func residueLocker(t *testing.T, addr string, ttl time.Duration) *lock.Locker {
 	t.Helper()
 	l, err := lock.Open(context.Background(), Scheme+"://"+addr+"?ttl="+ttl.String())
 	if err != nil {
@@ -30,7 +30,7 @@ func residueLocker(t *testing.T, addr string, ttl time.Duration) lock.Locker {
 // grant of the dead Locker, left to expire; a wait behind a holder given
 // up; a wait of the dead Locker behind a holder, whose lease it returns to
 // be released once the dead Locker is cut off.
-func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) *lock.Lease {
+func useKeyOnce(t *testing.T, live, dead *lock.Locker, i int, key string) *lock.Lease {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var leases []*lock.Lease
@@ -45,9 +45,9 @@ func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) *lock.L
 	case 0:
 		take(live.Lock(ctx, key))
 	case 1:
-		take(live.(lock.RWLocker).RLock(ctx, key))
+		take(live.RLock(ctx, key))
 	case 2:
-		take(live.(lock.SemLocker).Acquire(ctx, key, 3))
+		take(live.Acquire(ctx, key, 3))
 	case 3:
 		take(live.Lock(ctx, key, lock.WithOwner("job-"+key)))
 		take(live.Lock(ctx, key, lock.WithOwner("job-"+key)))
@@ -115,7 +115,7 @@ func TestAudit38KeysUsedOnceLeaveExpiringKeys(t *testing.T) {
 	}
 	time.Sleep(time.Second) // the dead Locker's waits are queued
 	var c redis.UniversalClient
-	if !lock.As(dead, &c) {
+	if !dead.As(&c) {
 		t.Fatal("no client")
 	}
 	c.Close() // the dead Locker's traffic stops; nothing is released

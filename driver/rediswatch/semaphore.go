@@ -34,9 +34,6 @@ import (
 
 func permitsKey(lk string) string { return lk + redisx.PermitsSuffix }
 
-// Semaphores implements driver.Semaphorer.
-func (d *watchDriver) Semaphores() error { return nil }
-
 // permitLimit is l's semaphore limit for a permit, 0 for other leases.
 func permitLimit(l *driver.Lease) int {
 	if l.Mode != driver.Permit {

@@ -18,10 +18,11 @@ import (
 
 // semLocker returns a SemLocker over rdb without auto-renewal, closed at
 // cleanup.
-func semLocker(t *testing.T, rdb redis.UniversalClient) lock.SemLocker {
+func semLocker(t *testing.T, rdb redis.UniversalClient) *lock.Locker {
 	t.Helper()
 	l, _ := newTestLocker(t, rdb, nil)
-	sl, err := lock.Semaphores(l)
+	sl := l
+	err := sl.Supports(lock.Permits)
 	if err != nil {
 		t.Fatalf("lock.Semaphores: %v", err)
 	}
@@ -36,7 +37,7 @@ type acquired struct {
 
 // acquireLater starts a blocking Acquire of a permit of limit, the i-th
 // waiter, and returns once it is queued: lk's queue has n elements.
-func acquireLater(t *testing.T, rdb redis.UniversalClient, l lock.SemLocker, k string, limit, i int, n int64, got chan<- acquired) {
+func acquireLater(t *testing.T, rdb redis.UniversalClient, l *lock.Locker, k string, limit, i int, n int64, got chan<- acquired) {
 	t.Helper()
 	go func() {
 		p, err := l.Acquire(testCtx(t), k, limit)
@@ -500,10 +501,10 @@ func TestMinimalPermissionsPermits(t *testing.T) {
 // admin, a client of the default user, watches the queue.
 func exercisePermits(t *testing.T, rdb, admin redis.UniversalClient) {
 	t.Cleanup(func() { rdb.Close() })
-	newLocker := func(ttl time.Duration) lock.SemLocker {
+	newLocker := func(ttl time.Duration) *lock.Locker {
 		l := New(rdb, &Options{Options: lock.Options{TTL: ttl}})
 		t.Cleanup(func() { l.Close() })
-		return l.(lock.SemLocker)
+		return l
 	}
 	queued := func(k string) {
 		if !eventually(5*time.Second, func() bool { return queueLen(t, admin, redisx.LockKey(DefaultPrefix, k)) == 1 }) {

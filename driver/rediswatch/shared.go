@@ -22,9 +22,6 @@ import (
 // which takes the key with its own attempt, and a reader's grant names the
 // waiter behind it, so that readers in a row follow one another in.
 
-// SupportsShared implements driver.Sharer.
-func (d *watchDriver) SupportsShared() bool { return true }
-
 // shares is the member kind of shared leases. Its transactions:
 //
 //	grant:   MULTI; [SET lock R PX keep]; ZREMRANGEBYSCORE readers (expired); ZADD readers expiry owner;

@@ -26,16 +26,16 @@ func TestStaleMarkerFreeForWriter(t *testing.T) {
 				lc, _ := newTestLocker(t, crashing, nil)
 				ctx := testCtx(t)
 				k := testKey(t)
-				take := func(l lock.Locker, ttl time.Duration) *lock.Lease {
+				take := func(l *lock.Locker, ttl time.Duration) *lock.Lease {
 					t.Helper()
 					var (
 						p   *lock.Lease
 						err error
 					)
 					if kind == "permits" {
-						p, err = l.(lock.SemLocker).TryAcquire(ctx, k, 3, lock.WithTTL(ttl))
+						p, err = l.TryAcquire(ctx, k, 3, lock.WithTTL(ttl))
 					} else {
-						p, err = l.(lock.RWLocker).TryRLock(ctx, k, lock.WithTTL(ttl))
+						p, err = l.TryRLock(ctx, k, lock.WithTTL(ttl))
 					}
 					if err != nil {
 						t.Fatalf("take %v: %v", ttl, err)

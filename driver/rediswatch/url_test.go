@@ -71,12 +71,12 @@ func TestOpenClients(t *testing.T) {
 		var c *redis.Client
 		var cc *redis.ClusterClient
 		switch {
-		case w.cluster && lock.As(l, &cc):
+		case w.cluster && l.As(&cc):
 			o := cc.Options()
 			if !slices.Equal(o.Addrs, w.addrs) || o.Username != w.user || o.Password != w.pass || (o.TLSConfig != nil) != w.tls || !o.ContextTimeoutEnabled {
 				t.Errorf("Open(%q): cluster options %v %q %q tls=%v", u, o.Addrs, o.Username, o.Password, o.TLSConfig != nil)
 			}
-		case !w.cluster && lock.As(l, &c):
+		case !w.cluster && l.As(&c):
 			o := c.Options()
 			if o.Addr != w.addrs[0] || o.Username != w.user || o.Password != w.pass || o.DB != w.db || (o.TLSConfig != nil) != w.tls || !o.ContextTimeoutEnabled {
 				t.Errorf("Open(%q): options %v %q %q db=%d tls=%v", u, o.Addr, o.Username, o.Password, o.DB, o.TLSConfig != nil)
@@ -85,15 +85,15 @@ func TestOpenClients(t *testing.T) {
 			t.Errorf("Open(%q): wrong client type", u)
 		}
 		var rdb redis.UniversalClient
-		if !lock.As(l, &rdb) || rdb == nil {
+		if !l.As(&rdb) || rdb == nil {
 			t.Errorf("Open(%q): As(*redis.UniversalClient) failed", u)
 		}
 		var s Stats
-		if !lock.As(l, &s) {
+		if !l.As(&s) {
 			t.Errorf("Open(%q): As(*Stats) failed", u)
 		}
 		var wrong *int
-		if lock.As(l, &wrong) {
+		if l.As(&wrong) {
 			t.Errorf("Open(%q): As(**int) succeeded", u)
 		}
 		if err := l.Close(); err != nil {

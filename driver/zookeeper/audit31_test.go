@@ -34,7 +34,7 @@ func a31CPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func audit31Dial(t *testing.T, timeout time.Duration, n *netCut, log *slog.Logger) lock.Locker {
+func audit31Dial(t *testing.T, timeout time.Duration, n *netCut, log *slog.Logger) *lock.Locker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -47,7 +47,7 @@ func audit31Dial(t *testing.T, timeout time.Duration, n *netCut, log *slog.Logge
 	return l
 }
 
-func lockUnlock(t *testing.T, l lock.Locker, key string) time.Duration {
+func lockUnlock(t *testing.T, l *lock.Locker, key string) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -28,13 +28,13 @@ func benchConn(b *testing.B) *zk.Conn {
 	return c
 }
 
-func benchLocker(b *testing.B) lock.Locker {
+func benchLocker(b *testing.B) *lock.Locker {
 	l, _ := benchLockerDriver(b)
 	return l
 }
 
 // benchLockerDriver is benchLocker, also returning the driver.
-func benchLockerDriver(b *testing.B) (lock.Locker, *zkDriver) {
+func benchLockerDriver(b *testing.B) (*lock.Locker, *zkDriver) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	d, lo, err := dial(ctx, testserver.SharedZooKeeper(b).Addrs(), &Options{Root: testRoot, SessionTimeout: 10 * time.Second})

@@ -80,7 +80,7 @@ func within[T any](t *testing.T, limit time.Duration, what string, f func() T) T
 // Close does not wait for the clean-up of calls that sent nothing.
 func TestCallsUnreachable(t *testing.T) {
 	url := "zookeeper://u:pw@" + closedAddr(t) + "," + closedAddr(t) + "/x"
-	l := within(t, time.Second, "Open", func() lock.Locker {
+	l := within(t, time.Second, "Open", func() *lock.Locker {
 		l, err := lock.Open(context.Background(), url)
 		if err != nil {
 			t.Errorf("Open: %v", err)
@@ -100,7 +100,7 @@ func TestCallsUnreachable(t *testing.T) {
 		call func(ctx context.Context) error
 	}{
 		{"Lock", func(ctx context.Context) error { _, err := l.Lock(ctx, "k"); return err }},
-		{"RLock", func(ctx context.Context) error { _, err := l.(lock.RWLocker).RLock(ctx, "k"); return err }},
+		{"RLock", func(ctx context.Context) error { _, err := l.RLock(ctx, "k"); return err }},
 	} {
 		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
 		err := within(t, 6*time.Second, c.name, func() error { return c.call(ctx) })
@@ -109,7 +109,7 @@ func TestCallsUnreachable(t *testing.T) {
 			t.Errorf("%s: %v; want its context's deadline, and ErrUnavailable wrapping ECONNREFUSED", c.name, err)
 		}
 	}
-	err = within(t, 5*time.Second, "Inspect", func() error { _, err := lock.Inspect(bg, l, "k"); return err })
+	err = within(t, 5*time.Second, "Inspect", func() error { _, err := l.Inspect(bg, "k"); return err })
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("Inspect: %v; want the refused connection", err)
 	}

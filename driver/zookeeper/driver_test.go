@@ -158,7 +158,7 @@ func TestDigestACL(t *testing.T) {
 		t.Fatal(err)
 	}
 	var conn *zk.Conn
-	if !lock.As(a, &conn) {
+	if !a.As(&conn) {
 		t.Fatal("lock.As(**zk.Conn) failed")
 	}
 	kp := keyPath(root, k)

@@ -63,7 +63,7 @@ func TestEnsembleLeaderKill(t *testing.T) {
 	z := testserver.StartZooKeeperEnsemble(t, nil)
 	z.RequireFaults(t)
 	h := newHarness(t, z.Addrs(), 6*time.Second)
-	var lockers []lock.Locker
+	var lockers []*lock.Locker
 	for range 3 {
 		lockers = append(lockers, h.NewLocker(t, &lock.Options{TTL: time.Second}))
 	}

@@ -38,7 +38,7 @@ func ExampleDial_readWrite() {
 		log.Fatal(err)
 	}
 	defer locker.Close()
-	rw := locker.(lock.RWLocker)
+	rw := locker
 	r, err := rw.RLock(ctx, "config")
 	if err != nil {
 		log.Fatal(err)
@@ -55,10 +55,11 @@ func Example_uRL() {
 		log.Fatal(err)
 	}
 	defer locker.Close()
-	err = lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error {
-		// ctx ends if the lease is lost (session at risk or expired).
+	err = locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
+
 		return nil
 	})
+
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -29,7 +29,7 @@ type harness struct {
 	raw     *zk.Conn      // the test's own connection, for tampering
 
 	mu   sync.Mutex
-	cuts map[lock.Locker]*netCut
+	cuts map[*lock.Locker]*netCut
 
 	// outage starts a server for the Outage/ subtests (nil: they skip).
 	outage func(t *testing.T) *drivertest.Outage
@@ -37,7 +37,7 @@ type harness struct {
 
 func newHarness(t *testing.T, servers []string, timeout time.Duration) *harness {
 	raw, negotiated := rawConn(t, servers, timeout, nil)
-	return &harness{servers: servers, timeout: negotiated, raw: raw, cuts: map[lock.Locker]*netCut{}}
+	return &harness{servers: servers, timeout: negotiated, raw: raw, cuts: map[*lock.Locker]*netCut{}}
 }
 
 // rawConn connects to servers with a plain go-zookeeper connection, closed
@@ -64,7 +64,7 @@ func rawConn(t testing.TB, servers []string, timeout time.Duration, dialer zk.Di
 	return c, nt.get()
 }
 
-func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
+func (h *harness) NewLocker(t *testing.T, o *lock.Options) *lock.Locker {
 	t.Helper()
 	n := &netCut{}
 	opts := &Options{Root: testRoot, SessionTimeout: h.timeout, Dialer: n.dial}
@@ -84,7 +84,7 @@ func (h *harness) NewLocker(t *testing.T, o *lock.Options) lock.Locker {
 	return l
 }
 
-func (h *harness) Crash(t *testing.T, l lock.Locker) {
+func (h *harness) Crash(t *testing.T, l *lock.Locker) {
 	h.mu.Lock()
 	n := h.cuts[l]
 	h.mu.Unlock()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
-	"github.com/dlock-go/dlock/lock"
 
 	"github.com/dlock-go/dlock/driver/drivertest"
 	"github.com/go-zookeeper/zk"
@@ -110,7 +109,7 @@ func TestInspectNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := lock.Inspect(ctx, l, k)
+		st, err := l.Inspect(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -45,7 +45,7 @@ func blocked(t *testing.T, c <-chan error, d time.Duration, what string) {
 func TestZkLockInterop(t *testing.T) {
 	servers := testserver.SharedZooKeeper(t).Addrs()
 	h := newHarness(t, servers, testSessionTimeout)
-	dl := h.NewLocker(t, nil).(lock.RWLocker)
+	dl := h.NewLocker(t, nil)
 	ctx := context.Background()
 
 	for _, shared := range []bool{false, true} {

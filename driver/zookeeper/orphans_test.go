@@ -37,9 +37,9 @@ func (h *harness) childrenAfter(t *testing.T, key string, want int, wait time.Du
 func TestNoOrphansAfterRandomCancels(t *testing.T) {
 	h := newHarness(t, testserver.SharedZooKeeper(t).Addrs(), testSessionTimeout)
 	holder := h.NewLocker(t, nil)
-	var waiters []lock.RWLocker
+	var waiters []*lock.Locker
 	for range 3 {
-		waiters = append(waiters, h.NewLocker(t, nil).(lock.RWLocker))
+		waiters = append(waiters, h.NewLocker(t, nil))
 	}
 	k := uniqueKey(t)
 	held, err := holder.Lock(context.Background(), k)
@@ -110,7 +110,7 @@ func TestNoOrphansAfterRandomCancels(t *testing.T) {
 func TestLostCreateReply(t *testing.T) {
 	h := newHarness(t, testserver.SharedZooKeeper(t).Addrs(), testSessionTimeout)
 	ctx := context.Background()
-	newLocker := func() (lock.Locker, *netCut) {
+	newLocker := func() (*lock.Locker, *netCut) {
 		l := h.NewLocker(t, nil)
 		h.mu.Lock()
 		defer h.mu.Unlock()

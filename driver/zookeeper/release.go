@@ -163,18 +163,8 @@ func (d *zkDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl tim
 	return v, errs
 }
 
-// errNoResume is why the driver cannot resume a lease.
-var errNoResume = fmt.Errorf("%w: zookeeper: a lease is an ephemeral node of its client's session, which another session can neither keep alive nor take over", driver.ErrInvalid)
+// noResume is why the driver cannot resume a lease.
+const noResume = "a zookeeper lease is an ephemeral node of its client's session, which another session can neither keep alive nor take over"
 
-// Resumable implements driver.Resumer: the driver cannot resume leases.
-func (d *zkDriver) Resumable() error { return errNoResume }
-
-// Resume implements driver.Resumer: it refuses (see Resumable).
-func (d *zkDriver) Resume(ctx context.Context, l *driver.Lease) error { return errNoResume }
-
-// errNoReentry is why the driver keeps no holds for named owners.
-var errNoReentry = fmt.Errorf("%w: zookeeper: a grant is an ephemeral node of one client session; a hold from another session could not end with that session, so a crashed holder's hold would keep the key for as long as the first session lives", driver.ErrInvalid)
-
-// Reentrancy implements driver.Reenterer: the driver keeps no holds (see
-// errNoReentry).
-func (d *zkDriver) Reentrancy() error { return errNoReentry }
+// noReentry is why the driver keeps no holds for named owners.
+const noReentry = "a zookeeper grant is an ephemeral node of one client session; a hold from another session could not end with that session, so a crashed holder's hold would keep the key for as long as the first session lives"

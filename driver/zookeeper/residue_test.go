@@ -23,7 +23,7 @@ func residueRoot(t *testing.T) string {
 	return "/dlock-residue-" + hex.EncodeToString(b[:])
 }
 
-func residueLocker(t *testing.T, servers []string, root string, n *netCut) lock.Locker {
+func residueLocker(t *testing.T, servers []string, root string, n *netCut) *lock.Locker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -63,7 +63,7 @@ func nodesUnder(c *zk.Conn, path string) (int, error) {
 // session is left to expire; a wait behind a holder given up; a wait of the
 // dead Locker behind a holder, whose lease it returns to be released once
 // the dead Locker is cut off.
-func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) *lock.Lease {
+func useKeyOnce(t *testing.T, live, dead *lock.Locker, i int, key string) *lock.Lease {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var (
@@ -82,9 +82,9 @@ func useKeyOnce(t *testing.T, live, dead lock.Locker, i int, key string) *lock.L
 	case 0:
 		l, err = live.Lock(ctx, key)
 	case 1:
-		l, err = live.(lock.RWLocker).RLock(ctx, key)
+		l, err = live.RLock(ctx, key)
 	case 2:
-		l, err = live.(lock.SemLocker).Acquire(ctx, key, 3)
+		l, err = live.Acquire(ctx, key, 3)
 	case 3:
 		if _, err := dead.Lock(ctx, key); err != nil {
 			t.Errorf("%s: Lock: %v", key, err)

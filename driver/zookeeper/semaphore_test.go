@@ -15,9 +15,10 @@ import (
 )
 
 // semLocker returns a new Locker of h as a SemLocker.
-func (h *harness) semLocker(t *testing.T) lock.SemLocker {
+func (h *harness) semLocker(t *testing.T) *lock.Locker {
 	t.Helper()
-	sl, err := lock.Semaphores(h.NewLocker(t, nil))
+	sl := h.NewLocker(t, nil)
+	err := sl.Supports(lock.Permits)
 	if err != nil {
 		t.Fatalf("lock.Semaphores: %v", err)
 	}
@@ -49,7 +50,7 @@ type result struct {
 }
 
 // goAcquire runs Acquire in the background until ctx ends.
-func goAcquire(ctx context.Context, sl lock.SemLocker, k string, limit int) <-chan result {
+func goAcquire(ctx context.Context, sl *lock.Locker, k string, limit int) <-chan result {
 	c := make(chan result, 1)
 	go func() {
 		l, err := sl.Acquire(ctx, k, limit)
@@ -221,7 +222,7 @@ func TestPermitNotStalledByDisconnectedWaiter(t *testing.T) {
 	h2 := mustPermit(t, h.semLocker(t), k, limit)
 
 	ql, cut := h.newCutLocker(t, nil)
-	q, _ := lock.Semaphores(ql)
+	q := ql
 	cut.loseCreateReply()
 	qc := goAcquire(ctx, q, k, limit)
 	qNode := ""
@@ -269,7 +270,7 @@ func slicesMax(names []string) string {
 	return best
 }
 
-func mustPermit(t *testing.T, sl lock.SemLocker, k string, limit int) *lock.Lease {
+func mustPermit(t *testing.T, sl *lock.Locker, k string, limit int) *lock.Lease {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -345,7 +346,7 @@ func TestPermitZkLockInterop(t *testing.T) {
 func TestPermitWriterNotPassed(t *testing.T) {
 	h := newHarness(t, testserver.SharedZooKeeper(t).Addrs(), testSessionTimeout)
 	sl := h.semLocker(t)
-	rw := sl.(lock.RWLocker)
+	rw := sl
 	k := uniqueKey(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -443,7 +444,7 @@ func TestPermitLimitMismatch(t *testing.T) {
 	})
 	t.Run("waiting", func(t *testing.T) {
 		k := uniqueKey(t)
-		w, err := sl.(lock.RWLocker).Lock(ctx, k)
+		w, err := sl.Lock(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -472,7 +473,7 @@ func TestPermitCrashedHolder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hl, cut := h.newCutLocker(t, longTTL)
-	hs, _ := lock.Semaphores(hl)
+	hs := hl
 	held := mustPermit(t, hs, k, 2)
 	other := mustPermit(t, h.semLocker(t), k, 2)
 	defer other.Unlock(ctx)

@@ -16,7 +16,7 @@ import (
 // driver's session monitor does.
 var longTTL = &lock.Options{TTL: time.Minute}
 
-func (h *harness) newCutLocker(t *testing.T, o *lock.Options) (lock.Locker, *netCut) {
+func (h *harness) newCutLocker(t *testing.T, o *lock.Options) (*lock.Locker, *netCut) {
 	l := h.NewLocker(t, o)
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -28,7 +28,7 @@ func TestTLS(t *testing.T) {
 		// not as the address it resolves to.
 		URL: "zookeeper://localhost:" + port + "/tls?session_timeout=4s",
 		TLS: z.TLS,
-		New: func(ctx context.Context, tc *tls.Config) (lock.Locker, error) {
+		New: func(ctx context.Context, tc *tls.Config) (*lock.Locker, error) {
 			o := &Options{Root: "/tls", SessionTimeout: 4 * time.Second, TLS: tc}
 			o.ReleaseTimeout = 300 * time.Millisecond // see tlstest.Target.New
 			return Dial(ctx, z.Addrs(), o)

@@ -102,7 +102,7 @@ type Options struct {
 // session until a request of its own is 0.3 of the timeout old: a grant in
 // the first 3 s (of a 10 s session) after New waits for that. Dial and
 // lock.Open count the session's handshake, and do not wait.
-func New(conn *zk.Conn, o *Options) lock.Locker {
+func New(conn *zk.Conn, o *Options) *lock.Locker {
 	d, lo := newDriver(conn, o, nil)
 	if d.optsErr == nil && d.timeout.get() <= 0 {
 		d.timeout.set(AssumedSessionTimeout)
@@ -123,7 +123,7 @@ func New(conn *zk.Conn, o *Options) lock.Locker {
 // ended it. With TLS, it fails at once when every server's last attempt
 // failed the handshake for a reason another attempt will not mend (see
 // Options.TLS).
-func Dial(ctx context.Context, servers []string, o *Options) (lock.Locker, error) {
+func Dial(ctx context.Context, servers []string, o *Options) (*lock.Locker, error) {
 	d, lo, err := dial(ctx, servers, o)
 	if err != nil {
 		return nil, err
@@ -235,8 +235,6 @@ var (
 	_ driver.Driver         = (*zkDriver)(nil)
 	_ driver.Queuer         = (*zkDriver)(nil)
 	_ driver.BatchRefresher = (*zkDriver)(nil)
-	_ driver.Sharer         = (*zkDriver)(nil)
-	_ driver.Semaphorer     = (*zkDriver)(nil)
 )
 
 // newDriver makes the driver over conn. Dial passes the timeout its
@@ -331,11 +329,14 @@ func (d *zkDriver) sessionTimeout() time.Duration {
 
 func (d *zkDriver) keyPath(key string) string { return keyPath(d.root, key) }
 
-func (d *zkDriver) SupportsShared() bool { return true }
-
-// Semaphores implements driver.Semaphorer: permits are lock nodes of
-// their own kind in the key's queue (see judge).
-func (d *zkDriver) Semaphores() error { return nil }
+// Capabilities implements driver.Capable. Shared grants and permits are
+// lock nodes of their own kinds in the key's queue (see judge); a grant
+// lives with its session, so it can be neither resumed nor re-entered
+// from another one.
+func (d *zkDriver) Capabilities() driver.Caps {
+	return driver.Caps{Name: "zookeeper", Shared: driver.Yes, Permits: driver.Yes,
+		Reentry: driver.No(noReentry), Resume: driver.No(noResume)}
+}
 
 func (d *zkDriver) Validate(l *driver.Lease) error {
 	if d.optsErr != nil {
@@ -358,10 +359,6 @@ func (d *zkDriver) Validate(l *driver.Lease) error {
 	l.Validity = d.sessionTimeout()
 	return nil
 }
-
-// As sets a **zk.Conn target to the connection. (A **zkDriver target,
-// which only this package's tests can name, gets the driver.)
-func (d *zkDriver) Name() string { return "zookeeper" } // the dlock.driver attribute of metrics and logs
 
 func (d *zkDriver) As(target any) bool {
 	switch p := target.(type) {

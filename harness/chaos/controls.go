@@ -33,7 +33,7 @@ type Control struct {
 	Gaps []string
 	// Open makes a Locker with its own client to addrs (the Locker owns
 	// it), with options o.
-	Open func(ctx context.Context, addrs []string, o lock.Options, h Hooks) (lock.Locker, error)
+	Open func(ctx context.Context, addrs []string, o lock.Options, h Hooks) (*lock.Locker, error)
 }
 
 // Hooks let a test reach into a control's algorithm.
@@ -96,8 +96,8 @@ type ctlBase struct {
 func (ctlBase) Validate(l *driver.Lease) error { return nil }
 func (b ctlBase) Close() error                 { return b.rdb.Close() }
 
-func openRedisControl(mk func(ctlBase) driver.Driver) func(ctx context.Context, addrs []string, o lock.Options, h Hooks) (lock.Locker, error) {
-	return func(ctx context.Context, addrs []string, o lock.Options, h Hooks) (lock.Locker, error) {
+func openRedisControl(mk func(ctlBase) driver.Driver) func(ctx context.Context, addrs []string, o lock.Options, h Hooks) (*lock.Locker, error) {
+	return func(ctx context.Context, addrs []string, o lock.Options, h Hooks) (*lock.Locker, error) {
 		rdb := redis.NewClient(&redis.Options{
 			Addr: addrs[0], MaxRetries: -1, DisableIdentity: true,
 			DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
@@ -334,7 +334,7 @@ type memcachedAddDelete struct {
 	mc *memcache.Client
 }
 
-func openMemcachedControl(ctx context.Context, addrs []string, o lock.Options, h Hooks) (lock.Locker, error) {
+func openMemcachedControl(ctx context.Context, addrs []string, o lock.Options, h Hooks) (*lock.Locker, error) {
 	mc := memcache.New(addrs...)
 	mc.Timeout = time.Second
 	mc.MaxIdleConns = 16

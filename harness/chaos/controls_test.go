@@ -33,7 +33,7 @@ func init() {
 		open := c.Open
 		register(&target{
 			name: c.Name, backend: c.Backend, control: true, ttl: c.TTL, gaps: c.Gaps,
-			open: func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
+			open: func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (Locker, error) {
 				return open(ctx, addrs, lock.Options{TTL: ttl}, h)
 			},
 			catches: controlCatches[c.Name],

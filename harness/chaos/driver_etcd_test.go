@@ -38,7 +38,7 @@ func init() {
 	// ahead of it and grants itself the key.
 	register(&target{
 		name: "etcd-blind", backend: EtcdBackend, control: true, ttl: time.Second, bound: 2 * time.Second,
-		open: func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
+		open: func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (Locker, error) {
 			c, err := clientv3.New(clientv3.Config{
 				Endpoints: addrs, Logger: zap.NewNop(),
 				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(blindQueue)},
@@ -56,7 +56,7 @@ func etcdCounter(p string) bool { return strings.Contains(p, "/c/") }
 
 // ownedLocker closes its etcd client after itself.
 type ownedLocker struct {
-	lock.Locker
+	*lock.Locker
 	c *clientv3.Client
 }
 

@@ -22,7 +22,7 @@ type target struct {
 	ttl, bound time.Duration
 	// open makes a Locker with its own client(s) to addrs; the Locker owns
 	// them. h reaches into control drivers.
-	open func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error)
+	open func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (Locker, error)
 	// gaps are the checkpoints inside the algorithm ("acquire-gap",
 	// "release-gap"): the non-atomic steps of a control.
 	gaps []string
@@ -73,8 +73,8 @@ func (t *target) pred(p func(Request) bool) func(Request) bool {
 // openURL returns an open function for a driver's URL scheme; format has
 // one %s for the comma-separated addresses, and ttl is added as a query
 // parameter.
-func openURL(format string) func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
-	return func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (lock.Locker, error) {
+func openURL(format string) func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (Locker, error) {
+	return func(ctx context.Context, addrs []string, ttl time.Duration, h Hooks) (Locker, error) {
 		u := fmt.Sprintf(format, strings.Join(addrs, ","))
 		if strings.HasPrefix(u, "zookeeper://") {
 			return lock.Open(ctx, u) // a grant lasts its session: ttl= is refused

@@ -14,9 +14,17 @@ import (
 // process, or in a child): Lock, then write to the fenced resource every
 // writeEvery, looking at Done right before each write, until told to
 // Unlock or until Done closes. It reports everything to a sink.
+// Locker is what a worker uses of a *lock.Locker; a target may wrap one
+// (to close a client it made after the Locker).
+type Locker interface {
+	Lock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error)
+	TryLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error)
+	Close() error
+}
+
 type worker struct {
 	name   string
-	locker lock.Locker
+	locker Locker
 	sink   sink
 
 	mu   sync.Mutex
@@ -68,7 +76,7 @@ func (w *worker) lock(a LockArgs) (id LeaseID, token uint64, doa, fails int, err
 		opts = append(opts, lock.WithTTL(a.TTL))
 	}
 	if a.NoRenew {
-		opts = append(opts, lock.WithAutoRenew(false))
+		opts = append(opts, lock.WithDisableAutoRenew(true))
 	}
 	var lastFail error
 	for {

@@ -34,7 +34,7 @@ import (
 type etcdAdversary struct {
 	r    *run
 	c    *clientv3.Client
-	lk   lock.Locker // dlock's driver as the reader
+	lk   Locker // dlock's driver as the reader
 	stop chan struct{}
 	wg   sync.WaitGroup
 

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,8 +45,8 @@ const (
 // pgAdversary is the listener and forger; see above.
 type pgAdversary struct {
 	r    *run
-	url  string      // its own role's, to the server itself
-	spy  lock.Locker // the application's role, for Inspect
+	url  string // its own role's, to the server itself
+	spy  Locker // the application's role, for Inspect
 	pool *pgxpool.Pool
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -306,7 +305,7 @@ func (a *pgAdversary) inspect() {
 		a.learnChannels()
 		for _, key := range a.r.env.keys {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := lock.Inspect(ctx, a.spy, key)
+			st, err := a.spy.Inspect(ctx, key)
 			cancel()
 			if err != nil {
 				a.count("inspect-failed")

@@ -14,10 +14,9 @@ import (
 // lock.Do with one line broken.
 
 // brokenLocker is the memory driver's Locker with some calls replaced
-// (nil: the inner Locker's). It stays a lock.RWLocker and a
-// lock.SemLocker.
+// (nil: the inner Locker's).
 type brokenLocker struct {
-	rwSem
+	Locker
 	tryLock, lockFn func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error)
 	closeFn         func() error
 }
@@ -26,21 +25,21 @@ func (b *brokenLocker) TryLock(ctx context.Context, key string, opts ...lock.Opt
 	if b.tryLock != nil {
 		return b.tryLock(ctx, key, opts...)
 	}
-	return b.rwSem.TryLock(ctx, key, opts...)
+	return b.Locker.TryLock(ctx, key, opts...)
 }
 
 func (b *brokenLocker) Lock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	if b.lockFn != nil {
 		return b.lockFn(ctx, key, opts...)
 	}
-	return b.rwSem.Lock(ctx, key, opts...)
+	return b.Locker.Lock(ctx, key, opts...)
 }
 
 func (b *brokenLocker) Close() error {
 	if b.closeFn != nil {
 		return b.closeFn()
 	}
-	return b.rwSem.Close()
+	return b.Locker.Close()
 }
 
 // refused is the error of a call a broken Locker turns down.
@@ -140,7 +139,7 @@ func unlockSoon(l *lock.Lease, d time.Duration) {
 
 // doUnlockLate is lock.Do whose release, when fn returns or panics, comes
 // 300ms after Do returned.
-func doUnlockLate(ctx context.Context, l lock.Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error {
+func doUnlockLate(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error {
 	lease, err := l.Lock(ctx, key, opts...)
 	if err != nil {
 		return err
@@ -161,8 +160,8 @@ func doUnlockLate(ctx context.Context, l lock.Locker, key string, fn func(ctx co
 // doKeepCtx is lock.Do whose fn context does not end with the lease
 // (only when Do returns); its leases are short and not renewed, so that
 // they end while fn runs.
-func doKeepCtx(ctx context.Context, l lock.Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error {
-	opts = append(opts, lock.WithTTL(150*time.Millisecond), lock.WithAutoRenew(false))
+func doKeepCtx(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error {
+	opts = append(opts, lock.WithTTL(150*time.Millisecond), lock.WithDisableAutoRenew(true))
 	lease, err := l.Lock(ctx, key, opts...)
 	if err != nil {
 		return err
@@ -179,7 +178,7 @@ func doKeepCtx(ctx context.Context, l lock.Locker, key string, fn func(ctx conte
 
 // doSwallow is lock.Do that returns an error when fn panics, instead of
 // letting the panic go on.
-func doSwallow(ctx context.Context, l lock.Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) (err error) {
+func doSwallow(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) (err error) {
 	defer func() {
 		if p := recover(); p != nil { // the bug
 			err = errors.New("fn panicked")

@@ -8,9 +8,9 @@
 // Several Lockers in the test process, each on its own connection through
 // its own chaos.Proxy, and one in a child process (the test binary started
 // again, as chaos's holders are), each used by several goroutines on a few
-// hot keys: Lock, TryLock, RLock and TryRLock where the Locker is a
-// lock.RWLocker, Acquire and TryAcquire of a semaphore's permits where it
-// is a lock.SemLocker (found by type assertion, so a driver that gains
+// hot keys: Lock, TryLock, RLock and TryRLock where the Locker supports
+// shared leases, Acquire and TryAcquire of a semaphore's permits where it
+// supports permits (found by Locker.Supports, so a driver that gains
 // permits is checked with them), lock.Do (whose fn panics one time in
 // five), holds of random length that write to a fenced resource, Refresh
 // with longer and shorter TTLs (some with their reply lost on purpose),
@@ -172,11 +172,12 @@
 // report is KIND/CHECK: kinds.go).
 //
 // A run also fails (Summary.Unexercised) unless it exercised what its
-// target declares: Shared (its Lockers must be lock.RWLockers, and shared
-// leases granted), Permits (lock.SemLockers, and a semaphore full at least
-// once), Reentry (a named owner's grant re-entered), and for every target
-// fenced writes accepted and a liveness probe judged; a Locker that is an
-// RWLocker or a SemLocker without its target declaring it fails too.
+// target declares: Shared (its Lockers must support shared leases, and
+// shared leases granted), Permits (permits supported, and a semaphore full
+// at least once), Reentry (a named owner's grant re-entered), and for every
+// target fenced writes accepted and a liveness probe judged; a Locker that
+// supports shared leases or permits without its target declaring it fails
+// too.
 //
 // # Running it
 //

@@ -39,7 +39,7 @@ func init() {
 	for _, b := range etcdBroken {
 		t := *TargetByName("etcd")
 		t.Name, t.Broken, t.AllFaults = "ctl-"+b.name, b.breaks, false
-		t.opener = func(ctx context.Context, addrs []string, o lock.Options) (lock.Locker, error) {
+		t.opener = func(ctx context.Context, addrs []string, o lock.Options) (Locker, error) {
 			c, err := clientv3.New(clientv3.Config{
 				Endpoints: addrs, Username: chaos.EtcdAppUser, Password: chaos.EtcdAppPassword, Logger: zap.NewNop(),
 				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(b.tamper)},

@@ -32,11 +32,11 @@ func (r *run) awaitProbe(d time.Duration) {
 
 // Unexercised says what a run of tg failed to exercise that tg declares,
 // one line each: a run that asserts nothing about what it did would let a
-// driver that stops being a lock.RWLocker or a lock.SemLocker (the workers
-// find out by type assertion) silently stop being checked that way.
+// driver that stops granting shared leases or permits (the workers ask
+// Locker.Supports) silently stop being checked that way.
 //
-//   - Shared: the Lockers must be lock.RWLockers, and shared leases must
-//     have been granted; Permits: the Lockers must be lock.SemLockers, and
+//   - Shared: the Lockers must support shared leases, and shared leases
+//     must have been granted; Permits: the Lockers must support permits, and
 //     a semaphore must have been full (as many permits proven held at once
 //     as its limit) at least once, so that the count check judged
 //     something. A Locker that is one without the target declaring it is
@@ -58,12 +58,12 @@ func (s Summary) Unexercised(tg *Target) []string {
 			out = append(out, fmt.Sprintf(format, args...))
 		}
 	}
-	add(tg.Shared && !s.RWLocker, "%s declares Shared, but its Locker is not a lock.RWLocker: no shared lease was asked for", tg.Name)
-	add(!tg.Shared && s.RWLocker, "%s's Locker is a lock.RWLocker, but the target does not declare Shared", tg.Name)
-	add(tg.Shared && s.RWLocker && st.Shared == 0, "%s: no shared lease granted", tg.Name)
-	add(tg.Permits && !s.SemLocker, "%s declares Permits, but its Locker is not a lock.SemLocker: no permit was asked for", tg.Name)
-	add(!tg.Permits && s.SemLocker, "%s's Locker is a lock.SemLocker, but the target does not declare Permits", tg.Name)
-	add(tg.Permits && s.SemLocker && st.PermitsFull == 0, "%s: no semaphore filled (%d permits granted): the count check judged nothing", tg.Name, st.Permits)
+	add(tg.Shared && !s.SharedLeases, "%s declares Shared, but its Locker has no shared leases: none was asked for", tg.Name)
+	add(!tg.Shared && s.SharedLeases, "%s's Locker grants shared leases, but the target does not declare Shared", tg.Name)
+	add(tg.Shared && s.SharedLeases && st.Shared == 0, "%s: no shared lease granted", tg.Name)
+	add(tg.Permits && !s.Permits, "%s declares Permits, but its Locker has no permits: none was asked for", tg.Name)
+	add(!tg.Permits && s.Permits, "%s's Locker grants permits, but the target does not declare Permits", tg.Name)
+	add(tg.Permits && s.Permits && st.PermitsFull == 0, "%s: no semaphore filled (%d permits granted): the count check judged nothing", tg.Name, st.Permits)
 	add(tg.Reentry && st.Reentries == 0, "%s: no re-entry of a named owner's grant", tg.Name)
 	add(tg.Resume && st.Counts["live-resumed"] == 0, "%s: no live lease's handle resumed through another Locker (%d tried)", tg.Name, st.Counts["live-resume"])
 	add(tg.Resume && st.Counts["race"] == 0, "%s: no Resume raced a Close of its Locker", tg.Name)

@@ -243,7 +243,7 @@ func (s *lockerSlot) current() *lockerInst {
 }
 
 // install makes lk the slot's Locker, named by name from its generation.
-func (s *lockerSlot) install(lk lock.Locker, name func(gen int) string) {
+func (s *lockerSlot) install(lk Locker, name func(gen int) string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
@@ -263,7 +263,7 @@ func (s *lockerSlot) remove(in *lockerInst) {
 // closed (churn). It keeps the leases granted through it, to check that
 // Close ended them all.
 type lockerInst struct {
-	lk   lock.Locker
+	lk   Locker
 	name string
 
 	mu      sync.Mutex

@@ -87,7 +87,7 @@ func (r *run) onceResidue() {
 // backend stays in use while the check waits, as it would in an
 // application, and what cleans up as it is used (PostgreSQL's sweep, the
 // memory Store's) runs.
-func (r *run) tick(lk lock.Locker) {
+func (r *run) tick(lk Locker) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if l, err := lk.TryLock(ctx, "once/tick"); err == nil {
@@ -116,7 +116,7 @@ func (r *run) onceKey(i int) string { return fmt.Sprintf("once/%d/%d", r.cfg.See
 // useOnce uses each key once, the i-th in the i-th way of six (those the
 // Locker allows), and waits for the leases left to expire to be over.
 // It returns what it did, counted by way.
-func (r *run) useOnce(lk lock.Locker) string {
+func (r *run) useOnce(lk Locker) string {
 	ways := map[string]int{}
 	call := func(f func(ctx context.Context) error) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -140,7 +140,7 @@ func (r *run) useOnce(lk lock.Locker) string {
 			err = call(func(ctx context.Context) error { l, err = lk.Lock(ctx, key); return err })
 		case "expired":
 			err = call(func(ctx context.Context) error {
-				_, err := lk.TryLock(ctx, key, lock.WithTTL(ttl), lock.WithAutoRenew(false))
+				_, err := lk.TryLock(ctx, key, lock.WithTTL(ttl), lock.WithDisableAutoRenew(true))
 				return err
 			})
 		case "wait-given-up":
@@ -154,9 +154,9 @@ func (r *run) useOnce(lk lock.Locker) string {
 				}
 			}
 		case "shared":
-			err = call(func(ctx context.Context) error { l, err = lk.(lock.RWLocker).RLock(ctx, key); return err })
+			err = call(func(ctx context.Context) error { l, err = lk.RLock(ctx, key); return err })
 		case "permit":
-			err = call(func(ctx context.Context) error { l, err = lk.(lock.SemLocker).Acquire(ctx, key, 2); return err })
+			err = call(func(ctx context.Context) error { l, err = lk.Acquire(ctx, key, 2); return err })
 		case "named":
 			err = call(func(ctx context.Context) error { l, err = lk.Lock(ctx, key, lock.WithOwner("once")); return err })
 		}
@@ -176,10 +176,10 @@ func (r *run) useOnce(lk lock.Locker) string {
 // onceWay is the way the i-th key is used: one of six, those the Locker
 // (or the target: named owners' holds) does not allow replaced by a
 // release.
-func onceWay(lk lock.Locker, named bool, i int) string {
+func onceWay(lk Locker, named bool, i int) string {
 	way := []string{"released", "expired", "wait-given-up", "shared", "permit", "named"}[i%6]
-	_, rw := lk.(lock.RWLocker)
-	_, sem := lk.(lock.SemLocker)
+	rw := lk.Supports(lock.SharedLeases) == nil
+	sem := lk.Supports(lock.Permits) == nil
 	if way == "shared" && !rw || way == "permit" && !sem || way == "named" && !named {
 		return "released"
 	}

@@ -25,7 +25,7 @@ func init() {
 		Name: overbookName, Broken: "a permit of a full semaphore granted (Limit+1 for the store)", Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(300*time.Millisecond, time.Second, 2*time.Second), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, time.Second, 3*time.Second),
 		Bound: 3 * time.Second, Recovery: time.Second, ReleaseTimeout: time.Second,
-		memory: func(store *memory.Store, o lock.Options) lock.Locker {
+		memory: func(store *memory.Store, o lock.Options) Locker {
 			return newVia(store, o, func(d *viaLocker) {
 				d.limit = func(l *driver.Lease) int { return l.Limit + 1 } // the bug
 			})

@@ -23,7 +23,7 @@ type LeaseRec struct {
 	ID     string // "<proc>/<n>"
 	Key    string
 	Shared bool
-	// Limit is, for a permit of a semaphore (lock.SemLocker), the number
+	// Limit is, for a permit of a semaphore (Locker.Acquire), the number
 	// of permits the worker asked for (every worker agrees on a key's);
 	// zero for an exclusive or shared lease.
 	Limit  int

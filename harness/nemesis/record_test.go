@@ -352,7 +352,7 @@ func TestObserveLateDone(t *testing.T) {
 	clk := r.clk
 	lk := memory.New(memory.NewStore(), nil)
 	defer lk.Close()
-	ls, err := lk.Lock(context.Background(), "k", lock.WithTTL(50*time.Millisecond), lock.WithAutoRenew(false))
+	ls, err := lk.Lock(context.Background(), "k", lock.WithTTL(50*time.Millisecond), lock.WithDisableAutoRenew(true))
 	if err != nil {
 		t.Fatal(err)
 	}

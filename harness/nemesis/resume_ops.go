@@ -100,7 +100,7 @@ func (w *worker) resumeOpts(l *liveLease) (time.Duration, bool, []lock.Option) {
 	ttl, renew := w.resumeTTL(l.lease.TTL()), w.chance(0.5)
 	opts := []lock.Option{lock.WithTTL(ttl)}
 	if !renew {
-		opts = append(opts, lock.WithAutoRenew(false))
+		opts = append(opts, lock.WithDisableAutoRenew(true))
 	}
 	return ttl, renew, opts
 }

@@ -64,9 +64,9 @@ type Summary struct {
 	// DuringUnlock counts grants made while another lease of the key was
 	// being unlocked (see Recorder.GrantedDuringUnlock).
 	DuringUnlock int
-	// RWLocker and SemLocker: the run's Lockers were lock.RWLockers,
-	// lock.SemLockers (see Unexercised).
-	RWLocker, SemLocker bool
+	// SharedLeases and Permits: the run's Lockers supported them
+	// (Locker.Supports; see Unexercised).
+	SharedLeases, Permits bool
 	// Adversary counts what the pub/sub adversary heard and sent, by kind
 	// (see adversary.go); nil without one.
 	Adversary map[string]int
@@ -177,7 +177,7 @@ type run struct {
 	dropMu sync.Mutex
 	drops  []*dropArm
 
-	probeLk lock.Locker
+	probeLk Locker
 	probed  atomic.Int64 // the probes asked for: keys probe/1 to probe/N
 
 	problemsMu sync.Mutex
@@ -393,12 +393,12 @@ func Run(t testing.TB, cfg Config) Summary {
 		}
 	}
 	st := r.rec.Stats()
-	_, rw := probeLk.(lock.RWLocker)
-	_, sem := probeLk.(lock.SemLocker)
+	rw := probeLk.Supports(lock.SharedLeases) == nil
+	sem := probeLk.Supports(lock.Permits) == nil
 	return Summary{
 		Driver: tg.Name, Seed: cfg.Seed, Duration: elapsed, Stats: st,
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
-		DuringUnlock: r.rec.GrantedDuringUnlock(), RWLocker: rw, SemLocker: sem, Adversary: adv.Counts(),
+		DuringUnlock: r.rec.GrantedDuringUnlock(), SharedLeases: rw, Permits: sem, Adversary: adv.Counts(),
 		FaultsLimited: cfg.NoFaults || len(cfg.Faults) > 0,
 		Planned:       cfg.Duration, FaultKinds: n.kindNames(), Injected: n.Injected(),
 		Env: r.notes, Once: r.once,
@@ -444,7 +444,7 @@ func (r *run) proxies() []*chaos.Proxy {
 
 // open makes a Locker over addrs, trying again until timeout (a server may
 // be restarting).
-func (r *run) open(addrs []string, timeout time.Duration) (lock.Locker, error) {
+func (r *run) open(addrs []string, timeout time.Duration) (Locker, error) {
 	return r.tg.openRetry(addrs, r.store, timeout)
 }
 

@@ -25,7 +25,7 @@ type leaseView interface {
 var _ leaseView = (*lock.Lease)(nil)
 
 // doFunc is lock.Do's signature.
-type doFunc func(ctx context.Context, l lock.Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error
+type doFunc func(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error
 
 // viewOf is the view the workers have of a lease op returned: the lease
 // itself, unless the target is a broken variant that says otherwise.
@@ -37,7 +37,7 @@ func (t *Target) viewOf(op string, l *lock.Lease) leaseView {
 }
 
 // runDo is lock.Do, unless the target is a broken variant with its own.
-func (t *Target) runDo(ctx context.Context, l lock.Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error {
+func (t *Target) runDo(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error {
 	if t.do == nil {
 		return lock.Do(ctx, l, key, fn, opts...)
 	}

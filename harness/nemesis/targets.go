@@ -31,8 +31,8 @@ type Target struct {
 	Name    string
 	Backend chaos.Backend // "" for the in-process memory driver
 	Control *chaos.Control
-	Shared  bool // the Lockers are lock.RWLockers
-	// Permits: the Lockers are lock.SemLockers.
+	Shared  bool // the Lockers grant shared leases
+	// Permits: the Lockers grant semaphore permits.
 	Permits bool
 	// Reentry: the driver keeps holds for named owners (lock.WithOwner).
 	Reentry bool
@@ -75,7 +75,7 @@ type Target struct {
 	Broken string
 	// memory, for a target over the memory driver's Store, opens its
 	// Lockers instead of memory.New (a broken variant's).
-	memory func(store *memory.Store, o lock.Options) lock.Locker
+	memory func(store *memory.Store, o lock.Options) Locker
 	// view and do, for a broken variant, replace the workers' view of the
 	// leases they get (nil: the lease itself) and lock.Do (nil: lock.Do).
 	view func(op string, l *lock.Lease) leaseView
@@ -83,7 +83,7 @@ type Target struct {
 	// cluster: a Redis Cluster, opened with a client whose dialer maps
 	// each node's address to its proxy (addresses come as real=proxy).
 	cluster  bool
-	newRedis func(client redis.UniversalClient, o lock.Options) lock.Locker
+	newRedis func(client redis.UniversalClient, o lock.Options) Locker
 	url      string // with %s for the addresses
 	// classify names the kind of a request, for lost and held replies:
 	// "grant", "wait" (a queued waiter's step, which may grant), "release",
@@ -94,7 +94,7 @@ type Target struct {
 	etcdAuth bool
 	// opener, if set, opens the Lockers instead of the URL (a broken
 	// variant's, over a client of its own).
-	opener func(ctx context.Context, addrs []string, o lock.Options) (lock.Locker, error)
+	opener func(ctx context.Context, addrs []string, o lock.Options) (Locker, error)
 	// prepare, if set, readies a server Run started before any Locker is
 	// opened (a broken variant's schema).
 	prepare func(srv *chaos.Server) error
@@ -167,7 +167,7 @@ var targets = []*Target{
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
-		newRedis: func(c redis.UniversalClient, o lock.Options) lock.Locker {
+		newRedis: func(c redis.UniversalClient, o lock.Options) Locker {
 			return redisnx.New(c, &redisnx.Options{Options: o})
 		},
 	},
@@ -176,7 +176,7 @@ var targets = []*Target{
 		LockTTLs: ms(500*time.Millisecond, time.Second, 2*time.Second, 3*time.Second), RefreshTTLs: ms(300*time.Millisecond, 600*time.Millisecond, time.Second, 2*time.Second, 4*time.Second),
 		Bound: 4 * time.Second, Recovery: 6 * time.Second, ReleaseTimeout: time.Second,
 		Server: chaos.ServerOptions{Persistence: true, Cluster: true}, classify: classifyRESP,
-		newRedis: func(c redis.UniversalClient, o lock.Options) lock.Locker {
+		newRedis: func(c redis.UniversalClient, o lock.Options) Locker {
 			return rediswatch.New(c, &rediswatch.Options{Options: o})
 		},
 	},
@@ -256,7 +256,7 @@ func TargetByName(name string) *Target {
 
 // open makes a Locker with its own client to addrs (the memory driver:
 // over store).
-func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) (lock.Locker, error) {
+func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) (Locker, error) {
 	o := lock.Options{TTL: t.TTL, ReleaseTimeout: t.ReleaseTimeout}
 	switch {
 	case t.Control != nil:
@@ -283,7 +283,7 @@ func (t *Target) open(ctx context.Context, addrs []string, store *memory.Store) 
 
 // openRetry is open, tried again until timeout (a server may be
 // restarting, a partition healing).
-func (t *Target) openRetry(addrs []string, store *memory.Store, timeout time.Duration) (lock.Locker, error) {
+func (t *Target) openRetry(addrs []string, store *memory.Store, timeout time.Duration) (Locker, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -299,7 +299,7 @@ func (t *Target) openRetry(addrs []string, store *memory.Store, timeout time.Dur
 // openCluster makes a Locker over a Redis Cluster client of its own, whose
 // dialer sends each node's connections to its proxy: addrs are
 // "node=proxy" (or plain node addresses).
-func (t *Target) openCluster(addrs []string, o lock.Options) lock.Locker {
+func (t *Target) openCluster(addrs []string, o lock.Options) Locker {
 	var nodes []string
 	via := map[string]string{}
 	for _, a := range addrs {
@@ -322,27 +322,14 @@ func (t *Target) openCluster(addrs []string, o lock.Options) lock.Locker {
 	return ownedBy(t.newRedis(rdb, o), rdb)
 }
 
-// ownedBy wraps lk in an ownClient that closes client, and stays the
-// lock.RWLocker and the lock.SemLocker that lk is: the workers find out
-// by type assertion.
-func ownedBy(lk lock.Locker, client io.Closer) lock.Locker {
-	own := ownClient{Locker: lk, client: client}
-	rw, isRW := lk.(lock.RWLocker)
-	sl, isSem := lk.(lock.SemLocker)
-	switch {
-	case isRW && isSem:
-		return &ownRWSemClient{ownRWClient{own, rw}, sl}
-	case isRW:
-		return &ownRWClient{own, rw}
-	case isSem:
-		return &ownSemClient{own, sl}
-	}
-	return &own
+// ownedBy wraps lk in an ownClient that closes client after lk.
+func ownedBy(lk Locker, client io.Closer) Locker {
+	return &ownClient{Locker: lk, client: client}
 }
 
-// ownClient is a Locker that closes its client after itself.
+// ownClient is a Locker that closes the client it was opened over.
 type ownClient struct {
-	lock.Locker
+	Locker
 	client io.Closer
 }
 
@@ -350,48 +337,6 @@ func (o *ownClient) Close() error {
 	err := o.Locker.Close()
 	o.client.Close()
 	return err
-}
-
-// ownRWClient is an ownClient over a lock.RWLocker, which it stays.
-type ownRWClient struct {
-	ownClient
-	rw lock.RWLocker
-}
-
-func (o *ownRWClient) RLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
-	return o.rw.RLock(ctx, key, opts...)
-}
-
-func (o *ownRWClient) TryRLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
-	return o.rw.TryRLock(ctx, key, opts...)
-}
-
-// ownSemClient is an ownClient over a lock.SemLocker, which it stays.
-type ownSemClient struct {
-	ownClient
-	sl lock.SemLocker
-}
-
-func (o *ownSemClient) Acquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
-	return o.sl.Acquire(ctx, key, limit, opts...)
-}
-
-func (o *ownSemClient) TryAcquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
-	return o.sl.TryAcquire(ctx, key, limit, opts...)
-}
-
-// ownRWSemClient is an ownClient over a Locker that is both.
-type ownRWSemClient struct {
-	ownRWClient
-	sl lock.SemLocker
-}
-
-func (o *ownRWSemClient) Acquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
-	return o.sl.Acquire(ctx, key, limit, opts...)
-}
-
-func (o *ownRWSemClient) TryAcquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error) {
-	return o.sl.TryAcquire(ctx, key, limit, opts...)
 }
 
 // classifyRESP names the requests of redisnx (scripts), rediswatch

@@ -43,7 +43,7 @@ type variant struct {
 
 // variantTarget is a target over the memory Store whose Lockers open
 // returns, with short leases so that expiries come soon.
-func variantTarget(name, breaks string, open func(store *memory.Store, o lock.Options) lock.Locker) *Target {
+func variantTarget(name, breaks string, open func(store *memory.Store, o lock.Options) Locker) *Target {
 	return &Target{
 		Name: "var-" + name, Broken: breaks, Shared: true, Permits: true, TTL: time.Second,
 		LockTTLs: ms(300*time.Millisecond, 600*time.Millisecond), RefreshTTLs: ms(100*time.Millisecond, 300*time.Millisecond, 600*time.Millisecond),
@@ -53,14 +53,14 @@ func variantTarget(name, breaks string, open func(store *memory.Store, o lock.Op
 }
 
 // onMemory wraps each memory Locker of a target in what wrap returns.
-func onMemory(wrap func(inner rwSem, store *memory.Store) lock.Locker) func(*memory.Store, lock.Options) lock.Locker {
-	return func(store *memory.Store, o lock.Options) lock.Locker {
-		return wrap(memory.New(store, &o).(rwSem), store)
+func onMemory(wrap func(inner Locker, store *memory.Store) Locker) func(*memory.Store, lock.Options) Locker {
+	return func(store *memory.Store, o lock.Options) Locker {
+		return wrap(memory.New(store, &o), store)
 	}
 }
 
 // simple makes a variant's setup from a target alone.
-func simple(name, breaks string, open func(*memory.Store, lock.Options) lock.Locker, view func(string, *lock.Lease) leaseView, do doFunc) func() (*Target, func()) {
+func simple(name, breaks string, open func(*memory.Store, lock.Options) Locker, view func(string, *lock.Lease) leaseView, do doFunc) func() (*Target, func()) {
 	return func() (*Target, func()) {
 		tg := variantTarget(name, breaks, open)
 		tg.view, tg.do = view, do
@@ -81,8 +81,8 @@ var variants = []variant{
 		setup: func() (*Target, func()) { return TargetByName(overbookName), nil }},
 	{name: "steal-held", kind: "overlap", breaks: "an exclusive TryLock of a held key forgets the key's grants and takes it",
 		setup: func() (*Target, func()) {
-			tg := variantTarget("steal-held", "", onMemory(func(inner rwSem, store *memory.Store) lock.Locker {
-				return &stealLocker{RWLocker: inner, store: store}
+			tg := variantTarget("steal-held", "", onMemory(func(inner Locker, store *memory.Store) Locker {
+				return &stealLocker{Locker: inner, store: store}
 			}))
 			tg.Permits = false // the forgotten permits would be over the limit too
 			return tg, nil
@@ -91,7 +91,7 @@ var variants = []variant{
 	{name: "token-back", kind: "token-order", check: "grants", breaks: "every second shared grant reports token 1",
 		setup: func() (*Target, func()) {
 			var n atomic.Int64
-			return variantTarget("token-back", "", func(store *memory.Store, o lock.Options) lock.Locker {
+			return variantTarget("token-back", "", func(store *memory.Store, o lock.Options) Locker {
 				return newVia(store, o, func(d *viaLocker) {
 					d.granted = func(l *driver.Lease) {
 						if l.Mode == driver.Shared && nth(&n, 2) {
@@ -106,7 +106,7 @@ var variants = []variant{
 	{name: "resume-token-down", kind: "token-order", check: "write", also: []string{"resume-mismatch"},
 		breaks: "Resume reports a token one below the detached lease's", duration: 3 * time.Second,
 		setup: func() (*Target, func()) {
-			return variantTarget("resume-token-down", "", func(store *memory.Store, o lock.Options) lock.Locker {
+			return variantTarget("resume-token-down", "", func(store *memory.Store, o lock.Options) Locker {
 				return newVia(store, o, func(d *viaLocker) {
 					d.resumable = true
 					d.resumed = func(l *driver.Lease) { l.Token-- }
@@ -116,19 +116,19 @@ var variants = []variant{
 	{name: "token-stuck", kind: "stale-write", also: []string{"token-order"}, faults: []string{"stall"}, duration: 3 * time.Second,
 		breaks: "every exclusive grant reports token 1, leases are not renewed, and holders stall before a write",
 		setup: func() (*Target, func()) {
-			return variantTarget("token-stuck", "", func(store *memory.Store, o lock.Options) lock.Locker {
+			return variantTarget("token-stuck", "", func(store *memory.Store, o lock.Options) Locker {
 				return noRenew(newVia(store, o, func(d *viaLocker) {
 					d.granted = func(l *driver.Lease) {
 						if l.Mode == driver.Exclusive {
 							l.Token = 1
 						}
 					}
-				}).(rwSem))
+				}))
 			}), nil
 		}},
 	{name: "limit-off", kind: "limit-mismatch", breaks: "a permit's lease reports a limit one above the one asked for",
 		setup: func() (*Target, func()) {
-			return variantTarget("limit-off", "", func(store *memory.Store, o lock.Options) lock.Locker {
+			return variantTarget("limit-off", "", func(store *memory.Store, o lock.Options) Locker {
 				return newVia(store, o, func(d *viaLocker) {
 					d.granted = func(l *driver.Lease) {
 						if l.Mode == driver.Permit {
@@ -140,7 +140,7 @@ var variants = []variant{
 		}},
 	{name: "resume-token", kind: "resume-mismatch", breaks: "Resume reports a token one above the detached lease's",
 		setup: func() (*Target, func()) {
-			return variantTarget("resume-token", "", func(store *memory.Store, o lock.Options) lock.Locker {
+			return variantTarget("resume-token", "", func(store *memory.Store, o lock.Options) Locker {
 				return newVia(store, o, func(d *viaLocker) {
 					d.resumable = true
 					d.resumed = func(l *driver.Lease) { l.Token++ }
@@ -148,8 +148,8 @@ var variants = []variant{
 			}), nil
 		}},
 	{name: "probe-refused", kind: "liveness", check: "probe", breaks: "Lock of a liveness probe's free key is turned down",
-		setup: simple("probe-refused", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+		setup: simple("probe-refused", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+			return &brokenLocker{Locker: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 				if strings.HasPrefix(key, "probe/") {
 					return nil, refused(key)
 				}
@@ -158,7 +158,7 @@ var variants = []variant{
 		}), nil, nil)},
 	{name: "probe-left", kind: "residue", check: "end", breaks: "the release of a liveness probe's grant leaves it on the Store",
 		setup: func() (*Target, func()) {
-			tg := variantTarget("probe-left", "", func(store *memory.Store, o lock.Options) lock.Locker {
+			tg := variantTarget("probe-left", "", func(store *memory.Store, o lock.Options) Locker {
 				return newVia(store, o, func(d *viaLocker) {
 					d.release = func(l *driver.Lease, in *lock.Lease) (bool, error) {
 						if !strings.HasPrefix(l.Key, "probe/") {
@@ -174,8 +174,8 @@ var variants = []variant{
 		}},
 	{name: "witness-wait-refused", kind: "liveness", check: "witness", faults: []string{"witness"}, duration: 3 * time.Second,
 		breaks: "a Lock of a witness's held key fails at once instead of waiting",
-		setup: simple("witness-wait-refused", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+		setup: simple("witness-wait-refused", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+			return &brokenLocker{Locker: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 				if !strings.HasPrefix(key, "witness/") {
 					return inner.Lock(ctx, key, opts...)
 				}
@@ -188,17 +188,17 @@ var variants = []variant{
 		}), nil, nil)},
 	{name: "witness-unrenewed", kind: "held-lost", faults: []string{"witness"}, duration: 3 * time.Second,
 		breaks: "a witness's lease lasts 400ms and is not renewed",
-		setup: simple("witness-unrenewed", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+		setup: simple("witness-unrenewed", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+			return &brokenLocker{Locker: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 				if strings.HasPrefix(key, "witness/") {
-					opts = append(opts, lock.WithTTL(400*time.Millisecond), lock.WithAutoRenew(false))
+					opts = append(opts, lock.WithTTL(400*time.Millisecond), lock.WithDisableAutoRenew(true))
 				}
 				return inner.Lock(ctx, key, opts...)
 			}}
 		}), nil, nil)},
 	{name: "once-left", kind: "residue", check: "once", breaks: "a key used once is released by detaching its lease, a minute long",
 		setup: func() (*Target, func()) {
-			return variantTarget("once-left", "", func(store *memory.Store, o lock.Options) lock.Locker {
+			return variantTarget("once-left", "", func(store *memory.Store, o lock.Options) Locker {
 				via := newVia(store, o, func(d *viaLocker) {
 					d.release = func(l *driver.Lease, in *lock.Lease) (bool, error) {
 						if !strings.HasPrefix(l.Key, "once/") {
@@ -207,8 +207,8 @@ var variants = []variant{
 						_, err := in.Detach() // the grant stays until its TTL
 						return true, driverError(err)
 					}
-				}).(rwSem)
-				return &brokenLocker{rwSem: via, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+				})
+				return &brokenLocker{Locker: via, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 					if strings.HasPrefix(key, "once/") {
 						opts = append(opts, lock.WithTTL(time.Minute))
 					}
@@ -217,8 +217,8 @@ var variants = []variant{
 			}), nil
 		}},
 	{name: "hot-lock-refused", kind: "no-regrant", breaks: "a blocking Lock of a hot key is turned down",
-		setup: simple("hot-lock-refused", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-			return &brokenLocker{rwSem: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+		setup: simple("hot-lock-refused", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+			return &brokenLocker{Locker: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 				if strings.HasPrefix(key, "hot/") {
 					return nil, refused(key)
 				}
@@ -228,8 +228,8 @@ var variants = []variant{
 	{name: "trylock-late", kind: "late-return", check: "call", breaks: "every third TryLock returns 600ms after its context ended",
 		setup: func() (*Target, func()) {
 			var n atomic.Int64
-			return simple("trylock-late", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-				return &brokenLocker{rwSem: inner, tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+			return simple("trylock-late", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+				return &brokenLocker{Locker: inner, tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 					if !nth(&n, 3) {
 						return inner.TryLock(ctx, key, opts...)
 					}
@@ -290,13 +290,13 @@ var variants = []variant{
 		setup: simple("do-swallow", "", nil, nil, doSwallow)},
 	{name: "close-early", kind: "closed-open", check: "close", faults: []string{"churn"}, duration: 2500 * time.Millisecond,
 		breaks: "Close returns at once, and closes the Locker 300ms later",
-		setup: simple("close-early", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-			return &brokenLocker{rwSem: inner, closeFn: func() error { go closeAfter(inner, 300*time.Millisecond); return nil }}
+		setup: simple("close-early", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+			return &brokenLocker{Locker: inner, closeFn: func() error { go closeAfter(inner, 300*time.Millisecond); return nil }}
 		}), nil, nil)},
 	{name: "close-slow", kind: "late-return", check: "close", faults: []string{"churn"}, duration: 2500 * time.Millisecond,
 		breaks: "Close closes the Locker only 600ms past its ReleaseTimeout",
-		setup: simple("close-slow", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-			return &brokenLocker{rwSem: inner, closeFn: func() error { time.Sleep(time.Second + 3*CallSlack); return inner.Close() }}
+		setup: simple("close-slow", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+			return &brokenLocker{Locker: inner, closeFn: func() error { time.Sleep(time.Second + 3*CallSlack); return inner.Close() }}
 		}), nil, nil)},
 	{name: "lock-after-close", kind: "closed-open", check: "after-close", faults: []string{"churn"}, duration: 2500 * time.Millisecond,
 		breaks: "a TryLock that finds its Locker closed takes the key through another Locker",
@@ -313,8 +313,8 @@ var variants = []variant{
 	{name: "invalid-refusal", kind: "unexpected-error", breaks: "every fifth TryLock of a valid key fails with ErrInvalid",
 		setup: func() (*Target, func()) {
 			var n atomic.Int64
-			return simple("invalid-refusal", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-				return &brokenLocker{rwSem: inner, tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+			return simple("invalid-refusal", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+				return &brokenLocker{Locker: inner, tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 					if nth(&n, 5) {
 						return nil, fmt.Errorf("%w: key %q turned down by a broken variant", lock.ErrInvalid, key)
 					}
@@ -330,10 +330,10 @@ var variants = []variant{
 // (which first waits 100ms, so that some are under way when Close
 // returns) refused for a closed Locker takes the key through a spare one,
 // whose unrenewed leases expire by themselves.
-func lockAfterClose(store *memory.Store, o lock.Options) lock.Locker {
-	inner := memory.New(store, &o).(rwSem)
+func lockAfterClose(store *memory.Store, o lock.Options) Locker {
+	inner := memory.New(store, &o)
 	spare := memory.New(store, &o)
-	return &brokenLocker{rwSem: inner,
+	return &brokenLocker{Locker: inner,
 		tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 			select {
 			case <-ctx.Done():
@@ -342,7 +342,7 @@ func lockAfterClose(store *memory.Store, o lock.Options) lock.Locker {
 			}
 			l, err := inner.TryLock(ctx, key, opts...)
 			if errors.Is(err, lock.ErrClosed) {
-				return spare.TryLock(ctx, key, append(opts, lock.WithAutoRenew(false))...) // the bug
+				return spare.TryLock(ctx, key, append(opts, lock.WithDisableAutoRenew(true))...) // the bug
 			}
 			return l, err
 		},
@@ -358,48 +358,59 @@ func lockAfterClose(store *memory.Store, o lock.Options) lock.Locker {
 // undo is called, after the leak check.
 func goroutineLeft() (*Target, func()) {
 	stop := make(chan struct{})
-	tg, _ := simple("goroutine-left", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
+	tg, _ := simple("goroutine-left", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
 		go func() { <-stop }() // the bug
 		return inner
 	}), nil, nil)()
 	return tg, func() { close(stop) }
 }
 
-func closeAfter(lk lock.Locker, d time.Duration) {
+func closeAfter(lk Locker, d time.Duration) {
 	time.Sleep(d)
 	lk.Close()
 }
 
-// stealLocker is a memory RWLocker whose exclusive TryLock of a held key
-// deletes the key's grants behind their holders' backs and takes it.
+// stealLocker is a memory Locker without permits whose exclusive TryLock
+// of a held key deletes the key's grants behind their holders' backs and
+// takes it.
 type stealLocker struct {
-	lock.RWLocker
+	Locker
 	store *memory.Store
 }
 
+func (s *stealLocker) Supports(c lock.Capability) error {
+	if c == lock.Permits {
+		return errHidden
+	}
+	return s.Locker.Supports(c)
+}
+
+// errHidden is the refusal of a capability a wrapper hides.
+var errHidden = fmt.Errorf("%w: hidden by the wrapper", lock.ErrUnsupported)
+
 func (s *stealLocker) TryLock(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
-	l, err := s.RWLocker.TryLock(ctx, key, opts...)
+	l, err := s.Locker.TryLock(ctx, key, opts...)
 	if errors.Is(err, lock.ErrHeld) {
 		s.store.DeleteKey(key) // the bug
-		l, err = s.RWLocker.TryLock(ctx, key, opts...)
+		l, err = s.Locker.TryLock(ctx, key, opts...)
 	}
 	return l, err
 }
 
 // unrenewed opens memory Lockers whose leases are not renewed (so that
 // more of them are lost).
-func unrenewed(store *memory.Store, o lock.Options) lock.Locker {
-	return noRenew(memory.New(store, &o).(rwSem))
+func unrenewed(store *memory.Store, o lock.Options) Locker {
+	return noRenew(memory.New(store, &o))
 }
 
 // noRenew makes every lease of inner's Lock and TryLock unrenewed.
-func noRenew(inner rwSem) lock.Locker {
+func noRenew(inner Locker) Locker {
 	off := func(f func(context.Context, string, ...lock.Option) (*lock.Lease, error)) func(context.Context, string, ...lock.Option) (*lock.Lease, error) {
 		return func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
-			return f(ctx, key, append(opts, lock.WithAutoRenew(false))...)
+			return f(ctx, key, append(opts, lock.WithDisableAutoRenew(true))...)
 		}
 	}
-	return &brokenLocker{rwSem: inner, tryLock: off(inner.TryLock), lockFn: off(inner.Lock)}
+	return &brokenLocker{Locker: inner, tryLock: off(inner.TryLock), lockFn: off(inner.Lock)}
 }
 
 // lateGrant is the late-grant variant: TryLock, when its context leaves
@@ -407,9 +418,9 @@ func noRenew(inner rwSem) lock.Locker {
 // before it returns it, and the lease's Done closes 600ms after it ended.
 func lateGrant() (*Target, func()) {
 	var late sync.Map // the leases returned late
-	tg := variantTarget("late-grant", "", onMemory(func(inner rwSem, _ *memory.Store) lock.Locker {
-		return &brokenLocker{rwSem: inner, tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
-			l, err := inner.TryLock(ctx, key, append(opts, lock.WithAutoRenew(false))...)
+	tg := variantTarget("late-grant", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+		return &brokenLocker{Locker: inner, tryLock: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+			l, err := inner.TryLock(ctx, key, append(opts, lock.WithDisableAutoRenew(true))...)
 			if err != nil {
 				return l, err
 			}

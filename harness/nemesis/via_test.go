@@ -12,13 +12,6 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// rwSem is the memory driver's Locker: both a lock.RWLocker and a
-// lock.SemLocker.
-type rwSem interface {
-	lock.RWLocker
-	lock.SemLocker
-}
-
 // viaLocker is a driver, for lock.New, whose backend is a memory Locker
 // over a run's Store: each of its grants is a lease of that inner Locker
 // (not renewed: the outer lock refreshes it), found by the grant's owner
@@ -26,7 +19,7 @@ type rwSem interface {
 // detached through one is resumed through another. With no hook set it is
 // a correct driver; a broken variant sets one to break one thing.
 type viaLocker struct {
-	inner rwSem
+	inner Locker
 	held  *heldTable
 
 	// limit is the limit asked of the inner Locker for a permit (nil:
@@ -42,8 +35,8 @@ type viaLocker struct {
 }
 
 // newVia returns a Locker over a viaLocker on store, set up by set.
-func newVia(store *memory.Store, o lock.Options, set func(d *viaLocker)) lock.Locker {
-	d := &viaLocker{inner: memory.New(store, &o).(rwSem), held: heldFor(store)}
+func newVia(store *memory.Store, o lock.Options, set func(d *viaLocker)) Locker {
+	d := &viaLocker{inner: memory.New(store, &o), held: heldFor(store)}
 	if set != nil {
 		set(d)
 	}
@@ -94,12 +87,18 @@ func (h *heldTable) drop(owner string) {
 	delete(h.m, owner)
 }
 
-func (d *viaLocker) SupportsShared() bool           { return true }
-func (d *viaLocker) Semaphores() error              { return nil }
+func (d *viaLocker) Capabilities() driver.Caps {
+	c := driver.Caps{Shared: driver.Yes, Permits: driver.Yes, Resume: driver.Yes}
+	if !d.resumable {
+		c.Resume = driver.No("this driver resumes no grant")
+	}
+	return c
+}
+
 func (d *viaLocker) Validate(l *driver.Lease) error { return nil }
 
 func (d *viaLocker) Acquire(ctx context.Context, l *driver.Lease) error {
-	opts := []lock.Option{lock.WithTTL(l.TTL), lock.WithAutoRenew(false)}
+	opts := []lock.Option{lock.WithTTL(l.TTL), lock.WithDisableAutoRenew(true)}
 	var lease *lock.Lease
 	var err error
 	switch l.Mode {
@@ -154,18 +153,11 @@ func (d *viaLocker) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durat
 	return ttl, nil
 }
 
-func (d *viaLocker) Resumable() error {
-	if !d.resumable {
-		return fmt.Errorf("%w: this driver resumes no grant", driver.ErrInvalid)
-	}
-	return nil
-}
-
 // Resume extends the inner lease of l's owner if it has l's token and
 // limit.
 func (d *viaLocker) Resume(ctx context.Context, l *driver.Lease) error {
-	if err := d.Resumable(); err != nil {
-		return err
+	if !d.resumable {
+		return fmt.Errorf("%w: this driver resumes no grant", driver.ErrInvalid)
 	}
 	lease := d.held.get(l.Owner)
 	if lease == nil || lease.Token() != l.Token || lease.Limit() != l.Limit {

@@ -93,7 +93,7 @@ func (r *run) witnessWaited(key, what string, start, released Stamp, bound time.
 
 // witnessLockers opens the witness's holder and waiter, over the run's
 // environment proxies (the server's addresses where it has none).
-func (r *run) witnessLockers() (lock.Locker, lock.Locker, error) {
+func (r *run) witnessLockers() (Locker, Locker, error) {
 	addrs := r.serverAddrs()
 	if len(r.envProxies) > 0 {
 		addrs = r.clientAddrs(r.envProxies)

@@ -189,8 +189,8 @@ func (w *worker) step() {
 		}
 	}
 	key := pick(w.rng, w.env.keys)
-	_, rw := in.lk.(lock.RWLocker)
-	_, sem := in.lk.(lock.SemLocker)
+	rw := in.lk.Supports(lock.SharedLeases) == nil
+	sem := in.lk.Supports(lock.Permits) == nil
 	if sem && w.env.owes(func(o *owed) *atomic.Bool { return &o.fill }) && w.chance(pOwed) {
 		// No semaphore filled yet: the owing workers all wait for a
 		// permit of the first hot key, which fills it.
@@ -307,7 +307,7 @@ func (w *worker) lockOpts() (time.Duration, bool, []lock.Option) {
 	renew := w.chance(0.65)
 	opts := []lock.Option{lock.WithTTL(ttl)}
 	if !renew {
-		opts = append(opts, lock.WithAutoRenew(false))
+		opts = append(opts, lock.WithDisableAutoRenew(true))
 	}
 	return ttl, renew, opts
 }
@@ -354,13 +354,13 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 	case "trylock", "otrylock":
 		lease, err = in.lk.TryLock(c.ctx, key, opts...)
 	case "rlock":
-		lease, err = in.lk.(lock.RWLocker).RLock(c.ctx, key, opts...)
+		lease, err = in.lk.RLock(c.ctx, key, opts...)
 	case "tryrlock":
-		lease, err = in.lk.(lock.RWLocker).TryRLock(c.ctx, key, opts...)
+		lease, err = in.lk.TryRLock(c.ctx, key, opts...)
 	case "acquire":
-		lease, err = in.lk.(lock.SemLocker).Acquire(c.ctx, key, mode.limit, opts...)
+		lease, err = in.lk.Acquire(c.ctx, key, mode.limit, opts...)
 	case "tryacquire":
-		lease, err = in.lk.(lock.SemLocker).TryAcquire(c.ctx, key, mode.limit, opts...)
+		lease, err = in.lk.TryAcquire(c.ctx, key, mode.limit, opts...)
 	}
 	end := clk.Now()
 	limit := c.end()
@@ -785,7 +785,7 @@ type doPanic struct{ id string }
 // doLocker passes a Do's Lock through to the slot's Locker and records
 // the lease it returns.
 type doLocker struct {
-	lock.Locker
+	Locker
 	w      *worker
 	in     *lockerInst
 	key    string

@@ -178,12 +178,12 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// A shared lease and a permit, on other keys.
-	rl, err := holder.(lock.RWLocker).RLock(ctx, "r")
+	rl, err := holder.RLock(ctx, "r")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rl.Unlock(ctx)
-	p, err := holder.(lock.SemLocker).Acquire(ctx, "p", 2)
+	p, err := holder.Acquire(ctx, "p", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestMetricKeys(t *testing.T) {
 func TestMetricsFailures(t *testing.T) {
 	ctx := bg(t)
 	const drv = "dlock.driver=observe_test" // flaky's package
-	newLocker := func() (*meter, *flaky, lock.Locker) {
+	newLocker := func() (*meter, *flaky, *lock.Locker) {
 		m, f := newMeter(t), newFlaky()
 		l := lock.New(f, &lock.Options{TTL: 300 * time.Millisecond, ReleaseTimeout: 50 * time.Millisecond, MeterProvider: m.mp})
 		t.Cleanup(func() { l.Close() })

@@ -30,7 +30,7 @@ const (
 
 // acquired is the outcome of taking the lock.
 type acquired struct {
-	locker lock.Locker
+	locker *lock.Locker
 	lease  *lock.Lease
 	code   int    // exit status when lease is nil
 	msg    string // why, for the "dlock:" line
@@ -76,7 +76,8 @@ func (cfg *runConfig) acquire(ctx context.Context, began time.Time) acquired {
 	}
 	try, wait := locker.TryLock, locker.Lock
 	if cfg.limit > 0 {
-		sem, err := lock.Semaphores(locker)
+		sem := locker
+		err := sem.Supports(lock.Permits)
 		if err != nil {
 			locker.Close()
 			return acquired{code: exitUsage, msg: fmt.Sprintf("a limit (-n N, -limit N) needs semaphore permits, which %s does not grant: %v", backendName(cfg.url), err)}

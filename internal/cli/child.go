@@ -187,7 +187,7 @@ func (cfg *runConfig) reapGroup(pgid int, grace <-chan time.Time) {
 
 // release unlocks the lease and closes the Locker. A failed release is
 // logged: the backend frees the key when its TTL runs out.
-func (cfg *runConfig) release(locker lock.Locker, lease *lock.Lease) {
+func (cfg *runConfig) release(locker *lock.Locker, lease *lock.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	err := lease.Unlock(ctx)

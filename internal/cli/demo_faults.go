@@ -72,7 +72,7 @@ func (f *pauseFault) heal() error {
 // and Done fires then; meanwhile the key is free for anyone. That is
 // outside what a lock can promise, and what fencing tokens are for.
 type deleteFault struct {
-	op  lock.Locker
+	op  *lock.Locker
 	url string
 	key string
 }
@@ -90,7 +90,7 @@ func (f *deleteFault) heal() error { return nil }
 // deleteGrant deletes the grant of key on the backend of l, opened from
 // rawURL, with the backend's client, in the layout its driver documents,
 // and says how.
-func deleteGrant(ctx context.Context, l lock.Locker, rawURL, key string) (string, error) {
+func deleteGrant(ctx context.Context, l *lock.Locker, rawURL, key string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "", err
@@ -99,7 +99,7 @@ func deleteGrant(ctx context.Context, l lock.Locker, rawURL, key string) (string
 	switch u.Scheme {
 	case "redisnx", "rediswatch":
 		var c redis.UniversalClient
-		if !lock.As(l, &c) {
+		if !l.As(&c) {
 			return "", errors.New("no Redis client behind the Locker")
 		}
 		if prefix == "" {
@@ -112,7 +112,7 @@ func deleteGrant(ctx context.Context, l lock.Locker, rawURL, key string) (string
 		return "Redis DEL", nil
 	case "memcached":
 		var c *memcache.Client
-		if !lock.As(l, &c) {
+		if !l.As(&c) {
 			return "", errors.New("no memcached client behind the Locker")
 		}
 		if prefix == "" {
@@ -125,13 +125,13 @@ func deleteGrant(ctx context.Context, l lock.Locker, rawURL, key string) (string
 		return "memcached delete", nil
 	case "zookeeper":
 		var c *zk.Conn
-		if !lock.As(l, &c) {
+		if !l.As(&c) {
 			return "", errors.New("no ZooKeeper connection behind the Locker")
 		}
 		return deleteZKNodes(c, strings.TrimSuffix(u.Path, "/")+"/"+zookeeper.EscapeKey(key))
 	case "postgres", "postgresql":
 		var pool *pgxpool.Pool
-		if !lock.As(l, &pool) {
+		if !l.As(&pool) {
 			return "", errors.New("no PostgreSQL pool behind the Locker")
 		}
 		schema := u.Query().Get("schema")

@@ -81,7 +81,7 @@ func (d *demoConfig) fencingScene(ctx context.Context, t target, key string) (*s
 	ctx, cancel := context.WithTimeout(ctx, sceneTimeout)
 	defer cancel()
 	u := sceneURL(t.url)
-	lockers := make([]lock.Locker, 2, 3) // A, B, and the one a deleteFault goes through
+	lockers := make([]*lock.Locker, 2, 3) // A, B, and the one a deleteFault goes through
 	if t.pause == nil {
 		lockers = lockers[:3]
 	}
@@ -143,7 +143,7 @@ func (d *demoConfig) fencingScene(ctx context.Context, t target, key string) (*s
 
 // lockRetrying takes key with l, trying again after errors (a client
 // reconnecting after a pause) until ctx ends.
-func lockRetrying(ctx context.Context, l lock.Locker, key string) (*lock.Lease, error) {
+func lockRetrying(ctx context.Context, l *lock.Locker, key string) (*lock.Lease, error) {
 	for {
 		lease, err := l.Lock(ctx, key)
 		if err == nil || ctx.Err() != nil || errors.Is(err, lock.ErrInvalid) {

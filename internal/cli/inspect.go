@@ -110,7 +110,7 @@ func (cfg *inspectConfig) run(stdout, stderr io.Writer) int {
 		return fail(exitBackend, "opening %s: %v", backendName(cfg.url), err)
 	}
 	defer locker.Close()
-	st, err := lock.Inspect(ctx, locker, cfg.key)
+	st, err := locker.Inspect(ctx, cfg.key)
 	switch {
 	case errors.Is(err, lock.ErrInvalid):
 		return fail(exitUsage, "%v", err)

@@ -82,8 +82,8 @@ func (cfg *runConfig) holder() string {
 // owner and time left (and how many hold a shared key or a semaphore); ""
 // when the backend cannot tell or did not answer in time, and the
 // messages then leave the holder out.
-func holderText(ctx context.Context, locker lock.Locker, key string) string {
-	st, err := lock.Inspect(ctx, locker, key)
+func holderText(ctx context.Context, locker *lock.Locker, key string) string {
+	st, err := locker.Inspect(ctx, key)
 	if err != nil || !st.Held() {
 		return ""
 	}

@@ -50,7 +50,7 @@ type runConfig struct {
 	argv     []string
 	ttl      time.Duration // 0: the Locker's default (the URL's ttl=, or lock.DefaultTTL)
 	owner    string        // -owner: a named owner (lock.WithOwner), or ""
-	limit    int           // -limit, -n N: take one of limit permits of KEY (lock.SemLocker); 0: the lock
+	limit    int           // -limit, -n N: take one of limit permits of KEY (*lock.Locker); 0: the lock
 	wait     waitFlag
 	conflict int
 	grace    time.Duration
@@ -59,7 +59,7 @@ type runConfig struct {
 	term     bool // stderr is a terminal: show the waiting line
 
 	mu     sync.Mutex
-	locker lock.Locker // once acquire has opened the backend, for holder
+	locker *lock.Locker // once acquire has opened the backend, for holder
 }
 
 func parseRun(args []string, stderr io.Writer) (*runConfig, error) {

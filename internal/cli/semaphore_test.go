@@ -132,7 +132,7 @@ func TestRunSemaphore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = lock.Semaphores(lk)
+			err = lk.Supports(lock.Permits)
 			lk.Close()
 			if err != nil {
 				mu.Lock()
@@ -259,7 +259,7 @@ func TestRunPermitQueue(t *testing.T) {
 	}
 	defer lk.Close()
 	var store *memory.Store
-	if !lock.As(lk, &store) {
+	if !lk.As(&store) {
 		t.Fatal("no memory Store")
 	}
 	waitEntries := func(n int) {

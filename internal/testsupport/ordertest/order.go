@@ -18,7 +18,7 @@ import (
 // when queued is nil), then releases. It returns the order in which the
 // waiters were granted the key (each unlocks at once); IsFIFO tells
 // whether that is their arrival order.
-func GrantOrder(t *testing.T, newLocker func() lock.Locker, k string, n int, queued func() int64) []int {
+func GrantOrder(t *testing.T, newLocker func() *lock.Locker, k string, n int, queued func() int64) []int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -132,7 +132,7 @@ func AssertNothingRefused(tb testing.TB, admin redis.UniversalClient, user strin
 // by a permit returned; a permit is detached and resumed; a waiter by retry strategy is
 // woken by a release; the free key is locked and taken with another limit;
 // the Lockers are closed.
-func ExercisePermits(t *testing.T, a, b lock.SemLocker, waitQueued func(key string)) {
+func ExercisePermits(t *testing.T, a, b *lock.Locker, waitQueued func(key string)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -232,7 +232,7 @@ func ExercisePermits(t *testing.T, a, b lock.SemLocker, waitQueued func(key stri
 	if err := p4.Unlock(ctx); err != nil {
 		t.Fatalf("Unlock: %v", err)
 	}
-	for _, l := range []lock.Locker{a, b} {
+	for _, l := range []*lock.Locker{a, b} {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}

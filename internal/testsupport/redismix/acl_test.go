@@ -117,11 +117,11 @@ func exercise(t *testing.T, u string) {
 	// Shared leases: two readers (renewed), a writer queued behind them,
 	// a reader's Refresh, and the releases that let the writer in.
 	k := "acl-shared-" + randHex(8)
-	r1, err := a.(lock.RWLocker).RLock(ctx, k)
+	r1, err := a.RLock(ctx, k)
 	if err != nil {
 		t.Fatalf("RLock: %v", err)
 	}
-	r2, err := b.(lock.RWLocker).TryRLock(ctx, k)
+	r2, err := b.TryRLock(ctx, k)
 	if err != nil {
 		t.Fatalf("TryRLock beside a reader: %v", err)
 	}
@@ -161,7 +161,7 @@ func exercise(t *testing.T, u string) {
 	// a hold's Refresh, and the Unlocks that count down to the release.
 	k = "acl-owner-" + randHex(8)
 	var holds []*lock.Lease
-	for _, l := range []lock.Locker{a, a, b} {
+	for _, l := range []*lock.Locker{a, a, b} {
 		h, err := l.TryLock(ctx, k, lock.WithOwner("acl-job"))
 		if err != nil {
 			t.Fatalf("TryLock of a named owner: %v", err)
@@ -172,7 +172,7 @@ func exercise(t *testing.T, u string) {
 	if err := holds[1].Refresh(ctx, time.Second); err != nil {
 		t.Fatalf("Refresh of a hold: %v", err)
 	}
-	if st := mustInspect(t, ctx, b, k); len(st.Holders) != 1 || st.Holders[0].Holds != 3 || st.Holders[0].Owner != lock.NamedOwner("acl-job") || st.Holders[0].Token != holds[0].Token() {
+	if st := mustInspect(t, ctx, b, k); len(st.Holders) != 1 || st.Holders[0].Holds != 3 || st.Holders[0].Owner != lock.Owner("acl-job") || st.Holders[0].Token != holds[0].Token() {
 		t.Fatalf("Inspect of a named owner's grant with three holds: %+v", st.Holders)
 	}
 	for _, h := range holds {
@@ -188,8 +188,8 @@ func exercise(t *testing.T, u string) {
 	// Inspect reads permits.
 	k = "acl-permits-" + randHex(8)
 	var permits []*lock.Lease
-	for _, l := range []lock.Locker{a, b} {
-		p, err := l.(lock.SemLocker).TryAcquire(ctx, k, 3)
+	for _, l := range []*lock.Locker{a, b} {
+		p, err := l.TryAcquire(ctx, k, 3)
 		if err != nil {
 			t.Fatalf("TryAcquire: %v", err)
 		}
@@ -201,7 +201,7 @@ func exercise(t *testing.T, u string) {
 	for _, p := range permits {
 		p.Unlock(ctx)
 	}
-	for _, l := range []lock.Locker{a, b} {
+	for _, l := range []*lock.Locker{a, b} {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
@@ -209,9 +209,9 @@ func exercise(t *testing.T, u string) {
 }
 
 // mustInspect is lock.Inspect of k through l, or fails the test.
-func mustInspect(t *testing.T, ctx context.Context, l lock.Locker, k string) *lock.KeyState {
+func mustInspect(t *testing.T, ctx context.Context, l *lock.Locker, k string) *lock.KeyState {
 	t.Helper()
-	st, err := lock.Inspect(ctx, l, k)
+	st, err := l.Inspect(ctx, k)
 	if err != nil {
 		t.Fatalf("Inspect: %v", err)
 	}

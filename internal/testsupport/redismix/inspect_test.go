@@ -35,11 +35,11 @@ func TestMixedInspect(t *testing.T) {
 	}
 	owner := func(l *lock.Lease) string { return l.Handle()[len("dlock1.x."):][:32] }
 
-	r1, err := nx.(lock.RWLocker).TryRLock(ctx, k)
+	r1, err := nx.TryRLock(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := watch.(lock.RWLocker).TryRLock(ctx, k)
+	r2, err := watch.TryRLock(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,11 +49,11 @@ func TestMixedInspect(t *testing.T) {
 	r1.Unlock(ctx)
 	r2.Unlock(ctx)
 
-	p1, err := nx.(lock.SemLocker).TryAcquire(ctx, k, 2)
+	p1, err := nx.TryAcquire(ctx, k, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := watch.(lock.SemLocker).TryAcquire(ctx, k, 2)
+	p2, err := watch.TryAcquire(ctx, k, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestMixedInspect(t *testing.T) {
 	}
 	// A waiter of each driver: each lists its own.
 	waiters := make(chan *lock.Lease, 2)
-	for _, l := range []lock.Locker{nx, watch} {
+	for _, l := range []*lock.Locker{nx, watch} {
 		go func() {
 			w, err := l.Lock(ctx, k)
 			if err != nil {
@@ -96,7 +96,7 @@ func TestMixedInspect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := same("a named owner's two holds"); len(st.Holders) != 1 || st.Holders[0].Holds != 2 || st.Holders[0].Token != h1.Token() || st.Holders[0].Owner != lock.NamedOwner("mixed-inspect") {
+	if st := same("a named owner's two holds"); len(st.Holders) != 1 || st.Holders[0].Holds != 2 || st.Holders[0].Token != h1.Token() || st.Holders[0].Owner != lock.Owner("mixed-inspect") {
 		t.Errorf("holds of both drivers: %+v", st.Holders)
 	}
 	h1.Unlock(ctx)

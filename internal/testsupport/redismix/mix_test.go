@@ -25,7 +25,7 @@ func rawClient(t *testing.T) *redis.Client {
 	return rdb
 }
 
-func lockers(t *testing.T) (nx, watch lock.Locker) {
+func lockers(t *testing.T) (nx, watch *lock.Locker) {
 	srv := testserver.SharedRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
@@ -44,7 +44,7 @@ func TestExcludeEachOther(t *testing.T) {
 	var last uint64
 	for _, p := range []struct {
 		name          string
-		holder, other lock.Locker
+		holder, other *lock.Locker
 	}{{"redisnx holds", nx, watch}, {"rediswatch holds", watch, nx}} {
 		lease, err := p.holder.TryLock(ctx, k)
 		if err != nil {
@@ -182,12 +182,12 @@ func TestMixedReaders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nxL, watchL := lockers(t)
-	nx, watch := nxL.(lock.RWLocker), watchL.(lock.RWLocker)
+	nx, watch := nxL, watchL
 	rdb := rawClient(t)
 	for _, p := range []struct {
 		name           string
-		first, second  lock.RWLocker
-		writer         lock.Locker
+		first, second  *lock.Locker
+		writer         *lock.Locker
 		writerName     string
 		crashedReaders bool
 	}{
@@ -203,7 +203,7 @@ func TestMixedReaders(t *testing.T) {
 		const crashTTL = 1200 * time.Millisecond
 		opts := []lock.Option{}
 		if p.crashedReaders {
-			opts = append(opts, lock.WithTTL(crashTTL), lock.WithAutoRenew(false))
+			opts = append(opts, lock.WithTTL(crashTTL), lock.WithDisableAutoRenew(true))
 		}
 		r2, err := p.second.TryRLock(ctx, k, opts...)
 		if err != nil {
@@ -212,7 +212,7 @@ func TestMixedReaders(t *testing.T) {
 		if r2.Token() <= r1.Token() {
 			t.Errorf("%s: reader tokens %d then %d", p.name, r1.Token(), r2.Token())
 		}
-		for _, w := range []lock.Locker{nxL, watchL} {
+		for _, w := range []*lock.Locker{nxL, watchL} {
 			if _, err := w.TryLock(ctx, k); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Errorf("%s: a writer got in beside two readers: %v", p.name, err)
 			}
@@ -277,7 +277,7 @@ func TestMixedHolds(t *testing.T) {
 	rdb := rawClient(t)
 	for _, p := range []struct {
 		name          string
-		first, second lock.Locker
+		first, second *lock.Locker
 	}{{"redisnx then rediswatch", nx, watch}, {"rediswatch then redisnx", watch, nx}} {
 		k := "redismix/holds/" + p.name
 		rk := redisnx.DefaultPrefix + "{" + k + "}"
@@ -313,7 +313,7 @@ func TestMixedHolds(t *testing.T) {
 
 // excluded fails the test if any of ls is granted k by an anonymous
 // TryLock.
-func excluded(t *testing.T, what, k string, ls ...lock.Locker) {
+func excluded(t *testing.T, what, k string, ls ...*lock.Locker) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -336,16 +336,16 @@ func TestMixedPermits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nxL, watchL := lockers(t)
-	nx, watch := nxL.(lock.SemLocker), watchL.(lock.SemLocker)
+	nx, watch := nxL, watchL
 	rdb := rawClient(t)
 	for _, p := range []struct {
 		name          string
-		first, second lock.SemLocker
+		first, second *lock.Locker
 	}{{"redisnx then rediswatch", nx, watch}, {"rediswatch then redisnx", watch, nx}} {
 		k := "redismix/permits/" + p.name
 		rk := redisnx.DefaultPrefix + "{" + k + "}"
 		const crashTTL = 1200 * time.Millisecond
-		p1, err := p.first.TryAcquire(ctx, k, 2, lock.WithTTL(crashTTL), lock.WithAutoRenew(false)) // crashes: never renewed nor returned
+		p1, err := p.first.TryAcquire(ctx, k, 2, lock.WithTTL(crashTTL), lock.WithDisableAutoRenew(true)) // crashes: never renewed nor returned
 		if err != nil {
 			t.Fatalf("%s: first permit: %v", p.name, err)
 		}
@@ -357,7 +357,7 @@ func TestMixedPermits(t *testing.T) {
 		if p2.Token() <= p1.Token() {
 			t.Errorf("%s: permit tokens %d then %d", p.name, p1.Token(), p2.Token())
 		}
-		for _, s := range []lock.SemLocker{nx, watch} {
+		for _, s := range []*lock.Locker{nx, watch} {
 			if _, err := s.TryAcquire(ctx, k, 2); !errors.Is(err, lock.ErrNotAcquired) {
 				t.Errorf("%s: a third permit of two: err = %v, want ErrNotAcquired", p.name, err)
 			}

@@ -14,14 +14,14 @@ import (
 // one parser (internal/redisx) reads both, go-redis's parameters
 // included, and both refuse the same bad URLs.
 func TestSameURLSameClient(t *testing.T) {
-	describe := func(l lock.Locker) string {
+	describe := func(l *lock.Locker) string {
 		var c *redis.Client
 		var cc *redis.ClusterClient
 		switch {
-		case lock.As(l, &cc):
+		case l.As(&cc):
 			o := cc.Options()
 			return fmt.Sprintf("cluster %v %q %q tls=%v pool=%d read=%v ctx=%v", o.Addrs, o.Username, o.Password, o.TLSConfig != nil, o.PoolSize, o.ReadTimeout, o.ContextTimeoutEnabled)
-		case lock.As(l, &c):
+		case l.As(&c):
 			o := c.Options()
 			return fmt.Sprintf("single %s %q %q db=%d tls=%v pool=%d read=%v proto=%d name=%q ctx=%v", o.Addr, o.Username, o.Password, o.DB, o.TLSConfig != nil, o.PoolSize, o.ReadTimeout, o.Protocol, o.ClientName, o.ContextTimeoutEnabled)
 		}

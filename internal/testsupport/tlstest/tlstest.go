@@ -48,7 +48,7 @@ type Target struct {
 	// client TLS config (Options.TLS, or the client's own TLS settings),
 	// and a short ReleaseTimeout (300ms): a Locker whose attempts failed
 	// retries their releases in Close for that long.
-	New func(ctx context.Context, tc *tls.Config) (lock.Locker, error)
+	New func(ctx context.Context, tc *tls.Config) (*lock.Locker, error)
 }
 
 // timeout bounds each Open and each first Lock that must fail: a driver
@@ -63,7 +63,7 @@ func Run(t *testing.T, tg Target) {
 	if f == nil || !f.ClientAuth {
 		t.Fatal("tlstest: the target needs a TLS server that requires client certificates")
 	}
-	open := func(t *testing.T, params ...string) (lock.Locker, error) {
+	open := func(t *testing.T, params ...string) (*lock.Locker, error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
@@ -105,7 +105,7 @@ func Run(t *testing.T, tg Target) {
 		refused(t, "a plain client", "", open)
 	})
 	if tg.TLSURL != "" {
-		openTLS := func(t *testing.T, params ...string) (lock.Locker, error) {
+		openTLS := func(t *testing.T, params ...string) (*lock.Locker, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			return lock.OpenWith(ctx, withParams(tg.TLSURL, params...), &lock.Options{ReleaseTimeout: 300 * time.Millisecond})
@@ -137,7 +137,7 @@ func Run(t *testing.T, tg Target) {
 		tc := f.ClientConfig()
 		tc.RootCAs = x509.NewCertPool()
 		tc.RootCAs.AppendCertsFromPEM(pem)
-		refused(t, "Options.TLS trusting the wrong CA", "certificate", func(t *testing.T, _ ...string) (lock.Locker, error) {
+		refused(t, "Options.TLS trusting the wrong CA", "certificate", func(t *testing.T, _ ...string) (*lock.Locker, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
 			return tg.New(ctx, tc)
@@ -161,8 +161,8 @@ func withParams(raw string, params ...string) string {
 	return raw + sep + q.Encode()
 }
 
-func mustOpen(t *testing.T) func(lock.Locker, error) lock.Locker {
-	return func(l lock.Locker, err error) lock.Locker {
+func mustOpen(t *testing.T) func(*lock.Locker, error) *lock.Locker {
+	return func(l *lock.Locker, err error) *lock.Locker {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("open over TLS: %v", err)
@@ -174,7 +174,7 @@ func mustOpen(t *testing.T) func(lock.Locker, error) lock.Locker {
 
 // exclusion locks a key through a, checks that b (another Locker, or a
 // itself) cannot take it, unlocks it and takes it through b.
-func exclusion(t *testing.T, a, b lock.Locker) {
+func exclusion(t *testing.T, a, b *lock.Locker) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -203,7 +203,7 @@ func exclusion(t *testing.T, a, b lock.Locker) {
 
 // refused checks that a Locker opened with params fails, at Open or at
 // its first Lock, with an error that contains want (when not "").
-func refused(t *testing.T, who, want string, open func(*testing.T, ...string) (lock.Locker, error), params ...string) {
+func refused(t *testing.T, who, want string, open func(*testing.T, ...string) (*lock.Locker, error), params ...string) {
 	t.Helper()
 	l, err := open(t, params...)
 	if err == nil {
