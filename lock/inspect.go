@@ -135,12 +135,12 @@ type Unknown struct {
 // ctx.Err(); a backend failure is returned wrapped, with the key; a closed
 // Locker gives ErrClosed. A key nobody holds or waits for gives an empty
 // KeyState and a nil error.
-func (lk *Locker) Inspect(parent context.Context, key string) (*KeyState, error) {
+func (lk *Locker) Inspect(ctx context.Context, key string) (*KeyState, error) {
 	const op = "inspect"
 	switch {
 	case lk == nil:
 		return nil, newError(op, key, ErrInvalid, errNilLocker)
-	case parent == nil:
+	case ctx == nil:
 		return nil, newError(op, key, ErrInvalid, errNilContext)
 	}
 	if err := lk.checkCall(op, key, checkKey(key)); err != nil {
@@ -156,12 +156,12 @@ func (lk *Locker) Inspect(parent context.Context, key string) (*KeyState, error)
 	if err := lk.d.Validate(&probe); err != nil {
 		return nil, driverError(op, key, err, ErrInvalid)
 	}
-	sc, err := lk.enter(parent, op, key)
+	sc, err := lk.enter(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
 	defer sc.exit()
-	ctx := sc.ctx
+	ctx = sc.ctx
 	var st driver.KeyState
 	// Nothing to clean up after an abandoned call: it only reads.
 	ok, err := lk.within(ctx, func() error {

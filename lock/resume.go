@@ -114,15 +114,15 @@ func parseHandle(s string) (handle, error) {
 // driver cannot resume: ZooKeeper's), ErrNotAcquired and ErrNotHeld (the
 // grant is gone), ErrNotAcquired and the backend's or the context's
 // error, or ErrClosed. A failed Resume changes nothing.
-func (lk *Locker) Resume(parent context.Context, h string, opts ...Option) (*Lease, error) {
+func (lk *Locker) Resume(ctx context.Context, handle string, opts ...Option) (*Lease, error) {
 	const op = "resume"
 	switch {
 	case lk == nil:
 		return nil, newError(op, "", ErrInvalid, errNilLocker)
-	case parent == nil:
+	case ctx == nil:
 		return nil, newError(op, "", ErrInvalid, errNilContext)
 	}
-	hd, herr := parseHandle(h)
+	hd, herr := parseHandle(handle)
 	if err := lk.checkCall(op, "", herr); err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (lk *Locker) Resume(parent context.Context, h string, opts ...Option) (*Lea
 		return nil, err
 	}
 	l.resumed = true
-	sc, err := lk.enter(parent, op, key)
+	sc, err := lk.enter(ctx, op, key)
 	if err != nil {
 		return nil, err
 	}
