@@ -1,5 +1,5 @@
 // Package lock is dlock's portable API for distributed locks: one Locker
-// interface and one Lease type over every backend, each backend a driver
+// type and one Lease type over every backend, each backend a driver
 // package (redisnx, rediswatch, memcached, zookeeper, postgres, etcd,
 // memory).
 //
@@ -13,7 +13,19 @@
 // Or let Do hold the lock around a function whose context ends if the
 // lease is lost:
 //
-//	err := lock.Do(ctx, locker, "nightly-report", func(ctx context.Context) error { ... })
+//	err := locker.Do(ctx, "nightly-report", func(ctx context.Context) error { ... })
+//
+// # What a backend can do
+//
+// Every *Locker has every method, whatever its backend. A backend that
+// cannot serve a call (shared leases on memcached, Resume on ZooKeeper)
+// refuses it before any I/O with an error wrapping ErrUnsupported (and
+// ErrInvalid) that names the driver and says why. Supports tells the same
+// without a call, for a check at start-up:
+//
+//	if err := locker.Supports(lock.Permits); err != nil {
+//		log.Fatal(err) // "... memcached grants no semaphore permits: ..."
+//	}
 //
 // # What a lease guarantees
 //
@@ -49,7 +61,7 @@
 // local deadline (renewFraction: every TTL/3 where the backend applies the TTL as it is;
 // more often where it gives less, such as memcached's whole seconds or a
 // ZooKeeper session timeout shorter than the TTL), until it is released;
-// turn that off with Options.DisableAutoRenew or WithAutoRenew(false). One
+// turn that off with Options.DisableAutoRenew or WithDisableAutoRenew(true). One
 // scheduler goroutine per Locker renews all of its leases, in batches where
 // the driver supports it, with a bounded number of refresh calls under
 // way. A renewal that fails for a network reason is retried every tenth
@@ -121,17 +133,16 @@
 //
 // redisnx, rediswatch, memcached, postgres, etcd and memory keep holds (the
 // Redis drivers in one layout, so that holds of one owner through either
-// share a grant); ZooKeeper refuses WithOwner with ErrInvalid, as every driver refuses it
-// for RLock, TryRLock and Resume.
+// share a grant); ZooKeeper refuses WithOwner with ErrUnsupported, and
+// every driver refuses it for RLock, TryRLock and Resume with ErrInvalid.
 //
 // # Semaphores
 //
-// A SemLocker grants the permits of counting semaphores: Acquire(ctx, key,
-// limit) blocks until one of limit permits of key is granted, so at most
-// limit holders run at once (N workers on a rate-limited API, N concurrent
-// deploys, a pool of licences). Find out whether a Locker is one with
-// Semaphores (which says why not) or a type assertion. A permit is a Lease
-// like any other:
+// Acquire(ctx, key, limit) grants the permits of counting semaphores: it
+// blocks until one of limit permits of key is granted, so at most limit
+// holders run at once (N workers on a rate-limited API, N concurrent
+// deploys, a pool of licences). Supports(Permits) says whether the
+// backend grants them, and why not. A permit is a Lease like any other:
 //
 //   - its fencing token comes from the key's one counter, so it is above
 //     the token of every earlier grant of the key, permit or lock;
@@ -176,7 +187,7 @@
 // Unlock. A handle is a
 // capability: whoever has it can extend and release the grant. ZooKeeper's
 // driver cannot resume (a grant belongs to its client's session) and
-// refuses with ErrInvalid.
+// refuses with ErrUnsupported.
 //
 // # Who holds a key
 //
@@ -184,11 +195,11 @@
 // changing anything: for operators, dashboards and the dlock inspect
 // command.
 //
-//	st, err := lock.Inspect(ctx, locker, "deploy/api")
+//	st, err := locker.Inspect(ctx, "deploy/api")
 //	for _, h := range st.Holders { fmt.Println(h.Mode, h.Owner, h.Token, h.Remaining) }
 //
 // Each holder has its owner (a lease's owner token, as in its Handle; a
-// named owner's 16 hex digits, which NamedOwner(id) gives; a foreign
+// named owner's 16 hex digits, which Owner(id) gives; a foreign
 // lock's value), mode, a permit's limit, and as far as the backend can
 // tell its fencing token, time left and grant time; each queued waiter
 // its owner, mode and arrival. KeyState.Unknown says what the backend
@@ -290,10 +301,12 @@
 // # Errors
 //
 // Errors are *Error values naming the operation and the key, wrapping one
-// of the sentinels ErrNotAcquired, ErrNotHeld, ErrLost, ErrClosed and
-// ErrInvalid, and the cause: the backend's error, or the context's.
-// Beside ErrNotAcquired, ErrHeld says the key was held, ErrUnavailable
-// that the backend could not be reached. Check them with errors.Is:
+// of the sentinels ErrNotAcquired, ErrNotHeld, ErrLost, ErrClosed,
+// ErrInvalid and ErrUnsupported (what the backend cannot do, which also
+// matches ErrInvalid), and the cause: the backend's error, or the
+// context's. Beside ErrNotAcquired, ErrHeld says the key was held,
+// ErrUnavailable that the backend could not be reached. Check them with
+// errors.Is:
 //
 //	lease, err := locker.TryLock(ctx, key)
 //	switch {
@@ -301,6 +314,7 @@
 //	case errors.Is(err, lock.ErrUnavailable):      // the backend is unreachable (see Outages)
 //	case errors.Is(err, context.DeadlineExceeded): // waited too long (also ErrNotAcquired)
 //	case errors.Is(err, lock.ErrNotAcquired):      // the backend refused or failed
+//	case errors.Is(err, lock.ErrUnsupported):      // not on this backend (see Supports)
 //	case errors.Is(err, lock.ErrInvalid):          // bad key, TTL or option: a bug to fix
 //	}
 //
@@ -310,7 +324,7 @@
 // MaxKeyLen bytes or not UTF-8, a negative TTL or another outside [MinTTL,
 // MaxTTL] or outside what the driver can carry, a malformed URL or an
 // unknown URL parameter) is refused before any I/O, and so are
-// nil and zero values where a value is needed: a nil context, Locker, fn
+// nil and zero values where a value is needed: a nil context, *Locker, fn
 // (Do), Option or RetryStrategy (LimitRetry(nil, n) included), a nil or
 // zero *Lease (its methods return ErrInvalid; its accessors zero values,
 // with Done closed), a nil driver given to New (every call of that Locker

@@ -97,7 +97,7 @@ func (l *Lease) Token() uint64 {
 	return l.dl.Token
 }
 
-// Limit returns, for a permit of a semaphore (SemLocker), the semaphore's
+// Limit returns, for a permit of a semaphore (Locker.Acquire), the semaphore's
 // number of permits; zero for any other lease.
 func (l *Lease) Limit() int {
 	if l.invalid() {

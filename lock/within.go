@@ -20,7 +20,7 @@ import (
 // end: within keeps it, and after deals with what f did meanwhile (a grant
 // to release, say). Close waits for f like for any background release.
 //
-// A driver that keeps that promise itself (driver.Prompt) has f run on
+// A driver that keeps that promise itself (driver.Caps.ReturnsAtContextEnd) has f run on
 // the caller's goroutine: a hand-off costs two goroutine wake-ups, a third
 // of a Lock+Unlock's client CPU on a 2-core machine. When ctx has ended by
 // the time f returns, the outcome is treated as the hand-off treats a call
@@ -74,7 +74,7 @@ func (lk *Locker) withinJob(ctx context.Context, j job) (ok bool, err error) {
 	return lk.dispatch(ctx, c)
 }
 
-// late ends a call made on the caller's goroutine (a driver.Prompt's)
+// late ends a call made on the caller's goroutine (a ReturnsAtContextEnd driver's)
 // that returned err after ctx ended: as one whose caller gave up on it,
 // with after run on a goroutine of its own, as a worker runs it. Once
 // Close has stopped background work, the call counts as returned in time,

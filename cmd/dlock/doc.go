@@ -78,7 +78,7 @@
 //	    it. The ZooKeeper driver refuses owners (exit status 2).
 //	-limit N, -n N
 //	    At most N commands run at once for KEY: take one of the N permits
-//	    of a counting semaphore (lock.SemLocker) instead of the lock (the
+//	    of a counting semaphore (Locker.Acquire) instead of the lock (the
 //	    -n of consul lock). N is 1 or more. Not with -owner: a permit is
 //	    not reentrant ($DLOCK_OWNER is ignored with a limit). See
 //	    Semaphores below, and the -n rule.
@@ -155,7 +155,7 @@
 // of KEY runs, a dlock run of KEY without -n waits, and the other way
 // round. On backends whose driver queues its waiters (memory, and the
 // Redis and ZooKeeper drivers), locks and permits wait in one queue, in
-// arrival order (the contract of driver.Semaphorer): a permit waiter
+// arrival order (the contract of driver.Permit): a permit waiter
 // does not pass an earlier lock waiter, even with a permit free, nor a
 // lock waiter an earlier permit waiter. So -n 1 excludes and queues like
 // the plain lock of KEY, and the two can be mixed; it differs in that it
@@ -257,7 +257,7 @@
 // and who waits for it (lock.Inspect), changing nothing: a heading, then
 // one line per holder and per queued waiter with its mode (exclusive,
 // shared, permit/N), owner (a lease's owner token, as in its DLOCK_LEASE;
-// a named owner's 16 hex digits, lock.NamedOwner; a foreign lock's value),
+// a named owner's 16 hex digits, lock.Owner; a foreign lock's value),
 // fencing token, time left and since when, "?" where the backend cannot
 // tell (memcached: the time left, an anonymous grant's token, the waiters,
 // who poll; ZooKeeper: the time left; Redis: when a holder was granted).

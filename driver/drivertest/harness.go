@@ -70,8 +70,9 @@ type Caps struct {
 	// TTL backend, the subtests it skips are not on the hookup's Skips.
 	SessionBound   bool
 	SessionTimeout time.Duration
-	// Shared: the Locker is a lock.RWLocker; unset, the suite checks that
-	// it is not.
+	// Shared: the Locker grants shared leases; unset, the suite checks
+	// that RLock and Supports(lock.SharedLeases) refuse with
+	// lock.ErrUnsupported.
 	Shared bool
 	// DeletableCounter: the fencing counter is a backend object that can be
 	// lost (not so for ZooKeeper's czxid). Not probed: whether a backend
@@ -86,8 +87,8 @@ type Caps struct {
 	// refused with ErrInvalid.
 	Reentry bool
 	// Semaphore: the driver grants the permits of counting semaphores
-	// (lock.SemLocker); without it, the suite checks that lock.Semaphores
-	// refuses the Locker with ErrInvalid.
+	// (Locker.Acquire); without it, the suite checks that TryAcquire and
+	// Supports(lock.Permits) refuse with lock.ErrUnsupported.
 	Semaphore bool
 	// Inspect says what lock.Inspect tells on the backend; nil when the
 	// driver cannot inspect keys, and the suite checks that lock.Inspect

@@ -13,7 +13,7 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// semLockers returns n SemLockers of h, or, when the driver grants no
+// semLockers returns n Lockers of h, or, when the driver grants no
 // permits (Caps.Semaphore unset), checks that it refuses them with
 // ErrInvalid and a reason, and ends the test.
 func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []*lock.Locker {

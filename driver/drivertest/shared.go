@@ -8,7 +8,7 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// rwLockers returns n RWLockers of h, or, when the driver grants no
+// rwLockers returns n Lockers of h, or, when the driver grants no
 // shared leases (Caps.Shared unset), checks that its Locker is indeed no
 // lock.RWLocker and ends the test.
 func rwLockers(t *testing.T, h Harness, n int) []*lock.Locker {

@@ -221,10 +221,11 @@
 // item's own expiration, the one clock the server keeps, is shared by all
 // the readers, so one live reader would keep a crashed one's share alive.
 // Either breaks a guarantee, so the driver refuses shared leases
-// (ErrInvalid: the Locker is not a lock.RWLocker).
+// (lock.ErrUnsupported, with this reason, from RLock, TryRLock and
+// Supports(lock.SharedLeases)).
 //
-// Semaphore permits are refused for the same reason (lock.Semaphores
-// returns ErrInvalid with it; the Locker is not a lock.SemLocker): the
+// Semaphore permits are refused for the same reason (lock.ErrUnsupported
+// from Acquire, TryAcquire and Supports(lock.Permits)): the
 // permits of one item, updated by cas, must each expire on their own, so
 // that a crashed holder's permit returns within its TTL while the others
 // hold theirs, and nothing but the item's one expiration can say when.
@@ -271,7 +272,7 @@
 // it.
 //
 //	var mc *memcache.Client
-//	if lock.As(locker, &mc) { ... }
+//	if locker.As(&mc) { ... }
 //
 // # Errors
 //

@@ -8,9 +8,9 @@
 // from the clock in microseconds when the counter is lost, like the network
 // drivers), and queues waiters in arrival order: a release or an expiry
 // wakes the next waiter at once, without polling and without a thundering
-// herd. Shared (read) leases are supported: the Locker is a lock.RWLocker;
+// herd. Shared (read) leases are supported (RLock, TryRLock);
 // a writer waits for the readers before it, and readers that arrive after a
-// waiting writer wait for it. lock.Inspect tells everything a Store keeps:
+// waiting writer wait for it. Locker.Inspect tells everything a Store keeps:
 // every holder's token, time left and grant time, and every waiter's
 // arrival.
 //
@@ -39,7 +39,7 @@
 // lock.As gives access to the Store: a *Store target is set to it.
 //
 //	var s *memory.Store
-//	if lock.As(locker, &s) { ... }
+//	if locker.As(&s) { ... }
 package memory
 
 import (

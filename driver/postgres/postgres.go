@@ -212,7 +212,7 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	if d.installed.Load() {
 		return true, nil
 	}
-	// Waits for another call's install as long as ctx lasts (see Prompt).
+	// Waits for another call's install as long as ctx lasts (see Capabilities).
 	select {
 	case d.installing <- struct{}{}:
 	case <-ctx.Done():

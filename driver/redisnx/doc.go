@@ -37,7 +37,7 @@
 //
 // # Shared (read) leases
 //
-// The Locker is a lock.RWLocker. While readers hold a key, "dlock:{K}"
+// The Locker grants shared leases (RLock, TryRLock). While readers hold a key, "dlock:{K}"
 // holds "R" (never an owner token), with a PX at least as long as the
 // longest reader's, so every exclusive attempt, this driver's, rediswatch's
 // or a plain SET NX lock's, finds it held; each reader's share is a member
@@ -51,7 +51,7 @@
 //
 // # Semaphores
 //
-// The Locker is a lock.SemLocker: Acquire(ctx, key, limit) and TryAcquire
+// The Locker grants semaphore permits: Acquire(ctx, key, limit) and TryAcquire
 // take one of limit permits of a key. While permits are held, "dlock:{K}"
 // holds "S" and the limit in decimal ("S4"), with a PX at least as long as
 // the longest permit's; each permit is a member of the sorted set

@@ -35,13 +35,12 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// Or lock.Do: fn's ctx carries the lease (send its token with the
+	// Or Do: fn's ctx carries the lease (send its token with the
 	// writes) and ends if it is lost; the lock is released when fn returns.
 	err = locker.Do(ctx, "nightly-report", func(ctx context.Context) error {
 		fmt.Println("writing the nightly report with token", lock.LeaseFrom(ctx).Token())
 		return nil
 	})
-
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -169,7 +169,7 @@ func testDriver(client redis.UniversalClient) *redisDriver {
 // it over a *redis.Client.
 func inlineDriver(t testing.TB, client *redis.Client) *redisDriver {
 	d := testDriver(client)
-	if d.inline = d.Lanes.Prompt(); !d.inline {
+	if d.inline = d.Lanes.ReturnsAtContextEnd(); !d.inline {
 		t.Fatal("no lanes over a *redis.Client")
 	}
 	return d

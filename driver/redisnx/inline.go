@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// An inline step: over lanes (driver.Prompt), a step of a wait with a
+// An inline step: over lanes (driver.Caps.ReturnsAtContextEnd), a step of a wait with a
 // grant list is one pipeline on one connection, on the caller's
 // goroutine: LLEN of the list, wait.lua, and a BLPOP of the list that
 // blocks for at most the step's timeout. wait.lua pushes "x" to the list

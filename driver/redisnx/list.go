@@ -24,7 +24,7 @@ import (
 // list already, or a reply that does not parse, only wakes the waiter,
 // whose next step reads the grant from the server.)
 //
-// Over lanes (driver.Prompt) a wait has no follow-up goroutine: each of
+// Over lanes (driver.Caps.ReturnsAtContextEnd) a wait has no follow-up goroutine: each of
 // its steps sends the LLEN, wait.lua and the BLPOP in one pipeline
 // (inline.go). Otherwise:
 //

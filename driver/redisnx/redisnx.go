@@ -59,14 +59,14 @@ var (
 // a lane whose connection is closed when the call's context ends
 // (redisx.Lanes), so lock runs calls on the caller's goroutine.
 func (d *redisDriver) Capabilities() driver.Caps {
-	return driver.Caps{Name: "redisnx", ReturnsAtContextEnd: d.Lanes.Prompt(),
+	return driver.Caps{Name: "redisnx", ReturnsAtContextEnd: d.Lanes.ReturnsAtContextEnd(),
 		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
 }
 
 func newDriver(c redisx.Core) *redisDriver {
 	c.SharedLeases = true
 	c.Permits = true
-	return &redisDriver{Core: c, blockers: newBlockers(c.Client), inline: c.Lanes.Prompt()}
+	return &redisDriver{Core: c, blockers: newBlockers(c.Client), inline: c.Lanes.ReturnsAtContextEnd()}
 }
 
 // ms is a TTL in whole milliseconds, as PX applies it, and that duration.

@@ -68,7 +68,7 @@
 //
 // # Shared (read) leases
 //
-// The Locker is a lock.RWLocker, with redisnx's layout, so that the two
+// The Locker grants shared leases, with redisnx's layout, so that the two
 // drivers' readers share a key: while readers hold it, "dlock:{K}" holds
 // "R" (never an owner) with a PX at least as long as the longest share, so
 // every exclusive attempt finds it held, and each share is a member of
@@ -83,7 +83,7 @@
 //
 // # Semaphores
 //
-// The Locker is also a lock.SemLocker: Acquire(ctx, key, limit) and
+// The Locker also grants semaphore permits: Acquire(ctx, key, limit) and
 // TryAcquire take one of limit permits of a key, in redisnx's layout, so
 // that the two drivers' permits of a key count together. While permits are
 // held, "dlock:{K}" holds "S" and the limit ("S4"), with a PX at least as

@@ -87,7 +87,7 @@ func px(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millisecond)
 // connection is closed when the call's context ends (redisx.Lanes), so
 // lock runs calls on the caller's goroutine.
 func (d *watchDriver) Capabilities() driver.Caps {
-	return driver.Caps{Name: "rediswatch", ReturnsAtContextEnd: d.Lanes.Prompt(),
+	return driver.Caps{Name: "rediswatch", ReturnsAtContextEnd: d.Lanes.ReturnsAtContextEnd(),
 		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
 }
 

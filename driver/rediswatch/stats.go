@@ -10,7 +10,7 @@ import (
 // keeps rare; get a snapshot with lock.As:
 //
 //	var s rediswatch.Stats
-//	lock.As(locker, &s)
+//	locker.As(&s)
 type Stats struct {
 	// GrantAborts counts grant transactions aborted because the lock key or
 	// its counter changed between WATCH and EXEC (another client took the

@@ -9,9 +9,9 @@
 //	// or: locker, err := lock.Open(ctx, "zookeeper://zk1:2181,zk2:2181/app/locks")
 //	lease, err := locker.Lock(ctx, "orders/42")
 //
-// The Locker is a lock.RWLocker: RLock and TryRLock grant shared leases;
-// and a lock.SemLocker: Acquire and TryAcquire grant the permits of
-// counting semaphores (see Semaphores). docs/wire/zookeeper.md in the
+// RLock and TryRLock grant shared leases, and Acquire and TryAcquire the
+// permits of counting semaphores (see Semaphores); Resume and WithOwner
+// are refused with lock.ErrUnsupported and the reason. docs/wire/zookeeper.md in the
 // repository is the wire format.
 //
 // # The recipe
@@ -367,7 +367,7 @@
 //
 // # As
 //
-// lock.As(locker, &conn) with conn a *zk.Conn gives the connection.
+// locker.As(&conn) with conn a *zk.Conn gives the connection.
 //
 // # Errors
 //

@@ -213,8 +213,8 @@ func (z zkLogger) Printf(format string, args ...any) {
 	}
 }
 
-// zkDriver implements driver.Driver, driver.Queuer, driver.BatchRefresher,
-// driver.Sharer and driver.Semaphorer.
+// zkDriver implements driver.Driver, driver.Capable, driver.Queuer,
+// driver.BatchRefresher, driver.Inspector and driver.Aser.
 type zkDriver struct {
 	conn    *zk.Conn
 	owned   bool // Close closes conn

@@ -15,7 +15,7 @@ import (
 const failoverAddr = "FailoverClient"
 
 // Lanes run the drivers' commands so that each call returns by its
-// context's end, on the caller's goroutine (driver.Prompt). Only a
+// context's end, on the caller's goroutine (driver.Caps.ReturnsAtContextEnd). Only a
 // *redis.Client of one server (TCP, TLS or a unix socket) gets lanes for
 // now: not a Cluster, nor a Sentinel client (see NewLanes).
 //
@@ -47,7 +47,7 @@ const failoverAddr = "FailoverClient"
 // its client's pool would (on a Cluster, per node). A call that finds
 // every lane busy waits for one, or for its context's end. Clients of
 // other kinds (a Ring, a wrapper) get no lanes: calls go to the client
-// itself, and Prompt reports false.
+// itself, and ReturnsAtContextEnd reports false.
 type Lanes struct {
 	hooks []redis.Hook // AddHook's, for lanes made from now on
 	nodes []redis.Hook // AddNodeHook's
@@ -168,9 +168,9 @@ func (ls *Lanes) closeIdle() {
 	}
 }
 
-// Prompt reports whether calls run on lanes, and so return by their
+// ReturnsAtContextEnd reports whether calls run on lanes, and so return by their
 // context's end.
-func (ls *Lanes) Prompt() bool { return ls.mk != nil }
+func (ls *Lanes) ReturnsAtContextEnd() bool { return ls.mk != nil }
 
 // Do runs f with a lane's client (the client itself when there are no
 // lanes); see Lanes. f must not keep the client.
