@@ -9,8 +9,8 @@ import (
 )
 
 // rwLockers returns n Lockers of h, or, when the driver grants no
-// shared leases (Caps.Shared unset), checks that its Locker is indeed no
-// lock.RWLocker and ends the test.
+// shared leases (Caps.Shared unset), checks that its Locker refuses them
+// with ErrUnsupported and ends the test.
 func rwLockers(t *testing.T, h Harness, n int) []*lock.Locker {
 	t.Helper()
 	if !h.Caps().Shared {

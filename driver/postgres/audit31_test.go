@@ -9,7 +9,7 @@ import (
 	"github.com/dlock-go/dlock/lock"
 )
 
-// Attacks on the inline (driver.Prompt) calls: a request held on the
+// Attacks on the inline (Caps.ReturnsAtContextEnd) calls: a request held on the
 // network, the caller's context cancelled (not a deadline). C7: the call
 // returns when its context ends, and leaves nothing behind.
 

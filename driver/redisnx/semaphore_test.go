@@ -24,7 +24,7 @@ func sem(t testing.TB, l *lock.Locker) *lock.Locker {
 	return s
 }
 
-// semLockers returns n SemLockers over c, closed at cleanup.
+// semLockers returns n Lockers over c, checked to grant permits, closed at cleanup.
 func semLockers(t testing.TB, c redis.UniversalClient, n int) []*lock.Locker {
 	ls := make([]*lock.Locker, n)
 	for i := range ls {

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// semLocker returns a SemLocker over rdb without auto-renewal, closed at
+// semLocker returns a Locker with permits over rdb without auto-renewal, closed at
 // cleanup.
 func semLocker(t *testing.T, rdb redis.UniversalClient) *lock.Locker {
 	t.Helper()
@@ -24,7 +24,7 @@ func semLocker(t *testing.T, rdb redis.UniversalClient) *lock.Locker {
 	sl := l
 	err := sl.Supports(lock.Permits)
 	if err != nil {
-		t.Fatalf("lock.Semaphores: %v", err)
+		t.Fatalf("Supports(lock.Permits): %v", err)
 	}
 	return sl
 }

@@ -14,13 +14,13 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// semLocker returns a new Locker of h as a SemLocker.
+// semLocker returns a new Locker of h, checked to grant permits.
 func (h *harness) semLocker(t *testing.T) *lock.Locker {
 	t.Helper()
 	sl := h.NewLocker(t, nil)
 	err := sl.Supports(lock.Permits)
 	if err != nil {
-		t.Fatalf("lock.Semaphores: %v", err)
+		t.Fatalf("Supports(lock.Permits): %v", err)
 	}
 	return sl
 }
