@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"strings"
 	"sync"
@@ -78,6 +79,7 @@ func unreachable(err error) error {
 // or dropped the connection, rather than refused the request: no reply
 // (a network error, the connection closed), or the server's or the
 // pooler's own word for it (class 08, a shutdown, too many connections).
+// A certificate that fails verification is a refusal, not a failure.
 func connFailure(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrInvalid) {
 		return false
@@ -90,6 +92,9 @@ func connFailure(err error) bool {
 		}
 		return strings.HasPrefix(pe.Code, "08")
 	}
-	var ni *notInstalled
-	return !errors.Is(err, errAbandoned) && !errors.Is(err, errShape) && !errors.As(err, &ni)
+	var (
+		ni *notInstalled
+		cv *tls.CertificateVerificationError // a wrong CA or server name
+	)
+	return !errors.Is(err, errAbandoned) && !errors.Is(err, errShape) && !errors.As(err, &ni) && !errors.As(err, &cv)
 }
