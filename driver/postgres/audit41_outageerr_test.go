@@ -31,7 +31,7 @@ func TestAudit41LockOutageErrorSaysUnavailable(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	_, err := l.Lock(wctx, key)
-	t.Logf("Lock: %v", err)
+	t.Logf("Lock: %v (ErrHeld %v)", err, errors.Is(err, lock.ErrHeld))
 	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) {
 		t.Errorf("Lock whose context ends while the server is cut off: %v; want ErrNotAcquired, DeadlineExceeded and ErrUnavailable", err)
 	}

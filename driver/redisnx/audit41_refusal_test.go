@@ -26,7 +26,11 @@ func TestAudit41WrongPasswordNotOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer l.Close()
+			defer func() {
+				start := time.Now()
+				l.Close()
+				t.Logf("Close took %v", time.Since(start))
+			}()
 			_, err = l.TryLock(ctx, "audit41-refused")
 			if err == nil || errors.Is(err, lock.ErrUnavailable) || errors.Is(err, lock.ErrHeld) {
 				t.Errorf("TryLock: %v; want a refusal, neither ErrUnavailable nor ErrHeld", err)

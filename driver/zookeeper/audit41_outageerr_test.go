@@ -41,7 +41,7 @@ func TestAudit41LockOutageErrorSaysUnavailable(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer wcancel()
 	_, err = l.Lock(wctx, key)
-	t.Logf("Lock: %v", err)
+	t.Logf("Lock: %v (ErrHeld %v)", err, errors.Is(err, lock.ErrHeld))
 	if !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) {
 		t.Errorf("Lock whose context ends while the server is down: %v; want ErrNotAcquired, DeadlineExceeded and ErrUnavailable", err)
 	}
