@@ -48,7 +48,7 @@ type Harness interface {
 
 // Caps describe what a backend can do. The suite checks each flag against
 // the Locker both ways where the Locker shows it (Shared, Resume, Reentry,
-// Semaphore, Inspect: a flag set is used, a flag unset is checked to be
+// Permits, Inspect: a flag set is used, a flag unset is checked to be
 // refused). Notify, SessionBound and DeletableCounter cannot be seen from
 // the Locker (see each); for those, the hookup's Skips (see Run) is the
 // check: a flag turned off skips subtests the list does not name.
@@ -80,17 +80,17 @@ type Caps struct {
 	// C5/FencingAfterCounterLoss skips.
 	DeletableCounter bool
 	// Resume: the driver resumes leases (lock's Resume and Detach); without
-	// it, the suite checks that both are refused with ErrInvalid.
+	// it, the suite checks that both are refused with ErrUnsupported.
 	Resume bool
 	// Reentry: the driver keeps hold counts for named owners
 	// (lock.WithOwner); without it, the suite checks that WithOwner is
-	// refused with ErrInvalid.
+	// refused with ErrUnsupported.
 	Reentry bool
-	// Semaphore: the driver grants the permits of counting semaphores
+	// Permits: the driver grants the permits of counting semaphores
 	// (Locker.Acquire); without it, the suite checks that TryAcquire and
 	// Supports(lock.Permits) refuse with lock.ErrUnsupported.
-	Semaphore bool
-	// Inspect says what lock.Inspect tells on the backend; nil when the
+	Permits bool
+	// Inspect says what Locker.Inspect tells on the backend; nil when the
 	// driver cannot inspect keys, and the suite checks that lock.Inspect
 	// refuses with ErrInvalid.
 	Inspect *InspectCaps

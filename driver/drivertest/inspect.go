@@ -248,7 +248,7 @@ func testInspectHolders(t *testing.T, h Harness) {
 // where the backend tells), and Inspect changes nothing.
 func testInspectShared(t *testing.T, h Harness) {
 	ic := inspectCaps(t, h)
-	if !h.Caps().Shared && !h.Caps().Semaphore {
+	if !h.Caps().Shared && !h.Caps().Permits {
 		t.Skip("the driver grants no shared leases nor permits")
 	}
 	ttl := max(h.Caps().ttl(), 5*time.Second)
@@ -294,7 +294,7 @@ func testInspectShared(t *testing.T, h Harness) {
 		}
 		check(k, lock.Shared, leases, from, time.Now())
 	}
-	if h.Caps().Semaphore {
+	if h.Caps().Permits {
 		k := key(t)
 		var leases []*lock.Lease
 		from := time.Now()
@@ -302,7 +302,7 @@ func testInspectShared(t *testing.T, h Harness) {
 			sl := h.NewLocker(t, nil)
 			err := sl.Supports(lock.Permits)
 			if err != nil {
-				t.Fatalf("Caps.Semaphore is set but: %v", err)
+				t.Fatalf("Caps.Permits is set but: %v", err)
 			}
 			leases = append(leases, mustAcquire(t, sl, k, 3, opts...))
 		}
@@ -353,7 +353,7 @@ func testInspectExpired(t *testing.T, h Harness) {
 		}
 		gs = append(gs, g)
 	}
-	if h.Caps().Semaphore {
+	if h.Caps().Permits {
 		k := key(t)
 		g := grants{k: k}
 		for i, opts := range [][]lock.Option{short, long} {
@@ -364,7 +364,7 @@ func testInspectExpired(t *testing.T, h Harness) {
 			sl := locker
 			err := sl.Supports(lock.Permits)
 			if err != nil {
-				t.Fatalf("Caps.Semaphore is set but: %v", err)
+				t.Fatalf("Caps.Permits is set but: %v", err)
 			}
 			l := mustAcquire(t, sl, k, 2, opts...)
 			if i == 0 {
@@ -467,7 +467,7 @@ func testInspectWaiters(t *testing.T, h Harness) {
 		start(lock.Shared, 0)
 		waitFor(len(ws))
 	}
-	if h.Caps().Semaphore {
+	if h.Caps().Permits {
 		start(lock.Permit, 2)
 		waitFor(len(ws))
 	}

@@ -263,7 +263,7 @@ func grantEachKind(t *testing.T, h Harness, a, c *lock.Locker, opts ...lock.Opti
 			return a.RLock(ctx(t, 10*time.Second), k, opts...)
 		}, tryLock)
 	}
-	if h.Caps().Semaphore {
+	if h.Caps().Permits {
 		add("permit", func(k string) (*lock.Lease, error) {
 			return a.Acquire(ctx(t, 10*time.Second), k, 1, opts...)
 		}, func(k string) (*lock.Lease, error) {

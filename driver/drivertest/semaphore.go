@@ -14,11 +14,11 @@ import (
 )
 
 // semLockers returns n Lockers of h, or, when the driver grants no
-// permits (Caps.Semaphore unset), checks that it refuses them with
-// ErrInvalid and a reason, and ends the test.
+// permits (Caps.Permits unset), checks that it refuses them with
+// ErrUnsupported, and ends the test.
 func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []*lock.Locker {
 	t.Helper()
-	if !h.Caps().Semaphore {
+	if !h.Caps().Permits {
 		l := h.NewLocker(t, o)
 		err := l.Supports(lock.Permits)
 		if !errors.Is(err, lock.ErrUnsupported) {
@@ -41,7 +41,7 @@ func semLockers(t *testing.T, h Harness, n int, o *lock.Options) []*lock.Locker 
 		sl := h.NewLocker(t, o)
 		err := sl.Supports(lock.Permits)
 		if err != nil {
-			t.Fatalf("Caps.Semaphore is set but: %v", err)
+			t.Fatalf("Caps.Permits is set but: %v", err)
 		}
 		ls = append(ls, sl)
 	}

@@ -207,7 +207,7 @@ func (h *harness) Dump(ctx context.Context, key string) ([]string, error) {
 
 func (h *harness) Caps() drivertest.Caps {
 	return drivertest.Caps{
-		Notify: !h.poll, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Semaphore: true,
+		Notify: !h.poll, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Permits: true,
 		Inspect: &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Remaining: true, Since: true, Waiters: true, WaiterSince: true},
 		Outage:  h.outage,
 	}
