@@ -421,11 +421,10 @@ func SameOwner(a, b string) bool {
 	return len(a) >= NamedOwnerLen && len(b) >= NamedOwnerLen && a[:NamedOwnerLen] == b[:NamedOwnerLen]
 }
 
-// Capable declares what a driver does beyond exclusive leases.
-// If a Driver does not implement Capable, lock asks it for exclusive
-// leases only, refuses everything else with "the driver does not say it
-// can", names it after its type's package, and runs its calls on a
-// goroutine of its own.
+// Capable declares what a driver does beyond exclusive leases. If a
+// Driver does not implement Capable, lock asks it for exclusive leases
+// only and refuses the rest ("does not declare"), names it after its
+// type's package, and runs its calls on goroutines of its own.
 type Capable interface {
 	// Capabilities is called once, by lock.New, and makes no I/O.
 	Capabilities() Caps
