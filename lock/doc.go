@@ -283,7 +283,11 @@
 //     fails with ErrNotAcquired and ErrUnavailable, never ErrHeld, wrapping
 //     the client's error, within the client's own bound on a request to a
 //     dead server (its dial timeout and retries: a second or two) or its
-//     context, whichever ends first.
+//     context, whichever ends first. A backend that takes the request and
+//     does not answer (a paused or hung server) counts as unreachable
+//     after 5 s: the call fails with ErrNotAcquired and ErrUnavailable
+//     ("no answer within 5s"), and the attempt's late outcome is cleaned
+//     up in the background, as at a context's end.
 //   - Unlock ends the lease at once and returns the backend's error; its
 //     release is retried in the background until the backend answers or
 //     the grant has expired, so that an outage keeps the key for the
