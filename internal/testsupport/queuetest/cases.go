@@ -27,6 +27,9 @@ var Table = []Case{
 	tcase("try never queues", "?x ?x ?s -0 ?s ?s ?x ?p1 -4 -5 ?p1", "0|0|0||4|4 5|4 5|4 5|5||10"),
 	tcase("a writer's leaving lets readers in", "+x +x +s +s -1 -0", "0|0|0|0|0|2 3"),
 	tcase("writer behind a permit waiter", "+p1 +x +p1 -0 -1", "0|0|0|1|2"),
+	tcase("a permit's nearer permit leaves, then the head", "+p2 +p2 +p2 +p2 -2 -0", "0|0 1|0 1|0 1|0 1|1 3"),
+	tcase("a waiting permit's nearest leaves, then the head", "+p3 +p3 +p3 +p3 +p3 -3 -0 -1", "0|0 1|0 1 2|0 1 2|0 1 2|0 1 2|1 2 4|2 4"),
+	tcase("a waiting writer leaves while readers hold", "+s +x +s +s -1", "0|0|0|0|0 2 3"),
 	tcase("permits behind permits and a writer", "+p2 +p2 +x +p2 +p2 +p2 -2 -0 -1", "0|0 1|0 1|0 1|0 1|0 1|0 1|1 3|3 4"),
 }
 
