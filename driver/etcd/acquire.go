@@ -435,10 +435,14 @@ func (d *etcdDriver) ride(ctx context.Context, ws *waitState, err error) error {
 }
 
 // userRefused reports whether the server refused the Locker's user: its
-// log-in failed (a wrong password, a deleted user), or it has no right
-// to the keys. Waiting does not mend either; a wait that rode them out
-// would step, and log in, every 100 ms until its context ended.
+// log-in failed (a wrong password, a deleted user), it has no right to
+// the keys, or the Locker refused the member's certificate (certRefused).
+// Waiting does not mend any; a wait that rode them out would step, and
+// log in, every 100 ms until its context ended.
 func userRefused(err error) bool {
+	if certRefused(err) {
+		return true
+	}
 	switch rpctypes.Error(err) {
 	case rpctypes.ErrAuthFailed, rpctypes.ErrPermissionDenied:
 		return true

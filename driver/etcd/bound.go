@@ -2,7 +2,9 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
@@ -91,14 +93,27 @@ func retried(ctx context.Context, f func(context.Context) error) error {
 // again reports whether a try that failed with err, its call's context
 // still alive, is worth sending to another member: its bound ended it
 // (DeadlineExceeded), or its member could not serve it (a connection
-// lost, no leader, etcd's own request timeout: Unavailable).
+// lost, no leader, etcd's own request timeout: Unavailable). A member
+// whose certificate fails verification is a misconfiguration, which no
+// retry mends, though gRPC says Unavailable.
 func again(err error) bool {
+	if certRefused(err) {
+		return false
+	}
 	code := status.Code(err)
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
 		code = ee.Code()
 	}
 	return code == codes.Unavailable || code == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)
+}
+
+// certRefused reports whether err says that a member's certificate failed
+// verification (a wrong CA or server name). gRPC keeps only the text of
+// the handshake's error, which crypto/tls starts so.
+func certRefused(err error) bool {
+	var cv *tls.CertificateVerificationError
+	return errors.As(err, &cv) || strings.Contains(err.Error(), "tls: failed to verify certificate")
 }
 
 // unreachable marks err, the failure of a call under ctx, as

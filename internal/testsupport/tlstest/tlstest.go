@@ -215,6 +215,9 @@ func refused(t *testing.T, who, want string, open func(*testing.T, ...string) (*
 			lease.Unlock(ctx)
 			t.Fatalf("%s was served: a lock was granted", who)
 		}
+		if want == "certificate" {
+			notOutage(t, who, l, err)
+		}
 	}
 	if errors.Is(err, lock.ErrInvalid) {
 		t.Fatalf("%s: %v: refused as invalid input, not by the server", who, err)
@@ -223,4 +226,27 @@ func refused(t *testing.T, who, want string, open func(*testing.T, ...string) (*
 		t.Fatalf("%s: got %v; want an error saying %q", who, err, want)
 	}
 	t.Logf("%s: %v", who, err)
+}
+
+// notOutage checks that a certificate that fails verification, a
+// misconfiguration, is not taken for an outage: TryLock's error, err,
+// does not say ErrUnavailable, and a waiting Lock fails at once rather
+// than waiting for its context.
+func notOutage(t *testing.T, who string, l *lock.Locker, err error) {
+	t.Helper()
+	if errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("%s: TryLock: %v; a certificate refusal is not an unreachable backend", who, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*timeout)
+	defer cancel()
+	start := time.Now()
+	lease, err := l.Lock(ctx, "tls/refused")
+	took := time.Since(start)
+	if err == nil {
+		lease.Unlock(ctx)
+		t.Fatalf("%s was served: Lock granted", who)
+	}
+	if took > timeout || errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("%s: Lock: %v after %v; want a prompt failure, not an outage ridden out", who, err, took)
+	}
 }
