@@ -54,13 +54,13 @@ test: servers check
 	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-docker
 
-## check: go vet, staticcheck and gofmt, in every module of go.work (the main one,
+## check: go vet, staticcheck and gofmt, in every module (the main one,
 ## driver/etcd/, cmd/dlock/, harness/, bench/), no replace directive in a published
 ## module's go.mod, and that the public API is the one api/dlock.txt records
 ## (make api). staticcheck comes from the Go module proxy at the version named here.
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# MODULES: every module of the repository (go.work uses them all); the first
-# three are published, harness/ and bench/ are not.
+# MODULES: every module of the repository (the root go.work uses the first
+# three, the published ones; harness/ and bench/ have go.work files of their own).
 PUBLISHED = . driver/etcd cmd/dlock
 MODULES   = $(PUBLISHED) harness bench
 check:
