@@ -57,7 +57,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The proxy tool, built in the workspace (harness/ is not published).
-$GO build -o "$tmp/modproxy" ./harness/cmd/modproxy
+(cd harness && $GO build -o "$tmp/modproxy" ./cmd/modproxy)
 
 # outside runs the go command as a user would, in a module of this clone
 # without the workspace: dlock's modules come from the proxy of the new
