@@ -62,8 +62,59 @@ type runConfig struct {
 	locker *lock.Locker // once acquire has opened the backend, for holder
 }
 
+// runFlags are run's flags that parseRun folds into its runConfig.
+type runFlags struct {
+	n        nFlag
+	limit    int
+	nonblock bool
+	conflict exitCodeFlag
+	log      logFlags
+}
+
 func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	cfg := &runConfig{wait: waitFlag{forever: true}, conflict: exitConflict, stderr: stderr}
+	fs, rf := runFlagSet(cfg)
+	rest, err := parseRunArgs(fs, &rf.n, args)
+	if err != nil {
+		return nil, err
+	}
+	cfg.conflict = int(rf.conflict)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["url"] {
+		cfg.url = os.Getenv("DLOCK_URL")
+	}
+	// Whatever dlock writes from now on goes through the scrubber (its
+	// own messages name the backend redacted already).
+	cfg.stderr = scrubbing(stderr, cfg.url)
+	if err := cfg.setLimit(rf, set); err != nil {
+		return nil, err
+	}
+	if rf.n.bare || rf.nonblock {
+		if (set["wait"] || set["w"]) && !cfg.wait.once() {
+			return nil, usageError("-nonblock (or -n without a limit) and -wait %v exclude each other", &cfg.wait)
+		}
+		cfg.wait = waitFlag{}
+	}
+	if cfg.key, cfg.argv, err = splitCommand(rest); err != nil {
+		return nil, err
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	log, err := rf.log.logger(cfg.stderr)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	cfg.log = log
+	routeLibraryLogs(log)
+	return cfg, nil
+}
+
+// runFlagSet makes run's flag set, with the flags that set cfg directly
+// and those parseRun folds in afterwards (rf).
+func runFlagSet(cfg *runConfig) (*flag.FlagSet, *runFlags) {
+	rf := &runFlags{conflict: exitCodeFlag(exitConflict)}
 	fs := newFlagSet("run", runUsage)
 	// Not os.Getenv("DLOCK_URL") as the flag's default: -h prints
 	// defaults, and the URL may carry a password.
@@ -74,106 +125,91 @@ func parseRun(args []string, stderr io.Writer) (*runConfig, error) {
 	fs.StringVar(&cfg.url, "url", "", urlHelp)
 	durationVar(fs, &cfg.ttl, "ttl", 0, "lease time, a `duration` or seconds, renewed every TTL/3 while COMMAND runs (0, the default: the URL's ttl= or 30s)")
 	fs.StringVar(&cfg.owner, "owner", os.Getenv("DLOCK_OWNER"), "name the lock's owner (default $DLOCK_OWNER): a dlock run of KEY inside COMMAND, which inherits DLOCK_OWNER, re-enters the lock instead of waiting for it")
-	var n nFlag
-	fs.Var(&n, "n", "-n N KEY: same as -limit N (N followed by KEY, then the command); -n KEY, or -n followed by anything else: same as -nonblock (flock -n)")
-	var limit int
-	fs.IntVar(&limit, "limit", 0, "at most `N` commands run at once for KEY: take one of the N permits of a semaphore instead of the lock (N from 1; not with -owner; consul lock -n)")
-	var nonblock bool
-	fs.BoolVar(&nonblock, "nonblock", false, "fail at once if the lock is held: same as -wait 0 (flock -n)")
-	fs.BoolVar(&nonblock, "nb", false, "same as -nonblock")
+	fs.Var(&rf.n, "n", "-n N KEY: same as -limit N (N followed by KEY, then the command); -n KEY, or -n followed by anything else: same as -nonblock (flock -n)")
+	fs.IntVar(&rf.limit, "limit", 0, "at most `N` commands run at once for KEY: take one of the N permits of a semaphore instead of the lock (N from 1; not with -owner; consul lock -n)")
+	fs.BoolVar(&rf.nonblock, "nonblock", false, "fail at once if the lock is held: same as -wait 0 (flock -n)")
+	fs.BoolVar(&rf.nonblock, "nb", false, "same as -nonblock")
 	fs.Var(&cfg.wait, "wait", "how long to wait for the lock: 0 tries once (like flock -n), a `duration` or seconds, or forever")
 	fs.Var(&cfg.wait, "w", "same as -wait: flock -w `seconds` (or a duration)")
-	conflict := exitCodeFlag(exitConflict)
-	fs.Var(&conflict, "E", "exit `status` when the lock is held elsewhere (like flock -E)")
-	fs.Var(&conflict, "conflict-exit-code", "same as -E `status`")
+	fs.Var(&rf.conflict, "E", "exit `status` when the lock is held elsewhere (like flock -E)")
+	fs.Var(&rf.conflict, "conflict-exit-code", "same as -E `status`")
 	durationVar(fs, &cfg.grace, "grace", 5*time.Second, "after a lost lease, time between SIGTERM and SIGKILL to COMMAND, a `duration` or seconds (0: SIGKILL at once)")
-	var lf logFlags
-	lf.register(fs)
+	rf.log.register(fs)
+	return fs, rf
+}
 
+// parseRunArgs parses run's flags and returns the arguments after them
+// (KEY and the command). -n N is the limit if a KEY follows N, else
+// flock's -n before KEY N.
+func parseRunArgs(fs *flag.FlagSet, n *nFlag, args []string) ([]string, error) {
 	flags, rest := splitFlags(fs, args)
 	if err := parseFlags(fs, flags); err != nil {
 		return nil, err
 	}
-	if n.bare && len(flags) > 0 && isBareN(flags[len(flags)-1]) && len(rest) > 0 && isDecimal(rest[0]) {
-		// -n N: the limit if a KEY follows N, else flock's -n before KEY N.
-		more, pos, isLimit := splitN(fs, rest)
-		switch {
-		case isLimit:
-			if err := parseFlags(fs, more); err != nil {
-				return nil, err
-			}
-			if err := n.Set(rest[0]); err != nil { // a decimal: cannot fail
-				return nil, usageError("-n %s: %v", rest[0], err)
-			}
-			rest = pos
-		case len(more) > 0:
-			return nil, usageError("-n %s %s: with no KEY after %s, -n is -nonblock and %s the KEY, and flags go before KEY (-limit N is the semaphore's limit, whatever follows)", rest[0], more[0], rest[0], rest[0])
+	if !n.bare || len(flags) == 0 || !isBareN(flags[len(flags)-1]) || len(rest) == 0 || !isDecimal(rest[0]) {
+		return rest, nil
+	}
+	more, pos, isLimit := splitN(fs, rest)
+	switch {
+	case isLimit:
+		if err := parseFlags(fs, more); err != nil {
+			return nil, err
 		}
+		if err := n.Set(rest[0]); err != nil { // a decimal: cannot fail
+			return nil, usageError("-n %s: %v", rest[0], err)
+		}
+		return pos, nil
+	case len(more) > 0:
+		return nil, usageError("-n %s %s: with no KEY after %s, -n is -nonblock and %s the KEY, and flags go before KEY (-limit N is the semaphore's limit, whatever follows)", rest[0], more[0], rest[0], rest[0])
 	}
-	cfg.conflict = int(conflict)
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["url"] {
-		cfg.url = os.Getenv("DLOCK_URL")
-	}
-	// Whatever dlock writes from now on goes through the scrubber (its
-	// own messages name the backend redacted already).
-	cfg.stderr = scrubbing(stderr, cfg.url)
-	stderr = cfg.stderr
+	return rest, nil
+}
 
+// setLimit sets cfg.limit from -n N or -limit N, and checks it.
+func (cfg *runConfig) setLimit(rf *runFlags, set map[string]bool) error {
 	limitFlag, limitText := "", ""
 	switch {
-	case n.given && set["limit"] && n.limit != limit:
-		return nil, usageError("-n %s and -limit %d disagree", n.text, limit)
-	case n.given:
-		cfg.limit, limitFlag, limitText = n.limit, "-n", n.text
+	case rf.n.given && set["limit"] && rf.n.limit != rf.limit:
+		return usageError("-n %s and -limit %d disagree", rf.n.text, rf.limit)
+	case rf.n.given:
+		cfg.limit, limitFlag, limitText = rf.n.limit, "-n", rf.n.text
 	case set["limit"]:
-		cfg.limit, limitFlag, limitText = limit, "-limit", strconv.Itoa(limit)
+		cfg.limit, limitFlag, limitText = rf.limit, "-limit", strconv.Itoa(rf.limit)
 	}
-	if limitFlag != "" {
-		switch {
-		case cfg.limit < 1 || cfg.limit > lock.MaxPermits:
-			return nil, usageError("%s %s: %s; want 1 to %d permits", limitFlag, limitText, whatIsWrong(cfg.limit), lock.MaxPermits)
-		case set["owner"] && cfg.owner != "":
-			return nil, usageError("%s and -owner exclude each other: a permit is not reentrant", limitFlag)
-		}
-		// $DLOCK_OWNER, inherited from a dlock run -owner around this one,
-		// is for re-entering locks: a permit cannot.
-		cfg.owner = ""
+	if limitFlag == "" {
+		return nil
 	}
-	if n.bare || nonblock {
-		if (set["wait"] || set["w"]) && !cfg.wait.once() {
-			return nil, usageError("-nonblock (or -n without a limit) and -wait %v exclude each other", &cfg.wait)
-		}
-		cfg.wait = waitFlag{}
+	switch {
+	case cfg.limit < 1 || cfg.limit > lock.MaxPermits:
+		return usageError("%s %s: %s; want 1 to %d permits", limitFlag, limitText, whatIsWrong(cfg.limit), lock.MaxPermits)
+	case set["owner"] && cfg.owner != "":
+		return usageError("%s and -owner exclude each other: a permit is not reentrant", limitFlag)
 	}
-	key, argv, err := splitCommand(rest)
-	if err != nil {
-		return nil, err
-	}
-	cfg.key, cfg.argv = key, argv
+	// $DLOCK_OWNER, inherited from a dlock run -owner around this one,
+	// is for re-entering locks: a permit cannot.
+	cfg.owner = ""
+	return nil
+}
+
+// check refuses a run with no backend, a backend this build lacks, or a
+// negative duration.
+func (cfg *runConfig) check() error {
 	if cfg.url == "" {
-		return nil, usageError("no backend: set -url or DLOCK_URL, e.g. redisnx://localhost:6379")
+		return usageError("no backend: set -url or DLOCK_URL, e.g. redisnx://localhost:6379")
 	}
 	if hint := schemeHint(cfg.url); hint != "" {
-		return nil, usageError("backend URL %q: %s", backendNameRaw(cfg.url), hint)
+		return usageError("backend URL %q: %s", backendNameRaw(cfg.url), hint)
 	}
 	if msg := notCompiledIn(cfg.url); msg != "" {
-		return nil, usageError("backend URL %q: %s", backendNameRaw(cfg.url), msg)
+		return usageError("backend URL %q: %s", backendNameRaw(cfg.url), msg)
 	}
 	if cfg.ttl < 0 {
-		return nil, usageError("-ttl %v is negative", cfg.ttl)
+		return usageError("-ttl %v is negative", cfg.ttl)
 	}
 	if cfg.grace < 0 {
-		return nil, usageError("-grace %v is negative", cfg.grace)
+		return usageError("-grace %v is negative", cfg.grace)
 	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		return nil, usageError("%v", err)
-	}
-	cfg.log = log
-	routeLibraryLogs(log)
-	return cfg, nil
+	return nil
 }
 
 // whatIsWrong says why a number of permits is refused.
