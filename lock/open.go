@@ -71,11 +71,14 @@ func Schemes() []string {
 //	ttl=DURATION      default lease time, e.g. 15s (Options.TTL; 0: DefaultTTL)
 //	autorenew=BOOL    automatic renewal, default true (Options.DisableAutoRenew)
 //
-// and the parameters its driver documents. Every network driver (redisnx,
-// rediswatch, memcached, zookeeper) reads the same TLS parameters:
+// and the parameters its driver documents, but zookeeper refuses ttl=: its
+// grants last as long as the session, set by session_timeout=. Every network
+// driver reads the same TLS parameters:
 // tls_ca=FILE, tls_cert=FILE with tls_key=FILE, tls_server_name=NAME and
 // tls_insecure_skip_verify=BOOL; any of them turns TLS on. Unknown parameters, malformed
-// URLs and unknown schemes are errors wrapping ErrInvalid. No error quotes
+// URLs and unknown schemes are errors wrapping ErrInvalid, except on
+// postgres, which hands a parameter it does not know to the server as a
+// run-time setting: a misspelt one fails at the first call. No error quotes
 // a secret of the URL: the user info's password and the value of every
 // parameter whose name says it is one (password=, sentinel_password=, ...)
 // are shown as xxxxx. The Locker owns the clients it opened: Close closes

@@ -166,7 +166,11 @@
 //	tls_*              TLS with dlock's file parameters (see lock.Open),
 //	                   instead of pgx's sslmode, sslrootcert, ...
 //
-// lock.Open makes no connection; the first call does.
+// lock.Open makes no connection; the first call does. pgx sends a
+// parameter it does not know to the server as a run-time setting
+// (application_name=, search_path=): a misspelt one, or another scheme's
+// (prefix=), passes Open and fails the first call, with the server's
+// "unrecognized configuration parameter".
 //
 // # Schema made by hand
 //

@@ -52,7 +52,7 @@ func Example() {
 func Example_open() {
 	ctx := context.Background()
 	// DLOCK_URL=redisnx://localhost:6379 (or rediswatch://, postgres://,
-	// memcached://, zookeeper://, etcd://), with ttl= and its parameters.
+	// memcached://, etcd://), with ttl= (zookeeper://: session_timeout=).
 	locker, err := lock.Open(ctx, os.Getenv("DLOCK_URL"))
 	if err != nil {
 		log.Fatal(err) // lock.ErrInvalid for a bad URL; no secret is quoted

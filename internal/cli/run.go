@@ -21,8 +21,9 @@ const runUsage = `Usage: dlock run [flags] KEY [--] COMMAND [ARGS...]
 Runs COMMAND while holding the lock KEY on the backend named by -url or
 $DLOCK_URL, and releases it when COMMAND exits; with -limit N (or -n N),
 while holding one of the N permits of KEY, so that at most N commands run
-at once. COMMAND gets DLOCK_KEY and DLOCK_TOKEN (the fencing token) in its
-environment, and DLOCK_LIMIT with a limit. Flags go before KEY; the first
+at once. COMMAND gets DLOCK_KEY, DLOCK_TOKEN (the fencing token) and
+DLOCK_LEASE (the lease's handle) in its environment, and DLOCK_LIMIT with
+a limit. Flags go before KEY; the first
 argument after them is KEY, the rest COMMAND; -- before COMMAND is needed
 only when COMMAND starts with -.
 
