@@ -374,7 +374,7 @@
 //	go build -o dlock ./cmd/dlock                            # in a clone, at its root
 //
 // In a clone, go.work makes the build use the clone's modules. dlock help
-// lists the backends compiled in; dlock demo does not run on etcd.
+// lists the backends compiled in; dlock demo (make demo) runs on every one.
 //
 // # Platforms
 //

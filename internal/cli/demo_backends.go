@@ -24,6 +24,7 @@ const (
 	serverMemcached serverKind = "memcached"
 	serverZooKeeper serverKind = "zookeeper"
 	serverPostgres  serverKind = "postgres"
+	serverEtcd      serverKind = "etcd"
 )
 
 // netBackend is a network scheme the demo knows: where its server listens
@@ -50,6 +51,8 @@ var netBackends = []netBackend{
 		urlFor: func(s startedServer) string { return "zookeeper://" + strings.Join(s.addrs, ",") + "/dlock-demo" }},
 	{scheme: "postgres", alias: "postgresql", server: serverPostgres, defaultURL: "postgres://localhost:5432/postgres",
 		urlFor: func(s startedServer) string { return s.url }},
+	{scheme: "etcd", server: serverEtcd, defaultURL: "etcd://localhost:2379",
+		urlFor: func(s startedServer) string { return "etcd://" + strings.Join(s.addrs, ",") }},
 }
 
 // startedServer is a server the demo started: its addresses, its URL

@@ -3,9 +3,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -129,6 +133,8 @@ func deleteGrant(ctx context.Context, l *lock.Locker, rawURL, key string) (strin
 			return "", errors.New("no ZooKeeper connection behind the Locker")
 		}
 		return deleteZKNodes(c, strings.TrimSuffix(u.Path, "/")+"/"+zookeeper.EscapeKey(key))
+	case "etcd":
+		return deleteEtcdEntries(ctx, u, key)
 	case "postgres", "postgresql":
 		var pool *pgxpool.Pool
 		if !l.As(&pool) {
@@ -149,6 +155,45 @@ func deleteGrant(ctx context.Context, l *lock.Locker, rawURL, key string) (strin
 		return "PostgreSQL UPDATE", nil
 	}
 	return "", fmt.Errorf("no way to delete a grant of %s", u.Scheme)
+}
+
+// deleteEtcdEntries deletes the entries of key's queue (A's grant alone
+// in the scene) through etcd's JSON gateway (POST /v3/kv/deleterange),
+// which needs no etcd client in this module. The names are driver/etcd's
+// (docs/wire/etcd.md): PREFIX "q/" esc(K) "/", PREFIX the URL's path with
+// a "/" added, else "dlock/". Plain etcd:// URLs without user info only.
+func deleteEtcdEntries(ctx context.Context, u *url.URL, key string) (string, error) {
+	if u.User != nil || u.RawQuery != "" {
+		return "", errors.New("the demo deletes etcd grants only on plain etcd://host:port[/prefix] URLs")
+	}
+	prefix := "dlock/"
+	if p := strings.Trim(u.Path, "/"); p != "" {
+		prefix = p + "/"
+	}
+	esc := strings.NewReplacer("%", "%25", "/", "%2F").Replace(key)
+	queue := prefix + "q/" + esc + "/"
+	end := queue[:len(queue)-1] + "0" // the first key after every one under queue ('/'+1)
+	body, _ := json.Marshal(map[string]string{
+		"key":       base64.StdEncoding.EncodeToString([]byte(queue)),
+		"range_end": base64.StdEncoding.EncodeToString([]byte(end)),
+	})
+	host, _, _ := strings.Cut(u.Host, ",")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+host+"/v3/kv/deleterange", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("etcd deleterange %s: %w", queue, err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Deleted string `json:"deleted"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || out.Deleted != "1" {
+		return "", fmt.Errorf("etcd deleterange %s: status %s, %q entries deleted, %v", queue, resp.Status, out.Deleted, err)
+	}
+	return "etcd DeleteRange", nil
 }
 
 // deleteZKNodes deletes the lock requests under the key's node.

@@ -56,6 +56,10 @@ func startServers(kinds []serverKind, logf func(string, ...any)) (started map[se
 					srv.pause = pausable(p.Nodes...)
 					srv.url = p.URL()
 					return p.Addrs()
+				case serverEtcd:
+					e := testserver.StartEtcd(tb, nil)
+					srv.pause = pausable(e.Nodes...)
+					return e.Addrs()
 				}
 				tb.Fatalf("unknown server kind %q", k)
 				return nil

@@ -91,6 +91,8 @@ func TestDemoDeletedGrant(t *testing.T) {
 			s.addrs = testserver.StartZooKeeper(t, nil).Addrs()
 		case serverPostgres:
 			s.url = testserver.StartPostgres(t, nil).URL()
+		case serverEtcd:
+			s.addrs = testserver.StartEtcd(t, nil).Addrs()
 		default:
 			t.Fatalf("no server for %s", b.scheme)
 		}
@@ -204,7 +206,7 @@ func TestDemoPostgresNotInstalledOrFailed(t *testing.T) {
 			cmd.Env = append(cmd.Env,
 				testserver.EnvBackend+"=", testserver.EnvPostgresURL+"=",
 				testserver.EnvRedisAddr+"="+closed, testserver.EnvMemcachedAddr+"="+closed,
-				testserver.EnvZooKeeperAddr+"="+closed,
+				testserver.EnvZooKeeperAddr+"="+closed, testserver.EnvEtcdAddr+"="+closed,
 				testserver.EnvContainersHelper+"="+filepath.Join(c.binDir, "no-such-helper"),
 				testserver.EnvPostgresBinDir+"="+c.binDir)
 			out := &lockedWriter{}
