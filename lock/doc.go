@@ -285,8 +285,10 @@
 //     dead server (its dial timeout and retries: a second or two) or its
 //     context, whichever ends first. A backend that takes the request and
 //     does not answer (a paused or hung server) counts as unreachable
-//     after 5 s: the call fails with ErrNotAcquired and ErrUnavailable
-//     ("no answer within 5s"), and the attempt's late outcome is cleaned
+//     after 5 s (on memcached, after its client's per-request timeout:
+//     500 ms unless the URL's timeout= says otherwise): the call fails with
+//     ErrNotAcquired and ErrUnavailable ("no answer within 5s"; memcached:
+//     the client's i/o timeout), and the attempt's late outcome is cleaned
 //     up in the background, as at a context's end.
 //   - Unlock ends the lease at once and returns the backend's error; its
 //     release is retried in the background until the backend answers or
