@@ -5,6 +5,7 @@
 //
 //	dlock run [flags] KEY [--] COMMAND [ARGS...]
 //	dlock demo [flags]
+//	dlock inspect [flags] KEY
 //	dlock schema [URL]
 //	dlock help [run|demo|inspect|schema]
 //	dlock version

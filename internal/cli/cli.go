@@ -16,7 +16,7 @@ const mainUsage = `dlock runs a command under a distributed lock, on any dlock b
 
 Usage:
   dlock run [flags] KEY [--] COMMAND [ARGS...]  run COMMAND while holding KEY
-  dlock demo [flags]                            workers contend for locks on every reachable backend
+  dlock demo [flags]                            workers contend for locks on every reachable backend (make demo's build only)
   dlock inspect [flags] KEY                     who holds KEY and who waits for it (dlock inspect -h)
   dlock schema [URL]                            the SQL that creates the backend's schema (PostgreSQL)
   dlock help [run|demo|inspect|schema]          this text, or a command's flags
