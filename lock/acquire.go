@@ -46,21 +46,12 @@ func (lk *Locker) doAcquire(parent context.Context, op, key string, mode driver.
 		return nil, err
 	}
 	defer sc.exit()
-	actx := sc.ctx // the attempts' context
-	if !wait {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeoutCause(sc.ctx, tryAnswerBound, errNoAnswer)
-		defer cancel()
-	}
-	w := lk.newWaiter(attempt{lk: lk, op: op, ctx: actx, dl: l.dl}, co.retry, wait)
+	w := lk.newWaiter(attempt{lk: lk, op: op, ctx: sc.ctx, dl: l.dl}, co.retry, wait)
 	defer w.stop()
 	var outage error // the last attempt's, while the backend is unreachable
 	base := *l.dl    // as validated, before any attempt
 	for {
 		v, start, err := w.try()
-		if unanswered(v, actx, sc.ctx) {
-			return nil, newError(op, key, ErrNotAcquired, unavailableError{errNoAnswer})
-		}
 		switch v {
 		case granted:
 			if err := lk.register(op, l, start); err != nil {
@@ -95,28 +86,6 @@ func (lk *Locker) doAcquire(parent context.Context, op, key string, mode driver.
 			w.retarget(l.dl)
 		}
 	}
-}
-
-// tryAnswerBound bounds a Try call's attempt: a backend that accepts
-// connections but does not answer within 5 s (a paused or hung server,
-// whose client has no bound of its own) counts as unreachable, and the
-// attempt is abandoned as at its context's end (its late grant is
-// released in the background). It is generous enough for a cold first
-// call that sets up the backend (PostgreSQL's schema) on a loaded machine.
-const tryAnswerBound = 5 * time.Second
-
-// errNoAnswer is the cause of a Try call that tryAnswerBound ended.
-var errNoAnswer = fmt.Errorf("no answer within %v", tryAnswerBound)
-
-// unanswered reports whether an attempt that came to v ended because
-// its context actx, and not the call's ctx, ended: tryAnswerBound passed.
-// A grant, a held key or a refusal is an answer, even a late one.
-func unanswered(v verdict, actx, ctx context.Context) bool {
-	switch v {
-	case granted, held, late, invalid:
-		return false
-	}
-	return ctx.Err() == nil && errors.Is(context.Cause(actx), errNoAnswer)
 }
 
 // duringOutage adds to err, the error of a waiting call that ended, the

@@ -284,12 +284,13 @@
 //     the client's error, within the client's own bound on a request to a
 //     dead server (its dial timeout and retries: a second or two) or its
 //     context, whichever ends first. A backend that takes the request and
-//     does not answer (a paused or hung server) counts as unreachable
-//     after 5 s (on memcached, after its client's per-request timeout:
-//     500 ms unless the URL's timeout= says otherwise): the call fails with
-//     ErrNotAcquired and ErrUnavailable ("no answer within 5s"; memcached:
-//     the client's i/o timeout), and the attempt's late outcome is cleaned
-//     up in the background, as at a context's end.
+//     does not answer (a paused or hung server) holds a Try call as long
+//     as its client waits for an answer: memcached's per-request timeout
+//     (500 ms unless the URL's timeout= says otherwise), go-redis's read
+//     timeout, etcd's per-request bound; PostgreSQL's and ZooKeeper's
+//     clients wait until the call's context ends (a PostgreSQL step may
+//     rightly wait for a row another transaction holds, and a ZooKeeper
+//     call for its session), so give Try calls a context with a deadline.
 //   - Unlock ends the lease at once and returns the backend's error; its
 //     release is retried in the background until the backend answers or
 //     the grant has expired, so that an outage keeps the key for the
