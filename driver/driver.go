@@ -261,6 +261,15 @@ type Lease struct {
 	// expiry, a watch firing). Calling it more than once is harmless. It must
 	// not block.
 	Lost func(error)
+	// Note is a short text stored with the grant (lock.WithNote: an
+	// election's announcement), set only for drivers whose Caps.Notes is
+	// OK: at most MaxNoteLen bytes of printable UTF-8, checked by lock.
+	// Acquire and the Queuer's granting step store it with the grant in
+	// the same atomic step that grants it, and Inspect reports it as the
+	// Holder's Note for as long as the grant lives; a re-entry keeps the
+	// note of the grant's first hold. Refresh and Resume leave the stored
+	// note as it is (a resumed Lease's Note is empty). Empty: no note.
+	Note string
 
 	// Token is the fencing token: strictly increasing per key across grants.
 	Token uint64
@@ -456,7 +465,15 @@ type Caps struct {
 	// Resume: the driver takes over grants made through another Locker
 	// (lock's Resume); it then implements Resumer.
 	Resume Support
+	// Notes: the driver stores Lease.Note with a grant and reports it in
+	// Holder.Note (it then implements Inspector). Without it, lock refuses
+	// lock.WithNote with the reason given here, and an election can be
+	// campaigned for but not observed.
+	Notes Support
 }
+
+// MaxNoteLen is the longest Lease.Note, in bytes.
+const MaxNoteLen = 256
 
 // Support says whether a driver does one thing (Caps), and if not, why.
 type Support struct {
@@ -581,6 +598,9 @@ type Holder struct {
 	// that (ZooKeeper's node creation), when its request was queued; zero
 	// when unknown (Unknown.Since).
 	Since time.Time
+	// Note is the grant's Lease.Note; empty when it has none or the
+	// driver stores no notes (Caps.Notes).
+	Note string
 }
 
 // NoExpiry is Holder.Remaining for a grant without an expiry.

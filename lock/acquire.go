@@ -37,7 +37,12 @@ func (lk *Locker) doAcquire(parent context.Context, op, key string, mode driver.
 	if err != nil {
 		return nil, err
 	}
-	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, Limit: limit, TTL: co.ttl, Reentry: co.named})
+	if co.note != "" {
+		if err := lk.refuse(op, key, Notes); err != nil {
+			return nil, err
+		}
+	}
+	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: owner, Mode: mode, Limit: limit, TTL: co.ttl, Reentry: co.named, Note: co.note})
 	if err != nil {
 		return nil, err
 	}

@@ -81,6 +81,10 @@ type Holder struct {
 	// was made: a holder that waited was granted later); zero where the
 	// backend cannot tell (Unknown.Since).
 	Since time.Time
+	// Note is what the grant was made with by WithNote (an Election's
+	// announcement); empty when none, or when the backend stores no notes
+	// (Supports(Notes)).
+	Note string
 }
 
 // Waiter is one queued waiter of a key.
@@ -206,7 +210,7 @@ func keyState(key string, st driver.KeyState) *KeyState {
 		}
 		s.Holders = append(s.Holders, Holder{
 			Owner: owner, Holds: h.Holds, Foreign: h.Foreign, Mode: h.Mode, Limit: h.Limit,
-			Token: h.Token, Remaining: h.Remaining, Since: h.Since,
+			Token: h.Token, Remaining: h.Remaining, Since: h.Since, Note: h.Note,
 		})
 	}
 	for _, w := range st.Waiters {

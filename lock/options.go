@@ -100,6 +100,7 @@ type callOptions struct {
 	retry     RetryStrategy
 	owner     string // WithOwner's id; "" for a fresh anonymous owner
 	named     bool   // WithOwner was given
+	note      string // WithNote's text
 }
 
 // WithTTL sets the lease time for this call. Useful when one Locker serves
@@ -157,6 +158,21 @@ func WithOwner(id string) Option {
 	return func(c *callOptions) { c.owner, c.named = id, true }
 }
 
+// WithNote stores note with the grant, where Inspect shows it to anyone
+// as the Holder's Note for as long as the grant lives: who holds the key
+// and where to reach it (a host and port, say). An Election's
+// announcement is one. A note is at most MaxNoteLen bytes of printable
+// UTF-8 (no control characters), or the call fails with ErrInvalid;
+// empty means none. A backend whose driver stores no notes refuses it
+// with ErrUnsupported (Supports(Notes) says why). Resume does not take
+// one: the grant keeps the note it was made with.
+func WithNote(note string) Option {
+	return func(c *callOptions) { c.note = note }
+}
+
+// MaxNoteLen is the longest note WithNote takes, in bytes.
+const MaxNoteLen = 256
+
 func (lk *Locker) callOptions(opts []Option) (callOptions, error) {
 	c := callOptions{ttl: lk.opts.TTL, autoRenew: !lk.opts.DisableAutoRenew, retry: lk.opts.Retry}
 	if len(opts) > 0 {
@@ -184,5 +200,5 @@ func (lk *Locker) callOptions(opts []Option) (callOptions, error) {
 			return c, err
 		}
 	}
-	return c, nil
+	return c, checkNote(c.note)
 }

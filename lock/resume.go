@@ -138,6 +138,9 @@ func (lk *Locker) Resume(ctx context.Context, handle string, opts ...Option) (*L
 	if co.named {
 		return nil, newError(op, key, ErrInvalid, errors.New("WithOwner does not apply to Resume: the handle names the owner"))
 	}
+	if co.note != "" {
+		return nil, newError(op, key, ErrInvalid, errors.New("WithNote does not apply to Resume: the grant keeps its note"))
+	}
 	l, err := lk.newLease(op, co, driver.Lease{Key: key, Owner: hd.owner, Mode: hd.mode, Limit: hd.limit, TTL: co.ttl, Token: hd.token, Reentry: hd.reentrant})
 	if err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 )
 
 // ErrUnsupported: the backend cannot do what was asked (shared leases,
-// semaphore permits, re-entry, Resume, Inspect); the message names the
+// semaphore permits, re-entry, Resume, Inspect, notes); the message names the
 // driver and says why. Nothing was sent to the backend. It also matches
 // ErrInvalid, as such refusals did before it existed, and
 // errors.ErrUnsupported.
@@ -36,6 +36,9 @@ const (
 	Resume
 	// Inspect: Locker.Inspect.
 	Inspect
+	// Notes: WithNote, a note stored with a grant and shown by Inspect;
+	// an Election's Leader and Observe need it, with Inspect.
+	Notes
 )
 
 func (c Capability) String() string {
@@ -50,6 +53,8 @@ func (c Capability) String() string {
 		return "resuming leases"
 	case Inspect:
 		return "inspecting keys"
+	case Notes:
+		return "grant notes"
 	}
 	return fmt.Sprintf("Capability(%d)", uint8(c))
 }
@@ -86,6 +91,11 @@ func (lk *Locker) support(c Capability) error {
 	case Inspect:
 		s = driver.Yes
 		if _, ok := lk.d.(driver.Inspector); !ok {
+			s = driver.No("its driver cannot tell who holds a key")
+		}
+	case Notes:
+		s = lk.caps.Notes
+		if _, ok := lk.d.(driver.Inspector); s.OK && !ok {
 			s = driver.No("its driver cannot tell who holds a key")
 		}
 	default:

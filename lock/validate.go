@@ -3,7 +3,9 @@ package lock
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/dlock-go/dlock/driver"
@@ -27,6 +29,23 @@ func checkName(what, s string) error {
 		return fmt.Errorf("%s of %d bytes is longer than %d", what, len(s), MaxKeyLen)
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%s is not valid UTF-8", what)
+	}
+	return nil
+}
+
+// checkNote checks a WithNote text: at most MaxNoteLen bytes of
+// printable UTF-8.
+// MaxNoteLen is driver.MaxNoteLen: this fails to compile if they differ.
+const _ = uint(MaxNoteLen-driver.MaxNoteLen) + uint(driver.MaxNoteLen-MaxNoteLen)
+
+func checkNote(s string) error {
+	switch {
+	case len(s) > MaxNoteLen:
+		return fmt.Errorf("note of %d bytes is longer than %d", len(s), MaxNoteLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("note is not valid UTF-8")
+	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return fmt.Errorf("note %q has a character that is not printable", s)
 	}
 	return nil
 }

@@ -94,6 +94,10 @@ type Caps struct {
 	// driver cannot inspect keys, and the suite checks that lock.Inspect
 	// refuses with ErrInvalid.
 	Inspect *InspectCaps
+	// Notes: the driver stores a grant's note (lock.WithNote) and Inspect
+	// shows it; without it, the suite checks that Supports(lock.Notes) and
+	// WithNote refuse with ErrUnsupported, and Inspect/Notes skips.
+	Notes bool
 	// Outage, when set, starts a server of the subtest's own that the
 	// suite may stop and start again (see Outage), for the Outage/
 	// subtests; nil (a backend without a server, a shared one), they

@@ -110,7 +110,8 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 // password logs in at its first call, with that call's context (login).
 func (d *etcdDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "etcd", ReturnsAtContextEnd: true,
-		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes,
+		Notes: driver.No("etcd stores no note with a grant yet")}
 }
 
 // As gives access to the client: a **clientv3.Client target is set to it

@@ -114,7 +114,8 @@ type mcDriver struct {
 // own.
 func (d *mcDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "memcached", Shared: driver.No(noShared), Permits: driver.No(noPermits),
-		Reentry: driver.Yes, Resume: driver.Yes}
+		Reentry: driver.Yes, Resume: driver.Yes,
+		Notes: driver.No("memcached stores no note with a grant yet")}
 }
 
 // Why memcached grants no shared leases and no permits.

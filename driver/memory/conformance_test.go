@@ -66,6 +66,7 @@ func (h *harness) Dump(ctx context.Context, key string) ([]string, error) {
 func (h *harness) Caps() drivertest.Caps {
 	return drivertest.Caps{
 		Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Permits: true,
+		Notes:   true,
 		Inspect: &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Remaining: true, Since: true, Waiters: true, WaiterSince: true},
 	}
 }

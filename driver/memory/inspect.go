@@ -37,7 +37,7 @@ func (d *memDriver) Inspect(ctx context.Context, key string) (driver.KeyState, e
 			if !now.Before(e.expires) {
 				continue // expired: it holds nothing
 			}
-			h := driver.Holder{Owner: e.owner, Mode: mode, Limit: e.limit, Token: e.token, Remaining: e.expires.Sub(now), Since: e.since}
+			h := driver.Holder{Owner: e.owner, Mode: mode, Limit: e.limit, Token: e.token, Remaining: e.expires.Sub(now), Since: e.since, Note: e.note}
 			if e.holds != nil {
 				h.Holds = len(e.holds)
 			}

@@ -118,10 +118,10 @@ func (d *memDriver) alive(ctx context.Context) error {
 // calls return by their context's end (none waits, but for the Store's
 // mutex). A Store keeps permits as entries of the key's queue, a named
 // grant its holds, and its grants can be resumed by any Locker over the
-// same Store.
+// same Store. An entry keeps its attempt's note.
 func (d *memDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "memory", ReturnsAtContextEnd: true,
-		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes, Notes: driver.Yes}
 }
 
 func (d *memDriver) As(target any) bool {
@@ -174,7 +174,7 @@ func (d *memDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 }
 
 func newEntry(l *driver.Lease, wake chan<- struct{}) *entry {
-	e := &entry{owner: l.Owner, shared: l.Mode == driver.Shared, wake: wake}
+	e := &entry{owner: l.Owner, shared: l.Mode == driver.Shared, wake: wake, note: l.Note}
 	if l.Mode == driver.Permit {
 		e.limit = l.Limit
 	}

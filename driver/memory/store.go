@@ -57,6 +57,7 @@ type entry struct {
 	// holds, for a grant of a named owner (driver.Lease.Reentry), are its
 	// holds' owner tokens; the grant ends when the last one is released.
 	holds map[string]struct{}
+	note  string // driver.Lease.Note of the attempt that made the entry
 }
 
 // holds reports whether owner holds e: it is one of a named grant's holds,
@@ -285,8 +286,8 @@ func (s *Store) Dump(key string) []string {
 	if q, ok := s.keys[key]; ok {
 		out = append(out, fmt.Sprintf("queue of %d", len(q.entries)))
 		for _, e := range q.entries {
-			out = append(out, fmt.Sprintf("entry %s granted=%v shared=%v limit=%d token=%d expires=%d since=%d joined=%d holds=%q",
-				e.owner, e.granted, e.shared, e.limit, e.token, e.expires.UnixNano(), e.since.UnixNano(), e.joined.UnixNano(), slices.Sorted(maps.Keys(e.holds))))
+			out = append(out, fmt.Sprintf("entry %s granted=%v shared=%v limit=%d token=%d expires=%d since=%d joined=%d holds=%q note=%q",
+				e.owner, e.granted, e.shared, e.limit, e.token, e.expires.UnixNano(), e.since.UnixNano(), e.joined.UnixNano(), slices.Sorted(maps.Keys(e.holds)), e.note))
 		}
 	}
 	return out

@@ -171,7 +171,8 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 // install, does too.
 func (d *pgDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "postgres", ReturnsAtContextEnd: true,
-		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes,
+		Notes: driver.No("postgres stores no note with a grant yet")}
 }
 
 // As gives access to the pool: a **pgxpool.Pool target is set to it.

@@ -60,7 +60,8 @@ var (
 // (redisx.Lanes), so lock runs calls on the caller's goroutine.
 func (d *redisDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "redisnx", ReturnsAtContextEnd: d.Lanes.ReturnsAtContextEnd(),
-		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes}
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes,
+		Notes: driver.No("redisnx stores no note with a grant yet")}
 }
 
 func newDriver(c redisx.Core) *redisDriver {
