@@ -90,6 +90,12 @@ var subtests = []subtest{
 	{"Inspect/Notes", testInspectNotes, needsNotes},
 	{"Outage/LockWaits", testOutageLockWaits, nil},
 	{"Outage/TryLockFails", testOutageTryLockFails, nil},
+	{"Multi/AllOrNothing", testMultiAllOrNothing, nil},
+	{"Multi/OppositeOrders", testMultiOppositeOrders, nil},
+	{"Multi/DoneOnLoss", testMultiDoneOnLoss, nil},
+	{"Multi/UnlockReleasesAll", testMultiUnlockReleasesAll, nil},
+	{"Multi/CancelMidway", testMultiCancelMidway, nil},
+	{"Multi/InvalidInput", testMultiInvalidInput, nil},
 }
 
 // Run runs every subtest of the suite, each with a fresh Harness from
