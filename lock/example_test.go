@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/dlock-go/dlock/driver/memory"
@@ -110,4 +111,22 @@ func ExampleLocker_Acquire() {
 	// fourth: true
 	// another limit: true
 	// token above the others: true limit: 3
+}
+
+// The README shows this example's code from "set, err :=" to the Unlock
+// (internal/testsupport/doccheck checks it).
+func ExampleLocker_LockMany() {
+	ctx := context.Background()
+	locker := memory.New(memory.NewStore(), nil)
+	defer locker.Close()
+
+	set, err := locker.LockMany(ctx, []string{"accounts/bob", "accounts/alice"}) // all or none
+	if err != nil {
+		log.Fatal(err) // none of the set is held; sets never deadlock, whatever their order
+	}
+	defer set.Unlock(ctx) // every key; set.Done() closes if one is lost; set.Token(key) per key
+	tok, _ := set.Token("accounts/alice")
+	fmt.Println(set.Keys(), tok > 0, set.Atomic())
+	// Output:
+	// [accounts/alice accounts/bob] true true
 }

@@ -211,6 +211,21 @@ func TestREADMEQuickStart(t *testing.T) {
 	}
 }
 
+// TestREADMEMultiKey checks that the README shows the lines of lock's
+// ExampleLocker_LockMany from its LockMany call to its Unlock.
+func TestREADMEMultiKey(t *testing.T) {
+	const file = "lock/example_test.go"
+	body := exampleBodies(t, file, readFile(t, file))["ExampleLocker_LockMany"]
+	from, to := strings.Index(body, "\tset, err :="), strings.Index(body, "\tdefer set.Unlock")
+	if from < 0 || to < from {
+		t.Fatalf("%s: ExampleLocker_LockMany has no LockMany call followed by set.Unlock", file)
+	}
+	end := to + strings.Index(body[to:], "\n") + 1
+	if want := "```go\n" + dedent(body[from:end]) + "```\n"; !strings.Contains(readFile(t, "README.md"), want) {
+		t.Errorf("README.md does not show ExampleLocker_LockMany of %s; it should contain:\n%s", file, want)
+	}
+}
+
 // exampleBodies returns the source text of each function of file (whose
 // text is src) between its braces, from the line after "{" to the line of
 // "}".
