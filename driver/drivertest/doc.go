@@ -22,7 +22,7 @@
 //
 // Run runs one named subtest per check, grouped by contract item (C1/ to
 // C11/) and then by feature (Do/, Shared/, Resume/, Reentry/,
-// Semaphore/, Inspect/), and Outage/, which stops and starts a server of
+// Semaphore/, Inspect/, Election/), and Outage/, which stops and starts a server of
 // its own (Caps.Outage) to check lock's outage rule. Each subtest gets a fresh Harness and keys of its
 // own, named dlock-conformance/.... Caps turn off only what a backend
 // cannot do, never a safety property: where a flag is unset, the suite
