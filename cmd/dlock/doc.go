@@ -4,10 +4,11 @@
 // the backends under contention.
 //
 //	dlock run [flags] KEY [--] COMMAND [ARGS...]
+//	dlock elect [flags] NAME [--] COMMAND [ARGS...]
 //	dlock demo [flags]
 //	dlock inspect [flags] KEY
 //	dlock schema [URL]
-//	dlock help [run|demo|inspect|schema]
+//	dlock help [run|elect|demo|inspect|schema]
 //	dlock version
 //
 // # dlock run
@@ -251,6 +252,26 @@
 // once the command has exited. Until the command stops, another holder may
 // already run: fencing tokens (DLOCK_TOKEN), checked by the resource, are
 // what make that harmless.
+//
+// # dlock elect
+//
+// elect campaigns in the leader election NAME (lock.Election) and runs
+// COMMAND only while this instance leads: one scheduler among several
+// standby instances, say. Candidates wait in arrival order; the leader's
+// term is a lease of NAME, renewed while COMMAND runs.
+//
+//	dlock elect -announce "$(hostname):8080" scheduler ./scheduler
+//	dlock elect -again scheduler ./scheduler   # after a lost term, stand again
+//
+// COMMAND gets DLOCK_KEY (NAME), DLOCK_TERM and DLOCK_TOKEN (the term
+// number, a fencing token that increases across leaders) and
+// DLOCK_LEASE. When the term is lost, COMMAND is stopped as under a lost
+// lease (SIGTERM, then SIGKILL after -grace) before any other candidate
+// can be elected; dlock then exits 124, or with -again campaigns again.
+// When COMMAND exits on its own, dlock resigns and exits with its status.
+// Signals are forwarded as by dlock run. -announce (default host:pid) is
+// stored with the term where the backend stores notes (memory, for now),
+// and dlock inspect NAME shows it. The exit statuses are dlock run's.
 //
 // # dlock inspect
 //

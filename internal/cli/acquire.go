@@ -75,6 +75,12 @@ func (cfg *runConfig) acquire(ctx context.Context, began time.Time) acquired {
 		opts = append(opts, lock.WithOwner(cfg.owner))
 	}
 	try, wait := locker.TryLock, locker.Lock
+	if cfg.elect {
+		if try, wait, err = cfg.campaigners(locker); err != nil {
+			locker.Close()
+			return acquired{code: exitUsage, msg: err.Error()}
+		}
+	}
 	if cfg.limit > 0 {
 		sem := locker
 		err := sem.Supports(lock.Permits)
@@ -162,13 +168,14 @@ func (cfg *runConfig) lastAttempt(ctx context.Context, try func(context.Context,
 // childEnv is the environment of the command: dlock's own, with DLOCK_KEY,
 // DLOCK_TOKEN and DLOCK_LEASE (the lease's handle) set to the lease's,
 // DLOCK_LIMIT to its semaphore's number of permits for a permit (and
-// removed otherwise: an outer run's would mislead), and DLOCK_OWNER to
+// removed otherwise: an outer run's would mislead), DLOCK_TERM to the
+// token for a term (dlock elect; removed otherwise), and DLOCK_OWNER to
 // owner when it is not "".
-func childEnv(lease *lock.Lease, owner string) []string {
+func childEnv(lease *lock.Lease, owner string, term bool) []string {
 	env := os.Environ()
 	out := env[:0:0]
 	for _, kv := range env {
-		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") && !hasPrefix(kv, "DLOCK_LEASE=") && !hasPrefix(kv, "DLOCK_LIMIT=") &&
+		if !hasPrefix(kv, "DLOCK_KEY=") && !hasPrefix(kv, "DLOCK_TOKEN=") && !hasPrefix(kv, "DLOCK_LEASE=") && !hasPrefix(kv, "DLOCK_LIMIT=") && !hasPrefix(kv, "DLOCK_TERM=") &&
 			(owner == "" || !hasPrefix(kv, "DLOCK_OWNER=")) {
 			out = append(out, kv)
 		}
@@ -176,6 +183,9 @@ func childEnv(lease *lock.Lease, owner string) []string {
 	out = append(out, "DLOCK_KEY="+lease.Key(), fmt.Sprintf("DLOCK_TOKEN=%d", lease.Token()), "DLOCK_LEASE="+lease.Handle())
 	if n := lease.Limit(); n > 0 {
 		out = append(out, fmt.Sprintf("DLOCK_LIMIT=%d", n))
+	}
+	if term {
+		out = append(out, fmt.Sprintf("DLOCK_TERM=%d", lease.Token()))
 	}
 	if owner != "" {
 		out = append(out, "DLOCK_OWNER="+owner)

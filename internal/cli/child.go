@@ -89,7 +89,7 @@ func (cfg *runConfig) run() int {
 
 	cmd := exec.Command(path, cfg.argv[1:]...)
 	cmd.Args[0] = cfg.argv[0]
-	cmd.Env = childEnv(lease, cfg.owner)
+	cmd.Env = childEnv(lease, cfg.owner, cfg.elect)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {

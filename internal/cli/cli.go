@@ -15,12 +15,13 @@ import (
 const mainUsage = `dlock runs a command under a distributed lock, on any dlock backend.
 
 Usage:
-  dlock run [flags] KEY [--] COMMAND [ARGS...]  run COMMAND while holding KEY
-  dlock demo [flags]                            workers contend for locks on every reachable backend (make demo's build only)
-  dlock inspect [flags] KEY                     who holds KEY and who waits for it (dlock inspect -h)
-  dlock schema [URL]                            the SQL that creates the backend's schema (PostgreSQL)
-  dlock help [run|demo|inspect|schema]          this text, or a command's flags
-  dlock version                                 dlock's version and Go's (also -version, --version)
+  dlock run [flags] KEY [--] COMMAND [ARGS...]     run COMMAND while holding KEY
+  dlock elect [flags] NAME [--] COMMAND [ARGS...]  run COMMAND while this instance leads the election NAME
+  dlock demo [flags]                               workers contend for locks on every reachable backend (make demo's build only)
+  dlock inspect [flags] KEY                        who holds KEY and who waits for it (dlock inspect -h)
+  dlock schema [URL]                               the SQL that creates the backend's schema (PostgreSQL)
+  dlock help [run|elect|demo|inspect|schema]       this text, or a command's flags
+  dlock version                                    dlock's version and Go's (also -version, --version)
 
 Backends compiled in: %s.
 The manual: go doc github.com/dlock-go/dlock/cmd/dlock
@@ -39,6 +40,8 @@ func dispatch(args []string) int {
 	switch args[0] {
 	case "run":
 		return cmdRun(args[1:])
+	case "elect":
+		return cmdElect(args[1:])
 	case "demo":
 		return cmdDemo(args[1:])
 	case "inspect":
@@ -55,10 +58,10 @@ func dispatch(args []string) int {
 		case len(args) == 1:
 			usage(os.Stdout)
 			return exitOK
-		case args[1] == "run" || args[1] == "demo" || args[1] == "inspect" || args[1] == "schema":
+		case args[1] == "run" || args[1] == "elect" || args[1] == "demo" || args[1] == "inspect" || args[1] == "schema":
 			return dispatch([]string{args[1], "-h"})
 		}
-		fmt.Fprintf(os.Stderr, "dlock help: no command %q: run, demo, inspect or schema\n(dlock help for the commands)\n", args[1])
+		fmt.Fprintf(os.Stderr, "dlock help: no command %q: run, elect, demo, inspect or schema\n(dlock help for the commands)\n", args[1])
 		return exitUsage
 	}
 	fmt.Fprintf(os.Stderr, "dlock: unknown command %q\n(dlock help for the commands)\n", args[0])

@@ -161,6 +161,9 @@ func printState(w io.Writer, st *lock.KeyState, backend string) {
 		case h.Holds > 0:
 			owner += fmt.Sprintf(" (named, %s)", count(h.Holds, "hold"))
 		}
+		if h.Note != "" {
+			owner += " (note " + strconv.Quote(h.Note) + ")"
+		}
 		token := "?"
 		if h.Token != 0 {
 			token = strconv.FormatUint(h.Token, 10)
@@ -223,6 +226,7 @@ type (
 		RemainingMS *int64     `json:"remaining_ms,omitempty"`
 		NoExpiry    bool       `json:"no_expiry,omitempty"`
 		Since       *time.Time `json:"since,omitempty"`
+		Note        string     `json:"note,omitempty"`
 	}
 	jsonWaiter struct {
 		Mode  string     `json:"mode"`
@@ -243,7 +247,7 @@ func jsonState(st *lock.KeyState) jsonKeyState {
 		}
 	}
 	for _, h := range st.Holders {
-		jh := jsonHolder{Mode: h.Mode.String(), Limit: h.Limit, Owner: h.Owner, Holds: h.Holds, Foreign: h.Foreign, Token: h.Token, NoExpiry: h.Remaining == lock.NoExpiry, Since: timePtr(h.Since)}
+		jh := jsonHolder{Mode: h.Mode.String(), Limit: h.Limit, Owner: h.Owner, Holds: h.Holds, Foreign: h.Foreign, Token: h.Token, NoExpiry: h.Remaining == lock.NoExpiry, Since: timePtr(h.Since), Note: h.Note}
 		if h.Remaining > 0 {
 			ms := h.Remaining.Milliseconds()
 			jh.RemainingMS = &ms

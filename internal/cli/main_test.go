@@ -152,8 +152,12 @@ func helper(mode, dir string) int {
 		err := cmd.Run()
 		appendLine(filepath.Join(dir, "nested"), fmt.Sprint(cmd.ProcessState.ExitCode(), " ", err))
 		return 0
-	case "hold":
-		// Hold until the test creates "release".
+	case "hold", "term":
+		// Hold until the test creates "release"; "term" records
+		// DLOCK_TERM beside the token.
+		if mode == "term" {
+			token = os.Getenv("DLOCK_TERM") + " " + token
+		}
 		appendLine(filepath.Join(dir, "ready"), token)
 		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if _, err := os.Stat(filepath.Join(dir, "release")); err == nil {

@@ -52,6 +52,8 @@ type runConfig struct {
 	ttl      time.Duration // 0: the Locker's default (the URL's ttl=, or lock.DefaultTTL)
 	owner    string        // -owner: a named owner (lock.WithOwner), or ""
 	limit    int           // -limit, -n N: take one of limit permits of KEY (*lock.Locker); 0: the lock
+	elect    bool          // dlock elect: campaign in the election KEY instead of locking it
+	announce string        // dlock elect -announce
 	wait     waitFlag
 	conflict int
 	grace    time.Duration
@@ -264,6 +266,9 @@ func acrossProcesses(url string) error {
 func (cfg *runConfig) what() string {
 	if cfg.limit > 0 {
 		return fmt.Sprintf("one of the %d permits of %q", cfg.limit, cfg.key)
+	}
+	if cfg.elect {
+		return fmt.Sprintf("the leadership of %q", cfg.key)
 	}
 	return fmt.Sprintf("lock %q", cfg.key)
 }

@@ -184,7 +184,7 @@ func runInProcess(t *testing.T, mode, dir string, args ...string) error {
 	}
 	defer cfg.release(a.locker, a.lease)
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
-	cmd.Env = append(childEnv(a.lease, cfg.owner), helperEnv+"="+mode, helperDirEnv+"="+dir)
+	cmd.Env = append(childEnv(a.lease, cfg.owner, false), helperEnv+"="+mode, helperDirEnv+"="+dir)
 	cmd.Stderr = os.Stderr
 	return cmd.Run()
 }
