@@ -221,8 +221,23 @@ func TestREADMEMultiKey(t *testing.T) {
 		t.Fatalf("%s: ExampleLocker_LockMany has no LockMany call followed by set.Unlock", file)
 	}
 	end := to + strings.Index(body[to:], "\n") + 1
-	if want := "```go\n" + dedent(body[from:end]) + "```\n"; !strings.Contains(readFile(t, "README.md"), want) {
+	if want := dedent(body[from:end]); !strings.Contains(readFile(t, "README.md"), want) {
 		t.Errorf("README.md does not show ExampleLocker_LockMany of %s; it should contain:\n%s", file, want)
+	}
+}
+
+// TestREADMEElection checks that the README shows the lines of lock's
+// ExampleElection from its Election call to its term's Unlock.
+func TestREADMEElection(t *testing.T) {
+	const file = "lock/election_example_test.go"
+	body := exampleBodies(t, file, readFile(t, file))["ExampleElection"]
+	from, to := strings.Index(body, "\telection, err :="), strings.Index(body, "\tdefer term.Unlock")
+	if from < 0 || to < from {
+		t.Fatalf("%s: ExampleElection has no Election call followed by term.Unlock", file)
+	}
+	end := to + strings.Index(body[to:], "\n") + 1
+	if want := dedent(body[from:end]); !strings.Contains(readFile(t, "README.md"), want) {
+		t.Errorf("README.md does not show ExampleElection of %s; it should contain:\n%s", file, want)
 	}
 }
 
