@@ -149,7 +149,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() drivertest.Caps {
-	return drivertest.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Permits: true, Inspect: inspectCaps, Outage: h.outage}
+	return drivertest.Caps{SessionBound: true, SessionTimeout: h.timeout, Notify: true, Shared: true, Permits: true, Notes: true, Inspect: inspectCaps, Outage: h.outage}
 }
 
 // netCut is a zk.Dialer whose connections a test can cut: setDown(true)

@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	qrule "github.com/dlock-go/dlock/internal/queue"
+	"github.com/go-zookeeper/zk"
 )
 
 var _ driver.Inspector = (*zkDriver)(nil)
@@ -28,7 +30,9 @@ var _ driver.Inspector = (*zkDriver)(nil)
 // has a remaining time: it lasts as long as its session. Nodes that other
 // clients name (zk.Lock's "lock-", Curator's "_c_<uuid>-lock-") are
 // exclusive and foreign, their name as owner. A node deleted between the
-// listing and its exists is left out.
+// listing and its exists is left out. A holder's node with data (its
+// grant's note: see create) is read with a get; nodes of other clients
+// are not (Curator writes its client's address there, not a note).
 func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
 	st := driver.KeyState{Unknown: driver.Unknown{Remaining: true}}
 	if err := ctx.Err(); err != nil {
@@ -61,6 +65,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 			return existsResult{ok, s}, err
 		})
 	}
+	var notes []noteRead
 	for i, c := range queue {
 		r, err := stats[i].wait(ctx)
 		if err != nil {
@@ -80,11 +85,49 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 		since := time.UnixMilli(r.st.Ctime)
 		if i < granted {
 			st.Holders = append(st.Holders, driver.Holder{Owner: owner, Foreign: foreign, Mode: mode, Limit: c.limit, Token: uint64(r.st.Czxid), Since: since})
+			if !foreign && r.st.DataLength > 0 {
+				notes = append(notes, noteRead{len(st.Holders) - 1, kp + "/" + c.name})
+			}
 		} else {
 			st.Waiters = append(st.Waiters, driver.Waiter{Owner: owner, Mode: mode, Limit: c.limit, Since: since})
 		}
 	}
+	if err := d.readNotes(ctx, st.Holders, notes); err != nil {
+		return driver.KeyState{Unknown: st.Unknown}, err
+	}
 	return st, nil
+}
+
+// noteRead is a holder whose node has data: its grant's note (see
+// create), read by readNotes.
+type noteRead struct {
+	holder int // index in the holders
+	path   string
+}
+
+// readNotes sets the Note of the holders in reads from their nodes' data
+// (one get each, sent together). A node deleted since its exists keeps
+// no note: its grant ended meanwhile. Nodes without data (no note, the
+// common case) cost no request.
+func (d *zkDriver) readNotes(ctx context.Context, holders []driver.Holder, reads []noteRead) error {
+	data := make([]*future[[]byte], len(reads))
+	for i, r := range reads {
+		data[i] = start(d, false, func() ([]byte, error) {
+			b, _, err := d.conn.Get(r.path)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil, nil
+			}
+			return b, err
+		})
+	}
+	for i, r := range reads {
+		b, err := data[i].wait(ctx)
+		if err != nil {
+			return fmt.Errorf("zookeeper: inspect: get %s: %w", r.path, err)
+		}
+		holders[r.holder].Note = string(b)
+	}
+	return nil
 }
 
 // nodeOwner returns the owner token in a lock node's name that the driver

@@ -50,7 +50,7 @@ func (d *zkDriver) join(ctx context.Context, l *driver.Lease, kp string, persist
 			// granted then without a listing; a waiter behind others lists
 			// the queue next (see step), without a goroutine for the
 			// create, whose reply it waits for anyway.
-			n, err = run(d, true, func() (node, error) { return d.create(prefix, kp) })
+			n, err = run(d, true, func() (node, error) { return d.create(prefix, kp, l.Note) })
 		} else {
 			// Send the create and, right behind it, a listing of the queue:
 			// ZooKeeper answers a session's requests in the order sent, so
@@ -58,7 +58,7 @@ func (d *zkDriver) join(ctx context.Context, l *driver.Lease, kp string, persist
 			// trip. The create (in its own goroutine) is queued first unless
 			// the scheduler interleaves the goroutines otherwise; inspect
 			// then lists again.
-			c := start(d, true, func() (node, error) { return d.create(prefix, kp) })
+			c := start(d, true, func() (node, error) { return d.create(prefix, kp, l.Note) })
 			runtime.Gosched()
 			listing = &future[[]string]{done: make(chan struct{})}
 			listing.v, _, listing.err = d.conn.Children(kp)
@@ -108,12 +108,22 @@ func (d *zkDriver) join(ctx context.Context, l *driver.Lease, kp string, persist
 // read pipelined with the listing costs more). Where the identity may
 // create children of kp but not write it (a key node made by another
 // client), it falls back to a plain create, and inspect reads the czxid.
-func (d *zkDriver) create(prefix, kp string) (node, error) {
+//
+// The node's data is the grant's note (driver.Lease.Note, as its UTF-8
+// bytes; none when it has no note), written by the create itself, so it
+// lives exactly as long as the grant; Inspect reads it back. zk.Lock and
+// Curator never read a lock node's data (Curator writes its own, the
+// client's address, into its nodes), so mixed fleets are unaffected.
+func (d *zkDriver) create(prefix, kp, note string) (node, error) {
+	var data []byte
+	if note != "" {
+		data = []byte(note)
+	}
 	flags := int32(zk.FlagEphemeral | zk.FlagSequence)
 	sid := d.conn.SessionID()
 	if !d.plainCreate.Load() {
 		res, err := d.conn.Multi(
-			&zk.CreateRequest{Path: prefix, Acl: d.acl, Flags: flags},
+			&zk.CreateRequest{Path: prefix, Data: data, Acl: d.acl, Flags: flags},
 			&zk.SetDataRequest{Path: kp, Version: -1})
 		if errors.Is(err, zk.ErrNoAuth) && len(res) == 2 && res[0].Error == nil {
 			d.plainCreate.Store(true) // the create would do; the setData may not
@@ -129,7 +139,7 @@ func (d *zkDriver) create(prefix, kp string) (node, error) {
 			return n, nil
 		}
 	}
-	path, err := d.conn.Create(prefix, nil, flags, d.acl)
+	path, err := d.conn.Create(prefix, data, flags, d.acl)
 	return node{path: path}, err
 }
 

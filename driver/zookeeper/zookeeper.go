@@ -335,8 +335,7 @@ func (d *zkDriver) keyPath(key string) string { return keyPath(d.root, key) }
 // from another one.
 func (d *zkDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "zookeeper", Shared: driver.Yes, Permits: driver.Yes,
-		Reentry: driver.No(noReentry), Resume: driver.No(noResume),
-		Notes: driver.No("zookeeper stores no note with a grant yet")}
+		Reentry: driver.No(noReentry), Resume: driver.No(noResume), Notes: driver.Yes}
 }
 
 func (d *zkDriver) Validate(l *driver.Lease) error {
