@@ -14,7 +14,9 @@
 -- KEYS[1] .. ":s"), all in its slot
 -- ARGV[1] owner token, ARGV[2] TTL in ms, ARGV[3] "x" exclusive, "s"
 -- shared, "o" a hold of a named owner (a re-entry when its owner holds the
--- key), "pN" a permit of a semaphore of N permits
+-- key), "pN" a permit of a semaphore of N permits; ARGV[4], sent only for
+-- an attempt with one, the grant's note (stored in P{K}:n: prelude.lua;
+-- a re-entry keeps the first hold's)
 --
 -- Returns the token (> 0) when granted; -2 - PTTL when another owner holds
 -- the key (-1 for a key without expiry; for a permit of a full semaphore,
@@ -23,10 +25,10 @@
 -- the key's permits, held or queued, are of a semaphore of M permits, not
 -- N (nothing was changed).
 
--- The common case first: exclusive, no tombstone, no queue, one call for
--- both.
+-- The common case first: exclusive, no note, no tombstone, no queue, one
+-- call for both.
 local KEYS = {KEYS[1], KEYS[1] .. '{{counter}}', KEYS[1] .. '{{void}}' .. ARGV[1], KEYS[1] .. '{{queue}}', KEYS[1] .. '{{entries}}', KEYS[1] .. '{{readers}}'}
-if ARGV[3] == 'x' and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
+if ARGV[3] == 'x' and not ARGV[4] and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     return next_token(KEYS[2])
   end
@@ -34,6 +36,13 @@ elseif redis.call('EXISTS', KEYS[3]) == 1 then
   return 0
 end
 --@queue
+-- granted stores the grant's note, if it has one, and returns token.
+local function granted(token)
+  if ARGV[4] then
+    keep_note(KEYS[1], ARGV[1], ARGV[4], ARGV[2])
+  end
+  return token
+end
 local cur = current(KEYS[1], KEYS[6])
 local limit = string.match(ARGV[3] or '', '^p(%d+)$') -- "pN"
 limit = limit and tonumber(limit)
@@ -49,7 +58,7 @@ if limit then
     local score = redis.call('ZSCORE', s, ARGV[1])
     if score and tonumber(score) >= now then
       grant_permit(KEYS[1], s, ARGV[1], limit, ARGV[2], now)
-      return next_token(KEYS[2])
+      return granted(next_token(KEYS[2]))
     end
   end
   if redis.call('EXISTS', KEYS[4]) == 1 then
@@ -74,7 +83,7 @@ if limit then
     return -2 - first_expiry(s, now)
   end
   grant_permit(KEYS[1], s, ARGV[1], limit, ARGV[2], now)
-  return next_token(KEYS[2])
+  return granted(next_token(KEYS[2]))
 end
 if ARGV[3] == 's' then
   if cur and cur ~= 'R' then
@@ -90,7 +99,7 @@ if ARGV[3] == 's' then
     end
   end
   grant_reader(KEYS[1], KEYS[6], ARGV[1], ARGV[2], now_ms())
-  return next_token(KEYS[2])
+  return granted(next_token(KEYS[2]))
 end
 if ARGV[3] == 'o' then
   local tok = reenter(KEYS[1], cur, ARGV[1], ARGV[2])
@@ -118,4 +127,4 @@ if ARGV[3] == 'o' then
   redis.call('HSET', h, 't', string.format('%d', token), ARGV[1], '1')
   redis.call('PEXPIRE', h, ARGV[2])
 end
-return token
+return granted(token)

@@ -18,9 +18,27 @@ type noGrant struct{}
 
 // viaQueue marks, in driver.Lease.Data, a grant made by wait.lua or handed
 // over through the queue: its queue entry holds the token until the
-// release deletes it. (A grant keeps nothing else: its names would cost
-// more memory per lease than making them again for the release.)
-type viaQueue struct{}
+// release deletes it; and a resumed grant (note: it has a note, which the
+// resumed Lease's own Note does not say). (A grant keeps nothing else:
+// its names would cost more memory per lease than making them again for
+// the release.)
+type viaQueue struct{ note bool }
+
+// noted reports whether l's grant has a note in P{K}:n (prelude.lua),
+// which its refreshes lengthen and its release deletes.
+func noted(l *driver.Lease) bool {
+	return l.Note != "" || l.Data == any(viaQueue{note: true})
+}
+
+// ownerArg is the scripts' owner argument of release.lua and refresh.lua
+// for l: its owner token (with prefix, for refresh's modes), and "n" after
+// it when noted(l).
+func ownerArg(prefix string, l *driver.Lease) string {
+	if noted(l) {
+		return prefix + l.Owner + "n"
+	}
+	return prefix + l.Owner
+}
 
 // modeArg is the scripts' argument for l's mode: "s" for shared, "x" for
 // exclusive, "o" for a hold of a named owner (boxed once: a script call's
@@ -72,7 +90,13 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, lk string) e
 		return err
 	}
 	px, validity := ms(l.TTL)
-	res, err := acquireScript.Run(ctx, d.Lanes, []string{lk}, l.Owner, px, modeArg(l)).Result()
+	var res any
+	var err error
+	if l.Note == "" {
+		res, err = acquireScript.Run(ctx, d.Lanes, []string{lk}, l.Owner, px, modeArg(l)).Result()
+	} else {
+		res, err = acquireScript.Run(ctx, d.Lanes, []string{lk}, l.Owner, px, modeArg(l), l.Note).Result()
+	}
 	if err != nil {
 		if redisx.NotSent(err) {
 			l.Data = noGrant{}
@@ -110,16 +134,20 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 	}
 	_, queued := l.Data.(viaQueue)
 	keys := []string{lockKey(d.Prefix, l.Key)}
+	owner := l.Owner
+	if noted(l) {
+		owner = ownerArg("", l)
+	}
 	var r int64
 	var err error
 	switch {
 	case l.Token == 0: // a clean-up: it leaves a tombstone
 		px, _ := ms(l.TTL)
-		r, err = releaseScript.Run(ctx, d.Lanes, keys, l.Owner, 1, modeArg(l), max(px, 1)).Int64()
+		r, err = releaseScript.Run(ctx, d.Lanes, keys, owner, 1, modeArg(l), max(px, 1)).Int64()
 	case queued:
-		r, err = releaseScript.Run(ctx, d.Lanes, keys, l.Owner, 1, modeArg(l)).Int64()
+		r, err = releaseScript.Run(ctx, d.Lanes, keys, owner, 1, modeArg(l)).Int64()
 	default:
-		r, err = releaseScript.Run(ctx, d.Lanes, keys, l.Owner, 0, modeArg(l)).Int64()
+		r, err = releaseScript.Run(ctx, d.Lanes, keys, owner, 0, modeArg(l)).Int64()
 	}
 	if err != nil {
 		return fmt.Errorf("redisnx: release: %w", redisx.WithCtx(ctx, err))

@@ -77,7 +77,11 @@ func (d *redisDriver) waitInline(ctx context.Context, l *driver.Lease, s *waitin
 			if !d.waitLoaded.Load() {
 				eval = waitScript.Eval // which caches it on the server
 			}
-			r = eval(ctx, p, f.keys[:], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), f.nonce)
+			if l.Note == "" {
+				r = eval(ctx, p, f.keys[:], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), f.nonce)
+			} else {
+				r = eval(ctx, p, f.keys[:], l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), f.nonce, l.Note)
+			}
 			v = p.Do(ctx, "blpop", f.keys[6], blockArg(s.block))
 			return nil
 		})

@@ -25,7 +25,7 @@ var _ driver.Inspector = (*redisDriver)(nil)
 // one round trip, one snapshot. Holders are read in the layout both Redis
 // drivers share (redisx.Grants): an exclusive grant's token is the
 // counter's (a named owner's, its holds' "t"); readers and permits have no
-// token kept. Waiters are this driver's queue (P{K}:q, P{K}:w), by
+// token kept; a holder's note is its field in the notes hash. Waiters are this driver's queue (P{K}:q, P{K}:w), by
 // arrival, live entries only (rediswatch queues its own waiters apart).
 func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
 	var st driver.KeyState
@@ -33,7 +33,7 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 		return st, err
 	}
 	lk := d.LockKey(key)
-	keys := []string{lk, lk + counterSuffix, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix, lk + permitsSuffix, lk + redisx.HoldsSuffix}
+	keys := []string{lk, lk + counterSuffix, lk + queueSuffix, lk + entriesSuffix, lk + readersSuffix, lk + permitsSuffix, lk + redisx.HoldsSuffix, lk + redisx.NotesSuffix}
 	res, err := inspectScript.Run(ctx, d.Lanes, keys, driver.MaxInspectWaiters).Slice()
 	if err != nil {
 		return st, fmt.Errorf("redisnx: inspect: %w", redisx.WithCtx(ctx, err))
@@ -48,7 +48,7 @@ func (d *redisDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 // parseInspect reads inspect.lua's reply.
 func parseInspect(res []any) (driver.KeyState, error) {
 	var st driver.KeyState
-	if len(res) != 11 {
+	if len(res) != 12 {
 		return st, fmt.Errorf("unexpected reply of %d elements", len(res))
 	}
 	str := func(v any) string { s, _ := v.(string); return s }
@@ -70,6 +70,9 @@ func parseInspect(res []any) (driver.KeyState, error) {
 		HoldsTok: str(res[7]), HoldsLen: num(res[8]),
 	}
 	var err error
+	if g.Notes, err = redisx.ParseNotes(res[11]); err != nil {
+		return st, err
+	}
 	if g.Readers, err = members(res[5]); err != nil {
 		return st, err
 	}

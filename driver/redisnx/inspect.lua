@@ -4,14 +4,15 @@
 -- dead queue entries included, which the granting scripts would drop.
 --
 -- KEYS[1] lock key, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue
--- entries, KEYS[5] readers, KEYS[6] permits, KEYS[7] holds
+-- entries, KEYS[5] readers, KEYS[6] permits, KEYS[7] holds, KEYS[8] notes
 -- ARGV[1] the most waiters to read
 --
 -- Returns {TIME seconds, TIME microseconds, the lock's value or nil, its
 -- PTTL, the counter or nil, readers {owner, score, ...}, permits {owner,
 -- score, ...}, the holds' token "t" or nil, the holds' HLEN, queue
 -- {owner, arrival, ...} (at most ARGV[1] + 1 of them, first in line
--- first), entries {entry or "" per queued owner}}.
+-- first), entries {entry or "" per queued owner}, notes {owner, note,
+-- ...}}.
 
 local t = redis.call('TIME')
 local q = redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]), 'WITHSCORES')
@@ -30,4 +31,5 @@ return {
   redis.call('HLEN', KEYS[7]),
   q,
   entries,
+  redis.call('HGETALL', KEYS[8]),
 }

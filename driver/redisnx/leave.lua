@@ -13,7 +13,9 @@
 -- in ms (0: none; the driver leaves one on every Leave, since a request of
 -- the waiter's may still be on its way, so that the copy changes nothing);
 -- ARGV[4] "x" to push "x" to KEYS[7], which unblocks a follow-up's BLPOP,
--- "d" to delete KEYS[7] (an inline step's BLPOP ended with its connection)
+-- "d" to delete KEYS[7] (an inline step's BLPOP ended with its connection);
+-- ARGV[5] "n", sent only for a wait with a note, deletes the owner's note
+-- (P{K}:n: prelude.lua)
 --
 -- A grant handed to the owner meanwhile (pushed to its grant list or not)
 -- is passed on here: the server's state, not the list, says who holds.
@@ -29,6 +31,9 @@ elseif KEYS[7] then
 end
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
+if ARGV[5] then
+  redis.call('HDEL', KEYS[1] .. ':n', ARGV[1])
+end
 if redis.call('ZSCORE', KEYS[6], ARGV[1]) then
   return release_reader(KEYS[1], KEYS[2], KEYS[4], KEYS[5], KEYS[6], ARGV[2], ARGV[1])
 end

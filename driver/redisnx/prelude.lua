@@ -66,6 +66,23 @@
 --
 -- A re-entry adds a hold; the grant ends with its last hold.
 --
+-- Notes (driver.Lease.Note, lock.WithNote):
+--
+--   P{K}:n   hash: owner -> the note of its grant (a named owner's grant:
+--            the owner token of its first hold, the lock key's value); it
+--            lives at least as long as every noted grant in it (keep_note,
+--            and the refresh of a noted Lease lengthens it)
+--
+-- A grant made with a note writes it in the script that grants. A waiter
+-- with a note writes it when it queues (wait.lua), kept two entry
+-- lifetimes and its TTL from then: a hand-over grants only a live entry,
+-- so the note outlives the grant's first TTL without the hand-over
+-- touching it. A release or Leave of a Lease with a note deletes its field
+-- (a named owner's grant: its last hold's release, always); a field of a
+-- grant that expired is left to the hash's expiry. Inspect reports a
+-- holder's field and ignores the others. Attempts without a note send
+-- none, and their scripts make no call on P{K}:n.
+--
 -- Permits of a counting semaphore of N permits (mode "pN"): the lock key
 -- holds "S" and N in decimal ("S4"; never an owner, nor "R"), with a PX at
 -- least the longest permit's, so that every other attempt, and a plain SET
@@ -176,6 +193,16 @@ end
 -- push does.
 local function push_list(lk, owner, nonce, v)
   return push(lk .. ':g:' .. owner .. ':' .. nonce, v)
+end
+
+-- keep_note stores note as owner's in the notes hash of lk, which then
+-- lives at least px ms (never shortened: other notes count on it).
+local function keep_note(lk, owner, note, px)
+  local n = lk .. ':n'
+  redis.call('HSET', n, owner, note)
+  if redis.call('PTTL', n) < tonumber(px) then
+    redis.call('PEXPIRE', n, px)
+  end
 end
 
 local function now_us()

@@ -39,6 +39,9 @@ type waiting struct {
 	queued bool          // wait.lua has run: l is in the queue
 }
 
+// argNote is leave.lua's ARGV[5] for a wait with a note (boxed once).
+var argNote any = "n"
+
 // errAbandoned: wait.lua found the attempt's tombstone. Only a clean-up of
 // the same attempt leaves one, and lock runs Leave last; seeing it means
 // the server's data is not what this attempt wrote.
@@ -117,7 +120,11 @@ func (d *redisDriver) wait(ctx context.Context, l *driver.Lease, s *waiting) err
 		return d.waitInline(ctx, l, s)
 	}
 	px, validity := ms(l.TTL)
-	res, err := waitScript.Run(ctx, d.Lanes, s.f.waitKeys(s.keys), l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), nonceOf(s.f)).Int64Slice()
+	args := []any{l.Owner, px, s.w.Inbox(), redisx.EntryLifeMS, modeArg(l), nonceOf(s.f), l.Note}
+	if l.Note == "" {
+		args = args[:6]
+	}
+	res, err := waitScript.Run(ctx, d.Lanes, s.f.waitKeys(s.keys), args...).Int64Slice()
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisnx: wait: %w", redisx.WithCtx(ctx, err))
@@ -169,7 +176,11 @@ func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	if d.inline && f != nil { // no BLPOP is blocked: delete the list
 		lkeys, list = f.keys[:], argDelete
 	}
-	if err := leaveScript.Run(ctx, d.Lanes, lkeys, l.Owner, keys[6], voidPX, list).Err(); err != nil {
+	args := []any{l.Owner, keys[6], voidPX, list, argNote}
+	if l.Note == "" {
+		args = args[:4]
+	}
+	if err := leaveScript.Run(ctx, d.Lanes, lkeys, args...).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
 	}
 	return nil

@@ -61,7 +61,7 @@ var (
 func (d *redisDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "redisnx", ReturnsAtContextEnd: d.Lanes.ReturnsAtContextEnd(),
 		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes,
-		Notes: driver.No("redisnx stores no note with a grant yet")}
+		Notes: driver.Yes}
 }
 
 func newDriver(c redisx.Core) *redisDriver {

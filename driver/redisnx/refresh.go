@@ -36,10 +36,10 @@ func (d *redisDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if err != nil {
 		return fmt.Errorf("redisnx: resume: %w", err)
 	}
-	if n != 1 {
+	if n != 1 && n != 2 {
 		return driver.ErrNotHeld
 	}
-	l.Validity, l.Data = validity, viaQueue{}
+	l.Validity, l.Data = validity, viaQueue{note: n == 2}
 	return nil
 }
 
@@ -131,11 +131,11 @@ func refreshArgs(ls []*driver.Lease, lks []string, g []int, px int64) ([]string,
 func refreshOwner(l *driver.Lease) string {
 	switch {
 	case l.Mode == driver.Shared:
-		return "s" + l.Owner
+		return ownerArg("s", l)
 	case l.Mode == driver.Permit:
-		return "p" + l.Owner
+		return ownerArg("p", l)
 	case l.Reentry:
-		return "o" + l.Owner
+		return ownerArg("o", l)
 	}
-	return l.Owner
+	return ownerArg("", l)
 }

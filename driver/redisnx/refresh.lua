@@ -9,7 +9,9 @@
 -- whose permits set is KEYS[i] .. ":s": its member is extended, and the
 -- lock key ("SN") and the set to at least ARGV[1] ms. A permit found gone
 -- (expired, or its lock key deleted or taken behind its back) has its
--- member removed: it holds nothing.
+-- member removed: it holds nothing. An ARGV[i+1] followed by "n" is a
+-- Lease with a note: once extended, the notes hash KEYS[i] .. ":n" is
+-- lengthened to ARGV[1] ms too (prelude.lua).
 --
 -- A refresh only ever extends: every expiry it touches (an exclusive lock
 -- key's PX, a share's or a permit's score, their key's and set's PX, a
@@ -57,6 +59,10 @@ end
 
 for i = 1, #KEYS do
   local owner = ARGV[i + 1]
+  local noted = string.byte(owner, -1) == 110 -- "n"
+  if noted then
+    owner = string.sub(owner, 1, -2)
+  end
   held[i] = 0
   if #owner == 33 and string.sub(owner, 1, 1) == 's' then
     -- A shared grant: its member in the readers set, not expired.
@@ -94,6 +100,9 @@ for i = 1, #KEYS do
   elseif redis.call('GET', KEYS[i]) == owner then
     lengthen(KEYS[i])
     held[i] = 1
+  end
+  if noted and held[i] == 1 then
+    lengthen(KEYS[i] .. ':n')
   end
 end
 return held

@@ -10,7 +10,9 @@
 -- (KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue entries, KEYS[5]
 -- readers; KEYS[6], only when ARGV[4] is sent, the tombstone of the
 -- attempt), all in its slot
--- ARGV[1] owner token, ARGV[2] "1" when the grant
+-- ARGV[1] owner token, followed by "n" for a Lease with a note (deleted
+-- from P{K}:n: prelude.lua; a named owner's is deleted with the grant's
+-- last hold, always), ARGV[2] "1" when the grant
 -- may have come through the queue (its entry holds the token), ARGV[3] "x"
 -- exclusive, "s" shared, "o" a hold of a named owner (the grant is deleted
 -- with its last hold), "pN" a permit (its set is KEYS[1] .. ":s"); ARGV[4]
@@ -31,7 +33,11 @@ if cur == ARGV[1] and ARGV[3] == 'x' and not ARGV[4] and ARGV[2] ~= '1' and redi
 end
 --@fence
 --@queue
-local KEYS = {lk, lk .. '{{counter}}', lk .. '{{queue}}', lk .. '{{entries}}', lk .. '{{readers}}', ARGV[4] and lk .. '{{void}}' .. ARGV[1]}
+local owner, noted = ARGV[1], #ARGV[1] == 33
+if noted then
+  owner = string.sub(owner, 1, 32)
+end
+local KEYS = {lk, lk .. '{{counter}}', lk .. '{{queue}}', lk .. '{{entries}}', lk .. '{{readers}}', ARGV[4] and lk .. '{{void}}' .. owner}
 
 -- Clean-up after a lost reply: copies of the grant request that reach the
 -- server after this point find the tombstone and change nothing.
@@ -40,10 +46,9 @@ if KEYS[6] then
 end
 -- A grant handed over through the queue left its token in the entries.
 if ARGV[2] == '1' then
-  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('HDEL', KEYS[4], owner)
 end
 if ARGV[3] == 'o' then
-  local owner = ARGV[1]
   if same_owner(cur, owner) then
     local h = KEYS[1] .. ':h'
     if redis.call('HDEL', h, owner) == 0 then
@@ -52,16 +57,21 @@ if ARGV[3] == 'o' then
     if redis.call('HLEN', h) > 1 then
       return 1 -- holds are left ("t" is not one)
     end
-    -- The last hold: the grant ends, whichever hold made it.
+    -- The last hold: the grant ends, whichever hold made it, and so
+    -- does its note.
     redis.call('DEL', h)
+    redis.call('HDEL', KEYS[1] .. ':n', cur)
     owner = cur
   end
   return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], channel, owner, cur)
 end
+if noted then
+  redis.call('HDEL', KEYS[1] .. ':n', owner)
+end
 if ARGV[3] == 's' then
-  return release_reader(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], channel, ARGV[1])
+  return release_reader(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], channel, owner)
 end
 if string.sub(ARGV[3] or '', 1, 1) == 'p' then -- "pN"
-  return release_permit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], channel, ARGV[1])
+  return release_permit(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], channel, owner)
 end
-return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], channel, ARGV[1], cur)
+return release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], channel, owner, cur)

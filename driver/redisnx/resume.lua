@@ -17,13 +17,26 @@
 -- on the expiry as it was; and a Resume that lost its reply, applied after
 -- its caller gave up, then leaves the grant no shorter than it was.
 --
--- Returns 1 when held (and extended where it ended sooner), 0 when no such
--- grant exists.
+-- Returns 1 when held (and extended where it ended sooner), 2 when held
+-- and the grant has a note (in KEYS[1] .. ":n", which is lengthened like
+-- the grant: the resumed Lease's refreshes keep it then, prelude.lua), 0
+-- when no such grant exists.
 local c = redis.call('GET', KEYS[2])
 if c and tonumber(c) < tonumber(ARGV[3]) then
   return 0
 end
 local px = tonumber(ARGV[2])
+-- held returns the reply for a grant held, whose note is field's.
+local function held(field)
+  local n = KEYS[1] .. ':n'
+  if redis.call('HEXISTS', n, field) == 0 then
+    return 1
+  end
+  if redis.call('PTTL', n) < px then
+    redis.call('PEXPIRE', n, px)
+  end
+  return 2
+end
 if ARGV[4] == 'o' then
   local cur = redis.call('GET', KEYS[1])
   local h = KEYS[1] .. ':h'
@@ -35,7 +48,7 @@ if ARGV[4] == 'o' then
     redis.call('PEXPIRE', KEYS[1], px)
   end
   redis.call('PEXPIRE', h, redis.call('PTTL', KEYS[1]))
-  return 1
+  return held(cur)
 end
 if string.sub(ARGV[4] or '', 1, 1) == 'p' then -- "pN"
   if redis.call('GET', KEYS[1]) ~= 'S' .. string.sub(ARGV[4], 2) then
@@ -57,7 +70,7 @@ if string.sub(ARGV[4] or '', 1, 1) == 'p' then -- "pN"
   if redis.call('PTTL', s) < px then
     redis.call('PEXPIRE', s, px)
   end
-  return 1
+  return held(ARGV[1])
 end
 if ARGV[4] ~= 's' then
   if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -66,7 +79,7 @@ if ARGV[4] ~= 's' then
   if redis.call('PTTL', KEYS[1]) < px then
     redis.call('PEXPIRE', KEYS[1], px)
   end
-  return 1
+  return held(ARGV[1])
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -83,4 +96,4 @@ end
 if redis.call('PTTL', KEYS[3]) < px then
   redis.call('PEXPIRE', KEYS[3], px)
 end
-return 1
+return held(ARGV[1])

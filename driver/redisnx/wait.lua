@@ -13,7 +13,10 @@
 -- owner's Locker, ARGV[4] queue entry lifetime in ms, ARGV[5] "s" for a
 -- shared grant, "pN" for a permit of a semaphore of N permits (its set is
 -- KEYS[1] .. ":s"), "x" otherwise; ARGV[6] the wait's NONCE, which names
--- its grant list (P{K}:g:OWNER:NONCE), or "0" for none (see prelude.lua)
+-- its grant list (P{K}:g:OWNER:NONCE), or "0" for none (see prelude.lua);
+-- ARGV[7], sent only for a wait with one, the grant's note, stored in
+-- P{K}:n as the waiter queues (see prelude.lua), so that a hand-over
+-- grants it with its note
 --
 -- A run that ends the wait (a grant, {0, 0}, {3, M}) pushes "x" to
 -- KEYS[7] when the list is empty, which unblocks the waiter's BLPOP (a
@@ -100,6 +103,9 @@ if shared then
   mode = 's'
 elseif limit then
   mode = 'p' .. limit .. '/'
+end
+if ARGV[7] then
+  keep_note(KEYS[1], owner, ARGV[7], 2 * tonumber(ARGV[4]) + tonumber(ARGV[2]))
 end
 -- The entry ends any grant recorded for the owner ("gTOKEN"): a grant of
 -- an earlier wait, which expired, is not this wait's.

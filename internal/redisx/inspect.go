@@ -1,6 +1,7 @@
 package redisx
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,37 @@ type Grants struct {
 	HoldsTok string // HGET P{K}:h t; "" when missing
 	HoldsLen int64  // HLEN P{K}:h
 	Fence    string // P{K}:fence; "" when missing
+	// Notes are P{K}:n's fields: owner token -> note (see NotesSuffix).
+	Notes map[string]string
+}
+
+// ParseNotes reads an HGETALL reply of P{K}:n (a flat list of fields and
+// values; RESP3's map too).
+func ParseNotes(v any) (map[string]string, error) {
+	switch a := v.(type) {
+	case nil:
+		return nil, nil
+	case map[any]any:
+		m := make(map[string]string, len(a))
+		for k, v := range a {
+			ks, _ := k.(string)
+			vs, _ := v.(string)
+			m[ks] = vs
+		}
+		return m, nil
+	case []any:
+		if len(a)%2 != 0 {
+			return nil, fmt.Errorf("a notes reply of %d elements", len(a))
+		}
+		m := make(map[string]string, len(a)/2)
+		for i := 0; i < len(a); i += 2 {
+			k, _ := a[i].(string)
+			v, _ := a[i+1].(string)
+			m[k] = v
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("unexpected notes reply %T", v)
 }
 
 // Member is a member of a readers' or permits' set: an owner, scored by
@@ -93,6 +125,11 @@ func (g *Grants) Holders() ([]driver.Holder, driver.Unknown) {
 	default:
 		hs = append(hs, driver.Holder{Owner: g.Value, Foreign: true, Mode: driver.Exclusive, Remaining: remaining})
 		u.Tokens = true
+	}
+	for i := range hs {
+		if !hs[i].Foreign {
+			hs[i].Note = g.Notes[hs[i].Owner]
+		}
 	}
 	if len(hs) == 0 {
 		u = driver.Unknown{}

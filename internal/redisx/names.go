@@ -46,6 +46,13 @@ func NilClient(client redis.UniversalClient) bool {
 //	                   expires, in ms on the server's clock; P{K}'s PX is
 //	                   at least the longest permit's, so that every other
 //	                   grant (and a plain SET NX lock) finds the key held
+//	P{K}:n             the notes of grants (driver.Lease.Note): a hash of
+//	                   owner token -> note (a named owner's grant: its
+//	                   first hold's token, P{K}'s value); it lives at
+//	                   least as long as each noted grant in it, and a
+//	                   release of a noted grant deletes its field; fields
+//	                   of owners that hold nothing are ignored. Each
+//	                   driver describes where it writes it
 //	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
 //	Pinbox:ID          a Locker's inbox channel (ID: 32 hex digits)
 //
@@ -63,6 +70,7 @@ const (
 	ReadersSuffix = ":r"
 	PermitsSuffix = ":s"
 	HoldsSuffix   = ":h"
+	NotesSuffix   = ":n"
 	VoidInfix     = ":void:"
 	InboxInfix    = "inbox:"
 )
