@@ -22,9 +22,10 @@ const MaxKeys = 64
 //
 // All or nothing: a LockMany that fails (ctx ended, the backend failed,
 // the retry strategy gave up) leaves none of the set held. The keys it
-// had taken are released before it returns, each as Unlock releases a
-// lease (retried in the background when the backend fails); a step whose
-// outcome is unknown is cleaned up as after a failed Lock.
+// had taken are released as it returns, each as Unlock releases a lease:
+// within ctx, and in the background once ctx has ended or when the
+// backend fails, so that the call still returns by ctx's end; a step
+// whose outcome is unknown is cleaned up as after a failed Lock.
 //
 // How the set is taken (MultiLease.Atomic says which): where the driver
 // can take a set in one backend step (driver.SetAcquirer), LockMany
@@ -227,17 +228,13 @@ func (lk *Locker) takeInOrder(ctx context.Context, op string, keys []string, wai
 	return ls, nil
 }
 
-// unlockAll releases ls after a failed attempt at a set, each bounded by
-// ReleaseTimeout whether or not ctx has ended (a failed release goes on
-// in the background, as Unlock's does).
+// unlockAll releases ls after a failed attempt at a set, each as Unlock
+// does within ctx: a release that ctx's end cuts short, or that fails,
+// goes on in the background (until the grant would have expired), so that
+// the call still returns by ctx's end.
 func (lk *Locker) unlockAll(ctx context.Context, ls []*Lease) {
-	if len(ls) == 0 {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lk.opts.ReleaseTimeout)
-	defer cancel()
 	for _, l := range ls {
-		l.Unlock(rctx)
+		l.Unlock(ctx)
 	}
 }
 
