@@ -14,7 +14,8 @@
 // permits is checked with them), lock.Do (whose fn panics one time in
 // five), holds of random length that write to a fenced resource, Refresh
 // with longer and shorter TTLs (some with their reply lost on purpose),
-// Unlock, leases left to expire, leases and permits detached
+// Unlock, sets of 2 or 3 hot keys in random order (LockMany and
+// TryLockMany: multi.go), leases left to expire, leases and permits detached
 // (Lease.Detach) and resumed from their handle through another Locker of
 // the process (Locker.Resume), most soon, some after the grant expired
 // (Resume must then refuse), named owners (lock.WithOwner, the worker's
@@ -148,6 +149,12 @@
 //     resume) that ended a live lease; a lease whose deadline had passed
 //     by the refusal's return, or that was over before the call, ended by
 //     itself;
+//   - multi-partial: after a failed or cancelled set attempt, a holder
+//     of one of its keys that is there at once and still after Bound and
+//     Recovery, and whose owner token is no lease's of the run: a member
+//     the attempt kept (judged at the end, once every lease is reported;
+//     drivers without Inspect are not read). A set's members are leases
+//     like any other for the other checks, overlap included;
 //   - do-panic, unexpected-error: a Do that returned when its fn
 //     panicked; a call with valid inputs refused with ErrInvalid;
 //   - liveness: while no server fault is under way (nor was for the

@@ -11,6 +11,8 @@ var violationKinds = []string{
 	"done-late", "refresh-not-held", "late-return", "limit-mismatch", "resume-mismatch",
 	"closed-open", "unlock-open", "detach-open", "detach-refused-ended",
 	"do-open", "do-ctx", "do-panic", "err-nil", "unexpected-error",
+	// multi-key sets: a member kept by a failed attempt (multi.go)
+	"multi-partial",
 	// the run's own probes and its end
 	"liveness", "held-lost", "not-ended", "no-regrant", "residue", "goroutine-leak",
 }

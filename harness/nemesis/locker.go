@@ -17,6 +17,8 @@ type Locker interface {
 	Acquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error)
 	TryAcquire(ctx context.Context, key string, limit int, opts ...lock.Option) (*lock.Lease, error)
 	Resume(ctx context.Context, handle string, opts ...lock.Option) (*lock.Lease, error)
+	LockMany(ctx context.Context, keys []string, opts ...lock.Option) (*lock.MultiLease, error)
+	TryLockMany(ctx context.Context, keys []string, opts ...lock.Option) (*lock.MultiLease, error)
 	Inspect(ctx context.Context, key string) (*lock.KeyState, error)
 	Supports(c lock.Capability) error
 	Close() error

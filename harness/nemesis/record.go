@@ -191,6 +191,8 @@ type Recorder struct {
 	// permit grants already judged: full semaphore seen, over its limit
 	// reported (or excused)
 	full, crowded map[string]bool
+	// judged: the multi-held events judged (record_multi.go)
+	judged map[Event]bool
 }
 
 // Stats are a run's counts.
@@ -258,7 +260,7 @@ func NewRecorder(clk *Clock, logf func(format string, args ...any), replay strin
 		leases: map[string]*LeaseRec{}, byKey: map[string][]*LeaseRec{}, span: map[string]Stamp{},
 		dirty: map[*LeaseRec]bool{}, pairs: map[[2]string]bool{}, tok: map[string]*tokenState{},
 		excused: map[string]int{}, high: map[string]uint64{}, has: map[string]bool{}, newest: map[string]Stamp{},
-		starved: map[string][][2]Stamp{}, full: map[string]bool{}, crowded: map[string]bool{},
+		starved: map[string][][2]Stamp{}, full: map[string]bool{}, crowded: map[string]bool{}, judged: map[Event]bool{},
 	}
 }
 
@@ -817,7 +819,17 @@ func (r *Recorder) permitsLocked(a *LeaseRec) []string {
 }
 
 // Final runs every check on the whole history.
-func (r *Recorder) Final() { r.check(Never, time.Now()) }
+func (r *Recorder) Final() {
+	r.check(Never, time.Now())
+	r.mu.Lock()
+	msgs := r.leftoversLocked()
+	r.mu.Unlock()
+	for _, m := range msgs {
+		if m != "" {
+			r.logf("%s", m)
+		}
+	}
+}
 
 // Violations returns the violations so far.
 func (r *Recorder) Violations() []Violation {

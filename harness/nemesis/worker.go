@@ -139,6 +139,9 @@ type worker struct {
 	// how long after its race began the last race's Resume returned.
 	resumeEnd   time.Time
 	raceResumed time.Duration
+	// leftovers are the worker's reads after failed set attempts under
+	// way (multi.go), which run waits for.
+	leftovers sync.WaitGroup
 }
 
 func newWorker(env *procEnv, slot slotAPI, name string, seed uint64, stream uint64) *worker {
@@ -149,6 +152,7 @@ func (w *worker) run() {
 	for !w.env.stopping() {
 		w.step()
 	}
+	w.leftovers.Wait()
 	w.closeSide()
 }
 
@@ -204,6 +208,12 @@ func (w *worker) step() {
 		// mostly finds it held), whose hold re-enters its grant (see
 		// hold).
 		if !w.acquire(in, "olock", key) {
+			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
+		}
+		return
+	}
+	if w.chance(pMulti) {
+		if !w.multi(in) {
 			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
 		}
 		return

@@ -1,0 +1,31 @@
+package nemesis
+
+import "fmt"
+
+// leftoversLocked judges the multi-held events (multi.go), once every
+// lease of the run has been reported: a holder whose owner token is no
+// lease's of the run is a member kept by a failed set attempt
+// (multi-partial). A named owner's holder shows the owner's 16 digits,
+// which match its leases' tokens' first 16.
+func (r *Recorder) leftoversLocked() []string {
+	known := map[string]bool{}
+	for _, l := range r.leases {
+		if l.Grant == "" {
+			continue
+		}
+		known[l.Key+"\x00"+l.Grant] = true
+		if len(l.Grant) > 16 {
+			known[l.Key+"\x00"+l.Grant[:16]] = true
+		}
+	}
+	var msgs []string
+	for _, e := range r.events {
+		if e.Kind != "multi-held" || known[e.Key+"\x00"+e.Lease] || r.judged[e] {
+			continue
+		}
+		r.judged[e] = true
+		msgs = append(msgs, r.violateLocked(Violation{Kind: "multi-partial", At: e.At, From: e.At, Key: e.Key,
+			Text: fmt.Sprintf("key %q: %s; no lease of the run has that owner: a member kept by a failed set attempt", e.Key, e.Text)}))
+	}
+	return msgs
+}
