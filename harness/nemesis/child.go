@@ -364,6 +364,9 @@ func (s *rpcSink) Ops(n int) {
 }
 
 func (s *rpcSink) Write(key, id string, granted Stamp, token uint64) bool {
+	// The lease's grant first: the parent judges a refused write by it
+	// (a set's member, see setLossLocked).
+	s.flush()
 	var ok bool
 	if err := s.c.Call("Parent.Write", WriteArgs{key, id, granted, token}, &ok); err != nil {
 		return false

@@ -37,6 +37,9 @@ type LeaseRec struct {
 	// Asked is when the call that returned the lease began (0: unknown):
 	// the grant was made between it and Granted.
 	Asked Stamp
+	// Set: a member of a set (LockMany, TryLockMany), granted at any
+	// moment of its call, perhaps long before Granted (see setLossLocked).
+	Set bool
 	// Grant is the owner token of the lease's grant (from its Handle):
 	// with the key and the token, it names the grant, which a lease
 	// resumed from a live one's handle shares with it (one holder).
@@ -623,6 +626,8 @@ func (r *Recorder) Write(key, id string, granted Stamp, token uint64) bool {
 				key, id, token, granted, r.newest[key])})
 	case !ok && stale:
 		r.stats.StaleRejected++
+	case !ok && r.leases[id] != nil && r.setLossLocked(r.leases[id]):
+		r.excused["refused write across a state loss"]++
 	case !ok:
 		msg = r.violateLocked(Violation{Kind: "token-order", Check: "write", At: now, From: granted, Key: key, Lease: id,
 			Text: fmt.Sprintf("key %q: write of lease %s (token %d, granted %v), the latest grant to write, refused: a token of an earlier grant is higher (%d)",
@@ -691,7 +696,7 @@ func (r *Recorder) overlapsLocked(a *LeaseRec) []string {
 			continue
 		}
 		r.pairs[pk] = true
-		if r.stateLostLocked(first.askedAt(), second.Granted) {
+		if r.stateLostLocked(first.askedAt(), second.Granted) || r.setLossLocked(second) {
 			r.excused["overlap across a state loss"]++
 			r.eventLocked(Event{At: second.Granted, Kind: "excused", Key: a.Key, Lease: second.ID,
 				Text: fmt.Sprintf("overlap with %s across a restart without persistence", first.ID)})
@@ -736,6 +741,10 @@ func (r *Recorder) tokensLocked(key string, horizon Stamp) []string {
 			if ts.have[k] && !compatible(c, k) && (!have || ts.max[k] > bound) {
 				bound, boundID, have = ts.max[k], ts.maxID[k], true
 			}
+		}
+		if have && l.Token <= bound && !ts.reported[l.ID] && r.setLossLocked(l) {
+			ts.reported[l.ID] = true
+			r.excused["token order across a state loss"]++
 		}
 		if have && l.Token <= bound && !ts.reported[l.ID] {
 			ts.reported[l.ID] = true

@@ -29,3 +29,14 @@ func (r *Recorder) leftoversLocked() []string {
 	}
 	return msgs
 }
+
+// setLossLocked reports whether l is a set's member and the backend lost
+// its state during the call that took the set: the member may have been
+// granted before the loss (its key waited for a later one), and another
+// lease of its key after it, recorded before l. Exclusion is not
+// guaranteed across a state loss, fencing is: such an overlap, token
+// order or refused write is excused, as the overlaps of a call that
+// straddles a loss are.
+func (r *Recorder) setLossLocked(l *LeaseRec) bool {
+	return l.Set && r.stateLostLocked(l.askedAt(), l.Granted)
+}

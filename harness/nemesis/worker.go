@@ -562,7 +562,7 @@ func (w *worker) grantedAs(in *lockerInst, lease *lock.Lease, op, key string, mo
 	doa := !open || t >= d
 	rec := LeaseRec{
 		ID: l.id, Key: key, Shared: mode.shared, Limit: mode.limit, Holder: in.name, Proc: w.env.proc, Op: op, Token: lease.Token(), Resumes: resumes,
-		Owner: owner, Reenters: reenters, Grant: grantOwner(lease), Asked: asked,
+		Owner: owner, Reenters: reenters, Grant: grantOwner(lease), Asked: asked, Set: op == "lockmany" || op == "trylockmany",
 		TTL: ttl, Renew: renew, Granted: t, DOA: doa, LastHeld: t, Deadline: d, UnlockAt: Never, DoneAt: Never,
 	}
 	if doa {
