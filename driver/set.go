@@ -17,7 +17,7 @@ var ErrNotAtomic = errors.New("driver: set cannot be taken in one step")
 type SetAcquirer interface {
 	// AcquireSet makes one attempt to grant every lease of ls, all or
 	// none. lock passes 2 or more leases (up to lock's MaxKeys) of
-	// distinct keys in sorted order, each Exclusive, without Reentry, of
+	// distinct keys in sorted order, each Exclusive, without Reentry or Note, of
 	// one TTL, each with its own Owner, each checked by Validate.
 	//
 	// It grants the set only where Acquire would grant each lease at

@@ -44,7 +44,8 @@ const MaxKeys = 64
 //     and a LockMany, which waits for each of its keys in turn, may be
 //     passed by others for as long as they keep arriving.
 //
-// A named owner (WithOwner) takes its keys one by one, never in one step.
+// A named owner (WithOwner), and a call with a note (WithNote), takes its
+// keys one by one, never in one step.
 // Errors are those of Lock, naming the key whose attempt failed (a
 // one-step attempt names the set's first key); bad input (a nil ctx, no
 // keys, more than MaxKeys, a duplicate, an invalid key) wraps ErrInvalid.
@@ -75,7 +76,7 @@ func (lk *Locker) acquireMany(ctx context.Context, op string, keys []string, wai
 	if err != nil {
 		return nil, err
 	}
-	if sa, ok := lk.d.(driver.SetAcquirer); ok && len(sorted) > 1 && !co.named {
+	if sa, ok := lk.d.(driver.SetAcquirer); ok && len(sorted) > 1 && !co.named && co.note == "" {
 		fallBack, err := lk.takeSet(ctx, op, ls, sa)
 		switch {
 		case err == nil:
