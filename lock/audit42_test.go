@@ -1,0 +1,125 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/lock"
+)
+
+// A set taken in one backend step stores WithNote's note with each
+// member's grant, as the one-by-one path does.
+func TestAudit42LockManyNote(t *testing.T) {
+	ctx := context.Background()
+	lk := memory.New(memory.NewStore(), nil)
+	defer lk.Close()
+	for _, try := range []bool{false, true} {
+		take := lk.LockMany
+		if try {
+			take = lk.TryLockMany
+		}
+		m, err := take(ctx, []string{"a", "b"}, lock.WithNote("host:1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range m.Keys() {
+			st, err := lk.Inspect(ctx, k)
+			if err != nil || len(st.Holders) != 1 || st.Holders[0].Note != "host:1" {
+				t.Errorf("try=%v atomic=%v: Inspect(%q) holders %+v, %v; want note host:1", try, m.Atomic(), k, st.Holders, err)
+			}
+		}
+		m.Unlock(ctx)
+	}
+}
+
+// Nil and zero inputs to the issue-42 API return ErrInvalid; none panics.
+func TestAudit42NilInputs(t *testing.T) {
+	ctx := context.Background()
+	var nilCtx context.Context
+	lk := memory.New(memory.NewStore(), &lock.Options{ReleaseTimeout: time.Second})
+	defer lk.Close()
+	e, _ := lk.Election("e")
+	var nilE *lock.Election
+	zeroE := &lock.Election{}
+	var nilM *lock.MultiLease
+	zeroM := &lock.MultiLease{}
+	zeroLk := &lock.Locker{}
+	var nilLk *lock.Locker
+	for _, c := range []struct {
+		name string
+		call func() error
+	}{
+		{"Campaign(nil ctx)", func() error { _, err := e.Campaign(nilCtx, "x"); return err }},
+		{"TryCampaign(nil ctx)", func() error { _, err := e.TryCampaign(nilCtx, "x"); return err }},
+		{"Leader(nil ctx)", func() error { _, err := e.Leader(nilCtx); return err }},
+		{"Campaign(nil Option)", func() error { _, err := e.Campaign(ctx, "x", nil); return err }},
+		{"nil Election Campaign", func() error { _, err := nilE.Campaign(ctx, "x"); return err }},
+		{"nil Election Leader", func() error { _, err := nilE.Leader(ctx); return err }},
+		{"nil Election Observe", func() error { _, err := nilE.Observe(ctx); return err }},
+		{"zero Election Campaign", func() error { _, err := zeroE.Campaign(ctx, "x"); return err }},
+		{"zero Election Observe", func() error { _, err := zeroE.Observe(ctx); return err }},
+		{"zero Election Name", func() error {
+			if zeroE.Name() != "" || nilE.Name() != "" {
+				return errors.New("name")
+			}
+			return lock.ErrInvalid
+		}},
+		{"zero Locker Campaign", func() error {
+			ze, err := zeroLk.Election("e")
+			if err != nil {
+				return err
+			}
+			_, err = ze.Campaign(ctx, "x")
+			return err
+		}},
+		{"zero Locker LockMany", func() error { _, err := zeroLk.LockMany(ctx, []string{"a", "b"}); return err }},
+		{"nil Locker LockMany", func() error { _, err := nilLk.LockMany(ctx, []string{"a"}); return err }},
+		{"LockMany(nil ctx)", func() error { _, err := lk.LockMany(nilCtx, []string{"a"}); return err }},
+		{"LockMany(nil keys)", func() error { _, err := lk.LockMany(ctx, nil); return err }},
+		{`LockMany("")`, func() error { _, err := lk.LockMany(ctx, []string{"a", ""}); return err }},
+		{"LockMany(nil Option)", func() error { _, err := lk.LockMany(ctx, []string{"a", "b"}, nil); return err }},
+		{"TryLockMany(nil Option)", func() error { _, err := lk.TryLockMany(ctx, []string{"a", "b"}, nil); return err }},
+		{"LockMany(65 keys)", func() error {
+			ks := make([]string, lock.MaxKeys+1)
+			for i := range ks {
+				ks[i] = fmt.Sprint(i)
+			}
+			_, err := lk.LockMany(ctx, ks)
+			return err
+		}},
+		{"nil MultiLease Unlock", func() error { return nilM.Unlock(ctx) }},
+		{"zero MultiLease Unlock", func() error { return zeroM.Unlock(ctx) }},
+		{"zero MultiLease Err", func() error { return zeroM.Err() }},
+		{"MultiLease Unlock(nil ctx)", func() error {
+			m, err := lk.LockMany(ctx, []string{"a", "b"})
+			if err != nil {
+				return err
+			}
+			return m.Unlock(nilCtx)
+		}},
+		{"RunElection(nil ctx)", func() error { return lock.RunElection(nilCtx, lk, "e", "x", lock.LeaderCallbacks{}) }},
+		{"RunElection(nil Locker)", func() error { return lock.RunElection(ctx, nil, "e", "x", lock.LeaderCallbacks{}) }},
+		{"RunElection(zero Locker)", func() error {
+			return lock.RunElection(ctx, zeroLk, "e", "x", lock.LeaderCallbacks{OnNewLeader: func(lock.Leader) {}})
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var err error
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("panic: %v", r)
+					}
+				}()
+				err = c.call()
+			}()
+			if !errors.Is(err, lock.ErrInvalid) {
+				t.Errorf("%s: %v; want ErrInvalid", c.name, err)
+			}
+		})
+	}
+}
