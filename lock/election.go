@@ -52,7 +52,12 @@ func (lk *Locker) Election(name string) (*Election, error) {
 }
 
 // Name returns the election's name: the key its leader holds.
-func (e *Election) Name() string { return e.name }
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
 
 // Campaign blocks until this candidate is the leader, or ctx ends. The
 // returned Lease is the term: Token is the term number, Done closes when

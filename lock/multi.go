@@ -126,9 +126,14 @@ func (lk *Locker) checkMany(ctx context.Context, op string, keys []string) ([]st
 // setLeases makes the Leases of a one-step attempt at keys, which also
 // has the driver check every key before any I/O.
 func (lk *Locker) setLeases(op string, keys []string, co callOptions) ([]*Lease, error) {
+	if co.note != "" {
+		if err := lk.refuse(op, keys[0], Notes); err != nil {
+			return nil, err
+		}
+	}
 	ls := make([]*Lease, len(keys))
 	for i, k := range keys {
-		l, err := lk.newLease(op, co, driver.Lease{Key: k, Owner: newOwner(), Mode: driver.Exclusive, TTL: co.ttl})
+		l, err := lk.newLease(op, co, driver.Lease{Key: k, Owner: newOwner(), Mode: driver.Exclusive, TTL: co.ttl, Note: co.note})
 		if err != nil {
 			return nil, err
 		}
