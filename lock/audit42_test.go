@@ -123,3 +123,33 @@ func TestAudit42NilInputs(t *testing.T) {
 		})
 	}
 }
+
+// Two candidates that campaign with the same named owner (WithOwner) must
+// not both lead: re-entry would hand the second the first's term, so two
+// processes would act as leader with one fencing token, which no resource
+// can tell apart.
+func TestAudit42CampaignNamedOwner(t *testing.T) {
+	ctx := context.Background()
+	s := memory.NewStore()
+	a, b := memory.New(s, nil), memory.New(s, nil)
+	defer a.Close()
+	defer b.Close()
+	ea, _ := a.Election("e")
+	eb, _ := b.Election("e")
+	t1, err := ea.Campaign(ctx, "a:1", lock.WithOwner("sched"))
+	if err != nil {
+		if errors.Is(err, lock.ErrInvalid) {
+			return // refused: fine
+		}
+		t.Fatal(err)
+	}
+	defer t1.Unlock(ctx)
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	t2, err := eb.TryCampaign(tctx, "b:1", lock.WithOwner("sched"))
+	if err == nil {
+		defer t2.Unlock(ctx)
+		l, _ := eb.Leader(ctx)
+		t.Errorf("two leaders at once: a's term %d and b's term %d (Leader says %+v)", t1.Token(), t2.Token(), l)
+	}
+}
