@@ -62,7 +62,8 @@ func (e *Election) Name() string {
 // Campaign blocks until this candidate is the leader, or ctx ends. The
 // returned Lease is the term: Token is the term number, Done closes when
 // the term is lost, and Unlock resigns. opts are as for Lock (a TTL, the
-// renewal, a retry strategy).
+// renewal, a retry strategy), except WithOwner, refused with ErrInvalid:
+// re-entry would make every candidate of one named owner leader at once.
 //
 // The announcement, who this candidate is and where to reach it (a host
 // and port, say), is at most MaxNoteLen bytes of printable UTF-8, or
@@ -88,6 +89,8 @@ func (e *Election) TryCampaign(ctx context.Context, announcement string, opts ..
 	return e.lk.TryLock(ctx, e.name, opts...)
 }
 
+var errNamedCampaign = errors.New("WithOwner does not apply to a campaign: candidates of one named owner would all lead, in one term")
+
 // options returns opts with the announcement's note, where the backend
 // stores notes.
 func (e *Election) options(op, announcement string, opts []Option) ([]Option, error) {
@@ -96,6 +99,13 @@ func (e *Election) options(op, announcement string, opts []Option) ([]Option, er
 	}
 	if err := checkNote(announcement); err != nil {
 		return nil, newError(op, e.name, ErrInvalid, err)
+	}
+	co, err := e.lk.options(op, e.name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if co.named {
+		return nil, newError(op, e.name, ErrInvalid, errNamedCampaign)
 	}
 	if announcement == "" || e.lk.support(Notes) != nil {
 		return opts, nil
