@@ -265,9 +265,13 @@
 //
 // COMMAND gets DLOCK_KEY (NAME), DLOCK_TERM and DLOCK_TOKEN (the term
 // number, a fencing token that increases across leaders) and
-// DLOCK_LEASE. When the term is lost, COMMAND is stopped as under a lost
-// lease (SIGTERM, then SIGKILL after -grace) before any other candidate
-// can be elected; dlock then exits 124, or with -again campaigns again.
+// DLOCK_LEASE. When renewals fail, COMMAND gets SIGTERM once the term's
+// deadline is -grace away (at most half the TTL, which a renewed term
+// never comes within) and SIGKILL at the deadline, so it is gone before
+// any other candidate can be elected. A term ended behind dlock's back
+// (its grant deleted) stops COMMAND as under a lost lease (SIGTERM, then
+// SIGKILL after -grace). dlock then exits 124, or with -again campaigns
+// again.
 // When COMMAND exits on its own, dlock resigns and exits with its status.
 // Signals are forwarded as by dlock run. -announce (default host:pid) is
 // stored with the term where the backend stores notes (memory, for now),

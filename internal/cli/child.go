@@ -137,17 +137,35 @@ func (cfg *runConfig) supervise(cmd *exec.Cmd, lease *lock.Lease, sigc <-chan os
 		lost  error
 		done  = lease.Done()
 		grace <-chan time.Time
+		risk  <-chan time.Time // dlock elect: checks of the term's deadline
+		early bool             // SIGTERM was sent before Done, by a check
 	)
+	if cfg.elect && cfg.grace > 0 {
+		tick := time.NewTicker(riskCheckEvery)
+		defer tick.Stop()
+		risk = tick.C
+	}
 	for {
 		select {
 		case sig := <-sigc:
 			cfg.log.Info("dlock: forwarding signal", "signal", sig, "pgid", pgid)
 			killGroup(pgid, sig.(syscall.Signal))
+		case <-risk:
+			left, ok := termAtRisk(lease, cfg.grace)
+			if !ok {
+				continue
+			}
+			risk, early = nil, true
+			lost = fmt.Errorf("no renewal of the term succeeded, and its deadline was %v away", left.Round(time.Millisecond))
+			cfg.log.Warn("dlock: term about to end; terminating the command", "key", cfg.key, "err", lost)
+			killGroup(pgid, syscall.SIGTERM)
+			grace = time.After(left)
 		case <-done:
-			done = nil
+			done, risk = nil, nil
 			lost = lease.Err()
 			cfg.log.Warn("dlock: lease lost; terminating the command", "key", cfg.key, "err", lost, "grace", cfg.grace)
-			if cfg.grace == 0 {
+			if cfg.grace == 0 || early {
+				grace = nil
 				killGroup(pgid, syscall.SIGKILL)
 			} else {
 				killGroup(pgid, syscall.SIGTERM)
@@ -164,6 +182,19 @@ func (cfg *runConfig) supervise(cmd *exec.Cmd, lease *lock.Lease, sigc <-chan os
 			return exitStatus(ps), lost
 		}
 	}
+}
+
+// riskCheckEvery is how often dlock elect checks its term's deadline.
+const riskCheckEvery = 50 * time.Millisecond
+
+// termAtRisk reports whether lease's deadline, which each renewal pushes
+// on, is within grace (at most half the TTL, which a term renewed every
+// TTL/3 never comes within), and how far it is: dlock elect then stops
+// its command so that it is gone, SIGKILL included, by the deadline,
+// before another candidate can be elected.
+func termAtRisk(lease *lock.Lease, grace time.Duration) (time.Duration, bool) {
+	left := time.Until(lease.Deadline())
+	return left, left <= min(grace, lease.TTL()/2)
 }
 
 // reapGroup waits for what the command left in its process group after a
