@@ -37,6 +37,13 @@
 // the checker, and a resumed one counts as held only while the first
 // does.
 //
+// One step in ten is a leader election's (election_ops.go): a
+// Campaign or TryCampaign in the run's election (lock.Election, a key of
+// its own), whose term the winner leads as a holder does (writing to the
+// fenced resource with the term's token) and then resigns, or, unrenewed,
+// dies, leaving the term to expire; and, where the Locker stores notes
+// (lock.Notes), an Observe of the election for up to 800 ms.
+//
 // Permits are taken on the same hot keys as the locks, so that their
 // exclusion of exclusive and shared leases is checked too: each key is a
 // semaphore of 2 or 3 permits (permitLimit, a hash of the key), the limit
@@ -157,6 +164,13 @@
 //     like any other for the other checks, overlap included;
 //   - do-panic, unexpected-error: a Do that returned when its fn
 //     panicked; a call with valid inputs refused with ErrInvalid;
+//   - term: a leader's term overlapping the next: a term granted
+//     DoneSlack or more before the previous term's leader saw its Done
+//     closed or began to resign (excused where that leader's process was
+//     frozen or starved, or the backend lost its state between the two
+//     grants); a term whose number is not above the previous one's; an
+//     Observe shown a lower term than it was shown before, or a leader
+//     without its announcement (terms.go);
 //   - liveness: while no server fault is under way (nor was for the
 //     target's Recovery), a free key not granted within LivenessBound
 //     (liveness/probe); once the faults are healed the load goes on until
@@ -182,7 +196,8 @@
 // target declares: Shared (its Lockers must support shared leases, and
 // shared leases granted), Permits (permits supported, and a semaphore full
 // at least once), Reentry (a named owner's grant re-entered), and for every
-// target fenced writes accepted and a liveness probe judged; a Locker that
+// target fenced writes accepted, a liveness probe judged and two terms
+// won in the election; a Locker that
 // supports shared leases or permits without its target declaring it fails
 // too.
 //

@@ -48,8 +48,8 @@ func (r *run) awaitProbe(d time.Duration) {
 //   - AllFaults: in a run planned for allFaultsRun or longer, with every
 //     fault on, each kind of fault the nemesis may pick started at least
 //     once.
-//   - Every target: fenced writes accepted, and at least one liveness
-//     probe judged.
+//   - Every target: fenced writes accepted, at least one liveness
+//     probe judged, and two terms won in the leader election.
 func (s Summary) Unexercised(tg *Target) []string {
 	st := s.Stats
 	var out []string
@@ -77,6 +77,7 @@ func (s Summary) Unexercised(tg *Target) []string {
 	}
 	add(st.Accepted == 0, "%s: no fenced write accepted (%d writes)", tg.Name, st.Writes)
 	add(st.Probes == 0, "%s: no liveness probe judged", tg.Name)
+	add(st.Counts["terms"] < 2, "%s: fewer than two terms won in the leader election (%d): the term check judged nothing", tg.Name, st.Counts["terms"])
 	return out
 }
 

@@ -15,6 +15,8 @@ var violationKinds = []string{
 	"multi-partial",
 	// the run's own probes and its end
 	"liveness", "held-lost", "not-ended", "no-regrant", "residue", "goroutine-leak",
+	// the leader election's
+	"term",
 }
 
 // kindChecks are the kinds that more than one detector reports, each

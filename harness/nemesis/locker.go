@@ -20,6 +20,7 @@ type Locker interface {
 	LockMany(ctx context.Context, keys []string, opts ...lock.Option) (*lock.MultiLease, error)
 	TryLockMany(ctx context.Context, keys []string, opts ...lock.Option) (*lock.MultiLease, error)
 	Inspect(ctx context.Context, key string) (*lock.KeyState, error)
+	Election(name string) (*lock.Election, error)
 	Supports(c lock.Capability) error
 	Close() error
 }

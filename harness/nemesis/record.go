@@ -196,6 +196,8 @@ type Recorder struct {
 	full, crowded map[string]bool
 	// judged: the multi-held events judged (record_multi.go)
 	judged map[Event]bool
+	// terms judged (termsLocked)
+	termsJudged map[string]bool
 }
 
 // Stats are a run's counts.
@@ -264,6 +266,7 @@ func NewRecorder(clk *Clock, logf func(format string, args ...any), replay strin
 		dirty: map[*LeaseRec]bool{}, pairs: map[[2]string]bool{}, tok: map[string]*tokenState{},
 		excused: map[string]int{}, high: map[string]uint64{}, has: map[string]bool{}, newest: map[string]Stamp{},
 		starved: map[string][][2]Stamp{}, full: map[string]bool{}, crowded: map[string]bool{}, judged: map[Event]bool{},
+		termsJudged: map[string]bool{},
 	}
 }
 
@@ -465,11 +468,11 @@ func (r *Recorder) stateLostLocked(a, b Stamp) bool {
 // timing kinds are judged against the process's own clock and scheduling:
 // excused when the process was frozen, or starved of CPU for most of the
 // time by which it was late.
-var timingKinds = map[string]bool{"done-late": true, "late-return": true, "refresh-not-held": true, "do-ctx": true}
+var timingKinds = map[string]bool{"done-late": true, "late-return": true, "refresh-not-held": true, "do-ctx": true, "term": true}
 
 // slackOf is the slack a timing violation of kind was already given.
 func slackOf(kind string) time.Duration {
-	if kind == "done-late" {
+	if kind == "done-late" || kind == "term" {
 		return DoneSlack
 	}
 	return CallSlack
@@ -648,7 +651,8 @@ func (r *Recorder) Check(horizon Stamp) {
 
 func (r *Recorder) check(horizon Stamp, cutoff time.Time) {
 	r.mu.Lock()
-	msgs := r.judgeLocked(cutoff)
+	msgs := r.termsLocked(horizon == Never)
+	msgs = append(msgs, r.judgeLocked(cutoff)...)
 	for l := range r.dirty {
 		msgs = append(msgs, r.overlapsLocked(l)...)
 		msgs = append(msgs, r.permitsLocked(l)...)

@@ -192,6 +192,9 @@ func (w *worker) step() {
 			return
 		}
 	}
+	if w.chance(pElection) && w.electionStep(in) {
+		return
+	}
 	key := pick(w.rng, w.env.keys)
 	rw := in.lk.Supports(lock.SharedLeases) == nil
 	sem := in.lk.Supports(lock.Permits) == nil
