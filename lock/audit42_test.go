@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -151,5 +152,47 @@ func TestAudit42CampaignNamedOwner(t *testing.T) {
 		defer t2.Unlock(ctx)
 		l, _ := eb.Leader(ctx)
 		t.Errorf("two leaders at once: a's term %d and b's term %d (Leader says %+v)", t1.Token(), t2.Token(), l)
+	}
+}
+
+// A Close racing a LockMany whose one-step attempt was granted must not
+// leave members held: every grant the call made is either the caller's
+// (and Close releases it) or released by the call.
+func TestAudit42LockManyCloseRace(t *testing.T) {
+	ctx := context.Background()
+	keys := []string{"a", "b", "c", "d"}
+	granted := 0
+	defer func() { t.Logf("%d of 3000 LockMany calls were granted before Close", granted) }()
+	for i := 0; i < 3000; i++ {
+		s := memory.NewStore()
+		a, b := memory.New(s, nil), memory.New(s, nil)
+		got := make(chan *lock.MultiLease, 1)
+		go func() {
+			m, _ := a.LockMany(ctx, keys)
+			got <- m
+		}()
+		for j := 0; j < i%200; j++ {
+			runtime.Gosched()
+		}
+		a.Close()
+		if m := <-got; m != nil {
+			granted++
+		}
+		var m *lock.MultiLease
+		var err error
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if m, err = b.TryLockMany(ctx, keys); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			for _, k := range keys {
+				st, _ := b.Inspect(ctx, k)
+				t.Logf("%s: %+v", k, st.Holders)
+			}
+			t.Fatalf("iteration %d: after Close, the set is still held 2s later: %v", i, err)
+		}
+		m.Unlock(ctx)
+		b.Close()
 	}
 }
