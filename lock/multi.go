@@ -185,7 +185,10 @@ func (lk *Locker) takeSet(parent context.Context, op string, ls []*Lease, sa dri
 	var registered []*Lease
 	for i, l := range ls {
 		if err = lk.register(op, l, starts[i]); err != nil {
-			break // register released l; the others fail alike
+			// register released l (the Locker closed); no one will hold
+			// the members after it either.
+			lk.settleSet(dls[i+1:], nil, true)
+			break
 		}
 		registered = append(registered, l)
 	}
