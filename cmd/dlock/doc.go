@@ -266,9 +266,9 @@
 // COMMAND gets DLOCK_KEY (NAME), DLOCK_TERM and DLOCK_TOKEN (the term
 // number, a fencing token that increases across leaders) and
 // DLOCK_LEASE. When renewals fail, COMMAND gets SIGTERM once the term's
-// deadline is -grace away (at most half the TTL, which a renewed term
-// never comes within) and SIGKILL at the deadline, so it is gone before
-// any other candidate can be elected. A term ended behind dlock's back
+// deadline is -grace away (at most half the term's validity, lock.Lease's
+// Validity, which a renewed term never comes within) and SIGKILL at the
+// deadline, so it is gone before any other candidate can be elected. A term ended behind dlock's back
 // (its grant deleted) stops COMMAND as under a lost lease (SIGTERM, then
 // SIGKILL after -grace). dlock then exits 124, or with -again campaigns
 // again.

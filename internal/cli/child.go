@@ -188,13 +188,13 @@ func (cfg *runConfig) supervise(cmd *exec.Cmd, lease *lock.Lease, sigc <-chan os
 const riskCheckEvery = 50 * time.Millisecond
 
 // termAtRisk reports whether lease's deadline, which each renewal pushes
-// on, is within grace (at most half the TTL, which a term renewed every
-// TTL/3 never comes within), and how far it is: dlock elect then stops
-// its command so that it is gone, SIGKILL included, by the deadline,
-// before another candidate can be elected.
+// on, is within grace (at most half the validity, which a term renewed a
+// third of the way to its deadline never comes within), and how far it
+// is: dlock elect then stops its command so that it is gone, SIGKILL
+// included, by the deadline, before another candidate can be elected.
 func termAtRisk(lease *lock.Lease, grace time.Duration) (time.Duration, bool) {
 	left := time.Until(lease.Deadline())
-	return left, left <= min(grace, lease.TTL()/2)
+	return left, left <= min(grace, lease.Validity()/2)
 }
 
 // reapGroup waits for what the command left in its process group after a

@@ -17,9 +17,9 @@ Campaigns in the leader election NAME on the backend named by -url or
 $DLOCK_URL, and runs COMMAND only while this instance leads. Candidates
 that run dlock elect with the same NAME wait, in arrival order, for the
 leader's term to end. When dlock cannot renew the term, COMMAND gets
-SIGTERM once the term's deadline is -grace away (at most half the TTL)
-and SIGKILL at the deadline: it is gone before any other candidate can
-be elected. When the term ends behind dlock's back (its grant deleted),
+SIGTERM once the term's deadline is -grace away (at most half the
+term's validity: the TTL, less on memcached and ZooKeeper) and SIGKILL
+at the deadline: it is gone before any other candidate can be elected. When the term ends behind dlock's back (its grant deleted),
 COMMAND gets SIGTERM, then SIGKILL after -grace. With -again, dlock
 then campaigns again, and otherwise exits 124. When COMMAND exits on
 its own, dlock resigns and exits with its status.
@@ -62,7 +62,7 @@ func parseElect(args []string, stderr io.Writer) (*runConfig, bool, error) {
 	durationVar(fs, &cfg.ttl, "ttl", 0, "term lease time, a `duration` or seconds, renewed every TTL/3 while COMMAND runs: a crashed leader's term ends within it (0, the default: the URL's ttl= or 30s)")
 	fs.StringVar(&cfg.announce, "announce", defaultAnnouncement(), "what observers see of this leader: `text` of at most 256 printable bytes (default host:pid)")
 	fs.BoolVar(&ef.again, "again", false, "after a lost term, campaign again instead of exiting 124")
-	durationVar(fs, &cfg.grace, "grace", 5*time.Second, "when renewals fail, how long before the term's deadline COMMAND gets SIGTERM (SIGKILL at the deadline; at most half the TTL); after a term ended otherwise, time between SIGTERM and SIGKILL; a `duration` or seconds (0: SIGKILL at once)")
+	durationVar(fs, &cfg.grace, "grace", 5*time.Second, "when renewals fail, how long before the term's deadline COMMAND gets SIGTERM (SIGKILL at the deadline; at most half the term's validity); after a term ended otherwise, time between SIGTERM and SIGKILL; a `duration` or seconds (0: SIGKILL at once)")
 	ef.log.register(fs)
 	flags, rest := splitFlags(fs, args)
 	if err := parseFlags(fs, flags); err != nil {
