@@ -10,21 +10,45 @@ import (
 )
 
 // BenchmarkTryLockUnlock measures one TryLock and its Unlock (two steps,
-// each one round trip) on a key of its own, straight to the server.
+// each one round trip) on a key of its own, straight to the server:
+// fast, lock3 and unlock3 as prepared statements (the default); wrapped,
+// every step in the wrapper's transaction (as after a refusal, or with
+// Options.TransactionPooling). Run with -count to interleave them.
 func BenchmarkTryLockUnlock(b *testing.B) {
-	l := newTestLocker(b, serverURL(b), &lock.Options{DisableAutoRenew: true}, &netCut{})
-	ctx := context.Background()
-	prefix := auditKey("bench-trylock")
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		ls, err := l.TryLock(ctx, fmt.Sprintf("%s/%d", prefix, i%64))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := ls.Unlock(ctx); err != nil {
-			b.Fatal(err)
-		}
+	for _, wrapped := range []bool{false, true} {
+		name := map[bool]string{false: "fast", true: "wrapped"}[wrapped]
+		b.Run(name, func(b *testing.B) {
+			l, d := benchLocker(b)
+			d.wrapAll.Store(wrapped)
+			ctx := context.Background()
+			prefix := auditKey("bench-trylock")
+			for i := 0; b.Loop(); i++ {
+				ls, err := l.TryLock(ctx, fmt.Sprintf("%s/%d", prefix, i%64))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := ls.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if fast := d.fastRuns.Load(); (fast > 0) == wrapped {
+				b.Fatalf("%d fast steps run", fast)
+			}
+		})
 	}
+}
+
+// benchLocker is a Locker without auto-renewal on a pool of its own, and
+// its driver.
+func benchLocker(b *testing.B) (*lock.Locker, *pgDriver) {
+	pool, err := pgxpool.New(context.Background(), serverURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, lo := newDriver(pool, &Options{Options: lock.Options{DisableAutoRenew: true}}, true)
+	l := lock.New(d, lo)
+	b.Cleanup(func() { l.Close() })
+	return l, d
 }
 
 // BenchmarkSweep measures one sweep of sweepLimit keys used once (each

@@ -59,6 +59,28 @@
 // are literals in its text. Another encoding fails with lock.ErrInvalid;
 // set client_encoding=UTF8 in the connection string.
 //
+// # The fast form
+//
+// An exclusive Lock and its Unlock (lock3 and unlock3, the steps of an
+// uncontended lock), and a queued waiter's turn (check_turn3), are first
+// sent without the wrapper above: alone, as
+// a prepared statement of the connection, in the implicit transaction of
+// that statement. The functions check, on the server connection that
+// runs them and before they write anything, that the transaction is what
+// the wrapper would make it (read committed, synchronous_commit on or
+// stronger, no statement_timeout, read write; lock_timeout they set
+// themselves), and refuse otherwise with SQLSTATE DL001. The driver then
+// sends the step wrapped on that connection, and every later step of the
+// connection too. So a role's or database's defaults, a SET on a shared
+// pool, or a pooler that lends a server connection with another client's
+// session cost one refused round trip per connection, never a grant
+// judged by an old snapshot or committed asynchronously. Under the
+// server's default settings a Lock and Unlock cost about half of the
+// wrapped form (see docs/performance.md). With Options.TransactionPooling
+// nothing is prepared and every step is wrapped; a Locker whose prepared
+// statement goes missing (SQLSTATE 26000 or 42P05: a pooler the Locker
+// was not told of, a reset session) wraps every step from then on.
+//
 // # Waiting through failures
 //
 // A queued Lock rides out connection failures (a restart of PostgreSQL
@@ -129,7 +151,11 @@
 //
 // # Upgrading the schema
 //
-// Version 5 (this one) closes version 2's ways back in: a version 2 step
+// Version 6 (this one) makes lock3, unlock3 and check_turn3 check the session's
+// settings themselves (see "The fast form" above), with the same names,
+// arguments and results: clients of versions 3 to 5 work with it
+// unchanged, and a version 6 client sends the fast form only once it has
+// read version 6 or later. Version 5 closes version 2's ways back in: a version 2 step
 // blocked behind the install runs its old body after the install
 // commits, and that body's next_token now fails before it grants; a
 // version 2 client that read no schema and installs after a newer one
@@ -189,7 +215,8 @@
 // stay on one server connection there, so waiters check the key every
 // second instead of being woken, and the driver's statements are sent
 // unnamed (pgx.QueryExecModeExec), which every PgBouncer version keeps
-// within one transaction. A step is one query (nothing prepared) ending
-// with its COMMIT, so it is one transaction, and the check of a
-// lease in your own transaction works as it does without a pooler.
+// within one transaction. A step is one query (nothing prepared: the
+// fast form is off) ending with its COMMIT, so it is one transaction, and
+// the check of a lease in your own transaction works as it does without a
+// pooler.
 package postgres

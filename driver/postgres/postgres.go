@@ -22,7 +22,7 @@ import (
 const DefaultSchema = "dlock"
 
 // schemaVersion is what schema.sql's version() returns.
-const schemaVersion = 5
+const schemaVersion = 6
 
 //go:embed schema.sql
 var schemaSQL string
@@ -103,6 +103,11 @@ type pgDriver struct {
 	damaged    atomic.Bool // a step found part of the schema gone
 	sweep      *sweeper
 	rides      rides
+
+	fastLock, fastUnlock, fastCheck *fastStep    // lock3, unlock3, check_turn3 unwrapped (see fastStep)
+	wrapAll                         atomic.Bool  // a prepared statement failed: every step is wrapped
+	fastRuns                        atomic.Int64 // fast steps run (tests read it)
+	fastRefusals                    atomic.Int64 // fast steps refused by the session's settings
 }
 
 var (
@@ -158,6 +163,7 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 		d.err = fmt.Errorf("%w: postgres: nil *pgxpool.Pool", driver.ErrInvalid)
 	}
 	d.q = newQueries(d.schema)
+	d.fastLock, d.fastUnlock, d.fastCheck = fastSteps(d.schema)
 	if opts.TransactionPooling {
 		d.mode = []any{pgx.QueryExecModeExec}
 	} else if d.err == nil {
@@ -379,9 +385,10 @@ func outcome(l *driver.Lease, s step) error {
 	return &driver.HeldError{RetryAfter: after}
 }
 
-// step runs acquire or check_turn (see run) and reads its result.
-func (d *pgDriver) step(ctx context.Context, query string, args ...any) (step, error) {
-	rows, err := d.run(ctx, query, args...)
+// step runs acquire or check_turn (see run), trying f's fast form first
+// when f is not nil, and reads its result.
+func (d *pgDriver) step(ctx context.Context, f *fastStep, query string, args ...any) (step, error) {
+	rows, err := d.runStep(ctx, f, query, args)
 	if err != nil {
 		return step{}, err
 	}
@@ -400,9 +407,10 @@ func (d *pgDriver) step(ctx context.Context, query string, args ...any) (step, e
 	return s, err
 }
 
-// boolStep runs a step that returns one boolean (release, resume).
-func (d *pgDriver) boolStep(ctx context.Context, query string, args ...any) (bool, error) {
-	rows, err := d.run(ctx, query, args...)
+// boolStep runs a step that returns one boolean (release, resume), as
+// step does.
+func (d *pgDriver) boolStep(ctx context.Context, f *fastStep, query string, args ...any) (bool, error) {
+	rows, err := d.runStep(ctx, f, query, args)
 	if err != nil {
 		return false, err
 	}
@@ -425,11 +433,11 @@ func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) err
 		l.Data = notSent{}
 		return err
 	}
-	query := d.q.acquire
+	query, f := d.q.acquire, (*fastStep)(nil)
 	if l.Mode == driver.Exclusive && !l.Reentry {
-		query = d.q.fastAcquire
+		query, f = d.q.fastAcquire, d.fastLock
 	}
-	s, err := d.step(ctx, query, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentry, queue, micros(entryLife), d.channel())
+	s, err := d.step(ctx, f, query, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentry, queue, micros(entryLife), d.channel())
 	if err != nil {
 		return err
 	}
@@ -461,7 +469,7 @@ func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if err := d.ready(ctx); err != nil {
 		return d.ride(ctx, l.Owner, err)
 	}
-	s, err := d.step(ctx, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife), d.channel())
+	s, err := d.step(ctx, d.fastCheck, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife), d.channel())
 	if err != nil {
 		return d.ride(ctx, l.Owner, err)
 	}
@@ -504,11 +512,11 @@ func (d *pgDriver) release(ctx context.Context, l *driver.Lease, reentrant, leav
 	if err := d.ready(ctx); err != nil {
 		return false, err
 	}
-	query := d.q.release
+	query, f := d.q.release, (*fastStep)(nil)
 	if !reentrant && !leave {
-		query = d.q.fastRelease
+		query, f = d.q.fastRelease, d.fastUnlock
 	}
-	return d.boolStep(ctx, query, l.Key, l.Owner, reentrant, micros(l.TTL), leave)
+	return d.boolStep(ctx, f, query, l.Key, l.Owner, reentrant, micros(l.TTL), leave)
 }
 
 // channel is the NOTIFY channel of this Locker's waiters (” without a
@@ -585,7 +593,7 @@ func (d *pgDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if err := d.ready(ctx); err != nil {
 		return err
 	}
-	ok, err := d.boolStep(ctx, d.q.resume, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentry, micros(l.TTL))
+	ok, err := d.boolStep(ctx, nil, d.q.resume, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), int64(l.Token), l.Reentry, micros(l.TTL))
 	if err != nil {
 		return err
 	}

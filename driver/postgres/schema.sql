@@ -1,4 +1,4 @@
--- dlock's state on PostgreSQL, version 5 (see version() below): the tables and functions of
+-- dlock's state on PostgreSQL, version 6 (see version() below): the tables and functions of
 -- driver/postgres. The driver runs this script (with {{schema}} replaced by
 -- Options.Schema, "dlock" by default) the first time a Locker finds the
 -- functions missing; a user who creates schema by hand runs the output of
@@ -17,7 +17,11 @@
 -- begins it so, whatever the defaults): each statement sees what
 -- committed before it, the steps this one waited for included. The
 -- functions refuse to run at another level (at_read_committed), where a
--- step's snapshot is older than its wait.
+-- step's snapshot is older than its wait. lock3, unlock3 and
+-- check_turn3 may also be called on their own, in the implicit
+-- transaction of one statement (the driver's fast form): they check the session's settings first
+-- (step_settings) and refuse, with SQLSTATE DL001, where those are not
+-- what the driver's BEGIN would have made them.
 
 CREATE SCHEMA IF NOT EXISTS {{schema}};
 
@@ -102,6 +106,34 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dlock: a step must run at transaction isolation read committed, not %', current_setting('transaction_isolation')
             USING HINT = 'dlock clients of schema version 2 or later begin their steps so; an older client runs at the default of the database or role';
+    END IF;
+END $$;
+
+-- step_settings refuses, with SQLSTATE DL001 and before anything is
+-- written, a step whose transaction is not what the driver's wrapper
+-- (BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE and its set_config)
+-- makes it: another isolation level (see at_read_committed), a commit
+-- that would not wait for its WAL flush (synchronous_commit off or
+-- local: a crash would lose a grant the client was told of), a
+-- statement_timeout (it would fail a step that waits for a busy key) or
+-- a read-only transaction. The driver sends lock3, unlock3 and
+-- check_turn3 without the wrapper, as one prepared statement, and on
+-- DL001 sends the same step again wrapped on that connection (a session
+-- with such defaults, or a server connection a pooler lent with someone
+-- else's settings).
+-- lock_timeout is set by the callers' SET clause, not checked.
+CREATE OR REPLACE FUNCTION {{schema}}.step_settings() RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'dlock: a step must run at transaction isolation read committed, not %', current_setting('transaction_isolation')
+            USING ERRCODE = 'DL001',
+                  HINT = 'dlock clients of schema version 2 or later begin their steps so; an older client runs at the default of the database or role';
+    END IF;
+    IF current_setting('synchronous_commit') IN ('off', 'local') OR current_setting('statement_timeout') <> '0'
+        OR current_setting('transaction_read_only') <> 'off' THEN
+        RAISE EXCEPTION 'dlock: a step must run with synchronous_commit on, statement_timeout 0, read write; not synchronous_commit %, statement_timeout %, transaction_read_only %',
+            current_setting('synchronous_commit'), current_setting('statement_timeout'), current_setting('transaction_read_only')
+            USING ERRCODE = 'DL001', HINT = 'dlock clients send the step again in a transaction that sets them';
     END IF;
 END $$;
 
@@ -317,14 +349,16 @@ END $$;
 -- named one's hold, with a fast path for a free key: a key whose row
 -- holds no live grant and that has no entry nor tombstone at all is
 -- granted by one UPDATE of its row (a HOT update). Otherwise it runs
--- acquire3 (which purges what expired).
+-- acquire3 (which purges what expired). Since version 6 it checks the
+-- session's settings (step_settings) and sets lock_timeout, so that the
+-- driver may send it without its wrapper.
 CREATE OR REPLACE FUNCTION {{schema}}.lock3(k text, o text, ttl bigint, q boolean, life bigint, ch text,
     OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
 DECLARE
     t timestamptz;
 BEGIN
-    PERFORM {{schema}}.at_read_committed();
+    PERFORM {{schema}}.step_settings();
     LOOP
         PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
         EXIT WHEN FOUND;
@@ -349,10 +383,12 @@ END $$;
 
 -- unlock3 is release3 of an owner that is not a named one's hold, not
 -- leaving, with a fast path: o's live grant in k's row, no entry of k
--- (nobody to wake), is cleared by one UPDATE of the row.
-CREATE OR REPLACE FUNCTION {{schema}}.unlock3(k text, o text, ttl bigint) RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+-- (nobody to wake), is cleared by one UPDATE of the row. As lock3, it
+-- checks the session's settings (version 6).
+CREATE OR REPLACE FUNCTION {{schema}}.unlock3(k text, o text, ttl bigint) RETURNS boolean LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
 BEGIN
-    PERFORM {{schema}}.at_read_committed();
+    PERFORM {{schema}}.step_settings();
     PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
     UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL
     WHERE x.key = k AND x.holder = o AND x.expires > clock_timestamp()
@@ -367,17 +403,20 @@ END $$;
 -- come (again, extending it, if an earlier check granted it and its
 -- reply was lost), and otherwise renews o's entry; an entry removed
 -- behind the waiter's back joins again, at the end. An exclusive waiter
--- is granted in k's row, and its entry goes.
+-- is granted in k's row, and its entry goes. As lock3, it checks the
+-- session's settings (version 6).
 CREATE OR REPLACE FUNCTION {{schema}}.check_turn3(k text, o text, m bigint, lm bigint, ttl bigint, life bigint, ch text,
     OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
 DECLARE
-    t  timestamptz := {{schema}}.begin_key3(k);
+    t  timestamptz;
     e  record;
     n  bigint;
     sh boolean;
     pm boolean;
 BEGIN
+    PERFORM {{schema}}.step_settings();
+    t := {{schema}}.begin_key3(k);
     tok := 0; retry := 0; other_lim := 0; voided := false;
     IF EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k AND v.owner = o) THEN
         voided := true;
@@ -632,4 +671,4 @@ BEGIN
 END $$;
 
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 5 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 6 $$;

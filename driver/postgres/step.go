@@ -37,6 +37,11 @@ import (
 // standby's), so a crash or a failover loses no grant the client was told
 // of. Nothing is prepared, which a transaction pooler keeps within its
 // transaction.
+//
+// The fast form (see fastStep) sends lock3 or unlock3 alone, as a named
+// prepared statement in its implicit transaction, where the session's own
+// settings are what the wrapper would make them (the server's defaults
+// are); the function checks them and refuses otherwise (see runFast).
 const (
 	stepBegin    = "BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE"
 	stepSettings = "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true)," +
@@ -55,6 +60,11 @@ const (
 // failure that says the schema is gone makes the next call install it
 // again.
 func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]byte, error) {
+	return d.runStep(ctx, nil, query, args)
+}
+
+// runStep is run, trying f's fast form first when f is not nil.
+func (d *pgDriver) runStep(ctx context.Context, f *fastStep, query string, args []any) ([][][]byte, error) {
 	call, err := bind(query, args)
 	if err != nil {
 		return nil, err
@@ -68,6 +78,12 @@ func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]by
 	if enc := pc.ParameterStatus("client_encoding"); enc != "UTF8" {
 		return nil, fmt.Errorf("%w: postgres: the connection's client_encoding is %s; dlock's steps need UTF8 (their arguments are escaped as UTF-8 in the query's text)", driver.ErrInvalid, enc)
 	}
+	if f != nil && d.fastOn(pc) {
+		rows, done, err := d.runFast(ctx, pc, f, args)
+		if done {
+			return rows, d.failed(ctx, pc, err)
+		}
+	}
 	res, err := pc.Exec(ctx, stepBegin+"; "+stepSettings+"; "+call+"; "+stepCommit).ReadAll()
 	if err == nil {
 		for _, r := range res {
@@ -78,16 +94,25 @@ func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]by
 		}
 	}
 	if err != nil {
-		if pc.TxStatus() != 'I' && !pc.IsClosed() && ctx.Err() == nil {
-			pc.Exec(ctx, "ROLLBACK").Close() // on failure the pool drops the connection
-		}
-		d.forgetSchema(err)
-		return nil, err
+		return nil, d.failed(ctx, pc, err)
 	}
 	if want := 4 + strings.Count(query, "; "); len(res) != want { // query has no literals yet
 		return nil, fmt.Errorf("%w: %d results, want %d", errShape, len(res), want)
 	}
 	return res[len(res)-2].Rows, nil
+}
+
+// failed returns err, after rolling back what it left of a transaction
+// on pc and noting a schema that is gone.
+func (d *pgDriver) failed(ctx context.Context, pc *pgconn.PgConn, err error) error {
+	if err == nil {
+		return nil
+	}
+	if pc.TxStatus() != 'I' && !pc.IsClosed() && ctx.Err() == nil {
+		pc.Exec(ctx, "ROLLBACK").Close() // on failure the pool drops the connection
+	}
+	d.forgetSchema(err)
+	return err
 }
 
 // forgetSchema makes the next call read (and install) the schema again
