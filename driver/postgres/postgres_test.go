@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,16 +73,18 @@ func TestHoldsGrantRollsBackStaleWrite(t *testing.T) {
 	// meanwhile.
 	var bGranted, commitSent time.Time
 	var lb *lock.Lease
+	var mu sync.Mutex // B's goroutine sets lb and bGranted
 	committed, err := write(la, "a", func() {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			var err error
-			lb, err = b.Lock(ctx, key)
+			l, err := b.Lock(ctx, key)
 			if err != nil {
 				t.Errorf("B's Lock: %v", err)
 			}
-			bGranted = time.Now()
+			mu.Lock()
+			lb, bGranted = l, time.Now()
+			mu.Unlock()
 		}()
 		select {
 		case <-done:
@@ -96,9 +99,16 @@ func TestHoldsGrantRollsBackStaleWrite(t *testing.T) {
 		t.Fatalf("A's write while holding: committed=%v err=%v; want committed", committed, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for lb == nil && time.Now().Before(deadline) {
+	granted := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lb != nil
+	}
+	for !granted() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if lb == nil {
 		t.Fatal("B was not granted the key after A's transaction")
 	}
