@@ -1,0 +1,86 @@
+package redisnx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// A set whose one-step grant (acquireset.lua) is sent to a paused server
+// and whose reply is lost (the client's read times out, or the caller
+// gives up) leaves none of the set held once the server is back, and the
+// set can be taken again at once; a LockMany that falls back to key by
+// key after the lost reply ends up holding the set alone.
+func TestAudit42LostSetReply(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		cancel, wait bool
+	}{{"try/timeout", false, false}, {"try/cancelled", true, false}, {"wait/cancelled", true, true}, {"wait/timeout", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, c, raw := stallable(t)
+			l := newTestLocker(t, c, &Options{Options: lockOpts(time.Minute)})
+			k := testKey(t)
+			keys := []string{k + "/a", k + "/b", k + "/c"}
+			// Load the script, so that the grant is one EVALSHA.
+			if m, err := l.TryLockMany(tctx(t, 10*time.Second), keys); err != nil || !m.Atomic() {
+				t.Fatalf("TryLockMany: %v", err)
+			} else {
+				m.Unlock(tctx(t, 10*time.Second))
+			}
+			var got *lock.MultiLease
+			err := duringStall(t, srv, tc.cancel, func(ctx context.Context) (err error) {
+				if tc.wait {
+					if !tc.cancel {
+						ctx2, stop := context.WithTimeout(ctx, 2*time.Second)
+						defer stop()
+						go func() { time.Sleep(time.Second); srv.Resume() }()
+						got, err = l.LockMany(ctx2, keys)
+						return err
+					}
+					got, err = l.LockMany(ctx, keys)
+					return err
+				}
+				got, err = l.TryLockMany(ctx, keys)
+				return err
+			})
+			if got != nil {
+				// A LockMany that outlived the stall: it holds the set;
+				// nobody else may.
+				other := newTestLocker(t, raw, nil)
+				if m, err := other.TryLockMany(tctx(t, 10*time.Second), keys); err == nil {
+					m.Unlock(tctx(t, 10*time.Second))
+					t.Fatalf("a second holder of the set while the first holds it (atomic=%v)", got.Atomic())
+				}
+				got.Unlock(tctx(t, 10*time.Second))
+			} else if !errors.Is(err, lock.ErrNotAcquired) {
+				t.Errorf("err = %v, want ErrNotAcquired", err)
+			}
+			if !eventually(5*time.Second, func() bool {
+				for _, key := range keys {
+					n, err := raw.Exists(context.Background(), lockKey(DefaultPrefix, key)).Result()
+					if err != nil || n != 0 {
+						return false
+					}
+				}
+				return true
+			}) {
+				var held []string
+				for _, key := range keys {
+					ttl, _ := raw.PTTL(context.Background(), lockKey(DefaultPrefix, key)).Result()
+					held = append(held, fmt.Sprintf("%s PTTL %v", key, ttl))
+				}
+				t.Fatalf("members still held 5s after the lost set reply: %v", held)
+			}
+			other := newTestLocker(t, raw, nil)
+			m, err := other.TryLockMany(tctx(t, 10*time.Second), keys)
+			if err != nil {
+				t.Fatalf("the set is not free after the lost reply: %v", err)
+			}
+			m.Unlock(tctx(t, 10*time.Second))
+		})
+	}
+}
