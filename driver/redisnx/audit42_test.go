@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -82,5 +83,48 @@ func TestAudit42LostSetReply(t *testing.T) {
 			}
 			m.Unlock(tctx(t, 10*time.Second))
 		})
+	}
+}
+
+// A named owner's re-entry with another note keeps the first hold's note
+// (the wire docs' rule), and the note stays while any hold lasts: an
+// Election observer never sees the note of a hold that ended, nor none
+// while the grant lives.
+func TestAudit42ReentryNote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l, err := lock.Open(ctx, "redisnx://"+testserver.StartRedis(t, nil).Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	e, _ := l.Election("audit42-reentry")
+	note := func() string {
+		ld, err := e.Leader(ctx)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return ld.Announcement
+	}
+	h1, err := l.Lock(ctx, "audit42-reentry", lock.WithOwner("o"), lock.WithNote("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := l.Lock(ctx, "audit42-reentry", lock.WithOwner("o"), lock.WithNote("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := note(); got != "first" {
+		t.Errorf("after the re-entry: note %q; want the first hold's", got)
+	}
+	st, _ := l.Inspect(ctx, "audit42-reentry")
+	t.Logf("holders after re-entry: %+v", st.Holders)
+	h1.Unlock(ctx)
+	if got := note(); got != "first" {
+		t.Errorf("after the first hold's release (the second still holds): note %q; want %q", got, "first")
+	}
+	h2.Unlock(ctx)
+	if _, err := e.Leader(ctx); !errors.Is(err, lock.ErrNoLeader) {
+		t.Errorf("after both releases: %v; want ErrNoLeader", err)
 	}
 }
