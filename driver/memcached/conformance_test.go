@@ -137,7 +137,7 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 // lease's deadline past half its TTL, and this driver's validity is the TTL
 // less 2 s (see clockLoss).
 func (h *harness) Caps() drivertest.Caps {
-	return drivertest.Caps{MinTTL: 5 * time.Second, DeletableCounter: true, Resume: true, Reentry: true, Inspect: inspectCaps, Outage: h.outage}
+	return drivertest.Caps{MinTTL: 5 * time.Second, DeletableCounter: true, Resume: true, Reentry: true, Notes: true, Inspect: inspectCaps, Outage: h.outage}
 }
 
 // cuttable is a dialer whose connections can all be cut at once.

@@ -47,7 +47,7 @@ func (d *mcDriver) acquire(ctx context.Context, l *driver.Lease) error {
 	if l.Reentry {
 		return d.acquireHold(ctx, l, k, secs)
 	}
-	err = d.c.Add(&memcache.Item{Key: k.lock, Value: []byte(l.Owner), Flags: uint32(secs), Expiration: secs})
+	err = d.c.Add(&memcache.Item{Key: k.lock, Value: withNote([]byte(l.Owner), l.Note), Flags: uint32(secs), Expiration: secs})
 	switch {
 	case errors.Is(err, memcache.ErrNotStored):
 		return &driver.HeldError{}
@@ -147,7 +147,7 @@ func (d *mcDriver) leaseKeys(l *driver.Lease) keys {
 // when the item is missing or belongs to another owner.
 func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime func(recorded int32) int32) error {
 	return d.casItem(ctx, op, key, func(it *memcache.Item) error {
-		if string(it.Value) != owner {
+		if v, _ := splitNote(it.Value); string(v) != owner {
 			return driver.ErrNotHeld
 		}
 		it.Expiration = exptime(recordedSecs(it.Flags))

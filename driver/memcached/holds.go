@@ -27,6 +27,35 @@ import (
 // bare owner token, as for any lease, then the incr of the token, then a
 // cas that writes the holds: until that cas a re-entry finds the key held.
 
+// A grant's note (driver.Lease.Note) ends the lock item's value, after
+// noteSep: "OWNER\n:0 NOTE" for an anonymous grant, "H FIRST TOKEN
+// OWNER:SECS ...\n:0 NOTE" for a named owner's (its first hold's note: a
+// re-entry keeps it). The add that grants writes it, and every cas keeps
+// it. A note is printable (lock checks it), so it holds no newline. An
+// older version compares the whole value with its owner token (a noted
+// grant is never its own) and parses holds with strings.Fields, which
+// refuses the field ":0" (no owner, no seconds): it sees a noted grant
+// as a foreign value, which it neither re-enters nor releases.
+const noteSep = "\n:0 "
+
+// withNote returns v followed by note (none when note is empty).
+func withNote(v []byte, note string) []byte {
+	if note == "" {
+		return v
+	}
+	return append(append(v, noteSep...), note...)
+}
+
+// splitNote splits a lock item's value into the grant's value and its
+// note ("" when it has none).
+func splitNote(v []byte) ([]byte, string) {
+	head, note, ok := bytes.Cut(v, []byte(noteSep))
+	if !ok {
+		return v, ""
+	}
+	return head, string(note)
+}
+
 // holdsMark starts the value of a named owner's grant.
 const holdsMark = "H "
 
@@ -107,7 +136,7 @@ func (h *holdsValue) expiration() int32 {
 // acquireHold makes one attempt at a hold of l's named owner: add, incr
 // and cas for a first hold; add (refused), gets and cas for a re-entry.
 func (d *mcDriver) acquireHold(ctx context.Context, l *driver.Lease, k keys, secs int32) error {
-	err := d.c.Add(&memcache.Item{Key: k.lock, Value: []byte(l.Owner), Expiration: secs})
+	err := d.c.Add(&memcache.Item{Key: k.lock, Value: withNote([]byte(l.Owner), l.Note), Expiration: secs})
 	switch {
 	case err == nil:
 		if err := ctx.Err(); err != nil {
@@ -207,18 +236,20 @@ func (d *mcDriver) extendHold(ctx context.Context, op string, l *driver.Lease, s
 }
 
 // casHolds updates the item key by cas (see casItem) to what change makes
-// of its value (nil: delete it); change's error (driver.ErrHeld,
-// driver.ErrNotHeld) is returned as it is, with the item left alone.
+// of its value, the grant's note set apart (nil: delete it); change's
+// error (driver.ErrHeld, driver.ErrNotHeld) is returned as it is, with
+// the item left alone. The note is kept.
 func (d *mcDriver) casHolds(ctx context.Context, op, key string, change func(v []byte) (*holdsValue, error)) error {
 	return d.casItem(ctx, op, key, func(it *memcache.Item) error {
-		h, err := change(it.Value)
+		v, note := splitNote(it.Value)
+		h, err := change(v)
 		switch {
 		case err != nil:
 			return err
 		case h == nil:
 			it.Expiration = -1 // memcached applies it as an immediate expiry
 		default:
-			it.Value, it.Expiration = h.bytes(), h.expiration()
+			it.Value, it.Expiration = withNote(h.bytes(), note), h.expiration()
 		}
 		return nil
 	})

@@ -17,7 +17,7 @@ var _ driver.Inspector = (*mcDriver)(nil)
 // driver cannot tell: the counter is drawn after the add, so its value may
 // be the previous grant's), a named owner's holds with the grant's token
 // ("H FIRST TOKEN OWNER:SECS ...", see holds.go), or anything else (a
-// foreign value). The item's expiry cannot be read (gomemcache has no
+// foreign value); a note after either is the grant's (see noteSep). The item's expiry cannot be read (gomemcache has no
 // meta commands), nor when it was made; and no waiter is known: waiters
 // poll with add, and the server keeps no queue.
 func (d *mcDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
@@ -33,8 +33,9 @@ func (d *mcDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 		return st, fmt.Errorf("memcached inspect: get: %w", err)
 	}
 	st.Unknown.Since = true
-	h := driver.Holder{Owner: string(it.Value), Mode: driver.Exclusive}
-	if hv, ok := parseHolds(it.Value); ok {
+	v, note := splitNote(it.Value)
+	h := driver.Holder{Owner: string(v), Mode: driver.Exclusive, Note: note}
+	if hv, ok := parseHolds(v); ok {
 		h.Owner, h.Token, h.Holds = hv.first, hv.token, len(hv.holds)
 	} else if !driver.IsOwner(h.Owner) {
 		h.Foreign = true

@@ -115,7 +115,7 @@ type mcDriver struct {
 func (d *mcDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "memcached", Shared: driver.No(noShared), Permits: driver.No(noPermits),
 		Reentry: driver.Yes, Resume: driver.Yes,
-		Notes: driver.No("memcached stores no note with a grant yet")}
+		Notes: driver.Yes}
 }
 
 // Why memcached grants no shared leases and no permits.
