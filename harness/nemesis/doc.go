@@ -149,6 +149,12 @@
 //     Close past its ReleaseTimeout plus CallSlack;
 //   - limit-mismatch, resume-mismatch: a permit whose Lease.Limit is not
 //     the limit asked for (resumed: not its origin's);
+//   - note-mismatch: where the Locker stores notes (Supports(lock.Notes)),
+//     half the grants are asked with a note (lock.WithNote) naming the
+//     worker and the attempt, and after some grants (exclusive, shared or
+//     permits; not named owners') an Inspect of the key that shows the
+//     grant's owner among the holders shows it with another note (none,
+//     for a grant asked without one);
 //   - closed-open, unlock-open, detach-open, do-open, do-ctx, err-nil: a
 //     lease whose Done is open after Close, Unlock, Detach or Do returned, a Do whose fn
 //     context outlived its lease, a Done closed with a nil Err;

@@ -8,7 +8,7 @@ var violationKinds = []string{
 	// the Recorder's judgement of the history
 	"overlap", "over-limit", "token-order", "stale-write",
 	// the holders' observations and calls
-	"done-late", "refresh-not-held", "late-return", "limit-mismatch", "resume-mismatch",
+	"done-late", "refresh-not-held", "late-return", "limit-mismatch", "resume-mismatch", "note-mismatch",
 	"closed-open", "unlock-open", "detach-open", "detach-refused-ended",
 	"do-open", "do-ctx", "do-panic", "err-nil", "unexpected-error",
 	// multi-key sets: a member kept by a failed attempt (multi.go)

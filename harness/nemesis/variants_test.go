@@ -147,6 +147,10 @@ var variants = []variant{
 				})
 			}), nil
 		}},
+	{name: "note-dropped", kind: "note-mismatch", breaks: "Inspect shows every other grant's note as none, as a driver that drops notes on one path",
+		setup: simple("note-dropped", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
+			return &noteDropper{Locker: inner}
+		}), nil, nil)},
 	{name: "probe-refused", kind: "liveness", check: "probe", breaks: "Lock of a liveness probe's free key is turned down",
 		setup: simple("probe-refused", "", onMemory(func(inner Locker, _ *memory.Store) Locker {
 			return &brokenLocker{Locker: inner, lockFn: func(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
@@ -371,6 +375,23 @@ func goroutineLeft() (*Target, func()) {
 func closeAfter(lk Locker, d time.Duration) {
 	time.Sleep(d)
 	lk.Close()
+}
+
+// noteDropper is a memory Locker whose Inspect shows the notes of every
+// other call's holders as none.
+type noteDropper struct {
+	Locker
+	calls atomic.Int64
+}
+
+func (d *noteDropper) Inspect(ctx context.Context, key string) (*lock.KeyState, error) {
+	st, err := d.Locker.Inspect(ctx, key)
+	if err == nil && nth(&d.calls, 2) {
+		for i := range st.Holders {
+			st.Holders[i].Note = "" // the bug
+		}
+	}
+	return st, err
 }
 
 // stealLocker is a memory Locker without permits whose exclusive TryLock

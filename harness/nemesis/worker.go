@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,6 +143,8 @@ type worker struct {
 	// leftovers are the worker's reads after failed set attempts under
 	// way (multi.go), which run waits for.
 	leftovers sync.WaitGroup
+	// notes counts the grants the worker asked for with a note (lock.WithNote).
+	notes int
 }
 
 func newWorker(env *procEnv, slot slotAPI, name string, seed uint64, stream uint64) *worker {
@@ -356,6 +359,12 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		owner = w.name // one logical holder: this worker
 		opts = append(opts, lock.WithOwner(owner))
 	}
+	note := ""
+	if owner == "" && in.lk.Supports(lock.Notes) == nil && w.chance(0.5) {
+		w.notes++
+		note = fmt.Sprintf("%s %s #%d", w.name, op, w.notes)
+		opts = append(opts, lock.WithNote(note))
+	}
 	c := w.newCallCtx(timeouts, pCancel)
 	clk := w.env.clk
 	start := clk.Now()
@@ -395,6 +404,9 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 			Text: fmt.Sprintf("%s of key %q by %s asked for a semaphore of %d permits, and its lease's Limit is %d", op, key, w.name, mode.limit, lease.Limit())})
 	}
 	l := w.grantedAs(in, lease, op, key, mode, ttl, renew, "", owner, reenters, start)
+	if l != nil && owner == "" && in.lk.Supports(lock.Notes) == nil && w.chance(0.3) {
+		w.checkNote(in, lease, op, key, note)
+	}
 	if l != nil && owner != "" {
 		if reenters != "" {
 			l.granted = w.named[key].granted
@@ -405,6 +417,32 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 		w.hold(in, l, ttl, renew)
 	}
 	return true
+}
+
+// checkNote inspects key, whose grant lease of op was made with note
+// (lock.WithNote; "" without one): while Inspect shows lease's grant
+// among the holders (found by its owner token), the holder's Note must
+// be note, neither dropped nor another grant's. A failed Inspect (a
+// fault) or a grant not shown (lost meanwhile) judges nothing.
+func (w *worker) checkNote(in *lockerInst, lease *lock.Lease, op, key, note string) {
+	parts := strings.Split(lease.Handle(), ".")
+	if len(parts) != 5 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := w.env.clk.Now()
+	st, err := in.lk.Inspect(ctx, key)
+	if err != nil {
+		return
+	}
+	w.env.sink.Stat("note-checks", 1)
+	for _, h := range st.Holders {
+		if h.Owner == parts[2] && h.Note != note {
+			w.env.sink.Violate(Violation{Kind: "note-mismatch", At: w.env.clk.Now(), From: start, Key: key, Proc: w.env.proc,
+				Text: fmt.Sprintf("%s of key %q by %s was granted with note %q, and Inspect shows its grant (owner %s) with note %q", op, key, w.name, note, h.Owner, h.Note)})
+		}
+	}
 }
 
 // reenter makes a named owner's Lock or TryLock of a key its lease outer
