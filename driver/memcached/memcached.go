@@ -111,7 +111,7 @@ type mcDriver struct {
 // Capabilities implements driver.Capable: memcached grants neither shared
 // leases nor permits (see the package doc, "Not offered"); gomemcache
 // takes no context, so lock runs the driver's calls on goroutines of its
-// own.
+// own. A grant's note ends the lock item's value (see noteSep).
 func (d *mcDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "memcached", Shared: driver.No(noShared), Permits: driver.No(noPermits),
 		Reentry: driver.Yes, Resume: driver.Yes,

@@ -241,8 +241,9 @@
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
 // queue P{K}:q and P{K}:w, the readers P{K}:r, the holds of a named owner
-// P{K}:h, the permits P{K}:s, tombstones P{K}:void:OWNER, the grant
-// lists of waits P{K}:g:OWNER:NONCE, the channel P{K}:rel) share K as
+// P{K}:h, the permits P{K}:s, the grants' notes P{K}:n, tombstones
+// P{K}:void:OWNER, the grant lists of waits P{K}:g:OWNER:NONCE, the
+// channel P{K}:rel) share K as
 // Cluster hash tag; each Locker has an inbox channel,
 // P + "inbox:" + 32 hex digits. docs/wire/redis.md gives the full wire
 // format.

@@ -54,7 +54,8 @@ var (
 // Capabilities implements driver.Capable. Shared grants are members of
 // the readers set P{K}:r, with the lock key holding "R"; permits members
 // of the permits set P{K}:s, with the lock key holding "S" and the limit;
-// a named owner's grant keeps its holds in P{K}:h (see prelude.lua). Over
+// a named owner's grant keeps its holds in P{K}:h, and grants' notes are
+// in P{K}:n (see prelude.lua). Over
 // a *redis.Client (single node or Sentinel failover), every script runs on
 // a lane whose connection is closed when the call's context ends
 // (redisx.Lanes), so lock runs calls on the caller's goroutine.

@@ -330,7 +330,8 @@ func (d *zkDriver) sessionTimeout() time.Duration {
 func (d *zkDriver) keyPath(key string) string { return keyPath(d.root, key) }
 
 // Capabilities implements driver.Capable. Shared grants and permits are
-// lock nodes of their own kinds in the key's queue (see judge); a grant
+// lock nodes of their own kinds in the key's queue (see judge), and a
+// grant's note is its node's data (see create); a grant
 // lives with its session, so it can be neither resumed nor re-entered
 // from another one.
 func (d *zkDriver) Capabilities() driver.Caps {
