@@ -196,3 +196,32 @@ func TestAudit42LockManyCloseRace(t *testing.T) {
 		b.Close()
 	}
 }
+
+// A term that lapsed (not renewed past its TTL) is not reported by
+// Leader: observers see no leader once another could be elected.
+func TestAudit42LeaderLapsed(t *testing.T) {
+	ctx := context.Background()
+	s := memory.NewStore()
+	a, b := memory.New(s, nil), memory.New(s, nil)
+	defer a.Close()
+	defer b.Close()
+	ea, _ := a.Election("e")
+	eb, _ := b.Election("e")
+	t1, err := ea.Campaign(ctx, "a:1", lock.WithTTL(200*time.Millisecond), lock.WithAutoRenew(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-t1.Done()
+	time.Sleep(100 * time.Millisecond)
+	if l, err := eb.Leader(ctx); !errors.Is(err, lock.ErrNoLeader) {
+		t.Errorf("Leader after the term lapsed: %+v, %v; want ErrNoLeader", l, err)
+	}
+	t2, err := eb.TryCampaign(ctx, "b:1")
+	if err != nil {
+		t.Fatalf("TryCampaign after the term lapsed: %v", err)
+	}
+	if t2.Token() <= t1.Token() {
+		t.Errorf("term %d after lapsed term %d", t2.Token(), t1.Token())
+	}
+	t2.Unlock(ctx)
+}

@@ -128,3 +128,48 @@ func TestAudit42ReentryNote(t *testing.T) {
 		t.Errorf("after both releases: %v; want ErrNoLeader", err)
 	}
 }
+
+// A candidate that waits in the queue longer than its note's first
+// lifetime (two entry lifetimes and its TTL) and is then handed the term
+// is still announced: Leader reads its note while it leads.
+func TestAudit42LongWaitNote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	url := "redisnx://" + testserver.StartRedis(t, nil).Addr()
+	a, err := lock.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := lock.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ea, _ := a.Election("audit42-wait")
+	eb, _ := b.Election("audit42-wait")
+	t1, err := ea.Campaign(ctx, "a:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan *lock.Lease, 1)
+	go func() {
+		t2, err := eb.Campaign(ctx, "b:1", lock.WithTTL(time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		won <- t2
+	}()
+	time.Sleep(10 * time.Second) // > 2 entry lifetimes + b's TTL
+	t1.Unlock(ctx)
+	t2 := <-won
+	if t2 == nil {
+		return
+	}
+	defer t2.Unlock(ctx)
+	time.Sleep(500 * time.Millisecond)
+	ld, err := eb.Leader(ctx)
+	if err != nil || ld.Term != t2.Token() || ld.Announcement != "b:1" {
+		t.Errorf("Leader while b leads: %+v, %v; want b:1 in term %d", ld, err, t2.Token())
+	}
+}
