@@ -100,7 +100,7 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		l.Data = noGrant{} // nothing was sent
 		return err
 	}
-	n, name, sec := d.names(l.Key), entryName(l), seconds(l.TTL)
+	n, name, sec := d.names(l.Key), d.reserve(l), seconds(l.TTL)
 	var lease taken
 	clean := true // no write on lease has been sent: it can be a spare again
 	giveUp := func(err error) error {
@@ -112,12 +112,19 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		d.settled(l.Owner)
 		return err
 	}
-	done, st, err := d.fastGrant(ctx, c, n, l)
+	end := func(err error) error { // the attempt ends with no grant
+		gave := giveUp(err)
+		if gave == err {
+			d.unreserve(l.Owner) // nothing of it is left: its slot is free
+		}
+		return gave
+	}
+	done, st, err := d.fastGrant(ctx, c, n, l, name)
 	switch {
 	case done:
 		return nil
 	case err != nil && refused(err):
-		return d.refusal(l, giveUp(err), err)
+		return d.refusal(l, end(err), err)
 	case err != nil:
 		return err // unknown: lock's clean-up (Release) revokes the spare
 	}
@@ -125,14 +132,19 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		if st == nil {
 			if st, err = d.read(ctx, c, n, 0); err != nil {
 				if refused(err) {
-					return d.refusal(l, giveUp(err), err)
+					return d.refusal(l, end(err), err)
 				}
 				return d.later(ctx, l, wake, err)
 			}
 		}
+		if !l.Reentry && st.find(name) >= 0 {
+			// the slot's name is in use, not by this attempt (which has
+			// written nothing that landed): another slot
+			name = d.burn(l.Key, l.Owner)
+		}
 		if l.Mode == driver.Permit {
 			if o := otherLimit(st.entries, l.Limit, name); o != 0 {
-				return giveUp(limitError(o, l.Limit))
+				return end(limitError(o, l.Limit))
 			}
 		}
 		if l.Reentry {
@@ -146,17 +158,17 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 				}
 				return err
 			} else if i > 0 {
-				return giveUp(&driver.HeldError{})
+				return end(&driver.HeldError{})
 			}
 		}
 		if !turn(st.entries, l.Mode, l.Limit) || try > maxTries {
 			if wake == nil {
-				return giveUp(&driver.HeldError{})
+				return end(&driver.HeldError{})
 			}
 			if err := giveUp(nil); err != nil {
 				return d.later(ctx, l, wake, err)
 			}
-			return d.enqueue(ctx, c, n, l, wake)
+			return d.enqueue(ctx, c, n, l, name, wake)
 		}
 		if lease.id == 0 {
 			if lease, err = d.takeLease(ctx, c, l.Owner, sec); err != nil {
@@ -164,12 +176,12 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			}
 		}
 		clean = false
-		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease.id, holdsOf(l),
+		ok, rev, tok, err := d.grantWrite(ctx, c, n, name, st, l, lease.id, holdsOf(l),
 			clientv3.Compare(clientv3.ModRevision(n.queue).WithPrefix(), "<", st.rev+1),
 			clientv3.Compare(clientv3.CreateRevision(n.queue+name), "=", 0))
 		if err != nil {
 			if refused(err) {
-				return d.refusal(l, giveUp(err), err)
+				return d.refusal(l, end(err), err)
 			}
 			if isLeaseNotFound(err) && try <= maxTries {
 				// this lease, or the counter's, was revoked before the
@@ -181,7 +193,7 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 			return err
 		}
 		if ok {
-			d.granted(l, n, tok, rev, lease)
+			d.granted(l, n, grantRef{name: name, create: rev}, tok, rev, lease) // the entry was made at rev
 			return nil
 		}
 	}
@@ -193,6 +205,7 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 func (d *etcdDriver) refusal(l *driver.Lease, gave, err error) error {
 	if gave == err {
 		l.Data = noGrant{}
+		d.unreserve(l.Owner)
 	}
 	return gave
 }
@@ -228,7 +241,7 @@ func (d *etcdDriver) reenter(ctx context.Context, c *conn, n names, l *driver.Le
 	if !resp.Succeeded {
 		return errChanged
 	}
-	d.granted(l, n, v.token, resp.Header.Revision, taken{id: e.lease}) // renewed by this call (extend)
+	d.granted(l, n, grantRef{name: e.name, create: e.create}, v.token, resp.Header.Revision, taken{id: e.lease}) // renewed by this call (extend)
 	return nil
 }
 
@@ -240,20 +253,21 @@ func (d *etcdDriver) later(ctx context.Context, l *driver.Lease, wake chan<- str
 	if wake == nil || ctx.Err() != nil {
 		return err
 	}
+	name := d.reserve(l)
 	d.mu.Lock()
 	ws := d.waits[l.Owner]
 	if ws == nil {
-		ws = &waitState{name: entryName(l), wake: wake}
+		ws = &waitState{name: name, wake: wake}
 		d.waits[l.Owner] = ws
 	}
 	d.mu.Unlock()
 	return d.ride(ctx, ws, err)
 }
 
-// enqueue puts l's entry at the end of the queue, attached to a lease of
-// its own, and takes the first step of its wait.
-func (d *etcdDriver) enqueue(ctx context.Context, c *conn, n names, l *driver.Lease, wake chan<- struct{}) error {
-	ws := &waitState{name: entryName(l), wake: wake}
+// enqueue puts l's entry, named name, at the end of the queue, attached
+// to a lease of its own, and takes the first step of its wait.
+func (d *etcdDriver) enqueue(ctx context.Context, c *conn, n names, l *driver.Lease, name string, wake chan<- struct{}) error {
+	ws := &waitState{name: name, wake: wake}
 	d.mu.Lock()
 	if old := d.waits[l.Owner]; old != nil {
 		ws = old
@@ -279,7 +293,7 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 		return errors.Join(errors.New("etcd: the wait was left"), revoke(ctx, c, lease))
 	}
 	key := n.queue + ws.name
-	v := entryValue{mode: l.Mode, limit: l.Limit, since: d.wall().UnixMicro()}
+	v := entryValue{mode: l.Mode, limit: l.Limit, since: d.wall().UnixMicro(), owner: l.Owner}
 	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
 		clientv3.OpPut(key, v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
 		clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
@@ -299,8 +313,10 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 }
 
 // adopt takes over the waiting entry that an earlier place of ws made
-// while its reply was lost (on a lease this attempt made), renewing its
-// lease in this call, and steps; unused, the lease just made, goes.
+// while its reply was lost (on a lease this attempt made, with its
+// owner), renewing its lease in this call, and steps; unused, the lease
+// just made, goes. An entry that is not the attempt's holds the name:
+// the next Check places the wait under another.
 func (d *etcdDriver) adopt(ctx context.Context, c *conn, n names, l *driver.Lease, ws *waitState, unused int64, kvs []*mvccpb.KeyValue) error {
 	key := n.queue + ws.name
 	revoke(ctx, c, unused)
@@ -308,8 +324,12 @@ func (d *etcdDriver) adopt(ctx context.Context, c *conn, n names, l *driver.Leas
 	if len(kvs) == 1 {
 		e = parseEntry(n, kvs[0])
 	}
-	if !e.dlockAnon || e.v.token != 0 || !d.made(l.Owner, e.lease) {
-		return fmt.Errorf("etcd: the waiter's key %q exists already", key)
+	if !e.dlockAnon || e.owner() != l.Owner || e.v.token != 0 || !d.made(l.Owner, e.lease) {
+		name := d.burn(l.Key, l.Owner)
+		d.mu.Lock()
+		ws.name = name
+		d.mu.Unlock()
+		return d.ride(ctx, ws, fmt.Errorf("etcd: the waiter's key %q exists already", key))
 	}
 	ttls, err := keepAlive(ctx, c, []int64{e.lease})
 	if err != nil {
@@ -518,7 +538,7 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 			}
 			lease = fresh
 		}
-		ok, rev, tok, err := d.grantWrite(ctx, c, n, st, l, lease.id, nil,
+		ok, rev, tok, err := d.grantWrite(ctx, c, n, ws.name, st, l, lease.id, nil,
 			clientv3.Compare(clientv3.CreateRevision(key), "=", ws.create),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", ws.lease))
 		switch {
@@ -536,7 +556,7 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 		if ok {
 			fresh = taken{}
 			d.endWait(l.Owner, ws)
-			d.granted(l, n, tok, rev, lease)
+			d.granted(l, n, grantRef{name: ws.name, create: ws.create}, tok, rev, lease)
 			return nil
 		}
 		if try == maxTries {
@@ -602,20 +622,24 @@ func (d *etcdDriver) endWait(owner string, ws *waitState) {
 	d.mu.Unlock()
 }
 
-// Leave implements driver.Queuer: it deletes l's entry, granted or not,
-// and revokes every lease the attempt made, so that a step of l's still
-// on its way (its reply lost, its context ended) fails when it lands.
+// Leave implements driver.Queuer: it deletes l's entry, granted or not
+// (the generation its wait made, or, not knowing it, the entry that
+// names l's owner), and revokes every lease the attempt made, so that a
+// step of l's still on its way (its reply lost, its context ended) fails
+// when it lands.
 func (d *etcdDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	c, err := d.client()
 	if err != nil {
 		return err
 	}
+	name, create, known := d.entryOf(l)
 	d.mu.Lock()
 	ws := d.waits[l.Owner]
 	var leases []int64
 	if ws != nil {
 		ws.left = true
 		leases = append(leases, ws.lease)
+		name, create, known = ws.name, ws.create, true
 	}
 	leases = append(leases, d.pending[l.Owner]...)
 	d.mu.Unlock()
@@ -623,13 +647,14 @@ func (d *etcdDriver) Leave(ctx context.Context, l *driver.Lease) error {
 		d.unwatch(ws)
 	}
 	d.dropHolder(l.Owner)
-	n := d.names(l.Key)
-	resp, err := c.Txn(ctx).Then(clientv3.OpDelete(n.queue+entryName(l), clientv3.WithPrevKV())).Commit()
-	if err != nil {
-		return err
-	}
-	for _, kv := range resp.Responses[0].GetResponseDeleteRange().PrevKvs {
-		leases = append(leases, kv.Lease)
+	if known {
+		prev, err := deleteOwn(ctx, c, d.names(l.Key).queue+name, l.Owner, create)
+		if err != nil {
+			return err
+		}
+		for _, kv := range prev {
+			leases = append(leases, kv.Lease)
+		}
 	}
 	if err := revoke(ctx, c, leases...); err != nil {
 		return err
@@ -640,5 +665,6 @@ func (d *etcdDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	}
 	delete(d.pending, l.Owner)
 	d.mu.Unlock()
+	d.unreserve(l.Owner)
 	return nil
 }

@@ -75,7 +75,7 @@ func TestAudit39PlaceOnSpareValidity(t *testing.T) {
 		t.Errorf("validity %v on a lease made %v before the call: it is sure to last %v from the call's start", l.Validity, start.Sub(made), bound)
 	}
 	time.Sleep(time.Until(start.Add(l.Validity - l.Validity/100 - 100*time.Millisecond)))
-	r, err := raw.Get(ctx, q+l.Owner)
+	r, err := raw.Get(ctx, entryKey(d, l))
 	if err != nil {
 		t.Fatal(err)
 	}

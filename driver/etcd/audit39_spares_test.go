@@ -118,7 +118,6 @@ func TestAudit39WaitLeaseSpare(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	k := "audit39-wait-spare"
-	q := d.names(k).queue
 	holder := &driver.Lease{Key: k, Owner: audit39Owner(1), TTL: 10 * time.Second}
 	if err := d.Acquire(ctx, holder); err != nil {
 		t.Fatal(err)
@@ -129,7 +128,7 @@ func TestAudit39WaitLeaseSpare(t *testing.T) {
 	if err := d.Join(ctx, w, wake); !errors.As(err, &held) {
 		t.Fatalf("Join behind a holder: %v", err)
 	}
-	resp, err := raw.Get(ctx, q+w.Owner)
+	resp, err := raw.Get(ctx, entryKey(d, w))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the waiter's entry: %v %v", resp, err)
 	}
@@ -164,7 +163,7 @@ func TestAudit39WaitLeaseSpare(t *testing.T) {
 		t.Fatalf("validity %v over the TTL", l.Validity)
 	}
 	time.Sleep(time.Until(start.Add(l.Validity - 150*time.Millisecond)))
-	resp, err = raw.Get(ctx, d.names(k+"-2").queue+l.Owner)
+	resp, err = raw.Get(ctx, entryKey(d, l))
 	if err != nil {
 		t.Fatal(err)
 	}

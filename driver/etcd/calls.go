@@ -160,7 +160,16 @@ func keepAliveOnce(ctx context.Context, c *conn, ids []int64) (map[int64]int64, 
 	return out, nil
 }
 
-// grantWrite writes l's entry, granted with the next token, and the
+// ownerField is the OWNER of l's entry's value: its owner, for an
+// anonymous entry.
+func ownerField(l *driver.Lease) string {
+	if l.Reentry {
+		return ""
+	}
+	return l.Owner
+}
+
+// grantWrite writes l's entry (name), granted with the next token, and the
 // counter (on the counter lease), in one KV/Txn, if cmps and the
 // counter's revision hold; a write refused for a lease that is gone
 // (this one or the counter's, see counter.go) is the caller's to make
@@ -168,14 +177,14 @@ func keepAliveOnce(ctx context.Context, c *conn, ids []int64) (map[int64]int64, 
 // that timed out or found its member unavailable is sent again (to the
 // next member): if the first landed, the second finds the counter moved
 // and reads the entry, which is then l's, on lease, with this value.
-func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
+func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, name string, st *state, l *driver.Lease, lease int64, holds []string, cmps ...clientv3.Cmp) (ok bool, rev int64, token uint64, err error) {
 	if st.counter == math.MaxUint64 {
 		return false, 0, 0, fmt.Errorf("etcd: the counter %s is at the largest token: no grant can take a higher one", n.counter)
 	}
 	now := d.wall().UnixMicro()
 	token = nextToken(st.counter, now)
-	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, holds: holds}
-	key, value := n.queue+entryName(l), v.String()
+	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, owner: ownerField(l), holds: holds}
+	key, value := n.queue+name, v.String()
 	cl, err := d.counterLease(ctx, c)
 	if err != nil {
 		return false, 0, 0, err
@@ -212,10 +221,12 @@ func landed(kvs []*mvccpb.KeyValue, lease int64, value string) bool {
 // errDeleted ends a lease whose entry was deleted.
 var errDeleted = errors.New("etcd: the lease's key was deleted (expired, released through another Lease, or removed behind the lock's back)")
 
-// granted fills l for a grant made at revision rev, and watches its
-// entry from the next revision (see watchHolder).
-func (d *etcdDriver) granted(l *driver.Lease, n names, token uint64, rev int64, t taken) {
-	l.Token, l.Data = token, t.id
+// granted fills l for a grant of ref's entry (its lease t) made at
+// revision rev, and watches its entry from the next revision (see
+// watchHolder).
+func (d *etcdDriver) granted(l *driver.Lease, n names, ref grantRef, token uint64, rev int64, t taken) {
+	ref.lease = t.id
+	l.Token, l.Data = token, ref
 	l.Validity = t.validity(l.TTL) // a lease made in the call lasts seconds(TTL) ≥ TTL from the request
 	d.settled(l.Owner)
 	d.keep(t)
@@ -241,10 +252,12 @@ type holderWatch struct {
 // watchHolder watches l's entry (n's, from revision from), from
 // holderWatchDelay on: a deletion ends the lease at once.
 func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
-	owner, lost, lease := l.Owner, l.Lost, l.Data
-	key := n.queue + entryName(l)
+	owner, lost := l.Owner, l.Lost
+	ref, _ := l.Data.(grantRef)
+	key := n.queue + ref.name
 	end := func() {
 		d.dropHolder(owner)
+		d.unreserve(owner) // the grant's entry is gone: its slot is free
 		if lost != nil {
 			lost(errDeleted)
 		}
@@ -256,7 +269,7 @@ func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
 	}
 	// made from the revision after the grant, the watch may find it
 	// compacted, maybe past a deletion: then the entry is read
-	compacted := func() { d.checkHolder(key, lease, end) }
+	compacted := func() { d.checkHolder(key, ref, end) }
 	h := &holderWatch{}
 	d.mu.Lock()
 	old := d.holders[owner]
@@ -288,10 +301,11 @@ func (d *etcdDriver) watchHolder(l *driver.Lease, n names, from int64) {
 }
 
 // checkHolder reads a holder's entry, key, after its watch found its
-// revision compacted, and calls end when it is gone or no longer on the holder's
-// lease: a deletion the watch may have missed. A read that fails leaves
-// it to the renewal, which finds the entry gone too.
-func (d *etcdDriver) checkHolder(key string, lease any, end func()) {
+// revision compacted, and calls end when it is gone, or is another
+// generation (the name reused) or no longer on the holder's lease: a
+// deletion the watch may have missed. A read that fails leaves it to the
+// renewal, which finds the entry gone too.
+func (d *etcdDriver) checkHolder(key string, ref grantRef, end func()) {
 	c, err := d.client()
 	if err != nil {
 		return
@@ -302,7 +316,7 @@ func (d *etcdDriver) checkHolder(key string, lease any, end func()) {
 	if err != nil {
 		return
 	}
-	if id, ok := lease.(int64); len(kvs) == 0 || ok && kvs[0].Lease != id {
+	if len(kvs) == 0 || kvs[0].CreateRevision != ref.create || kvs[0].Lease != ref.lease {
 		end()
 	}
 }

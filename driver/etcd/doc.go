@@ -43,12 +43,16 @@
 // as before. A concurrency.Mutex made with MutexPrefix(K)
 // and dlock's locks of K exclude each other.
 //
-// Each grant's entry has a name of its own (its owner's), and etcd keeps
-// a deleted name in its index until a compaction passes it: the grant's
+// An entry is named by its Locker and a slot, the lowest free one of the
+// key, so a Locker's grants of a key reuse a few names: etcd
+// keeps a deleted name in its index until a compaction, and the grant's
 // compare over the queue, and every read of it, visit them all (30,000
 // names since the last compaction cost a grant about 15 ms on a 2-core
-// machine, docs/performance.md). Run etcd with auto-compaction
-// (--auto-compaction-retention) so that a busy key's stay few.
+// machine, docs/performance.md). A grant is its entry's create revision,
+// which every request on it compares; a reused name never stands for an
+// earlier grant. Running etcd with auto-compaction
+// (--auto-compaction-retention) is still advised: each Locker that used a
+// key leaves its names until then.
 //
 // # TTLs
 //

@@ -54,6 +54,7 @@ func MutexPrefix(prefix, key string) string {
 type etcdDriver struct {
 	err    error // an option error, returned by every call
 	prefix string
+	id     string           // names this Locker's entries (slots.go)
 	wall   func() time.Time // the wall clock of tokens and SINCE (time.Now; tests skew it)
 
 	cmu   sync.Mutex
@@ -68,13 +69,15 @@ type etcdDriver struct {
 	cl     int64      // the lease counters are attached to (counter.go); 0 before the first grant
 	clMade time.Time
 
-	mu      sync.Mutex
-	waits   map[string]*waitState   // queued waits, by owner
-	pending map[string][]int64      // leases made for an attempt still under way, by owner
-	holders map[string]*holderWatch // a grant's watch on its entry, by owner
-	spares  map[int64][]spare       // leases with no key, kept for grants, by TTL in seconds (spares.go)
-	kept    map[int64]spare         // granted leases whose expiry is known, by id
-	closed  bool
+	mu        sync.Mutex
+	waits     map[string]*waitState   // queued waits, by owner
+	pending   map[string][]int64      // leases made for an attempt still under way, by owner
+	holders   map[string]*holderWatch // a grant's watch on its entry, by owner
+	spares    map[int64][]spare       // leases with no key, kept for grants, by TTL in seconds (spares.go)
+	kept      map[int64]spare         // granted leases whose expiry is known, by id
+	slotUsers map[slotKey]string      // the attempt (owner) holding each slot in use (slots.go)
+	slotOf    map[string]slotKey      // by owner
+	closed    bool
 }
 
 var (
@@ -91,13 +94,16 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 		opts = *o
 	}
 	d := &etcdDriver{
-		prefix:  opts.Prefix,
-		wall:    time.Now,
-		waits:   map[string]*waitState{},
-		pending: map[string][]int64{},
-		holders: map[string]*holderWatch{},
-		spares:  map[int64][]spare{},
-		kept:    map[int64]spare{},
+		prefix:    opts.Prefix,
+		id:        newLockerID(),
+		wall:      time.Now,
+		slotUsers: map[slotKey]string{},
+		slotOf:    map[string]slotKey{},
+		waits:     map[string]*waitState{},
+		pending:   map[string][]int64{},
+		holders:   map[string]*holderWatch{},
+		spares:    map[int64][]spare{},
+		kept:      map[int64]spare{},
 	}
 	if d.prefix == "" {
 		d.prefix = DefaultPrefix

@@ -39,7 +39,7 @@ func counterValue(v uint64) string {
 // It is sent once, to have a definite reply: after an error the lease's
 // outcome is unknown and lock's clean-up revokes it (pending). st is nil
 // when there was no spare, or the spare or the counter lease is gone.
-func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.Lease) (granted bool, st *state, err error) {
+func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.Lease, name string) (granted bool, st *state, err error) {
 	t := d.takeSpare(l.Owner, seconds(l.TTL))
 	if t.id == 0 {
 		return false, nil, nil
@@ -55,8 +55,8 @@ func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.
 		d.putBack(l.Owner, t)
 		return false, nil, nil
 	}
-	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, holds: holdsOf(l)}
-	key, value := n.queue+entryName(l), v.String()
+	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, owner: ownerField(l), holds: holdsOf(l)}
+	key, value := n.queue+name, v.String()
 	cv := counterValue(token)
 	req := &pb.TxnRequest{
 		Compare: []*pb.Compare{cmpCreate(n.queue, clientv3.GetPrefixRangeEnd(n.queue), pb.Compare_EQUAL, 0), cmpValueLess(n.counter, cv)},
@@ -76,7 +76,7 @@ func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.
 	case err != nil:
 		return false, nil, err // unknown: lock's clean-up revokes the spare (pending)
 	case rev != 0:
-		d.granted(l, n, token, rev, t)
+		d.granted(l, n, grantRef{name: name, create: rev}, token, rev, t) // the queue was empty: the entry was made at rev
 		return true, nil, nil
 	case tries > 1:
 		// an earlier try may land later: revoked, it cannot
@@ -142,7 +142,7 @@ func (d *etcdDriver) fastStep(ctx context.Context, c *conn, n names, l *driver.L
 	now := d.wall().UnixMicro()
 	token := uint64(max(now, 0))
 	key := n.queue + ws.name
-	v := entryValue{mode: l.Mode, limit: l.Limit, token: token, since: now}
+	v := entryValue{mode: l.Mode, limit: l.Limit, token: token, since: now, owner: l.Owner}
 	value := v.String()
 	cv := counterValue(token)
 	req := &pb.TxnRequest{
@@ -165,7 +165,7 @@ func (d *etcdDriver) fastStep(ctx context.Context, c *conn, n names, l *driver.L
 		return false, nil, d.ride(ctx, ws, err)
 	case rev != 0:
 		d.endWait(l.Owner, ws)
-		d.granted(l, n, token, rev, t)
+		d.granted(l, n, grantRef{name: ws.name, create: ws.create}, token, rev, t)
 		if !ws.leaseExp.IsZero() { // the entry left it: the waiting lease has no key
 			d.putBack(l.Owner, taken{id: ws.lease, sec: ws.leaseSec, expires: ws.leaseExp})
 		}

@@ -12,9 +12,18 @@ type entry struct {
 	lease         int64
 	v             entryValue
 	foreign       bool // not written by dlock (a concurrency.Mutex's key)
-	dlockAnon     bool // an anonymous dlock entry (its name is its owner)
+	dlockAnon     bool // an anonymous dlock entry (see owner)
 	dlockNamed    bool // a named owner's grant
 	modeForGrants driver.Mode
+}
+
+// owner is an anonymous or foreign entry's owner: the one its value
+// names, else (an older client's entry, a foreign one) its name.
+func (e entry) owner() string {
+	if e.v.owner != "" {
+		return e.v.owner
+	}
+	return e.name
 }
 
 // state is what one read of a lock key found: its entries in create

@@ -139,6 +139,7 @@ func TestValueRoundTrip(t *testing.T) {
 		{mode: driver.Exclusive, token: 7, since: 99},
 		{mode: driver.Shared, since: 1},
 		{mode: driver.Permit, limit: 3, token: 1 << 60, since: 2},
+		{mode: driver.Shared, token: 4, since: 5, owner: "0123456789abcdef0123456789abcdef"},
 		{named: true, token: 5, since: 3, holds: []string{"0123456789abcdef0123456789abcdef", "0123456789abcdeffedcba9876543210"}},
 	} {
 		got, ok := parseValue(v.String())
@@ -146,9 +147,17 @@ func TestValueRoundTrip(t *testing.T) {
 			t.Errorf("parseValue(%q) = %+v, %v", v.String(), got, ok)
 		}
 	}
-	for _, s := range []string{"", "x", "dlock1 q 0 0 0", "dlock1 x a 0 0", "dlock2 x 0 0 0"} {
+	for _, s := range []string{"", "x", "dlock1 q 0 0 0", "dlock1 x a 0 0", "dlock2 x 0 0 0",
+		"dlock1 x 0 1 2 notanowner", "dlock1 x 0 1 2 0123456789abcdef0123456789abcdef extra"} {
 		if _, ok := parseValue(s); ok {
 			t.Errorf("parseValue(%q) accepted", s)
 		}
 	}
+}
+
+// entryKey is the etcd key of l's entry, as d knows it (l's grant, or
+// the slot its attempt holds).
+func entryKey(d *etcdDriver, l *driver.Lease) string {
+	name, _, _ := d.entryOf(l)
+	return d.names(l.Key).queue + name
 }

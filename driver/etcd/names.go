@@ -11,25 +11,37 @@ import (
 // The keys and values this driver writes (docs/wire/etcd.md is the same
 // description):
 //
-//	PREFIX "q/" esc(K) "/" OWNER        an anonymous attempt's entry: its
+//	PREFIX "q/" esc(K) "/" NAME         an anonymous attempt's entry: its
 //	                                    waiting place, then its grant
 //	PREFIX "q/" esc(K) "/o-" OWNER16     a named owner's grant (its holds in
 //	                                    the value)
 //	PREFIX "c/" esc(K)                   the key's fencing counter: the last
 //	                                    token, in decimal; no lease
 //
+// NAME is 32 hex digits: the Locker's 24 (random, made with it) and a
+// slot's 8. An attempt takes the lowest slot of K that no other attempt
+// of its Locker holds (slots.go), and gives it back once nothing it
+// wrote can be left or land later, so a Locker's grants of K reuse a few
+// names: etcd keeps a deleted name in its index until a compaction, and
+// every range over the queue visits it. A reused name is not a grant's
+// identity: its create revision is (the generation), and every request
+// that acts on a known grant compares it. Clients before this layout
+// named an entry by its owner token (NAME = OWNER): both are read alike.
+//
 // Every entry is attached to an etcd lease of its own (one per attempt),
 // so it goes when the lease expires. The entries of K are ordered by
 // their create revision: that order is the queue, and the grant rule
 // (grants.go) reads it alone. An entry's value is
 //
-//	"dlock1 " MODE " " LIMIT " " TOKEN " " SINCE [" " HOLD]...
+//	"dlock1 " MODE " " LIMIT " " TOKEN " " SINCE [" " OWNER | (" " HOLD)...]
 //
 // MODE is x (exclusive), s (shared), p (permit) or o (a named owner's
 // grant); LIMIT a permit's semaphore size (0 otherwise); TOKEN the
 // fencing token, 0 while the entry waits; SINCE when the entry was
 // granted, or queued while it waits, in Unix microseconds of the
-// client's clock; the HOLDs are a named owner's holds (owner tokens).
+// client's clock; OWNER an anonymous entry's owner token (absent from
+// an older client's entry, whose NAME is its owner); the HOLDs are a
+// named owner's holds (owner tokens).
 // A key under the queue prefix that dlock did not write (a
 // concurrency.Mutex's PFX "/" LEASEHEX key) is a foreign entry, read as
 // exclusive: so with MutexPrefix(K) as its prefix, a concurrency.Mutex
@@ -66,12 +78,10 @@ func (d *etcdDriver) names(key string) names {
 	return names{queue: d.prefix + "q/" + e + "/", counter: d.prefix + "c/" + e}
 }
 
-// entryName is the name, under the queue prefix, of l's entry.
-func entryName(l *driver.Lease) string {
-	if l.Reentry {
-		return "o-" + l.Owner[:driver.NamedOwnerLen]
-	}
-	return l.Owner
+// namedEntry is the name, under the queue prefix, of a named owner's
+// grant.
+func namedEntry(l *driver.Lease) string {
+	return "o-" + l.Owner[:driver.NamedOwnerLen]
 }
 
 // entryValue is what an entry holds (see the layout above).
@@ -80,7 +90,8 @@ type entryValue struct {
 	named bool
 	limit int
 	token uint64
-	since int64 // Unix µs
+	since int64  // Unix µs
+	owner string // an anonymous entry's owner ("": an older client's, named by its owner)
 	holds []string
 }
 
@@ -95,6 +106,9 @@ func (v entryValue) String() string {
 		m = "p"
 	}
 	s := fmt.Sprintf("dlock1 %s %d %d %d", m, v.limit, v.token, v.since)
+	if v.owner != "" {
+		s += " " + v.owner
+	}
 	for _, h := range v.holds {
 		s += " " + h
 	}
@@ -126,6 +140,13 @@ func parseValue(s string) (v entryValue, ok bool) {
 		return v, false
 	}
 	v.limit, v.token, v.since = lim, tok, since
-	v.holds = f[5:]
+	switch {
+	case v.named:
+		v.holds = f[5:]
+	case len(f) == 6 && driver.IsOwner(f[5]):
+		v.owner = f[5]
+	case len(f) > 5:
+		return v, false
+	}
 	return v, true
 }

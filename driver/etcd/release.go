@@ -8,15 +8,20 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Release deletes l's entry if it is there (one KV/Txn), then revokes its
-// lease, and any lease an attempt whose reply was lost made (so that the
-// attempt's write, if it lands later, fails). A named owner's hold is
-// taken out of its grant, which goes with the last.
+// Release deletes l's entry if it is there (one KV/Txn comparing its
+// create revision: the name may be another grant's since), then revokes
+// its lease, and any lease an attempt whose reply was lost made (so that
+// the attempt's write, if it lands later, fails). After a lost reply
+// (l.Data unset) the entry is read first, and deleted only if it names
+// l's owner. A named owner's hold is taken out of its grant, which goes
+// with the last.
 func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 	if _, ok := l.Data.(noGrant); ok {
+		d.unreserve(l.Owner)
 		return driver.ErrNotHeld
 	}
 	c, err := d.client()
@@ -31,36 +36,73 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 	d.mu.Lock()
 	leases := slices.Clone(d.pending[l.Owner])
 	d.mu.Unlock()
-	key := n.queue + entryName(l)
-	resp, err := c.txn(ctx, &pb.TxnRequest{
-		Compare: []*pb.Compare{cmpCreate(key, "", pb.Compare_GREATER, 0)},
-		Success: []*pb.RequestOp{opDelete(key, true)},
-	})
-	if err != nil {
-		return err
+	var prev []*mvccpb.KeyValue
+	if name, create, ok := d.entryOf(l); ok {
+		if prev, err = deleteOwn(ctx, c, n.queue+name, l.Owner, create); err != nil {
+			return err
+		}
 	}
 	defer d.forget(leaseOf(l))
-	if !resp.Succeeded {
+	if len(prev) == 0 {
 		if err := revoke(ctx, c, leases...); err != nil {
 			return err
 		}
 		d.settled(l.Owner)
+		d.unreserve(l.Owner)
 		return driver.ErrNotHeld
 	}
-	for _, kv := range resp.Responses[0].GetResponseDeleteRange().PrevKvs {
+	for _, kv := range prev {
 		if kv.Lease != leaseOf(l) || !d.reuse(kv.Lease) { // a spare: no key is on it now
 			leases = append(leases, kv.Lease)
 		}
 	}
 	revoke(ctx, c, leases...) // the entry is gone; a lease left behind expires by itself
 	d.settled(l.Owner)
+	d.unreserve(l.Owner)
 	return nil
+}
+
+// deleteOwn deletes key, an anonymous entry of owner's: the generation
+// made at revision create when it is known (one KV/Txn), else the entry
+// there if its value names owner (a read, then a delete if it did not
+// change). It returns what it deleted (none: no such entry).
+func deleteOwn(ctx context.Context, c *conn, key, owner string, create int64) ([]*mvccpb.KeyValue, error) {
+	if create != 0 {
+		resp, err := c.txn(ctx, &pb.TxnRequest{
+			Compare: []*pb.Compare{cmpCreate(key, "", pb.Compare_EQUAL, create)},
+			Success: []*pb.RequestOp{opDelete(key, true)},
+		})
+		if err != nil || !resp.Succeeded {
+			return nil, err
+		}
+		return resp.Responses[0].GetResponseDeleteRange().PrevKvs, nil
+	}
+	for range maxTries {
+		kvs, _, err := c.get(ctx, key)
+		if err != nil || len(kvs) == 0 {
+			return nil, err
+		}
+		if v, ok := parseValue(string(kvs[0].Value)); !ok || v.named || v.owner != owner {
+			return nil, nil // another's
+		}
+		resp, err := c.txn(ctx, &pb.TxnRequest{
+			Compare: []*pb.Compare{cmpMod(key, kvs[0].ModRevision)},
+			Success: []*pb.RequestOp{opDelete(key, true)},
+		})
+		if err != nil {
+			return nil, err
+		}
+		if resp.Succeeded {
+			return resp.Responses[0].GetResponseDeleteRange().PrevKvs, nil
+		}
+	}
+	return nil, errors.New("etcd: deleting an entry: it kept changing")
 }
 
 // releaseHold takes l's hold out of its named owner's grant, deleting the
 // grant with the last hold.
 func (d *etcdDriver) releaseHold(ctx context.Context, c *conn, n names, l *driver.Lease) error {
-	key := n.queue + entryName(l)
+	key := n.queue + namedEntry(l)
 	for range maxTries {
 		kvs, _, err := c.get(ctx, key)
 		if err != nil {
@@ -185,8 +227,8 @@ func (d *etcdDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl t
 
 // leaseOf is the lease l's grant was made (or resumed) with.
 func leaseOf(l *driver.Lease) int64 {
-	id, _ := l.Data.(int64)
-	return id
+	ref, _ := l.Data.(grantRef)
+	return ref.lease
 }
 
 // readEntries reads the entries of ls, in one KV/Txn per 128, and sets
@@ -198,7 +240,8 @@ func (d *etcdDriver) readEntries(ctx context.Context, c *conn, ls []*driver.Leas
 		hi := min(lo+txnOps, len(ls))
 		ops := make([]clientv3.Op, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			keys[i] = d.names(ls[i].Key).queue + entryName(ls[i])
+			name, _, _ := d.entryOf(ls[i])
+			keys[i] = d.names(ls[i].Key).queue + name
 			ops = append(ops, clientv3.OpGet(keys[i]))
 		}
 		resp, err := c.Txn(ctx).Then(ops...).Commit()
@@ -220,13 +263,15 @@ func (d *etcdDriver) readEntries(ctx context.Context, c *conn, ls []*driver.Leas
 	return es, keys, nil
 }
 
-// holds reports whether e is l's grant: l's own entry, with a token, or
-// a named owner's grant that lists l's hold.
+// holds reports whether e is l's grant: l's own entry, with a token,
+// of the generation l's grant made (when l knows it), or a named owner's
+// grant that lists l's hold.
 func holds(e entry, l *driver.Lease) bool {
 	if l.Reentry {
 		return e.dlockNamed && slices.Contains(e.v.holds, l.Owner)
 	}
-	return e.dlockAnon && e.v.token != 0
+	ref, _ := l.Data.(grantRef)
+	return e.dlockAnon && e.v.token != 0 && e.owner() == l.Owner && (ref.create == 0 || e.create == ref.create)
 }
 
 // extend renews e's lease and lengthens it to sec seconds if it is
@@ -271,32 +316,50 @@ func (d *etcdDriver) lengthen(ctx context.Context, c *conn, key string, e entry,
 	return nil
 }
 
-// Resume implements driver.Resumer: it reads l's entry (one Get), checks
-// its mode, limit and token (for a named owner's grant, that it lists
-// l's hold), renews its lease (lengthened to l's TTL if shorter; never
-// shortened), and watches the entry.
+// Resume implements driver.Resumer: it reads l's entry (one KV/Txn: a
+// named owner's grant, or the queue, where the entry that names l's
+// owner is its grant), checks its mode, limit and token (for a named
+// owner's grant, that it lists l's hold), renews its lease (lengthened to
+// l's TTL if shorter; never shortened), and watches the entry.
 func (d *etcdDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	c, err := d.client()
 	if err != nil {
 		return err
 	}
 	n := d.names(l.Key)
-	key := n.queue + entryName(l)
-	kvs, rev, err := c.get(ctx, key)
+	e, rev, found, err := d.findGrant(ctx, c, n, l)
 	if err != nil {
 		return err
 	}
-	if len(kvs) == 0 {
+	if !found || !holds(e, l) || e.v.token != l.Token || (!l.Reentry && (e.v.mode != l.Mode || e.v.limit != l.Limit)) {
 		return driver.ErrNotHeld
 	}
-	e := parseEntry(n, kvs[0])
-	if !holds(e, l) || e.v.token != l.Token || (!l.Reentry && (e.v.mode != l.Mode || e.v.limit != l.Limit)) {
-		return driver.ErrNotHeld
-	}
-	if err := d.extend(ctx, c, key, e, seconds(l.TTL)); err != nil {
+	if err := d.extend(ctx, c, n.queue+e.name, e, seconds(l.TTL)); err != nil {
 		return err
 	}
-	l.Validity, l.Data = l.TTL, e.lease
+	l.Validity, l.Data = l.TTL, grantRef{name: e.name, lease: e.lease, create: e.create}
 	d.watchHolder(l, n, rev+1)
 	return nil
+}
+
+// findGrant reads the entry of l's grant: a named owner's by its name,
+// an anonymous one as the entry of the queue whose owner is l's.
+func (d *etcdDriver) findGrant(ctx context.Context, c *conn, n names, l *driver.Lease) (e entry, rev int64, found bool, err error) {
+	if l.Reentry {
+		kvs, rev, err := c.get(ctx, n.queue+namedEntry(l))
+		if err != nil || len(kvs) == 0 {
+			return e, rev, false, err
+		}
+		return parseEntry(n, kvs[0]), rev, true, nil
+	}
+	st, err := d.read(ctx, c, n, 0)
+	if err != nil {
+		return e, 0, false, err
+	}
+	for _, e := range st.entries {
+		if e.dlockAnon && e.owner() == l.Owner {
+			return e, st.rev, true, nil
+		}
+	}
+	return e, st.rev, false, nil
 }

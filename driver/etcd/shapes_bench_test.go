@@ -159,7 +159,8 @@ func etcdCPU(tb testing.TB, endpoint string) func() float64 {
 // n names deleted under the prefix since etcd last compacted: every
 // grant's entry has a name of its own (its owner's), and etcd's index
 // keeps a deleted name until a compaction passes it, so a range over
-// the prefix visits each.
+// the prefix visits each. reused=n is one name put and deleted n times:
+// the entry names a Locker reuses.
 func BenchmarkDeletedNames(b *testing.B) {
 	e := testserver.SharedEtcd(b)
 	c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -171,10 +172,13 @@ func BenchmarkDeletedNames(b *testing.B) {
 	kv := pb.NewKVClient(c.ActiveConnection())
 	cpuOf := etcdCPU(b, e.Endpoints()[0])
 	run := "dlock-bench/deleted/" + time.Now().Format("150405.000000") + "/"
-	for _, n := range []int{0, 1000, 10000, 30000} {
+	for _, n := range []int{0, 1000, 10000, 30000, -30000} {
 		q := run + strconv.Itoa(n) + "/q/k/"
-		for i := range n {
+		for i := range max(n, -n) {
 			k := q + fmt.Sprintf("%032x", i) // an owner's name
+			if n < 0 {
+				k = q + fmt.Sprintf("%032x", 0) // one name, reused
+			}
 			if _, err := kv.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{opPut(k, "", 0)}}); err != nil {
 				b.Fatal(err)
 			}
@@ -186,7 +190,11 @@ func BenchmarkDeletedNames(b *testing.B) {
 			Compare: []*pb.Compare{cmpCreate(q, clientv3.GetPrefixRangeEnd(q), pb.Compare_EQUAL, 0)},
 			Success: []*pb.RequestOp{opGet(q + "x")},
 		}
-		b.Run("deleted="+strconv.Itoa(n), func(b *testing.B) {
+		name := "deleted=" + strconv.Itoa(n)
+		if n < 0 {
+			name = "reused=" + strconv.Itoa(-n)
+		}
+		b.Run(name, func(b *testing.B) {
 			c0 := cpuOf()
 			for range b.N {
 				if r, err := kv.Txn(ctx, req); err != nil || !r.Succeeded {

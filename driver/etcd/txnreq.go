@@ -19,6 +19,11 @@ func cmpCreate(key, end string, result pb.Compare_CompareResult, rev int64) *pb.
 	return c
 }
 
+// cmpMod compares key's mod revision as equal to rev.
+func cmpMod(key string, rev int64) *pb.Compare {
+	return &pb.Compare{Key: []byte(key), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: rev}}
+}
+
 // cmpLease compares the lease key is attached to.
 func cmpLease(key string, lease int64) *pb.Compare {
 	return &pb.Compare{Key: []byte(key), Target: pb.Compare_LEASE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Lease{Lease: lease}}
