@@ -76,7 +76,7 @@ type etcdDriver struct {
 	spares    map[int64][]spare       // leases with no key, kept for grants, by TTL in seconds (spares.go)
 	kept      map[int64]spare         // granted leases whose expiry is known, by id
 	slotUsers map[slotKey]string      // the attempt (owner) holding each slot in use (slots.go)
-	slotOf    map[string]slotKey      // by owner
+	slotOf    map[string]held         // by owner
 	closed    bool
 }
 
@@ -98,7 +98,7 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 		id:        newLockerID(),
 		wall:      time.Now,
 		slotUsers: map[slotKey]string{},
-		slotOf:    map[string]slotKey{},
+		slotOf:    map[string]held{},
 		waits:     map[string]*waitState{},
 		pending:   map[string][]int64{},
 		holders:   map[string]*holderWatch{},

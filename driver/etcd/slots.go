@@ -3,7 +3,6 @@ package etcd
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 
 	"github.com/dlock-go/dlock/driver"
 )
@@ -29,6 +28,12 @@ type slotKey struct {
 	slot uint32
 }
 
+// held is the slot an attempt holds, and its name.
+type held struct {
+	slotKey
+	name string
+}
+
 // burnt marks a slot taken by no attempt that is never given out again:
 // its name was found in use by an entry that is not the attempt's.
 const burnt = ""
@@ -42,9 +47,16 @@ func newLockerID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// slotName is the entry name of slot s.
+// slotName is the entry name of slot s: the Locker's id, then s in 8
+// hex digits.
 func (d *etcdDriver) slotName(s uint32) string {
-	return fmt.Sprintf("%s%08x", d.id, s)
+	const digits = "0123456789abcdef"
+	b := make([]byte, 0, 32)
+	b = append(b, d.id...)
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, digits[s>>shift&0xf])
+	}
+	return string(b)
 }
 
 // reserve returns the entry name of l's attempt: a named owner's, or the
@@ -55,8 +67,8 @@ func (d *etcdDriver) reserve(l *driver.Lease) string {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if sk, ok := d.slotOf[l.Owner]; ok && sk.key == l.Key {
-		return d.slotName(sk.slot)
+	if h, ok := d.slotOf[l.Owner]; ok && h.key == l.Key {
+		return h.name
 	}
 	return d.take(l.Key, l.Owner)
 }
@@ -70,9 +82,10 @@ func (d *etcdDriver) take(key, owner string) string {
 		}
 		sk.slot++
 	}
+	name := d.slotName(sk.slot)
 	d.slotUsers[sk] = owner
-	d.slotOf[owner] = sk
-	return d.slotName(sk.slot)
+	d.slotOf[owner] = held{sk, name}
+	return name
 }
 
 // burn gives owner, whose slot's name was found in use by an entry not
@@ -80,8 +93,8 @@ func (d *etcdDriver) take(key, owner string) string {
 func (d *etcdDriver) burn(key, owner string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if sk, ok := d.slotOf[owner]; ok {
-		d.slotUsers[sk] = burnt
+	if h, ok := d.slotOf[owner]; ok {
+		d.slotUsers[h.slotKey] = burnt
 	}
 	return d.take(key, owner)
 }
@@ -90,11 +103,11 @@ func (d *etcdDriver) burn(key, owner string) string {
 func (d *etcdDriver) reserved(key, owner string) (string, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sk, ok := d.slotOf[owner]
-	if !ok || sk.key != key {
+	h, ok := d.slotOf[owner]
+	if !ok || h.key != key {
 		return "", false
 	}
-	return d.slotName(sk.slot), true
+	return h.name, true
 }
 
 // unreserve gives owner's slot back: nothing its attempt wrote is left
@@ -102,13 +115,13 @@ func (d *etcdDriver) reserved(key, owner string) (string, bool) {
 func (d *etcdDriver) unreserve(owner string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	sk, ok := d.slotOf[owner]
+	h, ok := d.slotOf[owner]
 	if !ok {
 		return
 	}
 	delete(d.slotOf, owner)
-	if d.slotUsers[sk] == owner {
-		delete(d.slotUsers, sk)
+	if d.slotUsers[h.slotKey] == owner {
+		delete(d.slotUsers, h.slotKey)
 	}
 }
 
