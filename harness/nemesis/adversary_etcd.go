@@ -41,7 +41,7 @@ type etcdAdversary struct {
 	mu     sync.Mutex
 	rng    *rand.Rand
 	counts map[string]int
-	leases map[int64]string // the entry each lease was last read on (see spares)
+	leases map[int64]string // the entry (name@create revision) each lease was last read on (see spares)
 }
 
 const etcdPrefix = "nemesis/"
@@ -264,12 +264,13 @@ func (a *etcdAdversary) spares(kvs []*mvccpb.KeyValue) {
 		if kv.Lease == 0 || !strings.HasPrefix(string(kv.Key), etcdPrefix+"q/") {
 			continue
 		}
-		if prev, ok := a.leases[kv.Lease]; ok && prev != string(kv.Key) {
+		entry := fmt.Sprintf("%s@%d", kv.Key, kv.CreateRevision) // a name is reused: its generation tells entries apart
+		if prev, ok := a.leases[kv.Lease]; ok && prev != entry {
 			a.counts["lease-reused"]++
 			if f := strings.Fields(string(kv.Value)); kv.CreateRevision != kv.ModRevision && len(f) >= 5 && f[3] != "0" {
 				a.counts["lease-reused-by-waiter"]++ // a queued entry granted onto a spare
 			}
 		}
-		a.leases[kv.Lease] = string(kv.Key)
+		a.leases[kv.Lease] = entry
 	}
 }
