@@ -19,7 +19,8 @@ import (
 type promptFake struct {
 	*fake
 	lateGrant bool
-	stacks    chan string // the stack of each Acquire, when not nil
+	stacks    chan string   // the stack of each Acquire, when not nil
+	hang      chan struct{} // when not nil, Acquire closes it and waits for its context's end
 }
 
 func (p *promptFake) Capabilities() driver.Caps {
@@ -30,6 +31,11 @@ func (p *promptFake) Acquire(ctx context.Context, l *driver.Lease) error {
 	if p.stacks != nil {
 		buf := make([]byte, 1<<16)
 		p.stacks <- string(buf[:runtime.Stack(buf, false)])
+	}
+	if p.hang != nil {
+		close(p.hang)
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	if p.lateGrant {
 		<-ctx.Done()
@@ -57,6 +63,30 @@ func TestPromptCallsRunOnCallersGoroutine(t *testing.T) {
 	defer lease.Unlock(ctx)
 	if st := <-p.stacks; !strings.Contains(st, "TestPromptCallsRunOnCallersGoroutine") {
 		t.Errorf("Acquire ran on another goroutine than TryLock's caller:\n%s", st)
+	}
+}
+
+// TestPromptCallEndedByClose: Close ends the context of a call under way,
+// so that a ReturnsAtContextEnd driver's call, made on the caller's
+// goroutine with no hand-off to abandon, returns (with ErrClosed) though
+// the caller's own context never ends.
+func TestPromptCallEndedByClose(t *testing.T) {
+	p := &promptFake{fake: newFake(), hang: make(chan struct{})}
+	l := lock.New(p, nil)
+	returned := make(chan error, 1)
+	go func() {
+		_, err := l.TryLock(context.Background(), "k")
+		returned <- err
+	}()
+	<-p.hang
+	l.Close()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("TryLock under way at Close: err = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("TryLock under way still blocked 10s after Close returned")
 	}
 }
 
