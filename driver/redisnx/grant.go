@@ -90,13 +90,11 @@ func (d *redisDriver) acquire(ctx context.Context, l *driver.Lease, lk string) e
 		return err
 	}
 	px, validity := ms(l.TTL)
-	var res any
-	var err error
-	if l.Note == "" {
-		res, err = acquireScript.Run(ctx, d.Lanes, []string{lk}, l.Owner, px, modeArg(l)).Result()
-	} else {
-		res, err = acquireScript.Run(ctx, d.Lanes, []string{lk}, l.Owner, px, modeArg(l), l.Note).Result()
+	c := newCall(lk, l.Owner, d.Lanes.ReturnsAtContextEnd()).addPX(px).add(modeArg(l))
+	if l.Note != "" {
+		c.add(l.Note)
 	}
+	res, err := c.run(ctx, d.Lanes, acquireBoxed).Result()
 	if err != nil {
 		if redisx.NotSent(err) {
 			l.Data = noGrant{}
@@ -133,22 +131,21 @@ func (d *redisDriver) Release(ctx context.Context, l *driver.Lease) error {
 		return driver.ErrNotHeld
 	}
 	_, queued := l.Data.(viaQueue)
-	keys := []string{lockKey(d.Prefix, l.Key)}
 	owner := l.Owner
 	if noted(l) {
 		owner = ownerArg("", l)
 	}
-	var r int64
-	var err error
+	c := newCall(lockKey(d.Prefix, l.Key), owner, d.Lanes.ReturnsAtContextEnd())
 	switch {
 	case l.Token == 0: // a clean-up: it leaves a tombstone
 		px, _ := ms(l.TTL)
-		r, err = releaseScript.Run(ctx, d.Lanes, keys, owner, 1, modeArg(l), max(px, 1)).Int64()
+		c.add(1).add(modeArg(l)).addPX(max(px, 1))
 	case queued:
-		r, err = releaseScript.Run(ctx, d.Lanes, keys, owner, 1, modeArg(l)).Int64()
+		c.add(1).add(modeArg(l))
 	default:
-		r, err = releaseScript.Run(ctx, d.Lanes, keys, owner, 0, modeArg(l)).Int64()
+		c.add(0).add(modeArg(l))
 	}
+	r, err := c.run(ctx, d.Lanes, releaseBoxed).Int64()
 	if err != nil {
 		return fmt.Errorf("redisnx: release: %w", redisx.WithCtx(ctx, err))
 	}

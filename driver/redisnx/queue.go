@@ -58,8 +58,8 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	var hint time.Duration
 	if !confirmed {
 		err := d.acquire(ctx, l, lk)
-		var held *driver.HeldError
-		if !errors.As(err, &held) {
+		held := asHeld(err)
+		if held == nil {
 			return err // granted, or failed: Leave cleans up
 		}
 		l.Data, hint = noGrant{}, held.RetryAfter
@@ -182,6 +182,20 @@ func (d *redisDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	}
 	if err := leaveScript.Run(ctx, d.Lanes, lkeys, args...).Err(); err != nil {
 		return fmt.Errorf("redisnx: leave: %w", redisx.WithCtx(ctx, err))
+	}
+	return nil
+}
+
+// asHeld returns the *driver.HeldError in err's chain, or nil. (Its own
+// function: errors.As moves its target to the heap, which a grant, whose
+// err is nil, need not pay for.)
+func asHeld(err error) *driver.HeldError {
+	if err == nil {
+		return nil
+	}
+	var held *driver.HeldError
+	if errors.As(err, &held) {
+		return held
 	}
 	return nil
 }

@@ -30,12 +30,18 @@ var (
 	//go:embed resume.lua
 	resumeLua string
 
-	acquireScript = redis.NewScript(suffixes.Replace(compose(acquireLua)))
+	acquireSrc    = suffixes.Replace(compose(acquireLua))
+	releaseSrc    = suffixes.Replace(compose(releaseLua))
+	acquireScript = redis.NewScript(acquireSrc)
 	waitScript    = redis.NewScript(compose(waitLua))
 	leaveScript   = redis.NewScript(compose(leaveLua))
-	releaseScript = redis.NewScript(suffixes.Replace(compose(releaseLua)))
+	releaseScript = redis.NewScript(releaseSrc)
 	refreshScript = redis.NewScript(refreshLua)
 	resumeScript  = redis.NewScript(resumeLua)
+
+	// The scripts of an uncontended Lock+Unlock, sent as scriptCalls.
+	acquireBoxed = boxed(acquireScript, acquireSrc)
+	releaseBoxed = boxed(releaseScript, releaseSrc)
 )
 
 // suffixes puts the suffixes of a key's names (keys.go) where acquire.lua

@@ -350,14 +350,21 @@ func (ln *lane) record(addr string, c net.Conn) {
 func (ln *lane) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		var reply redis.Error
-		if cmd.Name() == "hello" && (err == nil || errors.As(err, &reply)) {
+		if cmd.Name() == "hello" && (err == nil || isReply(err)) {
 			ln.mu.Lock()
 			ln.ready, ln.sent = true, true
 			ln.mu.Unlock()
 		}
 		return err
 	}
+}
+
+// isReply reports whether err is the server's error reply. (Its own
+// function: errors.As moves its target to the heap, which every command's
+// hook would pay for.)
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 // unsent marks cmd's error when the call on ln sent nothing (see
@@ -454,6 +461,21 @@ func (ls *Lanes) ScriptLoad(ctx context.Context, script string) *redis.StringCmd
 	}
 	defer ls.release(ln)
 	return c.ScriptLoad(ctx, script)
+}
+
+// Process runs cmd, a command the caller built, on a lane (on the client
+// itself when there are no lanes), as the Scripter methods do: a driver's
+// script call without Script.Run's copies of its arguments. Its error is
+// cmd's, marked as by those methods when the call sent nothing (NotSent).
+func (ls *Lanes) Process(ctx context.Context, cmd *redis.Cmd) *redis.Cmd {
+	c, ln, err := ls.scripter(ctx)
+	if err != nil {
+		cmd.SetErr(err)
+		return cmd
+	}
+	defer ls.release(ln)
+	_ = c.Process(ctx, cmd)
+	return ln.unsent(cmd)
 }
 
 // scripter returns the client for one command: a taken lane's (ln), or
