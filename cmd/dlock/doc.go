@@ -274,7 +274,7 @@
 // again.
 // When COMMAND exits on its own, dlock resigns and exits with its status.
 // Signals are forwarded as by dlock run. -announce (default host:pid) is
-// stored with the term where the backend stores notes (memory, for now),
+// stored with the term where the backend stores notes (lock.Notes),
 // and dlock inspect NAME shows it. The exit statuses are dlock run's.
 //
 // # dlock inspect
