@@ -246,6 +246,12 @@ var variants = []variant{
 	{name: "leader-done-late", kind: "term", also: []string{"done-late", "closed-open", "unlock-open"}, duration: 3 * time.Second,
 		breaks: "a lost term's Done closes 400ms late: the next leader is elected while the last still leads",
 		setup:  func() (*Target, func()) { return TargetByName(leaderLateName), nil }},
+	{name: "notes-dropped", kind: "term", breaks: "a driver that says it stores notes keeps none: observers see leaders without announcements",
+		setup: func() (*Target, func()) {
+			return variantTarget("notes-dropped", "", func(store *memory.Store, o lock.Options) Locker {
+				return newVia(store, o, func(d *viaLocker) { d.notesClaimed = true })
+			}), nil
+		}},
 	{name: "done-late-lost", kind: "done-late", check: "lease", breaks: "a lost lease's Done closes 400ms after its deadline",
 		duration: 2500 * time.Millisecond,
 		setup: simple("done-late-lost", "", unrenewed, viewing(func(l *lock.Lease) *brokenLease {

@@ -32,6 +32,26 @@ type viaLocker struct {
 	// resumable: the driver resumes grants (a driver.Resumer that says
 	// so).
 	resumable bool
+	// notesClaimed: the driver says it stores notes (Caps.Notes) and
+	// inspects keys (the inner Locker's Inspect), but keeps no note.
+	notesClaimed bool
+}
+
+// viaInspector is a viaLocker that inspects keys through its inner
+// Locker.
+type viaInspector struct{ *viaLocker }
+
+func (d viaInspector) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
+	st, err := d.inner.Inspect(ctx, key)
+	if err != nil {
+		return driver.KeyState{}, err
+	}
+	var out driver.KeyState
+	for _, h := range st.Holders {
+		out.Holders = append(out.Holders, driver.Holder{Owner: h.Owner, Mode: h.Mode, Limit: h.Limit, Token: h.Token, Remaining: h.Remaining, Since: h.Since, Note: h.Note})
+	}
+	out.Unknown.Waiters = true
+	return out, nil
 }
 
 // newVia returns a Locker over a viaLocker on store, set up by set.
@@ -39,6 +59,9 @@ func newVia(store *memory.Store, o lock.Options, set func(d *viaLocker)) Locker 
 	d := &viaLocker{inner: memory.New(store, &o), held: heldFor(store)}
 	if set != nil {
 		set(d)
+	}
+	if d.notesClaimed {
+		return lock.New(viaInspector{d}, &o)
 	}
 	return lock.New(d, &o)
 }
@@ -91,6 +114,9 @@ func (d *viaLocker) Capabilities() driver.Caps {
 	c := driver.Caps{Shared: driver.Yes, Permits: driver.Yes, Resume: driver.Yes}
 	if !d.resumable {
 		c.Resume = driver.No("this driver resumes no grant")
+	}
+	if d.notesClaimed {
+		c.Notes = driver.Yes // the bug of notes-dropped: Acquire drops l.Note
 	}
 	return c
 }
