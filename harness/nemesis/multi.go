@@ -17,8 +17,10 @@ import (
 // must leave none of its keys held. After such an attempt the worker
 // reads its keys' holders (Inspect, where the driver has it) at once and
 // again once Target.Bound and Recovery have passed: a holder found both
-// times outlived every grant that no one holds (a reply lost, an attempt
-// given up), so it must be a lease handed to some worker. It is reported
+// times, with no server fault nor frozen process meanwhile (nor within
+// Recovery before), outlived every grant that no one holds (a reply lost,
+// an attempt given up, whose clean-up a server fault holds up), so it
+// must be a lease handed to some worker. It is reported
 // as a "multi-held" event, and the Recorder, at the end of the run, finds
 // a violation (multi-partial) when no lease of the run has its owner
 // token: a set's member kept by an attempt that failed.
@@ -137,6 +139,7 @@ func (w *worker) checkLeftovers(in *lockerInst, set []string, end Stamp) {
 	if len(first) == 0 {
 		return
 	}
+	seen := w.env.clk.Now()
 	w.env.sink.Stat("multi-leftover-read", 1)
 	wait := w.env.tg.Bound + w.env.tg.Recovery
 	if wait <= 0 {
@@ -159,7 +162,7 @@ func (w *worker) checkLeftovers(in *lockerInst, set []string, end Stamp) {
 		second := holders(now, set)
 		for h := range first {
 			if second[h] {
-				w.env.sink.Event(Event{At: w.env.clk.Now(), Kind: "multi-held", Key: h.key, Lease: h.owner,
+				w.env.sink.Event(Event{At: w.env.clk.Now(), From: seen, Kind: "multi-held", Key: h.key, Lease: h.owner,
 					Text: fmt.Sprintf("held by owner %s since before the failed set attempt that ended at %v, and still %v later", h.owner, end, wait)})
 			}
 		}

@@ -110,6 +110,9 @@ type Event struct {
 	Key   string // "" for events of no key (faults)
 	Lease string
 	Text  string
+	// From, for a multi-held event, is when the holder was first seen
+	// (see leftoversLocked).
+	From Stamp
 }
 
 // Violation is a breach of the lock contract found by the checker.
@@ -194,8 +197,10 @@ type Recorder struct {
 	// permit grants already judged: full semaphore seen, over its limit
 	// reported (or excused)
 	full, crowded map[string]bool
-	// judged: the multi-held events judged (record_multi.go)
-	judged map[Event]bool
+	// judged: the multi-held events judged (record_multi.go);
+	// recovery: the target's Recovery, by which they are judged
+	judged   map[Event]bool
+	recovery time.Duration
 	// terms judged (termsLocked)
 	termsJudged map[string]bool
 }

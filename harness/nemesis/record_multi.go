@@ -20,7 +20,7 @@ func (r *Recorder) leftoversLocked() []string {
 	}
 	var msgs []string
 	for _, e := range r.events {
-		if e.Kind != "multi-held" || known[e.Key+"\x00"+e.Lease] || r.judged[e] {
+		if e.Kind != "multi-held" || known[e.Key+"\x00"+e.Lease] || r.judged[e] || !r.calmLocked(e.From, e.At) {
 			continue
 		}
 		r.judged[e] = true
@@ -39,4 +39,19 @@ func (r *Recorder) leftoversLocked() []string {
 // straddles a loss are.
 func (r *Recorder) setLossLocked(l *LeaseRec) bool {
 	return l.Set && r.stateLostLocked(l.askedAt(), l.Granted)
+}
+
+// calmLocked reports whether no server fault, nor a frozen process, was
+// under way at some moment of [from, to], nor within the target's
+// Recovery before it: a grant whose clean-up such a fault held up (a
+// ZooKeeper node whose session outlives a server restart, deleted by the
+// driver's janitor once the server is back) may outlive its TTL then.
+func (r *Recorder) calmLocked(from, to Stamp) bool {
+	lo := from - Stamp(r.recovery)
+	for _, f := range r.faults {
+		if (f.Server || f.Frozen != "") && f.Start <= to && f.End >= lo {
+			return false
+		}
+	}
+	return true
 }

@@ -248,6 +248,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	r.rec = NewRecorder(clk, func(format string, args ...any) {
 		r.logf("%s seed %d: "+format, append([]any{tg.Name, cfg.Seed}, args...)...)
 	}, cfg.Replay)
+	r.rec.recovery = tg.Recovery
 	r.env = &procEnv{proc: parentProc, clk: clk, sink: r.rec, tg: tg, live: newLiveSet(), stop: make(chan struct{}), owed: &owed{}}
 	for i := range cfg.Keys {
 		r.env.keys = append(r.env.keys, fmt.Sprintf("hot/%d", i))
