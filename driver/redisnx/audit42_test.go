@@ -273,3 +273,59 @@ func TestAudit42SetStress(t *testing.T) {
 		return l
 	})
 }
+
+// A LockMany taken key by key (a note keeps it off the one-step path)
+// holds its first keys and waits for a held one; the server stalls and
+// the call is cancelled: once the server is back and the other holder
+// releases, none of the set is held by anyone.
+func TestAudit42CancelMidwayStalled(t *testing.T) {
+	srv, c, raw := stallable(t)
+	l := newTestLocker(t, c, &Options{Options: lockOpts(time.Minute)})
+	other := newTestLocker(t, raw, nil)
+	k := testKey(t)
+	keys := []string{k + "/a", k + "/b", k + "/c"}
+	held, err := other.Lock(tctx(t, 10*time.Second), keys[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() {
+		_, err := l.LockMany(ctx, keys, lock.WithNote("n"))
+		res <- err
+	}()
+	if !eventually(5*time.Second, func() bool {
+		st, err := other.Inspect(context.Background(), keys[2])
+		return err == nil && len(st.Waiters) == 1
+	}) {
+		t.Fatal("LockMany never queued for the third key")
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	err = <-res
+	time.Sleep(300 * time.Millisecond)
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Errorf("LockMany: %v; want ErrNotAcquired", err)
+	}
+	held.Unlock(tctx(t, 10*time.Second))
+	if !eventually(10*time.Second, func() bool {
+		for _, key := range keys {
+			n, err := raw.Exists(context.Background(), lockKey(DefaultPrefix, key)).Result()
+			if err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	}) {
+		for _, key := range keys {
+			st, _ := other.Inspect(context.Background(), key)
+			t.Logf("%s: holders %+v waiters %+v", key, st.Holders, st.Waiters)
+		}
+		t.Fatal("members still held 10s after the cancelled LockMany")
+	}
+}
