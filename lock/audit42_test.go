@@ -319,3 +319,37 @@ func TestAudit42SetStress(t *testing.T) {
 	s := memory.NewStore()
 	audit42Stress(t, func() *lock.Locker { return memory.New(s, nil) })
 }
+
+// Observe "does not wait for a slow reader: a reader sees the state as
+// of its latest read": a reader that comes back after the leader changed
+// twice gets the current leader, not the one of its last reading.
+func TestAudit42ObserveSlowReader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := memory.NewStore()
+	a, b := memory.New(s, nil), memory.New(s, nil)
+	defer a.Close()
+	defer b.Close()
+	ea, _ := a.Election("e")
+	eb, _ := b.Election("e")
+	leaders, err := eb.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-leaders // no leader yet
+	t1, err := ea.Campaign(ctx, "a:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // Observe reads a's term, and waits to send it
+	t1.Unlock(ctx)
+	t2, err := eb.Campaign(ctx, "b:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer t2.Unlock(ctx)
+	time.Sleep(time.Second) // several reads of b's term
+	if got := <-leaders; got.Term != t2.Token() || got.Announcement != "b:1" {
+		t.Errorf("a slow reader got %+v; want b:1 in term %d (a's term %d ended 1s ago)", got, t2.Token(), t1.Token())
+	}
+}
