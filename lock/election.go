@@ -187,7 +187,8 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leader, error) {
 	return out, nil
 }
 
-// observe is Observe's loop: read, send what changed, wait.
+// observe is Observe's loop: read, offer what changed until the next
+// read, repeat.
 func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	defer close(out)
 	var wake <-chan struct{}
@@ -199,7 +200,7 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 	}
 	tick := time.NewTicker(observeEvery)
 	defer tick.Stop()
-	var last *Leader
+	var last, pending *Leader
 	for {
 		now, err := e.Leader(ctx)
 		switch {
@@ -208,23 +209,40 @@ func (e *Election) observe(ctx context.Context, out chan<- Leader) {
 		case errors.Is(err, ErrNoLeader):
 			now = &Leader{}
 		}
-		if now != nil && (last == nil || now.Term != last.Term || now.Owner != last.Owner) {
-			select {
-			case out <- *now:
-				last = now
-			case <-ctx.Done():
-				return
-			case <-e.lk.bgCtx.Done():
-				return
+		if now != nil { // else a failed read: keep what is pending
+			pending = nil
+			if last == nil || now.Term != last.Term || now.Owner != last.Owner {
+				pending = now
 			}
 		}
+		if !e.offer(ctx, out, &last, &pending, tick.C, wake) {
+			return
+		}
+	}
+}
+
+// offer offers *pending to the reader until the next read is due (tick,
+// wake), so that a slow reader gets the latest read and not an older
+// one; a sent value becomes *last. It reports false when ctx ended or
+// the Locker closed.
+func (e *Election) offer(ctx context.Context, out chan<- Leader, last, pending **Leader, tick <-chan time.Time, wake <-chan struct{}) bool {
+	for {
+		var send chan<- Leader
+		var v Leader
+		if *pending != nil {
+			send, v = out, **pending
+		}
 		select {
-		case <-tick.C:
+		case send <- v:
+			*last, *pending = *pending, nil
+		case <-tick:
+			return true
 		case <-wake:
+			return true
 		case <-ctx.Done():
-			return
+			return false
 		case <-e.lk.bgCtx.Done():
-			return
+			return false
 		}
 	}
 }
