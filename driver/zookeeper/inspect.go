@@ -30,9 +30,10 @@ var _ driver.Inspector = (*zkDriver)(nil)
 // has a remaining time: it lasts as long as its session. Nodes that other
 // clients name (zk.Lock's "lock-", Curator's "_c_<uuid>-lock-") are
 // exclusive and foreign, their name as owner. A node deleted between the
-// listing and its exists is left out. A holder's node with data (its
-// grant's note: see create) is read with a get; nodes of other clients
-// are not (Curator writes its client's address there, not a note).
+// listing and its exists is left out, and so is a holder's node with
+// data (its grant's note: see create) deleted before the get that reads
+// it; nodes of other clients are not read (Curator writes its client's
+// address there, not a note).
 func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
 	st := driver.KeyState{Unknown: driver.Unknown{Remaining: true}}
 	if err := ctx.Err(); err != nil {
@@ -92,7 +93,7 @@ func (d *zkDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 			st.Waiters = append(st.Waiters, driver.Waiter{Owner: owner, Mode: mode, Limit: c.limit, Since: since})
 		}
 	}
-	if err := d.readNotes(ctx, st.Holders, notes); err != nil {
+	if st.Holders, err = d.readNotes(ctx, st.Holders, notes); err != nil {
 		return driver.KeyState{Unknown: st.Unknown}, err
 	}
 	return st, nil
@@ -106,28 +107,41 @@ type noteRead struct {
 }
 
 // readNotes sets the Note of the holders in reads from their nodes' data
-// (one get each, sent together). A node deleted since its exists keeps
-// no note: its grant ended meanwhile. Nodes without data (no note, the
-// common case) cost no request.
-func (d *zkDriver) readNotes(ctx context.Context, holders []driver.Holder, reads []noteRead) error {
-	data := make([]*future[[]byte], len(reads))
+// (one get each, sent together), and returns the holders without those
+// whose node was deleted since its exists: their grant ended meanwhile,
+// and a holder shown without its note would be a leader without its
+// announcement. Nodes without data (no note, the common case) cost no
+// request.
+func (d *zkDriver) readNotes(ctx context.Context, holders []driver.Holder, reads []noteRead) ([]driver.Holder, error) {
+	type got struct {
+		data []byte
+		gone bool
+	}
+	data := make([]*future[got], len(reads))
 	for i, r := range reads {
-		data[i] = start(d, false, func() ([]byte, error) {
+		data[i] = start(d, false, func() (got, error) {
 			b, _, err := d.conn.Get(r.path)
 			if errors.Is(err, zk.ErrNoNode) {
-				return nil, nil
+				return got{gone: true}, nil
 			}
-			return b, err
+			return got{data: b}, err
 		})
 	}
+	gone := make([]bool, len(holders))
 	for i, r := range reads {
-		b, err := data[i].wait(ctx)
+		g, err := data[i].wait(ctx)
 		if err != nil {
-			return fmt.Errorf("zookeeper: inspect: get %s: %w", r.path, err)
+			return holders, fmt.Errorf("zookeeper: inspect: get %s: %w", r.path, err)
 		}
-		holders[r.holder].Note = string(b)
+		holders[r.holder].Note, gone[r.holder] = string(g.data), g.gone
 	}
-	return nil
+	live := holders[:0]
+	for i, h := range holders {
+		if !gone[i] {
+			live = append(live, h)
+		}
+	}
+	return live, nil
 }
 
 // nodeOwner returns the owner token in a lock node's name that the driver
