@@ -36,16 +36,16 @@ TEST_TAGS ?= demo
 ## The nemesis runs alone: its timing checks (a call returning 200ms past its
 ## context's end) are made on a 2-core machine, and go test would run it beside
 ## two other packages' servers.
-## make check, and the images and container helper test-docker needs, are built
-## in the background at nice 19 while the main module's tests wait on servers
-## (they idle the cores); make test waits for them before the nemesis and before
+## make check (at nice 19), and the images and container helper test-docker
+## needs, are built in the background while the main module's tests wait on
+## servers (they idle the cores); make test waits for them before the nemesis and before
 ## test-docker, prints their output there, and fails if they failed. The
 ## driver/etcd and cmd/dlock modules' tests (10 minutes) run beside both batches
 ## of the main module's.
 test: servers
 	@mkdir -p bin; $(call bg,check,$(SUBMAKE) check,19); \
 	  if [ "$$DLOCK_SKIP_DOCKER" != 1 ] && docker info >/dev/null 2>&1; then \
-	    $(call bg,docker-prep,sh -c '$(SUBMAKE) images && flock bin/check.lock true && $(SUBMAKE) bin/dlock-containers',19); fi; \
+	    $(call bg,docker-prep,sh -c '$(SUBMAKE) images && flock bin/check.lock true && $(SUBMAKE) bin/dlock-containers',0); fi; \
 	  $(call bg,etcd-test,sh -c '(cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); a=$$?; \
 	    (cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...) && [ $$a = 0 ]',0)
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
