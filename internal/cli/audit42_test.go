@@ -117,3 +117,35 @@ func TestAudit42ElectNoOverlap(t *testing.T) {
 }
 
 func fmtSscan(s string, p *int) (int, error) { return fmt.Sscan(s, p) }
+
+// A dlock elect that gets SIGTERM while it campaigns exits 128+15 and
+// never runs its command, even once the leader resigns; and its
+// campaign leaves nothing queued: the next candidate is elected at once.
+func TestAudit42ElectCancelled(t *testing.T) {
+	b := realBackend(t)
+	dirA, dirB, dirC := t.TempDir(), t.TempDir(), t.TempDir()
+	a := dlockCmd(t, "hold", dirA, "elect", "-url", b.url, "sched", "--", self(t))
+	sa := start(t, a)
+	waitFile(t, filepath.Join(dirA, "ready"), 15*time.Second)
+	bc := dlockCmd(t, "hold", dirB, "elect", "-url", b.url, "sched", "--", self(t))
+	sb := start(t, bc)
+	time.Sleep(500 * time.Millisecond)
+	bc.Process.Signal(syscall.SIGTERM)
+	if r := finish(t, bc, sb); r.code != 128+15 {
+		t.Errorf("B: %v; want exit 143", r)
+	}
+	os.WriteFile(filepath.Join(dirA, "release"), []byte("x"), 0o644)
+	if r := finish(t, a, sa); r.code != 0 {
+		t.Fatalf("A: %v", r)
+	}
+	c := dlockCmd(t, "hold", dirC, "elect", "-url", b.url, "sched", "--", self(t))
+	sc := start(t, c)
+	waitFile(t, filepath.Join(dirC, "ready"), 5*time.Second)
+	if _, err := os.Stat(filepath.Join(dirB, "ready")); err == nil {
+		t.Error("B's command ran after its campaign was cancelled")
+	}
+	os.WriteFile(filepath.Join(dirC, "release"), []byte("x"), 0o644)
+	if r := finish(t, c, sc); r.code != 0 {
+		t.Errorf("C: %v", r)
+	}
+}
