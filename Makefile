@@ -40,27 +40,27 @@ TEST_TAGS ?= demo
 ## needs, are built in the background while the main module's tests wait on
 ## servers (they idle the cores); make test waits for them before the nemesis and before
 ## test-docker, prints their output there, and fails if they failed. The
-## driver/etcd and cmd/dlock modules' tests (10 minutes) run beside both batches
-## of the main module's.
+## driver/etcd, cmd/dlock and bench modules' tests (12 minutes) run beside both
+## batches of the main module's.
 test: servers
 	@mkdir -p bin; $(call bg,check,$(SUBMAKE) check,19); \
 	  if [ "$$DLOCK_SKIP_DOCKER" != 1 ] && docker info >/dev/null 2>&1; then \
 	    $(call bg,docker-prep,sh -c '$(SUBMAKE) images && flock bin/check.lock true && $(SUBMAKE) bin/dlock-containers',0); fi; \
-	  $(call bg,etcd-test,sh -c '(cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); a=$$?; \
-	    (cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...) && [ $$a = 0 ]',0)
+	  $(call bg,modules-test,sh -c '(cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); a=$$?; \
+	    (cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); b=$$?; \
+	    echo "test: bench module (the peers themselves on the keys dlock writes: redsync, redislock)"; \
+	    (cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...) && [ $$a = 0 ] && [ $$b = 0 ]',0)
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
-	@echo "test: beside them and the other packages, the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector, then the cmd/dlock module (the command, etcd included); their output follows the other packages'"
+	@echo "test: beside them and the other packages, the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector, then the cmd/dlock module (the command, etcd included), then the bench module; their output follows the other packages'"
 	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS)
 	@echo "test: the other packages"
 	@$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
-	  $(call await,etcd-test) && [ $$rc = 0 ]
+	  $(call await,modules-test) && [ $$rc = 0 ]
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@$(call await,check)
 	@echo "test: harness/nemesis on its own"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./nemesis/
-	@echo "test: bench module (the peers themselves on dlock's keys: redsync, redislock)"
-	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-docker DOCKER_PREP=bg
 
 # bg NAME,CMD,NICE: a shell command that starts CMD in the background at nice NICE,
