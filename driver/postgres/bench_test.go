@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/dlock-go/dlock/lock"
@@ -88,5 +89,52 @@ func BenchmarkSweep(b *testing.B) {
 		if r, err := row1(rows, 1); err != nil || string(r[0]) != fmt.Sprint(sweepLimit) {
 			b.Fatalf("sweep: %q, %v; want %d keys deleted", r, err, sweepLimit)
 		}
+	}
+}
+
+// BenchmarkHotKey measures grants per second of one key that 32 Lockers
+// (each with its pool and listener) take and release in a loop, FIFO:
+// fast and wrapped as in BenchmarkTryLockUnlock. Run with -count to
+// interleave them; ns/op is the time per grant.
+func BenchmarkHotKey(b *testing.B) {
+	for _, wrapped := range []bool{false, true} {
+		name := map[bool]string{false: "fast", true: "wrapped"}[wrapped]
+		b.Run(name, func(b *testing.B) {
+			const contenders = 32
+			ls := make([]*lock.Locker, contenders)
+			for i := range ls {
+				l, d := benchLocker(b)
+				d.wrapAll.Store(wrapped)
+				ls[i] = l
+			}
+			ctx := context.Background()
+			key := auditKey("bench-hot")
+			grants := make(chan struct{}, b.N)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for _, l := range ls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case grants <- struct{}{}:
+						default:
+							return
+						}
+						ls, err := l.Lock(ctx, key)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := ls.Unlock(ctx); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
 	}
 }

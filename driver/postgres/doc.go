@@ -74,7 +74,10 @@
 // connection too. So a role's or database's defaults, a SET on a shared
 // pool, or a pooler that lends a server connection with another client's
 // session cost one refused round trip per connection, never a grant
-// judged by an old snapshot or committed asynchronously. Under the
+// judged by an old snapshot or committed asynchronously. To have the fast
+// form under such defaults, set the steps' settings in the connection
+// string, which pgx sends as the session's (for example
+// statement_timeout=0&synchronous_commit=on). Under the
 // server's default settings a Lock and Unlock cost about half of the
 // wrapped form (see docs/performance.md). With Options.TransactionPooling
 // nothing is prepared and every step is wrapped; a Locker whose prepared
