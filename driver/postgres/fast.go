@@ -9,9 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// The fast form of a step: lock3, unlock3 or check_turn3 sent alone, as a named
-// prepared statement (Bind, Execute, Sync: one round trip) that runs in
-// its own implicit transaction, without the wrapper's BEGIN, set_config
+// The fast form of a step: lock3, unlock3 or check_turn3 sent alone, as
+// a named prepared statement (Bind, Execute, Sync: one round trip) that
+// runs in its own implicit transaction, without the wrapper's BEGIN, set_config
 // and COMMIT (see run). The wrapper exists for sessions whose settings
 // are not the server's defaults; the function checks the session itself
 // (step_settings in schema.sql) and refuses, changing nothing, with
