@@ -105,7 +105,12 @@ func (d *zkDriver) createSet(ctx context.Context, ls []*driver.Lease) ([]node, i
 			}
 			ns := make([]node, len(ls))
 			for i := range ls {
-				ns[i] = node{path: res[2*i].String, czxid: res[2*i+1].Stat.Mzxid, session: sid, alone: res[2*i+1].Stat.NumChildren == 1}
+				st := res[2*i+1].Stat
+				if st == nil {
+					d.discardSet(ls, nil)
+					return nil, 0, fmt.Errorf("zookeeper: grant set: no stat in the reply to the setData of %s", d.keyPath(ls[i].Key))
+				}
+				ns[i] = node{path: res[2*i].String, czxid: st.Mzxid, session: sid, alone: st.NumChildren == 1}
 			}
 			return ns, sid, nil
 		}
