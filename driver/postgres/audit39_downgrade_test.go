@@ -60,4 +60,7 @@ func TestAudit39FastStepOnVersion5(t *testing.T) {
 	if n := d.fastRuns.Load() - before; n > 0 {
 		t.Errorf("%d steps ran unwrapped with synchronous_commit off on schema version %d, whose functions do not check the session", n, v)
 	}
+	if v != schemaVersion {
+		t.Errorf("the Locker left the schema at version %d, want %d", v, schemaVersion)
+	}
 }

@@ -158,7 +158,9 @@
 // settings themselves (see "The fast form" above), with the same names,
 // arguments and results: clients of versions 3 to 5 work with it
 // unchanged, and a version 6 client sends the fast form only once it has
-// read version 6 or later. Version 5 closes version 2's ways back in: a version 2 step
+// read version 6 or later (and each fast statement names step_settings,
+// so a schema made again by an older client fails it, not runs it
+// unchecked). Version 5 closes version 2's ways back in: a version 2 step
 // blocked behind the install runs its old body after the install
 // commits, and that body's next_token now fails before it grants; a
 // version 2 client that read no schema and installs after a newer one

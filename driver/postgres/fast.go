@@ -52,16 +52,20 @@ const wrappedKey = "dlock.wrapped"
 
 // fastSteps are lock3 (acquire's arguments: key, owner, ttl, queue,
 // entry life, channel), unlock3 (release's: key, owner, ttl) and
-// check_turn3 (all of check's) of schema s.
+// check_turn3 (all of check's) of schema s. Each statement also calls
+// step_settings, which versions before 6 lack: a schema dropped and made
+// again by an older client (whose lock3 and unlock3 have the same names
+// but do not check) fails the statement's new plan with 42883, before
+// anything runs, and the Locker reads the version and installs again.
 func fastSteps(s string) (lock, unlock, check *fastStep) {
 	lock = &fastStep{name: "dlock." + s + ".lock3",
-		sql:  "SELECT tok, retry, other_lim, voided FROM " + s + ".lock3($1, $2, $3, $4, $5, $6)",
+		sql:  "SELECT tok, retry, other_lim, voided FROM " + s + ".step_settings(), " + s + ".lock3($1, $2, $3, $4, $5, $6)",
 		args: []int{0, 1, 4, 6, 7, 8}, oids: []uint32{oidText, oidText, oidInt8, oidBool, oidInt8, oidText}}
 	unlock = &fastStep{name: "dlock." + s + ".unlock3",
-		sql:  "SELECT " + s + ".unlock3($1, $2, $3)",
+		sql:  "SELECT " + s + ".unlock3($1, $2, $3) FROM " + s + ".step_settings()",
 		args: []int{0, 1, 3}, oids: []uint32{oidText, oidText, oidInt8}}
 	check = &fastStep{name: "dlock." + s + ".check_turn3",
-		sql:  "SELECT tok, retry, other_lim, voided FROM " + s + ".check_turn3($1, $2, $3, $4, $5, $6, $7)",
+		sql:  "SELECT tok, retry, other_lim, voided FROM " + s + ".step_settings(), " + s + ".check_turn3($1, $2, $3, $4, $5, $6, $7)",
 		args: []int{0, 1, 2, 3, 4, 5, 6}, oids: []uint32{oidText, oidText, oidInt8, oidInt8, oidInt8, oidInt8, oidText}}
 	return lock, unlock, check
 }
