@@ -293,7 +293,7 @@ func (d *etcdDriver) place(ctx context.Context, c *conn, n names, l *driver.Leas
 		return errors.Join(errors.New("etcd: the wait was left"), revoke(ctx, c, lease))
 	}
 	key := n.queue + ws.name
-	v := entryValue{mode: l.Mode, limit: l.Limit, since: d.wall().UnixMicro(), owner: l.Owner}
+	v := entryValue{mode: l.Mode, limit: l.Limit, since: d.wall().UnixMicro(), owner: l.Owner, note: l.Note}
 	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(
 		clientv3.OpPut(key, v.String(), clientv3.WithLease(clientv3.LeaseID(lease))),
 		clientv3.OpGet(n.queue, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),

@@ -183,7 +183,7 @@ func (d *etcdDriver) grantWrite(ctx context.Context, c *conn, n names, name stri
 	}
 	now := d.wall().UnixMicro()
 	token = nextToken(st.counter, now)
-	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, owner: ownerField(l), holds: holds}
+	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, owner: ownerField(l), holds: holds, note: l.Note}
 	key, value := n.queue+name, v.String()
 	cl, err := d.counterLease(ctx, c)
 	if err != nil {

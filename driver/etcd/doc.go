@@ -22,7 +22,8 @@
 // entry from the revision after its grant: a deletion (expiry, or an
 // operator's delete) ends the lease at once, or when the watch is made;
 // a watch that finds that revision compacted reads the entry instead.
-// docs/wire/etcd.md describes every key and value.
+// A grant's note (lock.WithNote) ends its entry's value, escaped to one
+// field (names.go: noteMark). docs/wire/etcd.md describes every key and value.
 //
 // concurrency.Mutex is not used, nor its Session: dlock needs a lease per
 // grant (each with its own TTL; Detach and Resume hand one grant over),

@@ -117,7 +117,7 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 func (d *etcdDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "etcd", ReturnsAtContextEnd: true,
 		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes,
-		Notes: driver.No("etcd stores no note with a grant yet")}
+		Notes: driver.Yes}
 }
 
 // As gives access to the client: a **clientv3.Client target is set to it

@@ -55,7 +55,7 @@ func (d *etcdDriver) fastGrant(ctx context.Context, c *conn, n names, l *driver.
 		d.putBack(l.Owner, t)
 		return false, nil, nil
 	}
-	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, owner: ownerField(l), holds: holdsOf(l)}
+	v := entryValue{mode: l.Mode, named: l.Reentry, limit: l.Limit, token: token, since: now, owner: ownerField(l), holds: holdsOf(l), note: l.Note}
 	key, value := n.queue+name, v.String()
 	cv := counterValue(token)
 	req := &pb.TxnRequest{
@@ -142,7 +142,7 @@ func (d *etcdDriver) fastStep(ctx context.Context, c *conn, n names, l *driver.L
 	now := d.wall().UnixMicro()
 	token := uint64(max(now, 0))
 	key := n.queue + ws.name
-	v := entryValue{mode: l.Mode, limit: l.Limit, token: token, since: now, owner: l.Owner}
+	v := entryValue{mode: l.Mode, limit: l.Limit, token: token, since: now, owner: l.Owner, note: l.Note}
 	value := v.String()
 	cv := counterValue(token)
 	req := &pb.TxnRequest{

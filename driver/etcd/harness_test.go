@@ -156,8 +156,8 @@ func (h *harness) Dump(ctx context.Context, key string) ([]string, error) {
 func (h *harness) Caps() drivertest.Caps {
 	return drivertest.Caps{
 		MinTTL: MinTTL, Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Permits: true,
-		Inspect: &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Since: true, Waiters: true, WaiterSince: true, ExpiryLag: ExpiryLag},
-		Outage:  h.outage,
+		Notes: true, Inspect: &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Since: true, Waiters: true, WaiterSince: true, ExpiryLag: ExpiryLag},
+		Outage: h.outage,
 	}
 }
 

@@ -42,7 +42,7 @@ func (d *etcdDriver) Inspect(ctx context.Context, key string) (driver.KeyState, 
 			ks.Waiters = append(ks.Waiters, w)
 			continue
 		}
-		h := driver.Holder{Owner: e.owner(), Mode: mode, Foreign: e.foreign, Token: e.v.token}
+		h := driver.Holder{Owner: e.owner(), Mode: mode, Foreign: e.foreign, Token: e.v.token, Note: e.v.note}
 		switch {
 		case e.dlockNamed && len(e.v.holds) > 0:
 			h.Owner, h.Holds = e.v.holds[0], len(e.v.holds)

@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"fmt"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,7 +35,7 @@ import (
 // their create revision: that order is the queue, and the grant rule
 // (grants.go) reads it alone. An entry's value is
 //
-//	"dlock1 " MODE " " LIMIT " " TOKEN " " SINCE [" " OWNER | (" " HOLD)...]
+//	"dlock1 " MODE " " LIMIT " " TOKEN " " SINCE [" " OWNER | (" " HOLD)...] [" #" NOTE]
 //
 // MODE is x (exclusive), s (shared), p (permit) or o (a named owner's
 // grant); LIMIT a permit's semaphore size (0 otherwise); TOKEN the
@@ -41,7 +43,9 @@ import (
 // granted, or queued while it waits, in Unix microseconds of the
 // client's clock; OWNER an anonymous entry's owner token (absent from
 // an older client's entry, whose NAME is its owner); the HOLDs are a
-// named owner's holds (owner tokens).
+// named owner's holds (owner tokens); NOTE the grant's note
+// (driver.Lease.Note), escaped by escapeNote into one field of graphic
+// ASCII after its "#" (see there for what older clients make of it).
 // A key under the queue prefix that dlock did not write (a
 // concurrency.Mutex's PFX "/" LEASEHEX key) is a foreign entry, read as
 // exclusive: so with MutexPrefix(K) as its prefix, a concurrency.Mutex
@@ -93,6 +97,7 @@ type entryValue struct {
 	since int64  // Unix µs
 	owner string // an anonymous entry's owner ("": an older client's, named by its owner)
 	holds []string
+	note  string // the grant's note (driver.Lease.Note), unescaped
 }
 
 func (v entryValue) String() string {
@@ -112,7 +117,57 @@ func (v entryValue) String() string {
 	for _, h := range v.holds {
 		s += " " + h
 	}
+	if v.note != "" {
+		s += " " + noteMark + escapeNote(v.note)
+	}
 	return s
+}
+
+// noteMark starts a value's note field. The field is one of graphic
+// ASCII (escapeNote), after the owner or the holds, so older clients,
+// which split a value at white space, read it as follows. Those of the
+// layout before entry names were reused take every field after SINCE as
+// a hold: "#..." is no owner token (32 hex digits), so it is nobody's
+// hold; on an anonymous entry they ignore holds. Those that put OWNER in
+// the value refuse an anonymous value of seven fields: a noted anonymous
+// grant is to them a foreign entry, read as exclusive (never theirs to
+// release or resume). To both, a noted named owner's grant shows the
+// note as one more hold, of no owner: their release of the last real
+// hold leaves that entry until its lease expires (TestNoteOlderParsers).
+const noteMark = "#"
+
+// escapeNote writes every byte of note outside graphic ASCII, and '%',
+// as %XX (upper-case hex), so that the note is one field whatever it
+// holds (a note is printable UTF-8, which may have Unicode spaces).
+func escapeNote(note string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(note); i++ {
+		c := note[i]
+		if c <= ' ' || c >= 0x7f || c == '%' {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// splitNote takes the note field out of a value's fields after SINCE
+// (an older client may have put holds after it): it returns the rest,
+// the note, and whether the field, if any, was well escaped.
+func splitNote(f []string) (rest []string, note string, ok bool) {
+	i := slices.IndexFunc(f, func(s string) bool { return strings.HasPrefix(s, noteMark) })
+	if i < 0 {
+		return f, "", true
+	}
+	note, err := url.PathUnescape(f[i][len(noteMark):])
+	if err != nil || note == "" {
+		return nil, "", false
+	}
+	return slices.Delete(slices.Clone(f), i, i+1), note, true
 }
 
 // parseValue reads an entry's value; ok is false for a value dlock did
@@ -140,12 +195,17 @@ func parseValue(s string) (v entryValue, ok bool) {
 		return v, false
 	}
 	v.limit, v.token, v.since = lim, tok, since
+	rest, note, ok := splitNote(f[5:])
+	if !ok {
+		return v, false
+	}
+	v.note = note
 	switch {
 	case v.named:
-		v.holds = f[5:]
-	case len(f) == 6 && driver.IsOwner(f[5]):
-		v.owner = f[5]
-	case len(f) > 5:
+		v.holds = rest
+	case len(rest) == 1 && driver.IsOwner(rest[0]):
+		v.owner = rest[0]
+	case len(rest) > 0:
 		return v, false
 	}
 	return v, true
