@@ -81,10 +81,11 @@ func (d *watchDriver) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl 
 func (d *watchDriver) refreshGroup(ctx context.Context, ls []*driver.Lease, idx []int, ttl time.Duration, errs []error) {
 	// Shares, permits and holds are refreshed one at a time (their
 	// transactions watch the readers, the permits or the holds, not only
-	// the lock key).
+	// the lock key), and so are grants with a note (whose hash is
+	// lengthened too: notes.go).
 	excl := idx[:0:0]
 	for _, i := range idx {
-		if ls[i].Mode != driver.Exclusive || ls[i].Reentry {
+		if ls[i].Mode != driver.Exclusive || ls[i].Reentry || noted(ls[i]) {
 			_, errs[i] = d.Refresh(ctx, ls[i], ttl)
 		} else {
 			excl = append(excl, i)

@@ -147,5 +147,5 @@ func (h *harness) Residue(ctx context.Context, key string) ([]string, error) {
 }
 
 func (h *harness) Caps() drivertest.Caps {
-	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Permits: true, Inspect: inspectCaps, Outage: h.outage}
+	return drivertest.Caps{Notify: true, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Permits: true, Notes: true, Inspect: inspectCaps, Outage: h.outage}
 }

@@ -126,7 +126,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 		return d.acquireMember(ctx, l, how, inbox, entry)
 	}
 	markSent(l, false)
-	q := grantReq{how: how, lk: d.LockKey(l.Key), owner: l.Owner, ttl: px(l.TTL), inbox: inbox, entry: entry}
+	q := grantReq{how: how, lk: d.LockKey(l.Key), owner: l.Owner, ttl: px(l.TTL), inbox: inbox, entry: entry, note: l.Note}
 	var out grantOutcome
 	err = d.onConn(ctx, q.lk, func(tx *redis.Tx) error {
 		out = grantOutcome{}
@@ -160,6 +160,7 @@ type grantReq struct {
 	ttl   time.Duration // the grant's TTL, in whole milliseconds
 	inbox string        // where releases are to name the caller (see queueElem)
 	entry string        // a tryThenJoin attempt's queue entry (see waiting.write)
+	note  string        // the grant's note, "" for none (see notes.go)
 }
 
 // grantOutcome is what an exclusive attempt's transaction tells acquire.
@@ -214,11 +215,12 @@ func (d *watchDriver) grantTx(ctx context.Context, tx *redis.Tx, l *driver.Lease
 
 // grantRead is what an exclusive attempt reads in its first round trip.
 type grantRead struct {
-	holder  value     // the lock key
-	counter value     // the fencing counter
-	now     time.Time // the server's clock
-	line    []string  // the first two elements of the queue
-	record  value     // the caller's grant record (a queued attempt only)
+	holder  value         // the lock key
+	counter value         // the fencing counter
+	now     time.Time     // the server's clock
+	line    []string      // the first two elements of the queue
+	record  value         // the caller's grant record (a queued attempt only)
+	notes   time.Duration // the notes hash's PTTL (an attempt with a note only)
 }
 
 // readGrant watches the counter and the attempt's tombstone (a queued
@@ -226,17 +228,24 @@ type grantRead struct {
 // reads what grantRead holds, in one round trip.
 func readGrant(ctx context.Context, tx *redis.Tx, q *grantReq) (grantRead, error) {
 	ck := counterKey(q.lk)
-	watch := make([]string, 2, 3)
+	watch := make([]string, 2, 4)
 	watch[0], watch[1] = ck, tombstone(q.lk, q.owner)
 	if q.how == queued {
 		watch = append(watch, q.lk)
+	}
+	if q.note != "" {
+		watch = append(watch, notesKey(q.lk))
 	}
 	var c struct {
 		get, counter, record *redis.StringCmd
 		now                  *redis.TimeCmd
 		line                 *redis.StringSliceCmd
+		notes                *redis.DurationCmd
 	}
 	err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
+		if q.note != "" {
+			c.notes = p.PTTL(ctx, notesKey(q.lk))
+		}
 		c.get = p.Get(ctx, q.lk)
 		c.counter = p.Get(ctx, ck)
 		c.now = p.Time(ctx)
@@ -248,7 +257,12 @@ func readGrant(ctx context.Context, tx *redis.Tx, q *grantReq) (grantRead, error
 	if err != nil {
 		return grantRead{}, err
 	}
+	var notes time.Duration
+	if c.notes != nil {
+		notes = c.notes.Val()
+	}
 	return grantRead{
+		notes:   notes,
 		holder:  valueOf(c.get),
 		counter: valueOf(c.counter),
 		now:     c.now.Val(),
@@ -308,7 +322,7 @@ func (r *grantRead) step(q *grantReq) grantStep {
 // and returns its refusal: the key's PTTL, or no hint when the key is free
 // but others are queued first.
 func (d *watchDriver) joinInstead(ctx context.Context, tx *redis.Tx, q *grantReq, r *grantRead, out *grantOutcome) error {
-	pttl, err := d.readAndJoin(ctx, tx, q.lk, q.owner, q.inbox, q.entry)
+	pttl, err := d.readAndJoin(ctx, tx, q.lk, q.owner, q.inbox, q.entry, waitNoteFor(q.note, q.ttl.Milliseconds()), r.notes)
 	if err != nil {
 		return err
 	}
@@ -326,8 +340,9 @@ type exclusiveGrant struct {
 	stale string // the members' set of an expired marker: delete it, and SET without NX
 	dead  string // the element of a dead waiter first in line, whose place the grant takes
 	token int64
-	fresh bool   // token is a new one: set the counter to it (else the grant record's)
-	next  string // the element behind the caller (see fromQueue)
+	fresh bool          // token is a new one: set the counter to it (else the grant record's)
+	next  string        // the element behind the caller (see fromQueue)
+	notes time.Duration // the notes hash's PTTL as read (see noteCmds)
 }
 
 // planGrant plans the grant of the attempt q that read r, once the marker
@@ -337,7 +352,7 @@ type exclusiveGrant struct {
 // key is the caller's own and the record holds one, else a new one (see
 // nextToken), which fails when the counter is not an integer.
 func planGrant(q *grantReq, r *grantRead, stale, dead string) (exclusiveGrant, error) {
-	g := exclusiveGrant{mine: r.mine(q), stale: stale, dead: dead, fresh: true, next: behind(r.line, q.owner, dead)}
+	g := exclusiveGrant{mine: r.mine(q), stale: stale, dead: dead, fresh: true, next: behind(r.line, q.owner, dead), notes: r.notes}
 	if g.mine && r.record.ok {
 		if t, err := strconv.ParseInt(r.record.s, 10, 64); err == nil && t > 0 {
 			g.token, g.fresh = t, false
@@ -373,6 +388,9 @@ func (g *exclusiveGrant) queue(ctx context.Context, p doer, q *grantReq) (set *r
 	}
 	if g.dead != "" {
 		p.Do(ctx, "lrem", waitQueue(q.lk), 1, g.dead)
+	}
+	if q.note != "" {
+		noteCmds(ctx, p, q.lk, q.owner, q.note, g.notes, ms)
 	}
 	if q.how == queued {
 		leaveCmds(ctx, p, q.lk, q.owner, q.inbox)

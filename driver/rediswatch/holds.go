@@ -51,8 +51,16 @@ func (d *watchDriver) acquireHold(ctx context.Context, l *driver.Lease) error {
 			pttl              *redis.DurationCmd
 			now               *redis.TimeCmd
 			line              *redis.StringSliceCmd
+			notes             *redis.DurationCmd
 		)
-		err := watchAndRead(ctx, tx, []string{lk, hk, ck, tombstone(lk, l.Owner)}, func(p redis.Pipeliner) {
+		watch := []string{lk, hk, ck, tombstone(lk, l.Owner)}
+		if l.Note != "" {
+			watch = append(watch, notesKey(lk))
+		}
+		err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
+			if l.Note != "" {
+				notes = p.PTTL(ctx, notesKey(lk))
+			}
 			get, tok, pttl = p.Get(ctx, lk), p.HGet(ctx, hk, "t"), p.PTTL(ctx, lk)
 			counter, now = p.Get(ctx, ck), p.Time(ctx)
 			line = p.LRange(ctx, wq, 0, 1)
@@ -100,6 +108,9 @@ func (d *watchDriver) acquireHold(ctx context.Context, l *driver.Lease) error {
 			if dead != "" {
 				p.LRem(ctx, wq, 1, dead)
 			}
+			if l.Note != "" { // a re-entry keeps the first hold's
+				noteCmds(ctx, p, lk, l.Owner, l.Note, notes.Val(), ttl.Milliseconds())
+			}
 		})
 	})
 	switch {
@@ -129,7 +140,7 @@ func keepHolds(ctx context.Context, p redis.Pipeliner, lk, hk string, pttl, ttl 
 //
 //	WATCH lock holds; GET lock; HEXISTS holds OWNER; HGET holds t; PTTL lock
 //	MULTI; [PEXPIRE lock ttl]; PEXPIRE holds pttl; EXEC
-func (d *watchDriver) extendHold(ctx context.Context, op, lk, owner string, ttl time.Duration, token uint64) error {
+func (d *watchDriver) extendHold(ctx context.Context, op, lk, owner string, ttl time.Duration, token uint64, note bool) error {
 	hk := holdsKey(lk)
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
 		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
@@ -137,8 +148,16 @@ func (d *watchDriver) extendHold(ctx context.Context, op, lk, owner string, ttl 
 				get, tok *redis.StringCmd
 				held     *redis.BoolCmd
 				pttl     *redis.DurationCmd
+				npttl    *redis.DurationCmd
 			)
-			err := watchAndRead(ctx, tx, []string{lk, hk}, func(p redis.Pipeliner) {
+			watch := []string{lk, hk}
+			if note {
+				watch = append(watch, notesKey(lk))
+			}
+			err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
+				if note {
+					npttl = p.PTTL(ctx, notesKey(lk))
+				}
 				get, held, tok, pttl = p.Get(ctx, lk), p.HExists(ctx, hk, owner), p.HGet(ctx, hk, "t"), p.PTTL(ctx, lk)
 			})
 			if err != nil {
@@ -150,7 +169,12 @@ func (d *watchDriver) extendHold(ctx context.Context, op, lk, owner string, ttl 
 				return driver.ErrNotHeld
 			}
 			d.hook(op, lk)
-			return exec(ctx, tx, func(p redis.Pipeliner) { keepHolds(ctx, p, lk, hk, pttl.Val(), ttl) })
+			return exec(ctx, tx, func(p redis.Pipeliner) {
+				keepHolds(ctx, p, lk, hk, pttl.Val(), ttl)
+				if note {
+					lengthenCmd(ctx, p, notesKey(lk), npttl.Val(), ttl.Milliseconds())
+				}
+			})
 		})
 	})
 }

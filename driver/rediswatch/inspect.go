@@ -39,7 +39,7 @@ func (d *watchDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 			pttl            *redis.DurationCmd
 			now             *redis.TimeCmd
 			readers, perms  *redis.ZSliceCmd
-			hlen            *redis.IntCmd
+			hlen, notes     *redis.IntCmd
 			line            *redis.StringSliceCmd
 		)
 		_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -49,6 +49,7 @@ func (d *watchDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 			tok, hlen = p.HGet(ctx, holdsKey(lk), "t"), p.HLen(ctx, holdsKey(lk))
 			fence = p.Get(ctx, counterKey(lk))
 			line = p.LRange(ctx, waitQueue(lk), 0, driver.MaxInspectWaiters)
+			notes = p.Exists(ctx, notesKey(lk))
 			return nil
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -65,6 +66,11 @@ func (d *watchDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 		}
 		st = driver.KeyState{}
 		st.Holders, st.Unknown = g.Holders()
+		if notes.Val() > 0 {
+			if err := readNotes(ctx, tx, lk, st.Holders); err != nil {
+				return err
+			}
+		}
 		elems := line.Val()
 		if len(elems) > driver.MaxInspectWaiters {
 			elems, st.MoreWaiters = elems[:driver.MaxInspectWaiters], true
@@ -101,6 +107,30 @@ func (d *watchDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 		return driver.KeyState{}, fmt.Errorf("rediswatch: inspect: %w", redisx.WithCtx(ctx, err))
 	}
 	return st, nil
+}
+
+// readNotes sets the Note of each holder of hs (not Foreign) from the
+// notes hash of lk, with HGET (the ACL rules have no HGETALL), in one round
+// trip. A holder's field only: others' are of grants that ended.
+func readNotes(ctx context.Context, tx *redis.Tx, lk string, hs []driver.Holder) error {
+	gets := make([]*redis.StringCmd, len(hs))
+	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, h := range hs {
+			if !h.Foreign {
+				gets[i] = p.HGet(ctx, notesKey(lk), h.Owner)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	for i, c := range gets {
+		if c != nil {
+			hs[i].Note = c.Val()
+		}
+	}
+	return nil
 }
 
 func zmembers(zs []redis.Z) []redisx.Member {

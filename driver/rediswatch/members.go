@@ -168,7 +168,7 @@ func (d *watchDriver) acquireMember(ctx context.Context, l *driver.Lease, how at
 func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Lease, how attempt, inbox, entry string) (joined bool, err error) {
 	markSent(l, false)
 	lk := d.LockKey(l.Key)
-	q := memberReq{k: k, how: how, lk: lk, set: k.set(lk), owner: l.Owner, ttl: px(l.TTL).Milliseconds(), inbox: inbox, entry: entry}
+	q := memberReq{k: k, how: how, lk: lk, set: k.set(lk), owner: l.Owner, ttl: px(l.TTL).Milliseconds(), inbox: inbox, entry: entry, note: l.Note}
 	var out grantOutcome
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		out = grantOutcome{}
@@ -193,6 +193,7 @@ type memberReq struct {
 	ttl   int64  // the grant's TTL in ms
 	inbox string // where releases are to name the caller (see queueElem)
 	entry string // a tryThenJoin attempt's queue entry (see waiting.write)
+	note  string // the grant's note, "" for none (see notes.go)
 }
 
 // memberTx is one member attempt on tx: its first round trip
@@ -210,7 +211,7 @@ func (d *watchDriver) memberTx(ctx context.Context, tx *redis.Tx, l *driver.Leas
 		unwatch(ctx, tx)
 		return err
 	case step == memberJoin:
-		return d.joinMember(ctx, tx, q, &g, out)
+		return d.joinMember(ctx, tx, q, &g, r.notes, out)
 	case step == memberHeld:
 		return heldFor(unwatchPTTL(ctx, tx, q.lk))
 	}
@@ -233,8 +234,9 @@ func (d *watchDriver) memberTx(ctx context.Context, tx *redis.Tx, l *driver.Leas
 type memberRead struct {
 	st      *memberState
 	counter value
-	line    []string // the first two elements of the queue
-	void    bool     // the attempt's tombstone exists
+	line    []string      // the first two elements of the queue
+	void    bool          // the attempt's tombstone exists
+	notes   time.Duration // the notes hash's PTTL (an attempt with a note only)
 }
 
 // readMember watches the lock key, the counter and the attempt's
@@ -246,8 +248,16 @@ func readMember(ctx context.Context, tx *redis.Tx, q *memberReq) (memberRead, er
 		counter *redis.StringCmd
 		line    *redis.StringSliceCmd
 		void    *redis.IntCmd
+		notes   *redis.DurationCmd
 	}
-	err := watchAndRead(ctx, tx, []string{q.lk, ck, tomb}, func(p redis.Pipeliner) {
+	watch := []string{q.lk, ck, tomb}
+	if q.note != "" {
+		watch = append(watch, notesKey(q.lk))
+	}
+	err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
+		if q.note != "" {
+			c.notes = p.PTTL(ctx, notesKey(q.lk))
+		}
 		c.st = readMembers(ctx, p, q.lk, q.set)
 		if q.k.limit > 0 {
 			c.st.nth = p.ZRangeWithScores(ctx, q.set, -int64(q.k.limit), -int64(q.k.limit))
@@ -259,7 +269,11 @@ func readMember(ctx context.Context, tx *redis.Tx, q *memberReq) (memberRead, er
 	if err != nil {
 		return memberRead{}, err
 	}
-	return memberRead{st: c.st, counter: valueOf(c.counter), line: c.line.Val(), void: c.void.Val() > 0}, nil
+	r := memberRead{st: c.st, counter: valueOf(c.counter), line: c.line.Val(), void: c.void.Val() > 0}
+	if c.notes != nil {
+		r.notes = c.notes.Val()
+	}
+	return r, nil
 }
 
 // head is the element first in line, "" when no one is queued.
@@ -308,8 +322,8 @@ func (r *memberRead) step(q *memberReq) (memberStep, grantPlan, error) {
 // that would have released the watch (see readAndJoin), and returns its
 // refusal, with admit's hint, or the key's PTTL (none when the key has
 // room but others are queued first, unless k.hintQueued).
-func (d *watchDriver) joinMember(ctx context.Context, tx *redis.Tx, q *memberReq, g *grantPlan, out *grantOutcome) error {
-	pttl, err := d.readAndJoin(ctx, tx, q.lk, q.owner, q.inbox, q.entry)
+func (d *watchDriver) joinMember(ctx context.Context, tx *redis.Tx, q *memberReq, g *grantPlan, notes time.Duration, out *grantOutcome) error {
+	pttl, err := d.readAndJoin(ctx, tx, q.lk, q.owner, q.inbox, q.entry, waitNoteFor(q.note, q.ttl), notes)
 	if err != nil {
 		return err
 	}
@@ -329,7 +343,8 @@ type memberGrant struct {
 	g     grantPlan // admit's, with the times claim needs
 	dead  string    // the element of a dead waiter first in line, whose place the grant takes
 	token int64
-	next  string // the element behind the caller (see fromQueue)
+	next  string        // the element behind the caller (see fromQueue)
+	notes time.Duration // the notes hash's PTTL as read (see noteCmds)
 }
 
 // planMember plans the grant that admit allowed (g) to the attempt q that
@@ -346,7 +361,7 @@ func planMember(q *memberReq, r *memberRead, g grantPlan, dead string) (memberGr
 	if g.live {
 		g.keep = max(g.keep, g.pttl)
 	}
-	return memberGrant{g: g, dead: dead, token: token, next: behind(r.line, q.owner, dead)}, nil
+	return memberGrant{g: g, dead: dead, token: token, next: behind(r.line, q.owner, dead), notes: r.notes}, nil
 }
 
 // queue queues m's writes for the MULTI/EXEC of q.
@@ -357,6 +372,9 @@ func (m *memberGrant) queue(ctx context.Context, p doer, q *memberReq) {
 	p.Do(ctx, "set", counterKey(q.lk), strconv.FormatInt(m.token, 10), "px", fenceLife.Milliseconds())
 	if m.dead != "" {
 		p.Do(ctx, "lrem", waitQueue(q.lk), 1, m.dead)
+	}
+	if q.note != "" {
+		noteCmds(ctx, p, q.lk, q.owner, q.note, m.notes, q.ttl)
 	}
 	if q.how == queued {
 		leaveCmds(ctx, p, q.lk, q.owner, q.inbox)
@@ -410,8 +428,8 @@ func (m *memberGrant) queue(ctx context.Context, p doer, q *memberReq) {
 //
 // The release is read (readMemberRelease), planned (planMemberRelease) and
 // executed (execMemberRelease): see releaseMemberTx.
-func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owner, tomb string, tombLife time.Duration) error {
-	q := memberReleaseReq{k: k, lk: lk, set: k.set(lk), owner: owner, tomb: tomb, tombLife: tombLife}
+func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owner, tomb string, tombLife time.Duration, note bool) error {
+	q := memberReleaseReq{k: k, lk: lk, set: k.set(lk), owner: owner, tomb: tomb, tombLife: tombLife, note: note}
 	var out memberReleased
 	err := d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
 		out = memberReleased{}
@@ -432,6 +450,7 @@ type memberReleaseReq struct {
 	lk, set, owner string
 	tomb           string // the attempt's tombstone to set, "" for none
 	tombLife       time.Duration
+	note           bool // the grant has a note: delete its field (see notes.go)
 }
 
 // memberReleased is what a member's release found: whether owner held its
@@ -526,6 +545,9 @@ func planMemberRelease(q *memberReleaseReq, r *memberReleaseRead) memberReleaseP
 			pl.cmds = append(pl.cmds, wakeCmd(q.lk, r.line))
 		}
 	}
+	if q.note {
+		pl.cmds = append(pl.cmds, []any{"hdel", notesKey(q.lk), q.owner})
+	}
 	return pl
 }
 
@@ -535,6 +557,9 @@ func (pl *memberReleasePlan) queueLast(ctx context.Context, p doer, q *memberRel
 	p.Do(ctx, "zrem", q.set, q.owner)
 	p.Do(ctx, "del", q.lk, q.set)
 	p.Do(ctx, wakeCmd(q.lk, r.line)...)
+	if q.note {
+		p.Do(ctx, "hdel", notesKey(q.lk), q.owner)
+	}
 }
 
 // outcome reads the replies to a memberRemove release's cmds: whether
@@ -657,9 +682,9 @@ func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string)
 // fall back, for this call and every later one, to extendMemberWatched,
 // which watches the lock key and the set (and is aborted by grants of other
 // members).
-func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64, note bool) error {
 	if d.noExpireGT.Load() {
-		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken)
+		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken, note)
 	}
 	set := k.set(lk)
 	ttlMS := px(ttl).Milliseconds()
@@ -690,17 +715,21 @@ func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, o
 			}
 		}
 		d.hook(op, lk)
-		const firstGT, lastGT = 2, 4 // the commands that take GT
-		replies, err := execUnwatched(ctx, tx,
-			[]any{"zscore", set, owner},
-			[]any{"time"},
-			[]any{"zadd", set, "xx", "gt", nowMS + ttlMS, owner},
-			[]any{"pexpire", lk, ttlMS, "gt"},
-			[]any{"pexpire", set, ttlMS, "gt"},
-			[]any{"get", lk},
-		)
+		const firstGT, lastGT, noteGT = 2, 4, 6 // the commands that take GT
+		cmds := [][]any{
+			{"zscore", set, owner},
+			{"time"},
+			{"zadd", set, "xx", "gt", nowMS + ttlMS, owner},
+			{"pexpire", lk, ttlMS, "gt"},
+			{"pexpire", set, ttlMS, "gt"},
+			{"get", lk},
+		}
+		if note { // the grant's note lives at least as long (notes.go)
+			cmds = append(cmds, []any{"pexpire", notesKey(lk), ttlMS, "gt"})
+		}
+		replies, err := execUnwatched(ctx, tx, cmds...)
 		var ce *cmdError
-		if errors.As(err, &ce) && ce.i >= firstGT && ce.i <= lastGT {
+		if errors.As(err, &ce) && (ce.i >= firstGT && ce.i <= lastGT || ce.i == noteGT) {
 			return errNoExpireGT
 		}
 		if err != nil {
@@ -723,7 +752,7 @@ func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, o
 	switch {
 	case errors.Is(err, errNoExpireGT):
 		d.noExpireGT.Store(true)
-		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken)
+		return d.extendMemberWatched(ctx, k, op, lk, owner, ttl, minToken, note)
 	case taken:
 		d.dropTaken(ctx, k, lk, owner)
 	}
@@ -790,7 +819,7 @@ func replyTime(r any) (time.Time, error) {
 //
 //	WATCH lock set; GET lock; PTTL lock; TIME; ZRANGE set -2 -1 WITHSCORES; ZSCORE set owner; [GET counter]
 //	MULTI; ZADD set XX expiry owner; <stretch>; EXEC
-func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op, lk, owner string, ttl time.Duration, minToken uint64, note bool) error {
 	set := k.set(lk)
 	ttlMS := px(ttl).Milliseconds()
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
@@ -799,9 +828,17 @@ func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op
 				st      *memberState
 				score   *redis.FloatCmd
 				counter *redis.StringCmd
+				npttl   *redis.DurationCmd
 			)
-			err := watchAndRead(ctx, tx, []string{lk, set}, func(p redis.Pipeliner) {
+			watch := []string{lk, set}
+			if note {
+				watch = append(watch, notesKey(lk))
+			}
+			err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
 				st = readMembers(ctx, p, lk, set)
+				if note {
+					npttl = p.PTTL(ctx, notesKey(lk))
+				}
 				score = p.ZScore(ctx, set, owner)
 				if minToken > 0 {
 					counter = p.Get(ctx, counterKey(lk))
@@ -826,6 +863,9 @@ func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op
 			return exec(ctx, tx, func(p redis.Pipeliner) {
 				p.ZAddXX(ctx, set, redis.Z{Score: float64(now + ttlMS), Member: owner})
 				k.stretch(ctx, p, lk, set, st, owner, ttlMS)
+				if note {
+					lengthenCmd(ctx, p, notesKey(lk), npttl.Val(), ttlMS)
+				}
 			})
 		})
 	})

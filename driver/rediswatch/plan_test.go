@@ -287,7 +287,7 @@ func TestPlanRelease(t *testing.T) {
 			continue // no transaction of its own
 		}
 		var log cmdLog
-		pl.queue(context.Background(), &log, &c.q, c.r.first)
+		pl.queue(context.Background(), &log, &c.q, c.r.first, c.r.holder.s)
 		if want := strings.Split(c.cmds, "|"); !slices.Equal(log, want) {
 			t.Errorf("%s: queued\n  %q\nwant\n  %q", c.name, log, want)
 		}

@@ -3,10 +3,12 @@ package rediswatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/errtext"
 	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/redis/go-redis/v9"
 )
@@ -115,7 +117,7 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 	if !joined {
 		// The attempt's transaction was aborted: join now.
 		entry, at = s.write(l)
-		if err := d.join(ctx, lk, l.Owner, s.inbox(), entry); err != nil {
+		if err := d.join(ctx, lk, l.Owner, s.inbox(), entry, waitNoteOf(l)); err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
 	}
@@ -159,7 +161,7 @@ func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 			}
 		}
 		entry, at := s.write(l)
-		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry, permitLimit(l), l.Mode == driver.Exclusive)
+		r, err := d.renew(ctx, lk, l.Owner, s.inbox(), entry, permitLimit(l), l.Mode == driver.Exclusive, waitNoteOf(l))
 		if err != nil {
 			return redisx.WithCtx(ctx, err)
 		}
@@ -213,7 +215,7 @@ func (s *waiting) stop() {
 // wait's. inbox is where releases are to name owner ("": on the key's
 // channel). The transaction must watch the attempt's tombstone, from a
 // round trip answered before (see queue.go).
-func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox, value string) {
+func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox, value string, wn waitNote, notes time.Duration) {
 	wq := waitQueue(lk)
 	p.Do(ctx, "lrem", wq, 0, owner)
 	if inbox != "" {
@@ -223,6 +225,9 @@ func joinCmds(ctx context.Context, p redis.Pipeliner, lk, owner, inbox, value st
 	p.Do(ctx, "del", grantRecord(lk, owner)) // untyped, as all: readAndJoin reads "QUEUED"
 	p.Do(ctx, "rpush", wq, queueElem(owner, inbox))
 	p.Do(ctx, "pexpire", wq, 2*redisx.EntryLifeMS)
+	if wn.note != "" {
+		noteCmds(ctx, p, lk, owner, wn.note, notes, wn.life)
+	}
 }
 
 // leaveCmds queues the commands that take owner out of lk's queue: its
@@ -244,7 +249,7 @@ func leaveCmds(ctx context.Context, p doer, lk, owner, inbox string) {
 // It returns errAborted when a watched key changed since the watch: the
 // tombstone (the attempt was abandoned), or a key of the attempt's (a
 // grant came in between; the caller joins again with join).
-func (d *watchDriver) readAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string) (time.Duration, error) {
+func (d *watchDriver) readAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string, wn waitNote, notes time.Duration) (time.Duration, error) {
 	var (
 		pttl *redis.DurationCmd
 		done *redis.Cmd
@@ -253,7 +258,7 @@ func (d *watchDriver) readAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, 
 	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pttl = p.PTTL(ctx, lk)
 		p.Do(ctx, "multi")
-		joinCmds(ctx, p, lk, owner, inbox, value)
+		joinCmds(ctx, p, lk, owner, inbox, value, wn, notes)
 		done = p.Do(ctx, "exec")
 		return nil
 	})
@@ -271,17 +276,46 @@ func (d *watchDriver) readAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, 
 //
 //	WATCH tombstone; EXISTS tombstone
 //	MULTI; LREM queue; SET entry PX; DEL grant; RPUSH queue; PEXPIRE queue; EXEC
-func (d *watchDriver) join(ctx context.Context, lk, owner, inbox, value string) error {
+func (d *watchDriver) join(ctx context.Context, lk, owner, inbox, value string, wn waitNote) error {
 	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-		return d.joinTx(ctx, tx, lk, owner, inbox, value)
+		return d.joinTx(ctx, tx, lk, owner, inbox, value, wn)
 	})
 }
 
 // joinTx is join on tx, a connection with no watch armed.
-func (d *watchDriver) joinTx(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string) error {
+func (d *watchDriver) joinTx(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string, wn waitNote) error {
+	for n := 1; ; n++ {
+		err := d.joinTxOnce(ctx, tx, lk, owner, inbox, value, wn)
+		if !errors.Is(err, errAborted) {
+			return err
+		}
+		// The notes hash changed (another note): nothing was applied.
+		d.stats.refreshAborts.Add(1)
+		if n >= d.maxAttempts {
+			d.stats.gaveUp.Add(1)
+			return fmt.Errorf("%w: join of %s gave up after %d aborted transactions", ErrConflict, errtext.Quote(lk), n)
+		}
+	}
+}
+
+// joinTxOnce is one transaction of joinTx: errAborted when a noted join
+// found the notes hash changed since its read.
+func (d *watchDriver) joinTxOnce(ctx context.Context, tx *redis.Tx, lk, owner, inbox, value string, wn waitNote) error {
 	tomb := tombstone(lk, owner)
-	var void *redis.IntCmd
-	if err := watchAndRead(ctx, tx, []string{tomb}, func(p redis.Pipeliner) { void = p.Exists(ctx, tomb) }); err != nil {
+	watch := []string{tomb}
+	if wn.note != "" {
+		watch = append(watch, notesKey(lk))
+	}
+	var (
+		void  *redis.IntCmd
+		notes *redis.DurationCmd
+	)
+	if err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
+		void = p.Exists(ctx, tomb)
+		if wn.note != "" {
+			notes = p.PTTL(ctx, notesKey(lk))
+		}
+	}); err != nil {
 		return err
 	}
 	if void.Val() > 0 {
@@ -289,7 +323,14 @@ func (d *watchDriver) joinTx(ctx context.Context, tx *redis.Tx, lk, owner, inbox
 		return errAbandoned
 	}
 	d.hook("join", lk)
-	err := exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox, value) })
+	var pttl time.Duration
+	if notes != nil {
+		pttl = notes.Val()
+	}
+	err := exec(ctx, tx, func(p redis.Pipeliner) { joinCmds(ctx, p, lk, owner, inbox, value, wn, pttl) })
+	if errors.Is(err, errAborted) && wn.note != "" && !tombstoned(ctx, tx, tomb) {
+		return err // the notes hash changed: joined nothing, try again
+	}
 	if errors.Is(err, errAborted) {
 		return errAbandoned // only the tombstone is watched
 	}
@@ -317,16 +358,27 @@ type renewal struct {
 // of readers or permits: its members may all have expired unreleased
 // (their holders crashed), leaving the marker until its PX, which can be
 // far off; the attempt checks (membersGone) and takes the key if so.
-func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string, limit int, exclusive bool) (r renewal, err error) {
+func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string, limit int, exclusive bool, wn waitNote) (r renewal, err error) {
 	wq, entry := waitQueue(lk), waitEntry(lk, owner)
+	if wn.note != "" && d.noExpireGT.Load() {
+		// No PEXPIRE ... GT: the note is kept by a watched transaction.
+		if err := d.keepNote(ctx, lk, owner, wn.note, wn.life); err != nil {
+			return renewal{}, err
+		}
+	}
+	gtRefused := false
 	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		var (
 			set  *redis.Cmd
 			get  *redis.StringCmd
 			pttl *redis.DurationCmd
 			ps   *permitReads
+			note []*redis.Cmd
 		)
 		cmds, _ := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if wn.note != "" && !d.noExpireGT.Load() {
+				note = renewNoteCmds(ctx, p, lk, owner, wn)
+			}
 			set = p.Do(ctx, "set", entry, value, "xx", "px", redisx.EntryLifeMS)
 			p.PExpire(ctx, wq, 2*redisx.EntryLife)
 			get = p.Get(ctx, lk)
@@ -336,7 +388,13 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string,
 			}
 			return nil
 		})
-		for _, c := range cmds { // a nil reply (no entry, no key) is a result
+		for _, c := range note {
+			var reply redis.Error
+			if errors.As(c.Err(), &reply) {
+				gtRefused = true // before Redis 7.0: see below
+			}
+		}
+		for _, c := range cmds[len(note):] { // a nil reply (no entry, no key) is a result
 			if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
 				return err
 			}
@@ -354,9 +412,34 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string,
 			return nil // alive (or granted: the release deleted the entry)
 		}
 		r.rejoined = true
-		return d.joinTx(ctx, tx, lk, owner, inbox, value)
+		return d.joinTx(ctx, tx, lk, owner, inbox, value, wn)
 	})
+	if err == nil && gtRefused {
+		d.noExpireGT.Store(true)
+		err = d.keepNote(ctx, lk, owner, wn.note, wn.life)
+	}
 	return r, err
+}
+
+// tombstoned reports whether tomb exists (a read error counts as yes: the
+// join is then given up as abandoned).
+func tombstoned(ctx context.Context, tx *redis.Tx, tomb string) bool {
+	n, err := tx.Exists(ctx, tomb).Result()
+	return err != nil || n > 0
+}
+
+// renewNoteCmds queues, in a renewal's pipeline (no transaction), the
+// writes that keep a waiter's note: the field, and the hash's expiry set
+// where it has none (NX) or lengthened (GT), never shortened. Both options
+// need Redis 7.0; a server that refuses them applies the HSET only, and
+// the caller keeps the note with keepNote.
+func renewNoteCmds(ctx context.Context, p redis.Pipeliner, lk, owner string, wn waitNote) []*redis.Cmd {
+	n := notesKey(lk)
+	return []*redis.Cmd{
+		p.Do(ctx, "hset", n, owner, wn.note),
+		p.Do(ctx, "pexpire", n, wn.life, "nx"),
+		p.Do(ctx, "pexpire", n, wn.life, "gt"),
+	}
 }
 
 // Leave implements driver.Queuer: it removes a grant whose reply was lost
@@ -397,6 +480,9 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 			key = p.Get(ctx, lk)
 			first = p.LIndex(ctx, waitQueue(lk), 0)
 			leaveCmds(ctx, p, lk, l.Owner, inbox)
+			if l.Note != "" {
+				p.HDel(ctx, notesKey(lk), l.Owner) // written by its joins (keepNote)
+			}
 		})
 		if err != nil {
 			return err
@@ -410,7 +496,7 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 		return nil
 	})
 	if err == nil && mine {
-		if err = d.release(ctx, lk, l.Owner, "", 0, "", true, false); errors.Is(err, driver.ErrNotHeld) {
+		if err = d.release(ctx, lk, l.Owner, "", 0, "", true, false, false); errors.Is(err, driver.ErrNotHeld) {
 			err = nil // expired meanwhile
 		}
 	}

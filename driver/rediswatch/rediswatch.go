@@ -88,8 +88,7 @@ func px(ttl time.Duration) time.Duration { return ttl.Truncate(time.Millisecond)
 // lock runs calls on the caller's goroutine.
 func (d *watchDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "rediswatch", ReturnsAtContextEnd: d.Lanes.ReturnsAtContextEnd(),
-		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes,
-		Notes: driver.No("rediswatch stores no note with a grant yet")}
+		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes, Notes: driver.Yes}
 }
 
 // As exposes the client and the driver's counters; see the package doc.

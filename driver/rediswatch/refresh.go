@@ -17,19 +17,19 @@ import (
 func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
 	lk := d.LockKey(l.Key)
 	if l.Mode != driver.Exclusive { // a share or a permit
-		if err := d.extendMember(ctx, memberKindOf(l), "refresh", lk, l.Owner, ttl, 0); err != nil {
+		if err := d.extendMember(ctx, memberKindOf(l), "refresh", lk, l.Owner, ttl, 0, noted(l)); err != nil {
 			return 0, err
 		}
 		return px(ttl), nil
 	}
 	ttl = px(ttl)
 	if l.Reentry {
-		if err := d.extendHold(ctx, "refresh", lk, l.Owner, ttl, 0); err != nil {
+		if err := d.extendHold(ctx, "refresh", lk, l.Owner, ttl, 0, noted(l)); err != nil {
 			return 0, err
 		}
 		return ttl, nil
 	}
-	if err := d.extendOwned(ctx, "refresh", lk, l.Owner, ttl, 0); err != nil {
+	if err := d.extendOwned(ctx, "refresh", lk, l.Owner, ttl, 0, noted(l)); err != nil {
 		return 0, err
 	}
 	return ttl, nil
@@ -49,15 +49,22 @@ func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dur
 // the PTTL was read at. PEXPIRE returns 0 for a key that expired after
 // the GET, on servers that do not abort the EXEC for it: driver.ErrNotHeld.
 // An aborted EXEC is retried, up to d.maxAttempts transactions per call.
-func (d *watchDriver) extendOwned(ctx context.Context, op, lk, owner string, ttl time.Duration, minToken uint64) error {
+func (d *watchDriver) extendOwned(ctx context.Context, op, lk, owner string, ttl time.Duration, minToken uint64, note bool) error {
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
 		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 			var (
 				get, counter *redis.StringCmd
-				pttl         *redis.DurationCmd
+				pttl, npttl  *redis.DurationCmd
 			)
-			err := watchAndRead(ctx, tx, []string{lk}, func(p redis.Pipeliner) {
+			watch := []string{lk}
+			if note {
+				watch = append(watch, notesKey(lk))
+			}
+			err := watchAndRead(ctx, tx, watch, func(p redis.Pipeliner) {
 				get, pttl = p.Get(ctx, lk), p.PTTL(ctx, lk)
+				if note {
+					npttl = p.PTTL(ctx, notesKey(lk))
+				}
 				if minToken > 0 {
 					counter = p.Get(ctx, counterKey(lk))
 				}
@@ -75,16 +82,24 @@ func (d *watchDriver) extendOwned(ctx context.Context, op, lk, owner string, ttl
 					return driver.ErrNotHeld
 				}
 			}
-			if pttl.Val() >= ttl {
+			short := note && (npttl.Val() < 0 || npttl.Val() < ttl)
+			if pttl.Val() >= ttl && !short {
 				unwatch(ctx, tx)
 				return nil
 			}
 			d.hook(op, lk)
 			var applied *redis.IntCmd
-			if err := exec(ctx, tx, func(p redis.Pipeliner) { applied = pexpire(ctx, p, lk, ttl) }); err != nil {
+			if err := exec(ctx, tx, func(p redis.Pipeliner) {
+				if pttl.Val() < ttl {
+					applied = pexpire(ctx, p, lk, ttl)
+				}
+				if short {
+					lengthenCmd(ctx, p, notesKey(lk), npttl.Val(), ttl.Milliseconds())
+				}
+			}); err != nil {
 				return err
 			}
-			if applied.Val() != 1 {
+			if applied != nil && applied.Val() != 1 {
 				return driver.ErrNotHeld
 			}
 			return nil
@@ -114,30 +129,42 @@ func (d *watchDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	case driver.Shared:
 		// A share's Resume names itself a refresh (its hook, and its
 		// ErrConflict), as it always has.
-		if err := d.extendMember(ctx, shares, "refresh", lk, l.Owner, ttl, l.Token); err != nil {
+		if err := d.extendMember(ctx, shares, "refresh", lk, l.Owner, ttl, l.Token, false); err != nil {
 			return err
 		}
-		l.Validity, l.Data = ttl, fromQueue{}
-		return nil
+		has, err := d.resumeNote(ctx, lk, l.Owner, false, ttl)
+		l.Validity, l.Data = ttl, fromQueue{note: has}
+		return err
 	case driver.Permit:
 		// The lock key must hold the permits of l.Limit, and the set
 		// l.Owner's live permit.
-		if err := d.extendMember(ctx, permitsOf(l.Limit), "resume", lk, l.Owner, ttl, l.Token); err != nil {
+		if err := d.extendMember(ctx, permitsOf(l.Limit), "resume", lk, l.Owner, ttl, l.Token, false); err != nil {
 			return err
 		}
 		l.Validity, l.Data = ttl, nil
-		return nil
+		return d.markNoted(ctx, l, lk, false, ttl)
 	}
 	if l.Reentry {
-		if err := d.extendHold(ctx, "resume", lk, l.Owner, ttl, l.Token); err != nil {
+		if err := d.extendHold(ctx, "resume", lk, l.Owner, ttl, l.Token, false); err != nil {
 			return err
 		}
 		l.Validity = ttl
-		return nil
+		return d.markNoted(ctx, l, lk, true, ttl)
 	}
-	err := d.extendOwned(ctx, "resume", lk, l.Owner, ttl, l.Token)
-	if err == nil {
-		l.Validity, l.Data = ttl, fromQueue{}
+	if err := d.extendOwned(ctx, "resume", lk, l.Owner, ttl, l.Token, false); err != nil {
+		return err
+	}
+	has, err := d.resumeNote(ctx, lk, l.Owner, false, ttl)
+	l.Validity, l.Data = ttl, fromQueue{note: has}
+	return err
+}
+
+// markNoted records in l.Data, for a resumed permit or hold, whether its
+// grant has a note (resumeNote), which its refreshes then keep.
+func (d *watchDriver) markNoted(ctx context.Context, l *driver.Lease, lk string, hold bool, ttl time.Duration) error {
+	has, err := d.resumeNote(ctx, lk, l.Owner, hold, ttl)
+	if has {
+		l.Data = notedGrant{}
 	}
 	return err
 }

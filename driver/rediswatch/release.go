@@ -15,7 +15,10 @@ import (
 // fromQueue is driver.Lease.Data of a grant that came through the queue:
 // next is the queue element that was behind the new holder when it was
 // granted, the likely first in line at its release (see release).
-type fromQueue struct{ next string }
+type fromQueue struct {
+	next string
+	note bool // a resumed grant with a note (see noted)
+}
 
 // Release deletes l's grant and, when a live waiter is queued, hands the
 // key to the first one in the same transaction (see release). It finds the
@@ -36,10 +39,10 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 		tomb = tombstone(lk, l.Owner)
 	}
 	if l.Mode != driver.Exclusive { // a share or a permit
-		return d.releaseMember(ctx, memberKindOf(l), lk, l.Owner, tomb, max(px(l.TTL), 1))
+		return d.releaseMember(ctx, memberKindOf(l), lk, l.Owner, tomb, max(px(l.TTL), 1), noted(l))
 	}
 	q, viaQueue := l.Data.(fromQueue)
-	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue, l.Reentry)
+	return d.release(ctx, lk, l.Owner, tomb, max(px(l.TTL), 1), q.next, viaQueue, l.Reentry, noted(l))
 }
 
 // release deletes the grant of owner on lk and hands the key over to the
@@ -81,8 +84,8 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 // Each transaction is read (readRelease, and releaseRead.readFirst when
 // the guess was wrong), planned (planRelease) and executed (execRelease):
 // see releaseTx.
-func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombLife time.Duration, guess string, viaQueue, hold bool) error {
-	q := releaseReq{lk: lk, owner: owner, tomb: tomb, tombLife: tombLife, guess: guess, viaQueue: viaQueue, hold: hold}
+func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombLife time.Duration, guess string, viaQueue, hold, note bool) error {
+	q := releaseReq{lk: lk, owner: owner, tomb: tomb, tombLife: tombLife, guess: guess, viaQueue: viaQueue, hold: hold, note: note}
 	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
 		return d.onConn(ctx, lk, func(tx *redis.Tx) error { return d.releaseTx(ctx, tx, &q) })
 	})
@@ -96,6 +99,7 @@ type releaseReq struct {
 	guess     string        // the element likely first in line (see fromQueue), "" if unknown
 	viaQueue  bool          // the grant came through the queue: delete its grant record
 	hold      bool          // a hold of a named owner (see holds.go)
+	note      bool          // the grant has a note: delete its field (see notes.go)
 }
 
 // releaseTx is one release transaction on tx.
@@ -261,12 +265,18 @@ func planRelease(q *releaseReq, r *releaseRead) (releasePlan, error) {
 }
 
 // queue queues the writes of pl (one of the actions that delete the key)
-// for the MULTI/EXEC of q, where first is the element first in line, and
+// for the MULTI/EXEC of q, where first is the element first in line and
+// holder the lock key's value as read (a hold's: the first hold, whose
+// note is the grant's), and
 // returns the DEL of the lock key, whose reply tells whether owner held it.
-func (pl *releasePlan) queue(ctx context.Context, p doer, q *releaseReq, first string) (del *redis.Cmd) {
+func (pl *releasePlan) queue(ctx context.Context, p doer, q *releaseReq, first, holder string) (del *redis.Cmd) {
 	del = p.Do(ctx, "del", q.lk)
 	if q.hold {
+		// The last hold: the grant, and the first hold's note, end.
 		p.Do(ctx, "del", holdsKey(q.lk))
+		p.Do(ctx, "hdel", notesKey(q.lk), holder)
+	} else if q.note {
+		p.Do(ctx, "hdel", notesKey(q.lk), q.owner)
 	}
 	if q.viaQueue {
 		p.Do(ctx, "del", grantRecord(q.lk, q.owner))
@@ -296,7 +306,7 @@ func (pl *releasePlan) queue(ctx context.Context, p doer, q *releaseReq, first s
 func (d *watchDriver) execRelease(ctx context.Context, tx *redis.Tx, q *releaseReq, r *releaseRead, pl *releasePlan) error {
 	d.hook("release", q.lk)
 	var del *redis.Cmd
-	if err := exec(ctx, tx, func(p redis.Pipeliner) { del = pl.queue(ctx, p, q, r.first) }); err != nil {
+	if err := exec(ctx, tx, func(p redis.Pipeliner) { del = pl.queue(ctx, p, q, r.first, r.holder.s) }); err != nil {
 		return err
 	}
 	if pl.action == releaseHandOver {
