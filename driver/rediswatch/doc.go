@@ -126,6 +126,21 @@
 // same key queue apart and are not listed. Nothing is written, and no rule
 // beyond those below is needed.
 //
+// # Notes
+//
+// A grant's note (lock.WithNote: an election's announcement) lives in
+// P{K}:n, a hash of owner -> note shared with redisnx, so each driver's
+// Inspect shows the other's. The transaction that grants writes it (a
+// re-entry keeps the first hold's); a waiter writes its note as it joins
+// the queue and at each renewal of its entry, so a release that hands it
+// the key grants it with its note. A noted Lease's refreshes lengthen the
+// hash, never shortening it (PEXPIRE ... GT on Redis 7; before, its PTTL
+// read under WATCH), a resumed Lease keeps its grant's note alive, and a
+// release or Leave deletes the field. Inspect reads the holders' fields
+// (HGET, a round trip more when the hash exists). Leases without a note
+// send no command on the hash; noted ones are refreshed one at a time,
+// not in a batch.
+//
 // # Failure modes
 //
 // A restart without persistence, a failover to a replica that lacked the
@@ -242,8 +257,8 @@
 //
 // For user key K and prefix P, a lock's Redis names (P{K}, P{K}:fence, the
 // queue P{K}:wq, entries P{K}:we:OWNER, grant records P{K}:wg:OWNER,
-// tombstones P{K}:void:OWNER, the readers P{K}:r, holds P{K}:h and permits
-// P{K}:s, the channel P{K}:rel) share K as Cluster hash tag; each Locker
+// tombstones P{K}:void:OWNER, the readers P{K}:r, holds P{K}:h, permits
+// P{K}:s and the grants' notes P{K}:n, the channel P{K}:rel) share K as Cluster hash tag; each Locker
 // has an inbox channel, P + "inbox:" + 32 hex. docs/wire/redis.md has the
 // wire format.
 package rediswatch

@@ -108,44 +108,63 @@ func (d *watchDriver) keepNote(ctx context.Context, lk, owner, note string, life
 
 // resumeNote reports whether the grant of owner on lk (a hold's: the
 // grant's first hold, the lock key's value) has a note, and lengthens the
-// hash to ttl where it ended sooner, in two round trips (three for a
-// hold):
+// hash to ttl where it ended sooner: one round trip (two for a hold) when
+// it has none or lasts long enough, then keepNote's lengthening:
 //
 //	[GET lock]
-//	WATCH notes; HEXISTS notes FIELD; PTTL notes
-//	MULTI; PEXPIRE notes ttl; EXEC        (or UNWATCH)
+//	HEXISTS notes FIELD; PTTL notes
+//	(WATCH notes; PTTL notes  /  MULTI; PEXPIRE notes ttl; EXEC)
 func (d *watchDriver) resumeNote(ctx context.Context, lk, owner string, hold bool, ttl time.Duration) (bool, error) {
 	n := notesKey(lk)
-	var has bool
-	err := d.retryAborted(ctx, "resume", lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
-			has = false
-			field := owner
-			if hold {
-				v, err := tx.Get(ctx, lk).Result()
-				if errors.Is(err, redis.Nil) {
-					return nil // gone meanwhile: its refreshes will tell
-				}
-				if err != nil {
-					return err
-				}
-				field = v
+	var has, short bool
+	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		has, short = false, false
+		field := owner
+		if hold {
+			v, err := tx.Get(ctx, lk).Result()
+			if errors.Is(err, redis.Nil) {
+				return nil // gone meanwhile: its refreshes will tell
 			}
-			var (
-				ex   *redis.BoolCmd
-				pttl *redis.DurationCmd
-			)
-			if err := watchAndRead(ctx, tx, []string{n}, func(p redis.Pipeliner) {
-				ex, pttl = p.HExists(ctx, n, field), p.PTTL(ctx, n)
-			}); err != nil {
+			if err != nil {
 				return err
 			}
-			if has = ex.Val(); !has || (pttl.Val() >= 0 && pttl.Val() >= ttl) {
+			field = v
+		}
+		var (
+			ex   *redis.BoolCmd
+			pttl *redis.DurationCmd
+		)
+		if err := read(ctx, tx, func(p redis.Pipeliner) { ex, pttl = p.HExists(ctx, n, field), p.PTTL(ctx, n) }); err != nil {
+			return err
+		}
+		has = ex.Val()
+		short = has && (pttl.Val() < 0 || pttl.Val() < ttl)
+		return nil
+	})
+	if err != nil || !short {
+		return has, err
+	}
+	return has, d.lengthenNotes(ctx, lk, ttl.Milliseconds())
+}
+
+// lengthenNotes makes lk's notes hash last at least life ms, never
+// shortening it, in two round trips (any server version):
+//
+//	WATCH notes; PTTL notes
+//	MULTI; PEXPIRE notes life; EXEC      (or UNWATCH, if it lasts that long)
+func (d *watchDriver) lengthenNotes(ctx context.Context, lk string, life int64) error {
+	n := notesKey(lk)
+	return d.retryAborted(ctx, "resume", lk, &d.stats.refreshAborts, func() error {
+		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+			var pttl *redis.DurationCmd
+			if err := watchAndRead(ctx, tx, []string{n}, func(p redis.Pipeliner) { pttl = p.PTTL(ctx, n) }); err != nil {
+				return err
+			}
+			if pttl.Val() >= 0 && pttl.Val().Milliseconds() >= life {
 				unwatch(ctx, tx)
 				return nil
 			}
-			return exec(ctx, tx, func(p redis.Pipeliner) { lengthenCmd(ctx, p, n, pttl.Val(), ttl.Milliseconds()) })
+			return exec(ctx, tx, func(p redis.Pipeliner) { lengthenCmd(ctx, p, n, pttl.Val(), life) })
 		})
 	})
-	return has, err
 }

@@ -268,7 +268,7 @@ func TestPlanRelease(t *testing.T) {
 		{"a hold, not one", releaseReq{owner: hold2, hold: true}, releaseRead{holder: got(hold1), holds: 3}, releaseNotHeld, ""},
 		{"a hold, another owner's key", releaseReq{owner: hold2, hold: true}, releaseRead{holder: got(planOther), ownHold: true, holds: 3}, releaseNotHeld, ""},
 		{"the last hold", releaseReq{owner: hold2, hold: true}, releaseRead{holder: got(hold1), ownHold: true, holds: 2}, releaseWakeAll,
-			del + "|del dlock:{k}:h|" + wakeAll},
+			del + "|del dlock:{k}:h|hdel dlock:{k}:n " + hold1 + "|" + wakeAll}, // the first hold's note, always
 	} {
 		c.q.lk = planLK
 		if c.q.owner == "" {

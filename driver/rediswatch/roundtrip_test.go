@@ -265,7 +265,7 @@ func TestMemberRoundTrips(t *testing.T) {
 		}
 		resume := *a
 		must(d.Resume(ctx, &resume))
-		check("resume", refresh+" get", extend)
+		check("resume", refresh+" get", extend, "hexists pttl") // whether it has a note (notes.go)
 		if err := d.Release(ctx, share(time.Second)); !errors.Is(err, driver.ErrNotHeld) {
 			t.Fatalf("release by a stranger: %v", err)
 		}
@@ -335,7 +335,7 @@ func TestMemberRoundTrips(t *testing.T) {
 		check("refresh", refresh, extend)
 		resume := *a
 		must(d.Resume(ctx, &resume))
-		check("resume", refresh+" get", extend)
+		check("resume", refresh+" get", extend, "hexists pttl") // whether it has a note (notes.go)
 		stranger := permit(3, time.Second)
 		stranger.Token = 1
 		if err := d.Release(ctx, stranger); !errors.Is(err, driver.ErrNotHeld) {
