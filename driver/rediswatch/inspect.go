@@ -18,8 +18,14 @@ var _ driver.Inspector = (*watchDriver)(nil)
 //
 //	MULTI; GET lock; PTTL lock; TIME; ZRANGE readers 0 -1 WITHSCORES;
 //	       ZRANGE permits 0 -1 WITHSCORES; HGET holds t; HLEN holds;
-//	       GET counter; LRANGE queue 0 1000; EXEC
+//	       GET counter; LRANGE queue 0 1000; EXISTS notes; EXEC
 //	MGET entry(OWNER1) entry(OWNER2) ...          (when waiters are queued)
+//
+// When the notes hash exists (the first transaction reads EXISTS notes),
+// a round trip more reads the holders' notes, with the lock key and the
+// members' scores to tell that the holders are those of the snapshot (see
+// readNotes); when they changed, Inspect starts again, up to MaxAttempts
+// times (then an error wrapping ErrConflict).
 //
 // The transaction only reads, so it is one snapshot of the grants
 // (redisx.Grants) and of the queue; the entries, which tell the live
@@ -33,7 +39,29 @@ func (d *watchDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 		return st, err
 	}
 	lk := d.LockKey(key)
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	var err error
+	for n := 1; ; n++ {
+		if err = d.inspectOnce(ctx, lk, &st); !errors.Is(err, errMoved) {
+			break
+		}
+		if n >= d.maxAttempts {
+			err = fmt.Errorf("%w: the holders kept changing under their notes' read", ErrConflict)
+			break
+		}
+	}
+	if err != nil {
+		return driver.KeyState{}, fmt.Errorf("rediswatch: inspect: %w", redisx.WithCtx(ctx, err))
+	}
+	return st, nil
+}
+
+// errMoved is an Inspect whose second read of the holders (readNotes)
+// found them changed since the snapshot.
+var errMoved = errors.New("rediswatch: inspect: the holders changed")
+
+// inspectOnce is one attempt of Inspect on lk, which sets st.
+func (d *watchDriver) inspectOnce(ctx context.Context, lk string, st *driver.KeyState) error {
+	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
 		var (
 			get, tok, fence *redis.StringCmd
 			pttl            *redis.DurationCmd
@@ -64,10 +92,10 @@ func (d *watchDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 		if pttl.Val() < 0 {
 			g.PTTL = -1 // go-redis gives -1 and -2 as nanoseconds
 		}
-		st = driver.KeyState{}
+		*st = driver.KeyState{}
 		st.Holders, st.Unknown = g.Holders()
-		if notes.Val() > 0 {
-			if err := readNotes(ctx, tx, lk, st.Holders); err != nil {
+		if notes.Val() > 0 && len(st.Holders) > 0 {
+			if err := readNotes(ctx, tx, lk, g.Value, st.Holders); err != nil {
 				return err
 			}
 		}
@@ -103,21 +131,31 @@ func (d *watchDriver) Inspect(ctx context.Context, key string) (driver.KeyState,
 		}
 		return nil
 	})
-	if err != nil {
-		return driver.KeyState{}, fmt.Errorf("rediswatch: inspect: %w", redisx.WithCtx(ctx, err))
-	}
-	return st, nil
 }
 
 // readNotes sets the Note of each holder of hs (not Foreign) from the
-// notes hash of lk, with HGET (the ACL rules have no HGETALL), in one round
-// trip. A holder's field only: others' are of grants that ended.
-func readNotes(ctx context.Context, tx *redis.Tx, lk string, hs []driver.Holder) error {
+// notes hash of lk, with HGET (the ACL rules have no HGETALL), in one
+// MULTI/EXEC that also reads the lock key and each share's or permit's
+// score: when the key no longer holds value (the snapshot's) or a member
+// is gone, the holders changed since the snapshot, and a note read now
+// may not be theirs: it returns errMoved (Inspect reads again). A
+// holder's field only: others' are of grants that ended.
+func readNotes(ctx context.Context, tx *redis.Tx, lk, value string, hs []driver.Holder) error {
 	gets := make([]*redis.StringCmd, len(hs))
-	_, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+	scores := make([]*redis.FloatCmd, len(hs))
+	var cur *redis.StringCmd
+	_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		cur = p.Get(ctx, lk)
 		for i, h := range hs {
-			if !h.Foreign {
-				gets[i] = p.HGet(ctx, notesKey(lk), h.Owner)
+			if h.Foreign {
+				continue
+			}
+			gets[i] = p.HGet(ctx, notesKey(lk), h.Owner)
+			switch h.Mode {
+			case driver.Shared:
+				scores[i] = p.ZScore(ctx, readersKey(lk), h.Owner)
+			case driver.Permit:
+				scores[i] = p.ZScore(ctx, permitsKey(lk), h.Owner)
 			}
 		}
 		return nil
@@ -125,7 +163,13 @@ func readNotes(ctx context.Context, tx *redis.Tx, lk string, hs []driver.Holder)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
+	if cur.Val() != value {
+		return errMoved
+	}
 	for i, c := range gets {
+		if scores[i] != nil && scores[i].Err() != nil {
+			return errMoved
+		}
 		if c != nil {
 			hs[i].Note = c.Val()
 		}
