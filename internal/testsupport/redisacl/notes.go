@@ -76,16 +76,25 @@ func ExerciseNotes(t *testing.T, a, b *lock.Locker, admin redis.UniversalClient,
 	unlock(o2)
 	check("re-entry, both released", k+"o")
 
-	short := 300 * time.Millisecond
+	// A second's TTL, passed three times over: long enough that a loaded
+	// machine's late renewal does not lose the grant itself (which would
+	// leave no note to check), short enough to need renewals.
+	short := time.Second
 	renewed := must(a.Lock(ctx, k+"x", lock.WithTTL(short), lock.WithNote("renewed")))
-	time.Sleep(4 * short)
+	time.Sleep(3 * short)
+	if err := renewed.Err(); err != nil {
+		t.Fatalf("the grant itself was lost before its note could be checked: %v", err)
+	}
 	check("renewed past its first TTL", k+"x", "renewed")
 	handle, err := renewed.Detach()
 	if err != nil {
 		t.Fatal(err)
 	}
 	resumed := must(b.Resume(ctx, handle, lock.WithTTL(short)))
-	time.Sleep(4 * short)
+	time.Sleep(3 * short)
+	if err := resumed.Err(); err != nil {
+		t.Fatalf("the resumed grant itself was lost before its note could be checked: %v", err)
+	}
 	check("resumed and renewed past its TTL", k+"x", "renewed")
 	unlock(resumed)
 
