@@ -13,6 +13,7 @@ import (
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/driver/rediswatch"
 	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/internal/testsupport/canary"
 	"github.com/dlock-go/dlock/internal/testsupport/leakcheck"
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
@@ -255,19 +256,50 @@ func TestAudit39RandomAborts(t *testing.T) {
 		dur = 3 * time.Second
 	}
 	t.Run("plain", func(t *testing.T) {
-		randomAborts(t, sharedClient(t, nil), func(addr string) *redis.Options { return &redis.Options{Addr: addr, PoolSize: 6} }, dur)
+		enoughGrants(t, func(extra time.Duration) int {
+			return randomAborts(t, sharedClient(t, nil), func(addr string) *redis.Options { return &redis.Options{Addr: addr, PoolSize: 6} }, dur, extra)
+		})
 	})
 	t.Run("tls", func(t *testing.T) {
 		r := testserver.StartRedis(t, &testserver.RedisOptions{TLS: &testserver.TLSOptions{}})
 		admin := redis.NewClient(&redis.Options{Addr: r.Addr(), TLSConfig: r.TLS.ClientConfig()})
 		t.Cleanup(func() { admin.Close() })
-		randomAborts(t, admin, func(addr string) *redis.Options {
-			return &redis.Options{Addr: addr, PoolSize: 6, TLSConfig: r.TLS.ClientConfig()}
-		}, dur/2)
+		enoughGrants(t, func(extra time.Duration) int {
+			return randomAborts(t, admin, func(addr string) *redis.Options {
+				return &redis.Options{Addr: addr, PoolSize: 6, TLSConfig: r.TLS.ClientConfig()}
+			}, dur/2, extra)
+		})
 	})
 }
 
-func randomAborts(t *testing.T, admin *redis.Client, opts func(addr string) *redis.Options, dur time.Duration) {
+// enoughGrants runs a random-aborts run until it grants enough leases to
+// have exercised the locks. Every call's context ends within 150 ms, and
+// on a starved machine no call gets a connection dialled (TLS's handshake
+// most of all) in that time: a meter tells such a stall from a library
+// that grants nothing, and the run is made again (at most three times),
+// its calls' contexts longer by the stall the meter saw, StarvedShare
+// times over.
+func enoughGrants(t *testing.T, run func(extra time.Duration) (grants int)) {
+	var extra time.Duration
+	for try := 1; ; try++ {
+		m := canary.StartMeter()
+		grants := run(extra)
+		worst := m.End()
+		extra += canary.StarvedShare * worst
+		if grants >= 20 {
+			return
+		}
+		what := fmt.Sprintf("only %d grants: the test did not exercise the locks", grants)
+		if try == 3 || !canary.Stalled(t, worst, 150*time.Millisecond, what) {
+			t.Error(what)
+			return
+		}
+	}
+}
+
+// randomAborts makes the run; its calls' contexts end at random within
+// 150 ms plus extra.
+func randomAborts(t *testing.T, admin *redis.Client, opts func(addr string) *redis.Options, dur, extra time.Duration) (grants int) {
 	base := leakcheck.Take()
 	proxy := startAuditProxy(t, admin.Options().Addr)
 	keys := []string{testKey(t) + "/a", testKey(t) + "/b"}
@@ -312,7 +344,7 @@ func randomAborts(t *testing.T, admin *redis.Client, opts func(addr string) *red
 		}
 	}()
 	rctx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), time.Duration(1+rand.IntN(150))*time.Millisecond)
+		return context.WithTimeout(context.Background(), time.Millisecond+rand.N(150*time.Millisecond+extra))
 	}
 	var wg sync.WaitGroup
 	for i, l := range lockers {
@@ -367,9 +399,6 @@ func randomAborts(t *testing.T, admin *redis.Client, opts func(addr string) *red
 	for _, b := range wit.bad {
 		t.Error(b)
 	}
-	if wit.grants < 20 {
-		t.Errorf("only %d grants: the test did not exercise the locks", wit.grants)
-	}
 	ctx := tctx(t, 30*time.Second)
 	for _, k := range keys {
 		lk := lockKey(DefaultPrefix, k)
@@ -396,4 +425,5 @@ func randomAborts(t *testing.T, admin *redis.Client, opts func(addr string) *red
 		leakcheck.Ignore("github.com/dlock-go/dlock/driver/redisnx.(*auditProxy).requests.func1"),
 		leakcheck.Ignore("github.com/dlock-go/dlock/driver/redisnx.(*auditProxy).requests.func2"),
 		leakcheck.Ignore("github.com/dlock-go/dlock/driver/redisnx.(*auditProxy).replies"))
+	return wit.grants
 }
