@@ -147,8 +147,11 @@ func TestBatchRenewalConcurrencyIsBounded(t *testing.T) {
 	var inFlight, peak atomic.Int64
 	f := slowBatchingFake{fake: newFake(), delay: 20 * time.Millisecond, inFlight: &inFlight, peakIn: &peak}
 	// A TTL long enough that making 12000 leases under the race detector
-	// on a loaded machine does not outlast it (600 ms did once).
-	l := lock.New(f, &lock.Options{TTL: 2 * time.Second})
+	// on a loaded machine does not outlast it (600 ms did once; 2 s did on
+	// a machine shared with other test binaries, where making them took
+	// 7 to 19 s). The check is of concurrency, not of timing: leases
+	// made slowly are due in fewer batches at once, never in more.
+	l := lock.New(f, &lock.Options{TTL: 9 * time.Second})
 	defer l.Close()
 	var leases []*lock.Lease
 	for i := range 12000 { // 12 batches of 1000, due together
@@ -158,7 +161,7 @@ func TestBatchRenewalConcurrencyIsBounded(t *testing.T) {
 		}
 		leases = append(leases, lease)
 	}
-	time.Sleep(2100 * time.Millisecond) // past the first renewal round
+	time.Sleep(3600 * time.Millisecond) // past the first renewal round (TTL/3)
 	if p := peak.Load(); p == 0 || p > 4 {
 		t.Errorf("%d RefreshBatch calls in flight at once for 12 due batches; want 1 to 4", p)
 	}
