@@ -36,44 +36,23 @@ TEST_TAGS ?= demo
 ## The nemesis runs alone: its timing checks (a call returning 200ms past its
 ## context's end) are made on a 2-core machine, and go test would run it beside
 ## two other packages' servers.
-## make check (at nice 19), and the images and container helper test-docker
-## needs, are built in the background while the main module's tests wait on
-## servers (they idle the cores); make test waits for them before the nemesis and before
-## test-docker, prints their output there, and fails if they failed. The
-## driver/etcd, cmd/dlock and bench modules' tests (12 minutes) run beside both
-## batches of the main module's.
-test: servers
-	@mkdir -p bin; $(call bg,check,$(SUBMAKE) check,19); \
-	  if [ "$$DLOCK_SKIP_DOCKER" != 1 ] && docker info >/dev/null 2>&1; then \
-	    $(call bg,docker-prep,sh -c '$(SUBMAKE) images && flock bin/check.lock true && $(SUBMAKE) bin/dlock-containers',0); fi; \
-	  $(call bg,modules-test,sh -c '(cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); a=$$?; \
-	    (cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); b=$$?; \
-	    echo "test: bench module (the peers themselves on the keys dlock writes: redsync, redislock)"; \
-	    (cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...) && [ $$a = 0 ] && [ $$b = 0 ]',0)
+test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
-	@echo "test: beside them and the other packages, the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector, then the cmd/dlock module (the command, etcd included), then the bench module; their output follows the other packages'"
 	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS)
-	@echo "test: the other packages"
-	@$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
-	  $(call await,modules-test) && [ $$rc = 0 ]
+	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector, then the cmd/dlock module (the command, etcd included); their output follows"
+	@mkdir -p bin; ( (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); a=$$?; \
+	  (cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); b=$$?; \
+	  [ $$a = 0 ] && [ $$b = 0 ]; echo $$? > bin/etcd-test.rc) > bin/etcd-test.out 2>&1 & \
+	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
+	  wait; echo "test: driver/etcd and cmd/dlock modules"; cat bin/etcd-test.out; \
+	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc)" = 0 ]
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
-	@$(call await,check)
 	@echo "test: harness/nemesis on its own"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./nemesis/
-	@$(MAKE) --no-print-directory test-docker DOCKER_PREP=bg
-
-# bg NAME,CMD,NICE: a shell command that starts CMD in the background at nice NICE,
-# its output in bin/NAME.out, its exit status in bin/NAME.rc, holding the
-# lock on bin/NAME.lock until it ends; await NAME waits for that lock,
-# prints the output, and fails if CMD did (or never ran).
-bg = exec 9>bin/$(1).lock && flock 9 && rm -f bin/$(1).rc && \
-  { (nice -n $(3) $(2) >bin/$(1).out 2>&1 9>&-; echo $$? >bin/$(1).rc) & } && exec 9>&-
-await = flock bin/$(1).lock true && echo "test: $(1), run in the background: its output" && \
-  cat bin/$(1).out && [ "$$(cat bin/$(1).rc 2>/dev/null)" = 0 ]
-# SUBMAKE: make run from a background job (not named $(MAKE) there: make -n
-# runs a line that names it).
-SUBMAKE = $(MAKE) --no-print-directory
+	@echo "test: bench module (the peers themselves on dlock's keys: redsync, redislock)"
+	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
+	@$(MAKE) --no-print-directory test-docker
 
 ## check: go vet, staticcheck and gofmt, in every module (the main one,
 ## driver/etcd/, cmd/dlock/, harness/, bench/), no replace directive in a published
@@ -161,8 +140,7 @@ test-docker:
 	  echo "test-docker: start Docker, or set DLOCK_SKIP_DOCKER=1 to skip them and say so."; \
 	  exit 1; \
 	fi; \
-	if [ "$(DOCKER_PREP)" = bg ]; then $(call await,docker-prep); \
-	else $(MAKE) --no-print-directory images bin/dlock-containers; fi && \
+	$(MAKE) --no-print-directory images bin/dlock-containers && \
 	export DLOCK_CONTAINERS_HELPER="$(CURDIR)/bin/dlock-containers" && \
 	echo "test-docker: internal/testsupport/testserver on the docker provider" && \
 	DLOCK_TEST_BACKEND=docker $(GO) test -count=1 -timeout $(TIMEOUT) ./internal/testsupport/testserver/ && \
