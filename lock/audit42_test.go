@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/driver/memory"
+	"github.com/dlock-go/dlock/internal/testsupport/settest"
 	"github.com/dlock-go/dlock/lock"
 )
 
@@ -228,96 +227,9 @@ func TestAudit42LeaderLapsed(t *testing.T) {
 	t2.Unlock(ctx)
 }
 
-// Overlapping sets in every order, with single-key lockers mixed in: no
-// two holders of a key at once, and every worker finishes its rounds
-// (no deadlock, no starvation) well within the bound.
-func audit42Stress(t *testing.T, open func() *lock.Locker) {
-	keys := []string{"s/a", "s/b", "s/c", "s/d", "s/e"}
-	var mu sync.Mutex
-	holder := map[string]int{}
-	enter := func(w int, ks []string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, k := range ks {
-			if h, ok := holder[k]; ok {
-				t.Errorf("worker %d granted %s while worker %d holds it", w, k, h)
-			}
-			holder[k] = w
-		}
-	}
-	leave := func(ks []string) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, k := range ks {
-			delete(holder, k)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	rounds := make([]int, 8)
-	for w := range rounds {
-		lk := open()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer lk.Close()
-			rng := rand.New(rand.NewPCG(uint64(w), 42))
-			for rounds[w] < 40 && ctx.Err() == nil {
-				n := 1 + rng.IntN(4)
-				perm := rng.Perm(len(keys))[:n]
-				ks := make([]string, n)
-				for i, p := range perm {
-					ks[i] = keys[p]
-				}
-				switch {
-				case w == 0: // a single-key locker
-					l, err := lk.Lock(ctx, ks[0])
-					if err != nil {
-						t.Errorf("worker %d: %v", w, err)
-						return
-					}
-					enter(w, ks[:1])
-					time.Sleep(time.Millisecond)
-					leave(ks[:1])
-					l.Unlock(ctx)
-				case w == 1: // tries
-					m, err := lk.TryLockMany(ctx, ks)
-					if err != nil {
-						if !errors.Is(err, lock.ErrHeld) {
-							t.Errorf("worker %d: %v", w, err)
-							return
-						}
-						time.Sleep(time.Millisecond)
-						continue
-					}
-					enter(w, ks)
-					leave(ks)
-					m.Unlock(ctx)
-				default:
-					m, err := lk.LockMany(ctx, ks)
-					if err != nil {
-						t.Errorf("worker %d: %v", w, err)
-						return
-					}
-					enter(w, ks)
-					time.Sleep(time.Millisecond)
-					leave(ks)
-					m.Unlock(ctx)
-				}
-				rounds[w]++
-			}
-		}()
-	}
-	wg.Wait()
-	if ctx.Err() != nil {
-		t.Errorf("rounds done in 60s: %v; want 40 each (a deadlock or a starved worker)", rounds)
-	}
-}
-
 func TestAudit42SetStress(t *testing.T) {
 	s := memory.NewStore()
-	audit42Stress(t, func() *lock.Locker { return memory.New(s, nil) })
+	settest.Stress(t, func() *lock.Locker { return memory.New(s, nil) })
 }
 
 // Observe "does not wait for a slow reader: a reader sees the state as
