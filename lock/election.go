@@ -259,8 +259,9 @@ type LeaderCallbacks struct {
 	// OnStoppedLeading runs when a term that began ends, after
 	// OnStartedLeading returned and before the resignation.
 	OnStoppedLeading func()
-	// OnNewLeader runs for each leader observed (Observe), this candidate
-	// included, from the start of RunElection to its end; it needs a
+	// OnNewLeader runs for each change Observe reports, this candidate's
+	// term included, from the start of RunElection to its end: a new
+	// leader, or a zero Leader (Term 0) when there is none. It needs a
 	// backend that stores notes (Supports(Notes)).
 	OnNewLeader func(Leader)
 }
