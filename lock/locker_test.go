@@ -145,17 +145,21 @@ func renewalBatches(t *testing.T) (batches, singles int64) {
 // many leases are due: the Locker's goroutines do not grow with its leases.
 func TestBatchRenewalConcurrencyIsBounded(t *testing.T) {
 	var inFlight, peak atomic.Int64
-	f := slowBatchingFake{fake: newFake(), delay: 20 * time.Millisecond, inFlight: &inFlight, peakIn: &peak}
-	// A TTL long enough that making 12000 leases under the race detector
-	// on a loaded machine does not outlast it (600 ms did once; 2 s did on
-	// a machine shared with other test binaries, where making them took
-	// 7 to 19 s). The check is of concurrency, not of timing: leases
-	// made slowly are due in fewer batches at once, never in more.
+	f := slowBatchingFake{fake: newFake(), delay: 50 * time.Millisecond, inFlight: &inFlight, peakIn: &peak}
+	// A TTL long enough that making the leases under the race detector on
+	// a loaded machine does not outlast it. The check is of concurrency,
+	// not of timing: leases made slowly are due in fewer batches at once,
+	// never in more.
 	l := lock.New(f, &lock.Options{TTL: 9 * time.Second})
 	defer l.Close()
+	// 12 TTLs 10 ms apart: their renewals are due together (within
+	// renewAhead of each other) but in 12 jobs that no worker may merge
+	// (jobs of one TTL only), so that only the cap on workers keeps the
+	// calls in flight at 4.
 	var leases []*lock.Lease
-	for i := range 12000 { // 12 batches of 1000, due together
-		lease, err := l.TryLock(bg(t), fmt.Sprintf("k%d", i))
+	for i := range 1200 {
+		ttl := 9*time.Second + time.Duration(i%12)*10*time.Millisecond
+		lease, err := l.TryLock(bg(t), fmt.Sprintf("k%d", i), lock.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
