@@ -1,0 +1,305 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
+	"github.com/dlock-go/dlock/lock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// setTxn picks a set's write: two Puts a member, the entry's and the
+// counter's (setWrite), for two members or more.
+func setTxn(prefix string) func(*pb.TxnRequest) bool {
+	return func(r *pb.TxnRequest) bool {
+		return len(r.Success) >= 4 && r.Success[0].GetRequestPut() != nil && r.Success[1].GetRequestPut() != nil &&
+			strings.HasPrefix(string(r.Success[1].GetRequestPut().Key), prefix+"c/")
+	}
+}
+
+// setFixture is a Locker that talks to etcd through a lossy proxy only,
+// another straight to it, a raw client, and a set of three keys.
+type setFixture struct {
+	prefix     string
+	p          *lossyProxy
+	l, other   *lock.Locker
+	raw        *clientv3.Client
+	keys       []string
+	queues     []string
+	ctx        context.Context
+	liveLeases func() []int64
+}
+
+func newSetFixture(t *testing.T, ttl time.Duration) *setFixture {
+	e := testserver.SharedEtcd(t)
+	f := &setFixture{prefix: fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())}
+	f.p = newLossyProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	opts := &Options{Prefix: f.prefix, Options: lock.Options{TTL: ttl}}
+	f.l = newTestLocker(t, []string{f.p.addr()}, opts, &netCut{})
+	f.other = newTestLocker(t, e.Endpoints(), opts, &netCut{})
+	f.raw = rawClient(t, e.Endpoints())
+	var cancel context.CancelFunc
+	f.ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	for _, k := range []string{"set/a", "set/b", "set/c"} {
+		f.keys = append(f.keys, k)
+		f.queues = append(f.queues, f.prefix+"q/"+escape(k)+"/")
+	}
+	f.liveLeases = func() []int64 {
+		t.Helper()
+		r, err := f.raw.Leases(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, s := range r.Leases {
+			ids = append(ids, int64(s.ID))
+		}
+		return ids
+	}
+	return f
+}
+
+// entries returns the keys under queue q.
+func (f *setFixture) entries(t *testing.T, q string) []string {
+	t.Helper()
+	r, err := f.raw.Get(f.ctx, q, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ks []string
+	for _, kv := range r.Kvs {
+		ks = append(ks, strings.TrimPrefix(string(kv.Key), q))
+	}
+	return ks
+}
+
+// A waiter that joins a key's queue between the set's read and its write
+// (here: as the write is on its way) makes the write's compare fail: the
+// set never passes it, is refused as held, and leaves nothing: no entry
+// in any queue but the waiter's, no lease of its own. Without the
+// per-key queue compare in the Txn, the set is granted over the waiter.
+func TestSetPassesNoWaiter(t *testing.T) {
+	f := newSetFixture(t, 30*time.Second)
+	// A first set: the counter lease and spares exist before the count.
+	m, err := f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany of a free set: %v (atomic %v)", err, err == nil && m.Atomic())
+	}
+	m.Unlock(f.ctx)
+	g, err := f.raw.Grant(f.ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := append(f.liveLeases(), int64(g.ID))
+	// the waiter: another Locker's anonymous entry, waiting (token 0)
+	waiter := fmt.Sprintf("%032x", 7)
+	value := entryValue{since: time.Now().UnixMicro(), owner: strings.Repeat("ab", 16)}.String()
+	var armed atomic.Bool
+	armed.Store(true)
+	set := setTxn(f.prefix)
+	before1 := func(r *pb.TxnRequest) bool {
+		if set(r) && armed.CompareAndSwap(true, false) {
+			if _, err := f.raw.Put(f.ctx, f.queues[1]+waiter, value, clientv3.WithLease(g.ID)); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	}
+	f.p.before.Store(&before1)
+	m, err = f.l.TryLockMany(f.ctx, f.keys)
+	if armed.Load() {
+		t.Fatal("no set write went through the proxy: the waiter was not placed")
+	}
+	if err == nil {
+		toks := []uint64{}
+		for _, ls := range m.Leases() {
+			toks = append(toks, ls.Token())
+		}
+		t.Fatalf("the set was granted (tokens %v, atomic %v) over %s's waiter", toks, m.Atomic(), f.keys[1])
+	}
+	if !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLockMany with a waiter on %s: %v; want ErrHeld", f.keys[1], err)
+	}
+	for i, q := range f.queues {
+		want := []string(nil)
+		if i == 1 {
+			want = []string{waiter}
+		}
+		if got := f.entries(t, q); !slices.Equal(got, want) {
+			t.Errorf("queue of %s after the refused set: %v; want %v", f.keys[i], got, want)
+		}
+	}
+	for _, id := range f.liveLeases() {
+		if !slices.Contains(before, id) {
+			t.Errorf("lease %x is left after the refused set", id)
+		}
+	}
+	// the waiter gone, the set is the Locker's in one step
+	if _, err := f.raw.Revoke(f.ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	m, err = f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany once the waiter left: %v", err)
+	}
+	m.Unlock(f.ctx)
+}
+
+// A key held by another client refuses the set before any lease is made
+// (the read), and leaves no entry on the free keys; a single-key client
+// then sees each member of a granted set as a holder, with its value in
+// Acquire's layout (an older client reads it alike), and every member's
+// token rises with its key's counter: past a counter far ahead of the
+// clock (max(counter + 1, clock), as Acquire), and below the next
+// single-key grant's.
+func TestSetTokensAndHolders(t *testing.T) {
+	f := newSetFixture(t, 30*time.Second)
+	h, err := f.other.TryLock(f.ctx, f.keys[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := f.liveLeases()
+	if _, err := f.l.TryLockMany(f.ctx, f.keys); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLockMany with %s held: %v; want ErrHeld", f.keys[2], err)
+	}
+	for i, q := range f.queues[:2] {
+		if got := f.entries(t, q); len(got) != 0 {
+			t.Errorf("queue of %s after the refused set: %v", f.keys[i], got)
+		}
+	}
+	for _, id := range f.liveLeases() {
+		if !slices.Contains(before, id) {
+			t.Errorf("lease %x made by a set refused at its read", id)
+		}
+	}
+	h.Unlock(f.ctx)
+	first := h.Token()
+	ahead := uint64(time.Now().Add(24 * time.Hour).UnixMicro()) // a counter a day ahead of the clock
+	if _, err := f.raw.Put(f.ctx, f.prefix+"c/"+escape(f.keys[1]), counterValue(ahead)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany of the free set: %v", err)
+	}
+	ms := m.Leases()
+	if got := ms[1].Token(); got != ahead+1 {
+		t.Errorf("token of %s: %d; want its counter + 1 = %d", f.keys[1], got, ahead+1)
+	}
+	if got := ms[2].Token(); got <= first {
+		t.Errorf("token of %s: %d after the single-key grant's %d", f.keys[2], got, first)
+	}
+	for i, k := range f.keys {
+		if _, err := f.other.TryLock(f.ctx, k); !errors.Is(err, lock.ErrHeld) {
+			t.Errorf("a single-key TryLock of %s while the set holds it: %v", k, err)
+		}
+		st, err := f.other.Inspect(f.ctx, k)
+		if err != nil || len(st.Holders) != 1 || st.Holders[0].Token != ms[i].Token() {
+			t.Errorf("Inspect of %s: %+v, %v; want one holder of token %d", k, st, err, ms[i].Token())
+		}
+		r, err := f.raw.Get(f.ctx, f.queues[i], clientv3.WithPrefix())
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("queue of %s: %v %v", k, r, err)
+		}
+		v, ok := parseValue(string(r.Kvs[0].Value))
+		if !ok || v.named || v.mode != 0 || v.token != ms[i].Token() || v.owner == "" || r.Kvs[0].Lease == 0 {
+			t.Errorf("entry of %s: %q on lease %x; want an exclusive anonymous grant of token %d on a lease", k, r.Kvs[0].Value, r.Kvs[0].Lease, ms[i].Token())
+		}
+	}
+	// a single-key waiter queued behind a member is granted at the Unlock,
+	// with a higher token
+	got := make(chan *lock.Lease, 1)
+	go func() {
+		w, err := f.other.Lock(f.ctx, f.keys[0])
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	waitEntries(t, f.raw, f.queues[0], 2)
+	if err := m.Unlock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := <-got; w != nil {
+		if w.Token() <= ms[0].Token() {
+			t.Errorf("the waiter's token %d after the set member's %d", w.Token(), ms[0].Token())
+		}
+		w.Unlock(f.ctx)
+	}
+}
+
+// A set's write whose every reply is lost (it landed) leaves an outcome
+// the driver cannot know: lock's Release of each lease must find each
+// member's entry (by its reserved name and OWNER) and delete it at once,
+// long before its 30 s lease would; the set is then free. A write whose
+// first reply alone is lost is sent again, and the resend recognises the
+// set as granted (its entries on its leases, with its values).
+func TestSetLostReply(t *testing.T) {
+	f := newSetFixture(t, 30*time.Second)
+	set := setTxn(f.prefix)
+	f.p.losing(set)
+	ctx, cancel := context.WithTimeout(f.ctx, 8*time.Second)
+	_, err := f.l.TryLockMany(ctx, f.keys)
+	cancel()
+	if err == nil || errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLockMany with every set reply lost: %v; want a failure", err)
+	}
+	if f.p.lost.Load() == 0 {
+		t.Fatal("no set reply was lost: the attack did not happen")
+	}
+	f.p.losing(nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := 0
+		for _, q := range f.queues {
+			left += len(f.entries(t, q))
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries of the lost set are left 5 s after TryLockMany returned (%v)", left, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m, err := f.other.TryLockMany(f.ctx, f.keys)
+	if err != nil {
+		t.Fatalf("the set after the lost reply's clean-up: %v", err)
+	}
+	m.Unlock(f.ctx)
+
+	var armed atomic.Bool
+	armed.Store(true)
+	f.p.losing(func(r *pb.TxnRequest) bool { return set(r) && armed.CompareAndSwap(true, false) })
+	lost := f.p.lost.Load()
+	m, err = f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany with the first reply lost: %v", err)
+	}
+	if f.p.lost.Load() != lost+1 {
+		t.Fatalf("replies lost: %d; want one more than %d", f.p.lost.Load(), lost)
+	}
+	for i, ls := range m.Leases() {
+		st, err := f.other.Inspect(f.ctx, f.keys[i])
+		if err != nil || len(st.Holders) != 1 || st.Holders[0].Token != ls.Token() {
+			t.Errorf("Inspect of %s: %+v, %v; want the set's member, token %d", f.keys[i], st, err, ls.Token())
+		}
+	}
+	if err := m.Unlock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range f.queues {
+		if got := f.entries(t, q); len(got) != 0 {
+			t.Errorf("queue of %s after the Unlock: %v", f.keys[i], got)
+		}
+	}
+}
