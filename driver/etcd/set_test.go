@@ -14,6 +14,7 @@ import (
 	"github.com/dlock-go/dlock/lock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // setTxn picks a set's write: two Puts a member, the entry's and the
@@ -302,4 +303,72 @@ func TestSetLostReply(t *testing.T) {
 			t.Errorf("queue of %s after the Unlock: %v", f.keys[i], got)
 		}
 	}
+}
+
+// A set over a server whose --max-txn-ops is below its transaction (3
+// keys: 6 reads in one branch, over 4) is ErrNotAtomic, and lock takes
+// the keys one by one; a set that fits (2 keys: 4) is taken in one step.
+func TestSetTooManyOps(t *testing.T) {
+	e := testserver.StartEtcd(t, &testserver.EtcdOptions{MaxTxnOps: 4})
+	l := newTestLocker(t, e.Endpoints(), &Options{Prefix: "dlock-test/ops/"}, &netCut{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := l.TryLockMany(ctx, []string{"a", "b", "c"})
+	if err != nil {
+		t.Fatalf("TryLockMany of 3 keys over --max-txn-ops 4: %v", err)
+	}
+	if m.Atomic() {
+		t.Errorf("3 keys over --max-txn-ops 4 were taken in one step")
+	}
+	m.Unlock(ctx)
+	m, err = l.TryLockMany(ctx, []string{"a", "b"})
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany of 2 keys over --max-txn-ops 4: %v (one step: %v)", err, err == nil && m.Atomic())
+	}
+	m.Unlock(ctx)
+}
+
+// etcd's concurrency.Mutex on a member's MutexPrefix refuses the set,
+// which then leaves no entry; and a set member is a holder to the Mutex,
+// which waits for the set's Unlock.
+func TestSetMutexInterop(t *testing.T) {
+	f := newSetFixture(t, 5*time.Second)
+	sess, err := concurrency.NewSession(f.raw, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	mu := concurrency.NewMutex(sess, MutexPrefix(f.prefix, f.keys[1]))
+	if err := mu.Lock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.l.TryLockMany(f.ctx, f.keys); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLockMany while a concurrency.Mutex holds %s: %v; want ErrHeld", f.keys[1], err)
+	}
+	for i, q := range f.queues {
+		if n := len(f.entries(t, q)); n != map[bool]int{true: 1}[i == 1] {
+			t.Errorf("queue of %s after the refused set: %v", f.keys[i], f.entries(t, q))
+		}
+	}
+	if err := mu.Unlock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany once the Mutex left: %v", err)
+	}
+	locked := make(chan error, 1)
+	go func() { locked <- mu.Lock(f.ctx) }()
+	select {
+	case err := <-locked:
+		t.Fatalf("the Mutex locked %s while the set holds it: %v", f.keys[1], err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := m.Unlock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatalf("the Mutex after the set's Unlock: %v", err)
+	}
+	mu.Unlock(f.ctx)
 }

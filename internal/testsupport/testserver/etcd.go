@@ -31,6 +31,10 @@ type EtcdOptions struct {
 	// lives (--auth-token-ttl, whole seconds; etcd's default is 5
 	// minutes). A test asking for it is skipped on external members.
 	AuthTokenTTL time.Duration
+	// MaxTxnOps, if set, is the most operations of a transaction's
+	// branch (--max-txn-ops; etcd's default is 128). A test asking for
+	// it is skipped on external members.
+	MaxTxnOps int
 }
 
 // Etcd is a single etcd member or a three-member cluster. Its hooks act
@@ -68,6 +72,9 @@ func StartEtcd(tb testing.TB, opts *EtcdOptions) *Etcd {
 	}
 	if opts != nil && opts.AuthTokenTTL > 0 && envAddrs(KindEtcd) != nil {
 		tb.Skipf("testserver: the test needs members with an auth token TTL of its own; %s names some the harness does not configure", EnvEtcdAddr)
+	}
+	if opts != nil && opts.MaxTxnOps > 0 && envAddrs(KindEtcd) != nil {
+		tb.Skipf("testserver: the test needs members with a --max-txn-ops of its own; %s names some the harness does not configure", EnvEtcdAddr)
 	}
 	e, err := startEtcd(tb, KindEtcd, opts)
 	if err != nil {
@@ -112,6 +119,9 @@ func startEtcd(lt Lifetime, kind Kind, opts *EtcdOptions) (*Etcd, error) {
 		}
 		if opts.AuthTokenTTL > 0 {
 			return nil, fmt.Errorf("testserver: EtcdOptions.AuthTokenTTL on members from %s", EnvEtcdAddr)
+		}
+		if opts.MaxTxnOps > 0 {
+			return nil, fmt.Errorf("testserver: EtcdOptions.MaxTxnOps on members from %s", EnvEtcdAddr)
 		}
 		return &Etcd{Group: externalGroup(kind, addrs)}, nil
 	}
@@ -326,6 +336,9 @@ func etcdArgs(m etcdMember, all []etcdMember, opts *EtcdOptions, tp *tlsPaths) [
 	if opts.AuthTokenTTL > 0 {
 		sec := int64((opts.AuthTokenTTL + time.Second - 1) / time.Second)
 		args = append(args, "--auth-token-ttl", strconv.FormatInt(sec, 10))
+	}
+	if opts.MaxTxnOps > 0 {
+		args = append(args, "--max-txn-ops", strconv.Itoa(opts.MaxTxnOps))
 	}
 	return append(args,
 		"--name", m.name,
