@@ -69,6 +69,17 @@ func (d *pgDriver) runStep(ctx context.Context, f *fastStep, query string, args 
 	if err != nil {
 		return nil, err
 	}
+	res, err := d.runCalls(ctx, f, args, call, 1+strings.Count(query, "; ")) // query has no literals yet
+	if err != nil {
+		return nil, err
+	}
+	return res[len(res)-1].Rows, nil
+}
+
+// runCalls runs calls, n statements with their literals bound, as one
+// step (see above), or f's fast form with args when f is not nil and the
+// connection allows it, and returns the calls' results.
+func (d *pgDriver) runCalls(ctx context.Context, f *fastStep, args []any, calls string, n int) ([]*pgconn.Result, error) {
 	c, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -81,10 +92,13 @@ func (d *pgDriver) runStep(ctx context.Context, f *fastStep, query string, args 
 	if f != nil && d.fastOn(pc) {
 		rows, done, err := d.runFast(ctx, pc, f, args)
 		if done {
-			return rows, d.failed(ctx, pc, err)
+			if err = d.failed(ctx, pc, err); err != nil {
+				return nil, err
+			}
+			return []*pgconn.Result{{Rows: rows}}, nil
 		}
 	}
-	res, err := pc.Exec(ctx, stepBegin+"; "+stepSettings+"; "+call+"; "+stepCommit).ReadAll()
+	res, err := pc.Exec(ctx, stepBegin+"; "+stepSettings+"; "+calls+"; "+stepCommit).ReadAll()
 	if err == nil {
 		for _, r := range res {
 			if r.Err != nil {
@@ -96,10 +110,10 @@ func (d *pgDriver) runStep(ctx context.Context, f *fastStep, query string, args 
 	if err != nil {
 		return nil, d.failed(ctx, pc, err)
 	}
-	if want := 4 + strings.Count(query, "; "); len(res) != want { // query has no literals yet
-		return nil, fmt.Errorf("%w: %d results, want %d", errShape, len(res), want)
+	if len(res) != n+3 {
+		return nil, fmt.Errorf("%w: %d results, want %d", errShape, len(res), n+3)
 	}
-	return res[len(res)-2].Rows, nil
+	return res[2 : len(res)-1], nil
 }
 
 // failed returns err, after rolling back what it left of a transaction

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +22,9 @@ import (
 //
 // Overlapping sets in every order, with single-key lockers mixed in: no
 // two holders of a key at once, and every worker finishes its rounds
-// (no deadlock, no starvation) well within the bound.
-func Stress(t *testing.T, open func() *lock.Locker) {
+// (no deadlock, no starvation) well within the bound. It returns how
+// many sets were taken in one step (MultiLease.Atomic).
+func Stress(t *testing.T, open func() *lock.Locker) (atomicSets int64) {
 	keys := []string{"s/a", "s/b", "s/c", "s/d", "s/e"}
 	var mu sync.Mutex
 	holder := map[string]int{}
@@ -45,7 +47,10 @@ func Stress(t *testing.T, open func() *lock.Locker) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		oneStep atomic.Int64
+	)
 	rounds := make([]int, 8)
 	for w := range rounds {
 		lk := open()
@@ -82,6 +87,9 @@ func Stress(t *testing.T, open func() *lock.Locker) {
 						time.Sleep(time.Millisecond)
 						continue
 					}
+					if m.Atomic() {
+						oneStep.Add(1)
+					}
 					enter(w, ks)
 					leave(ks)
 					m.Unlock(ctx)
@@ -90,6 +98,9 @@ func Stress(t *testing.T, open func() *lock.Locker) {
 					if err != nil {
 						t.Errorf("worker %d: %v", w, err)
 						return
+					}
+					if m.Atomic() {
+						oneStep.Add(1)
 					}
 					enter(w, ks)
 					time.Sleep(time.Millisecond)
@@ -104,4 +115,5 @@ func Stress(t *testing.T, open func() *lock.Locker) {
 	if ctx.Err() != nil {
 		t.Errorf("rounds done in 60s: %v; want 40 each (a deadlock or a starved worker)", rounds)
 	}
+	return oneStep.Load()
 }
