@@ -372,3 +372,30 @@ func TestSetMutexInterop(t *testing.T) {
 	}
 	mu.Unlock(f.ctx)
 }
+
+// BenchmarkSetCycle: TryLockMany and Unlock of 3 free keys, in one step
+// (a read and one Txn) and key by key (a note makes lock take the keys
+// one by one: a TryLock each).
+func BenchmarkSetCycle(b *testing.B) {
+	e := testserver.SharedEtcd(b)
+	l := newTestLocker(b, e.Endpoints(), &Options{Prefix: fmt.Sprintf("dlock-bench/%d/", time.Now().UnixNano())}, &netCut{})
+	ctx := context.Background()
+	keys := []string{"a", "b", "c"}
+	for _, bc := range []struct {
+		name   string
+		opts   []lock.Option
+		atomic bool
+	}{{"one-step", nil, true}, {"key-by-key", []lock.Option{lock.WithNote("n")}, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				m, err := l.TryLockMany(ctx, keys, bc.opts...)
+				if err != nil || m.Atomic() != bc.atomic {
+					b.Fatalf("TryLockMany: %v", err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
