@@ -14,8 +14,11 @@
 // permits is checked with them), lock.Do (whose fn panics one time in
 // five), holds of random length that write to a fenced resource, Refresh
 // with longer and shorter TTLs (some with their reply lost on purpose),
-// Unlock, sets of 2 or 3 hot keys in random order (LockMany and
-// TryLockMany: multi.go), leases left to expire, leases and permits detached
+// Unlock, sets of 2 or 3 keys in random order (LockMany and
+// TryLockMany: multi.go), of hot keys, or of the set keys (set/N, a pool
+// of 4 keys the sets take half of the time, and single-key operations
+// now and then: a set of hot keys is rarely free in one step), leases
+// left to expire, leases and permits detached
 // (Lease.Detach) and resumed from their handle through another Locker of
 // the process (Locker.Resume), most soon, some after the grant expired
 // (Resume must then refuse), named owners (lock.WithOwner, the worker's
@@ -202,8 +205,12 @@
 // target declares: Shared (its Lockers must support shared leases, and
 // shared leases granted), Permits (permits supported, and a semaphore full
 // at least once), Reentry (a named owner's grant re-entered), and for every
-// target fenced writes accepted, a liveness probe judged and two terms
-// won in the election; a Locker that
+// target fenced writes accepted, a liveness probe judged, two terms
+// won in the election, and a set granted in one step (MultiLease.Atomic:
+// the summary's set-atomic) where the driver takes sets in one step
+// (driver.SetAcquirer, found on the driver at run time, so that a driver
+// that gains AcquireSet is held to it at once), else one granted key by
+// key (set-by-key); a Locker that
 // supports shared leases or permits without its target declaring it fails
 // too.
 //
@@ -218,8 +225,9 @@
 // must catch broken algorithms: for every detector, a broken variant on
 // the memory driver that only it catches (a wrapping Locker,
 // a driver over a memory Locker such as ctl-memory-overbook, which grants
-// a permit of a full semaphore, a broken view of the leases, or a broken
-// lock.Do), run for a second or two, several at once, each failing the
+// a permit of a full semaphore, or multi-keep-step, whose one-step
+// AcquireSet keeps the keys it took when a later one is held, a broken
+// view of the leases, or a broken lock.Do), run for a second or two, several at once, each failing the
 // test when its detector stays silent, with a line
 //
 //	teeth: DETECTOR caught by VARIANT

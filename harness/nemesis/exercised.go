@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// memoryKeys are the keys a run on the memory Store used: the hot keys and
-// every liveness probe's (probe/1 to probe/N), which the residue check
+// memoryKeys are the keys a run on the memory Store used: the hot keys,
+// the set keys and every liveness probe's (probe/1 to probe/N), which the residue check
 // looks at.
 func (r *run) memoryKeys() []string {
-	keys := slices.Clone(r.env.keys)
+	keys := append(slices.Clone(r.env.keys), setKeys()...)
 	for i := int64(1); i <= r.probed.Load(); i++ {
 		keys = append(keys, fmt.Sprintf("probe/%d", i))
 	}
@@ -49,7 +49,12 @@ func (r *run) awaitProbe(d time.Duration) {
 //     fault on, each kind of fault the nemesis may pick started at least
 //     once.
 //   - Every target: fenced writes accepted, at least one liveness
-//     probe judged, and two terms won in the leader election.
+//     probe judged, and two terms won in the leader election; and a set
+//     (LockMany, TryLockMany) granted in one step (MultiLease.Atomic)
+//     where the driver takes sets in one step (driver.SetAcquirer, found
+//     on the driver at run time: OneStepSets), else one granted key by
+//     key, so that a driver that gains AcquireSet is checked with it at
+//     once, and one whose one-step path stops granting is seen.
 func (s Summary) Unexercised(tg *Target) []string {
 	st := s.Stats
 	var out []string
@@ -77,6 +82,9 @@ func (s Summary) Unexercised(tg *Target) []string {
 	}
 	add(st.Accepted == 0, "%s: no fenced write accepted (%d writes)", tg.Name, st.Writes)
 	add(st.Probes == 0, "%s: no liveness probe judged", tg.Name)
+	add(s.OneStepSets && st.Counts["set-atomic"] == 0, "%s: no set granted in one step, though its driver is a driver.SetAcquirer (%d sets granted key by key, %d attempts)",
+		tg.Name, st.Counts["set-by-key"], st.Counts["lockmany"]+st.Counts["trylockmany"])
+	add(!s.OneStepSets && st.Counts["set-by-key"] == 0, "%s: no set granted key by key (%d attempts)", tg.Name, st.Counts["lockmany"]+st.Counts["trylockmany"])
 	add(st.Counts["terms"] < 2, "%s: fewer than two terms won in the leader election (%d): the term check judged nothing", tg.Name, st.Counts["terms"])
 	return out
 }

@@ -14,7 +14,7 @@ func TestUnexercisedFaults(t *testing.T) {
 	want := "t: no partition fault injected in 1m0s"
 	base := Summary{Planned: time.Minute, FaultKinds: []string{"lost-reply", "partition"}, Injected: map[string]int{"lost-reply": 2}}
 	base.Stats.Accepted, base.Stats.Probes = 1, 1
-	base.Stats.Counts = map[string]int{"terms": 2}
+	base.Stats.Counts = map[string]int{"terms": 2, "set-by-key": 1}
 	if got := base.Unexercised(tg); !slices.Equal(got, []string{want}) {
 		t.Errorf("a full run without a partition: %q, want %q", got, want)
 	}

@@ -3,6 +3,7 @@ package nemesis
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -500,21 +501,21 @@ func (n *nemesis) stall() bool {
 	return true
 }
 
-// memoryStateLoss makes the memory store forget the hot keys' grants and
-// waiters, as a restart without persistence would.
+// memoryStateLoss makes the memory store forget the hot keys' and the set
+// keys' grants and waiters, as a restart without persistence would.
 func (n *nemesis) memoryStateLoss() bool {
 	n.r.rec.Fault(Fault{Kind: "state-loss", Target: "memory store", StateLoss: true})
-	for _, k := range n.r.env.keys {
+	for _, k := range append(slices.Clone(n.r.env.keys), setKeys()...) {
 		n.r.store.DeleteKey(k)
 	}
 	return true
 }
 
-// memoryCounterLoss makes the memory store forget the hot keys' fencing
-// counters: tokens must go on increasing.
+// memoryCounterLoss makes the memory store forget the hot keys' and the
+// set keys' fencing counters: tokens must go on increasing.
 func (n *nemesis) memoryCounterLoss() bool {
 	n.r.rec.Fault(Fault{Kind: "counter-loss", Target: "memory store"})
-	for _, k := range n.r.env.keys {
+	for _, k := range append(slices.Clone(n.r.env.keys), setKeys()...) {
 		n.r.store.DeleteCounter(k)
 	}
 	return true

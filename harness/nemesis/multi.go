@@ -2,16 +2,31 @@ package nemesis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/lock"
 )
 
 // Multi-key sets (Locker.LockMany, TryLockMany): a worker takes 2 or 3
 // of the hot keys, given in random order, so that sets overlap each other
-// and the single-key leases. Each member is a lease like any other for
+// and the single-key leases; or, half of the time, 2 or 3 of the set keys
+// (setKeys), a small pool of colder keys of the sets' own: a hot key is
+// almost always held or waited for, so a set of hot keys is rarely taken
+// in one step (driver.SetAcquirer grants a set only where no key is held
+// nor has waiters) and falls back to key by key, or is refused. The set
+// keys still overlap each other, and single-key operations take one of
+// them now and then (pSetKeySingle), so that the checker sees sets and
+// single leases interleave on them too. The run counts the sets granted
+// in one step (MultiLease.Atomic: set-atomic) and key by key
+// (set-by-key), and requires the first where the driver is a
+// SetAcquirer, the second elsewhere (see Unexercised). Each member is a lease like any other for
 // the checker (overlap, tokens, writes, Done), recorded per key. What is
 // particular to sets is all or nothing: a failed or cancelled attempt
 // must leave none of its keys held. After such an attempt the worker
@@ -32,20 +47,70 @@ const pMulti = 0.08
 // waits for each of its hot keys in turn.
 var multiTimeouts = ms(150*time.Millisecond, 1500*time.Millisecond, 3*time.Second, longWait)
 
-// multiSet picks 2 or 3 distinct hot keys in random order.
-func (w *worker) multiSet() []string {
+// pSetKeys is the share of the sets taken among the set keys rather than
+// the hot keys; pSetKeySingle the chance that a single-key operation
+// takes a set key rather than a hot key.
+const (
+	pSetKeys      = 0.5
+	pSetKeySingle = 0.03
+)
+
+// nSetKeys is how many set keys there are.
+const nSetKeys = 4
+
+// setKeys are the set keys, "set/N", all in one Redis Cluster hash slot
+// (the drivers' Redis keys carry the lock key as their hash tag), so that
+// a Cluster takes a set of them in one step too (else ErrNotAtomic: key
+// by key). Every process computes the same.
+var setKeys = sync.OnceValue(func() []string {
+	keys := []string{"set/0"}
+	slot := redisx.Slot(redisx.LockKey("", keys[0]))
+	for i := 1; len(keys) < nSetKeys; i++ {
+		if k := fmt.Sprintf("set/%d", i); redisx.Slot(redisx.LockKey("", k)) == slot {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+})
+
+// multiSet picks 2 or 3 distinct keys in random order: hot keys, or set
+// keys (cold) with probability pSetKeys (always when owed is set).
+func (w *worker) multiSet(owed bool) (set []string, cold bool) {
 	keys := slices.Clone(w.env.keys)
+	if cold = owed || w.chance(pSetKeys); cold {
+		keys = slices.Clone(setKeys())
+	}
 	w.rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
-	return keys[:min(len(keys), 2+w.rng.IntN(2))]
+	return keys[:min(len(keys), 2+w.rng.IntN(2))], cold
+}
+
+// singleKey is the key of a single-key operation: a hot key, or now and
+// then a set key.
+func (w *worker) singleKey() string {
+	if w.chance(pSetKeySingle) {
+		return pick(w.rng, setKeys())
+	}
+	return pick(w.rng, w.env.keys)
 }
 
 // multi makes one LockMany or TryLockMany of a random set and holds what
-// it gets; it reports whether it got the set.
-func (w *worker) multi(in *lockerInst) bool {
-	set := w.multiSet()
+// it gets; it reports whether it got the set. owed (a set grant the run
+// still owes: see owed.go): a TryLockMany of set keys, which queues on no
+// key.
+//
+// A set of set keys is mostly a TryLockMany, and held no longer than
+// half its TTL: a LockMany that finds a key held waits for each key in
+// its queue, and a long hold keeps the set keys taken, and either way a
+// one-step attempt is refused meanwhile.
+func (w *worker) multi(in *lockerInst, owed bool) bool {
+	set, cold := w.multiSet(owed)
 	ttl, renew, opts := w.lockOpts()
 	op, timeouts, pCancel := "lockmany", multiTimeouts, 0.25
-	if w.chance(0.5) {
+	pTry := 0.5
+	if cold {
+		pTry = 0.8
+	}
+	if owed || w.chance(pTry) {
 		op, timeouts, pCancel = "trylockmany", tryTimeouts, 0.1
 	}
 	c := w.newCallCtx(timeouts, pCancel)
@@ -71,7 +136,9 @@ func (w *worker) multi(in *lockerInst) bool {
 	}
 	s.Stat(op+"-granted", 1)
 	if m.Atomic() {
-		s.Stat(op+"-atomic", 1)
+		s.Stat("set-atomic", 1)
+	} else {
+		s.Stat("set-by-key", 1)
 	}
 	var members []*liveLease
 	for _, lease := range m.Leases() {
@@ -79,7 +146,11 @@ func (w *worker) multi(in *lockerInst) bool {
 			members = append(members, l)
 		}
 	}
-	w.holdSet(members, w.holdTime(ttl))
+	hold := w.holdTime(ttl)
+	if cold {
+		hold = min(hold, ttl/2)
+	}
+	w.holdSet(members, hold)
 	for _, l := range members {
 		l.markUnlocking(clk, s, "unlock set")
 	}
@@ -191,4 +262,44 @@ func holders(in *lockerInst, keys []string) map[heldBy]bool {
 		}
 	}
 	return out
+}
+
+var setAcquirerType = reflect.TypeFor[driver.SetAcquirer]()
+
+// oneStepSets reports whether lk's driver takes sets in one backend step:
+// whether it implements driver.SetAcquirer, found at run time on the
+// driver under the *lock.Locker that lk is or wraps (a wrapper embeds the
+// Locker it wraps, as ownClient does), so that a driver that gains
+// AcquireSet is required to grant sets in one step (see Unexercised)
+// without a change here. lock.Locker does not export its driver: it is
+// read by reflection, and an error says when that no longer works.
+func oneStepSets(lk Locker) (bool, error) {
+	for range 10 {
+		if l, ok := lk.(*lock.Locker); ok {
+			v := reflect.ValueOf(l)
+			if l == nil {
+				return false, errors.New("a nil *lock.Locker")
+			}
+			d := v.Elem().FieldByName("d")
+			if !d.IsValid() || d.Kind() != reflect.Interface || d.Type() != reflect.TypeFor[driver.Driver]() {
+				return false, errors.New("lock.Locker has no field d of type driver.Driver any more: the nemesis cannot tell whether its driver takes sets in one step")
+			}
+			return !d.IsNil() && d.Elem().Type().Implements(setAcquirerType), nil
+		}
+		v := reflect.ValueOf(lk)
+		for v.Kind() == reflect.Pointer && !v.IsNil() {
+			v = v.Elem()
+		}
+		var inner reflect.Value
+		if v.Kind() == reflect.Struct {
+			if f, ok := v.Type().FieldByName("Locker"); ok && f.Anonymous && len(f.Index) == 1 {
+				inner = v.Field(f.Index[0])
+			}
+		}
+		if !inner.IsValid() || inner.Type() != reflect.TypeFor[Locker]() || inner.IsNil() {
+			return false, fmt.Errorf("a %T is no *lock.Locker and wraps none (no embedded Locker)", lk)
+		}
+		lk = inner.Interface().(Locker)
+	}
+	return false, fmt.Errorf("%T: Lockers wrapped too deep", lk)
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/rpc"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -67,6 +68,9 @@ type Summary struct {
 	// SharedLeases and Permits: the run's Lockers supported them
 	// (Locker.Supports; see Unexercised).
 	SharedLeases, Permits bool
+	// OneStepSets: the run's driver takes sets in one step
+	// (driver.SetAcquirer; see oneStepSets and Unexercised).
+	OneStepSets bool
 	// Adversary counts what the pub/sub adversary heard and sent, by kind
 	// (see adversary.go); nil without one.
 	Adversary map[string]int
@@ -169,6 +173,9 @@ type run struct {
 	env   *procEnv
 	logf  func(format string, args ...any)
 	wipe  []func() error // per server: empties a killed server's data (nil: it keeps none, or cannot)
+	// oneStep: the driver takes sets in one step (driver.SetAcquirer;
+	// see oneStepSets).
+	oneStep bool
 
 	slots    []*pslot
 	children []*childSlot
@@ -311,6 +318,9 @@ func Run(t testing.TB, cfg Config) Summary {
 		t.Fatalf("%s: open the liveness prober: %v", tg.Name, err)
 	}
 	r.probeLk = probeLk
+	if r.oneStep, err = oneStepSets(probeLk); err != nil {
+		r.problem("%v", err)
+	}
 
 	r.logf("%s seed %d: %d Lockers x %d goroutines here, %d child process(es) x %d goroutines, keys %v, for %v",
 		tg.Name, cfg.Seed, cfg.Lockers, cfg.Workers, cfg.Children, cfg.Workers, r.env.keys, cfg.Duration)
@@ -399,7 +409,7 @@ func Run(t testing.TB, cfg Config) Summary {
 	return Summary{
 		Driver: tg.Name, Seed: cfg.Seed, Duration: elapsed, Stats: st,
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
-		DuringUnlock: r.rec.GrantedDuringUnlock(), SharedLeases: rw, Permits: sem, Adversary: adv.Counts(),
+		DuringUnlock: r.rec.GrantedDuringUnlock(), SharedLeases: rw, Permits: sem, OneStepSets: r.oneStep, Adversary: adv.Counts(),
 		FaultsLimited: cfg.NoFaults || len(cfg.Faults) > 0,
 		Planned:       cfg.Duration, FaultKinds: n.kindNames(), Injected: n.Injected(),
 		Env: r.notes, Once: r.once,
@@ -514,8 +524,8 @@ func healProxies(ps []*chaos.Proxy) {
 	}
 }
 
-// regrant checks that every hot key can be granted again, to a fresh
-// Locker, and that its write is accepted.
+// regrant checks that every hot key and set key can be granted again, to
+// a fresh Locker, and that its write is accepted.
 func (r *run) regrant() {
 	lk, err := r.open(r.serverAddrs(), 30*time.Second)
 	if err != nil {
@@ -523,7 +533,7 @@ func (r *run) regrant() {
 		return
 	}
 	defer lk.Close()
-	for _, key := range r.env.keys {
+	for _, key := range append(slices.Clone(r.env.keys), setKeys()...) {
 		ctx, cancel := context.WithTimeout(context.Background(), r.tg.Bound+5*time.Second)
 		lease, err := lk.Lock(ctx, key)
 		cancel()

@@ -198,7 +198,7 @@ func (w *worker) step() {
 	if w.chance(pElection) && w.electionStep(in) {
 		return
 	}
-	key := pick(w.rng, w.env.keys)
+	key := w.singleKey()
 	rw := in.lk.Supports(lock.SharedLeases) == nil
 	sem := in.lk.Supports(lock.Permits) == nil
 	if sem && w.env.owes(func(o *owed) *atomic.Bool { return &o.fill }) && w.chance(pOwed) {
@@ -218,8 +218,9 @@ func (w *worker) step() {
 		}
 		return
 	}
-	if w.chance(pMulti) {
-		if !w.multi(in) {
+	owesSet := w.env.owes(func(o *owed) *atomic.Bool { return &o.set })
+	if owesSet && w.chance(pOwedSet) || w.chance(pMulti) {
+		if !w.multi(in, owesSet) {
 			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
 		}
 		return
