@@ -26,7 +26,10 @@ import (
 // single leases interleave on them too. The run counts the sets granted
 // in one step (MultiLease.Atomic: set-atomic) and key by key
 // (set-by-key), and requires the first where the driver is a
-// SetAcquirer, the second elsewhere (see Unexercised). Each member is a lease like any other for
+// SetAcquirer, the second elsewhere (see Unexercised); and the attempts
+// at set keys by outcome (set-keys-granted, and set-keys-held, -ctx or
+// -failed: a key held or waited for, the context ended, another error,
+// such as the backend unreachable during a fault). Each member is a lease like any other for
 // the checker (overlap, tokens, writes, Done), recorded per key. What is
 // particular to sets is all or nothing: a failed or cancelled attempt
 // must leave none of its keys held. After such an attempt the worker
@@ -131,10 +134,16 @@ func (w *worker) multi(in *lockerInst, owed bool) bool {
 	w.checkReturn(op, set[0], start, end, limit, "its context ended")
 	if err != nil {
 		w.failed(op, set[0], err)
+		if cold {
+			s.Stat("set-keys-"+setFailure(err), 1)
+		}
 		w.checkLeftovers(in, set, end)
 		return false
 	}
 	s.Stat(op+"-granted", 1)
+	if cold {
+		s.Stat("set-keys-granted", 1)
+	}
 	if m.Atomic() {
 		s.Stat("set-atomic", 1)
 	} else {
@@ -302,4 +311,17 @@ func oneStepSets(lk Locker) (bool, error) {
 		lk = inner.Interface().(Locker)
 	}
 	return false, fmt.Errorf("%T: Lockers wrapped too deep", lk)
+}
+
+// setFailure names why a set attempt failed, for the summary's counts of
+// the set keys' attempts: a key held (or waited for), the context ended,
+// or another error.
+func setFailure(err error) string {
+	switch {
+	case errors.Is(err, lock.ErrHeld):
+		return "held"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "ctx"
+	}
+	return "failed"
 }
