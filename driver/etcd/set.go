@@ -136,7 +136,7 @@ func (d *etcdDriver) acquireSet(ctx context.Context, c *conn, ls []*driver.Lease
 			}
 		}
 		clean = false
-		ok, rev, toks, err := d.setWrite(ctx, c, ns, entries, sts, ls, leases)
+		ok, rev, toks, sent, err := d.setWrite(ctx, c, ns, entries, sts, ls, leases)
 		switch {
 		case err != nil && refused(err):
 			return end(err)
@@ -158,6 +158,8 @@ func (d *etcdDriver) acquireSet(ctx context.Context, c *conn, ls []*driver.Lease
 				d.granted(l, ns[i], grantRef{name: entries[i], create: rev}, toks[i], rev, leases[i])
 			}
 			return nil
+		case sent == 1:
+			clean = true // refused by the compare at its only try: no write of it can land
 		}
 	}
 }
@@ -187,11 +189,11 @@ func (d *etcdDriver) readSet(ctx context.Context, c *conn, ns []names) ([]*state
 // or found its member unavailable is sent again, as grantWrite's: if an
 // earlier try landed, the Else branch's reads find every entry on its
 // lease with its value, and the set is granted at the revision that made
-// them.
-func (d *etcdDriver) setWrite(ctx context.Context, c *conn, ns []names, entries []string, sts []*state, ls []*driver.Lease, leases []taken) (ok bool, rev int64, toks []uint64, err error) {
+// them. sent is how many tries were sent.
+func (d *etcdDriver) setWrite(ctx context.Context, c *conn, ns []names, entries []string, sts []*state, ls []*driver.Lease, leases []taken) (ok bool, rev int64, toks []uint64, sent int, err error) {
 	cl, err := d.counterLease(ctx, c)
 	if err != nil {
-		return false, 0, nil, err
+		return false, 0, nil, 0, err
 	}
 	now := d.wall().UnixMicro()
 	toks = make([]uint64, len(ls))
@@ -199,7 +201,7 @@ func (d *etcdDriver) setWrite(ctx context.Context, c *conn, ns []names, entries 
 	req := &pb.TxnRequest{}
 	for i, n := range ns {
 		if sts[i].counter == math.MaxUint64 {
-			return false, 0, nil, fmt.Errorf("etcd: the counter %s is at the largest token: no grant can take a higher one", n.counter)
+			return false, 0, nil, 0, fmt.Errorf("etcd: the counter %s is at the largest token: no grant can take a higher one", n.counter)
 		}
 		toks[i] = nextToken(sts[i].counter, now)
 		values[i] = entryValue{mode: driver.Exclusive, token: toks[i], since: now, owner: ls[i].Owner, note: ls[i].Note}.String()
@@ -217,23 +219,23 @@ func (d *etcdDriver) setWrite(ctx context.Context, c *conn, ns []names, entries 
 		}
 		switch {
 		case err != nil && (ctx.Err() != nil || try == tries || !again(err)):
-			return false, 0, nil, err
+			return false, 0, nil, try, err
 		case err != nil:
 			continue
 		case resp.Succeeded:
-			return true, resp.Header.Revision, toks, nil
+			return true, resp.Header.Revision, toks, try, nil
 		case try == 1:
-			return false, 0, nil, nil
+			return false, 0, nil, try, nil
 		}
 		// an earlier try may have landed: then every entry is there, on
 		// its lease, with its value (one transaction: all or none)
 		for i := range ls {
 			kvs := resp.Responses[i].GetResponseRange().Kvs
 			if !landed(kvs, leases[i].id, values[i]) {
-				return false, 0, nil, nil
+				return false, 0, nil, try, nil
 			}
 			rev = kvs[0].CreateRevision
 		}
-		return true, rev, toks, nil
+		return true, rev, toks, try, nil
 	}
 }
