@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -397,5 +398,55 @@ func BenchmarkSetCycle(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestSetCycleRequests: once a Locker has spare leases, a free set of 3
+// keys is granted with two KV/Txn (the read, the write) and no lease
+// request, and released with one KV/Txn a member; a set with a held key
+// is refused by its read alone.
+func TestSetCycleRequests(t *testing.T) {
+	d, r := testDriver(t, testserver.SharedEtcd(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	set := func(i int) []*driver.Lease {
+		ls := make([]*driver.Lease, 3)
+		for j := range ls {
+			ls[j] = &driver.Lease{Key: fmt.Sprintf("set/%d", j), Owner: fmt.Sprintf("%032x", 10*i+j+1), TTL: 10 * time.Second}
+		}
+		return ls
+	}
+	for i := range 3 {
+		ls := set(i)
+		if err := d.AcquireSet(ctx, ls); err != nil {
+			t.Fatal(err)
+		}
+		granted := r.reset()
+		for _, l := range ls {
+			if err := d.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		released := r.reset()
+		if i == 0 {
+			continue // the first makes the leases and the counter lease
+		}
+		if granted["/etcdserverpb.KV/Txn"] != 2 || granted["/etcdserverpb.Lease/LeaseGrant"] != 0 || granted["/etcdserverpb.Lease/LeaseRevoke"] != 0 {
+			t.Errorf("set %d granted with %v; want 2 KV/Txn and no lease request", i, granted)
+		}
+		if released["/etcdserverpb.KV/Txn"] != 3 || released["/etcdserverpb.Lease/LeaseRevoke"] != 0 {
+			t.Errorf("set %d released with %v; want 3 KV/Txn and no LeaseRevoke", i, released)
+		}
+	}
+	h := &driver.Lease{Key: "set/2", Owner: fmt.Sprintf("%032x", 99), TTL: 10 * time.Second}
+	if err := d.Acquire(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	r.reset()
+	if err := d.AcquireSet(ctx, set(5)); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("AcquireSet with set/2 held: %v; want ErrHeld", err)
+	}
+	if got := r.reset(); got["/etcdserverpb.KV/Txn"] != 1 || len(got) != 1 {
+		t.Errorf("a set refused at its read: %v; want 1 KV/Txn alone", got)
 	}
 }
