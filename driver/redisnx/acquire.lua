@@ -7,8 +7,9 @@
 -- refused; so is a shared attempt or a permit while a waiter is queued
 -- behind the readers or permits.
 --
--- KEYS[1] lock key, the only key sent; the first line makes the others
--- from it (scripts.go puts in the suffixes, internal/redisx's)
+-- KEYS[1] lock key, the only key sent; the script makes the others from
+-- it (scripts.go puts in the suffixes, internal/redisx's), the common case
+-- only those it uses
 -- (KEYS[2] fencing counter, KEYS[3] tombstone of this attempt, KEYS[4]
 -- queue, KEYS[5] queue entries, KEYS[6] readers; the permits set is
 -- KEYS[1] .. ":s"), all in its slot
@@ -26,15 +27,18 @@
 -- N (nothing was changed).
 
 -- The common case first: exclusive, no note, no tombstone, no queue, one
--- call for both.
-local KEYS = {KEYS[1], KEYS[1] .. '{{counter}}', KEYS[1] .. '{{void}}' .. ARGV[1], KEYS[1] .. '{{queue}}', KEYS[1] .. '{{entries}}', KEYS[1] .. '{{readers}}'}
-if ARGV[3] == 'x' and not ARGV[4] and redis.call('EXISTS', KEYS[3], KEYS[4]) == 0 then
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return next_token(KEYS[2])
+-- call for both. It makes only the names it uses (each costs the server
+-- time of a string in Lua), and the table of all of them after it.
+local lk = KEYS[1]
+local void, queue = lk .. '{{void}}' .. ARGV[1], lk .. '{{queue}}'
+if ARGV[3] == 'x' and not ARGV[4] and redis.call('EXISTS', void, queue) == 0 then
+  if redis.call('SET', lk, ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return next_token(lk .. '{{counter}}')
   end
-elseif redis.call('EXISTS', KEYS[3]) == 1 then
+elseif redis.call('EXISTS', void) == 1 then
   return 0
 end
+local KEYS = {lk, lk .. '{{counter}}', void, queue, lk .. '{{entries}}', lk .. '{{readers}}'}
 --@queue
 -- granted stores the grant's note, if it has one, and returns token.
 local function granted(token)

@@ -5,8 +5,8 @@
 -- release on the key's channel when none is queued (a wake-up naming no one,
 -- "": see Wake in internal/redisx/notify.go).
 --
--- KEYS[1] lock key, the only key sent; the first line makes the others
--- from it (scripts.go puts in the suffixes, internal/redisx's)
+-- KEYS[1] lock key, the only key sent; the script makes the others from
+-- it where it needs them (scripts.go puts in the suffixes, internal/redisx's)
 -- (KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] queue entries, KEYS[5]
 -- readers; KEYS[6], only when ARGV[4] is sent, the tombstone of the
 -- attempt), all in its slot
@@ -21,16 +21,16 @@
 -- Returns 1 when the grant was deleted, 0 when the owner did not hold it.
 
 local lk = KEYS[1]
-local channel = lk .. '{{channel}}'
 local cur = redis.call('GET', lk)
 -- The common case first: an exclusive grant of acquire.lua (no tombstone
 -- to leave, no queue entry to delete) released with no one queued. It
 -- makes only the names it uses.
 if cur == ARGV[1] and ARGV[3] == 'x' and not ARGV[4] and ARGV[2] ~= '1' and redis.call('EXISTS', lk .. '{{queue}}') == 0 then
   redis.call('DEL', lk)
-  redis.call('PUBLISH', channel, '')
+  redis.call('PUBLISH', lk .. '{{channel}}', '')
   return 1
 end
+local channel = lk .. '{{channel}}'
 --@fence
 --@queue
 local owner, noted = ARGV[1], #ARGV[1] == 33
