@@ -90,6 +90,35 @@ func TestSetAtomic(t *testing.T) {
 	})
 }
 
+// A set with a held member is refused with the holder's PTTL as its hint,
+// and writes nothing: no other member is taken, no counter moves.
+func TestSetHeld(t *testing.T) {
+	clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+		ctx := testCtx(t)
+		d := testDriver(rdb, DefaultPrefix)
+		defer d.Close()
+		ks := setKeys(t, 3)
+		held := &driver.Lease{Key: ks[2], Owner: owner(), Mode: driver.Exclusive, TTL: 5 * time.Second}
+		if err := d.Acquire(ctx, held); err != nil {
+			t.Fatal(err)
+		}
+		err := d.AcquireSet(ctx, setLeases(ks))
+		var he *driver.HeldError
+		if !errors.As(err, &he) || he.RetryAfter <= 0 || he.RetryAfter > 5*time.Second+time.Millisecond {
+			t.Fatalf("AcquireSet over a held key: %v, want a HeldError with the holder's PTTL", err)
+		}
+		assertSetAbsent(t, rdb, d, ks[:2], "a set refused for a held key")
+		for _, k := range ks[:2] {
+			if rdb.Exists(ctx, counterKey(d.LockKey(k))).Val() != 0 {
+				t.Errorf("a refused set moved %q's counter", k)
+			}
+		}
+		if v := rdb.Get(ctx, d.LockKey(ks[2])).Val(); v != held.Owner {
+			t.Errorf("the held key's holder is %q after a refused set, want %q", v, held.Owner)
+		}
+	})
+}
+
 // Where the keys may be on different servers, AcquireSet refuses with
 // ErrNotAtomic before any I/O; bad input is ErrInvalid.
 func TestSetNotAtomic(t *testing.T) {
