@@ -33,6 +33,9 @@
 // batched: one transaction per 100 keys of a server, or of a Cluster slot
 // (not on a Ring), with one PEXPIRE ... GT per lease on Redis 7 (no PTTL
 // read); an aborted one is split in halves, not redone lease by lease.
+// A set of lock.LockMany or TryLockMany is tried in one transaction that
+// watches every member's key, on one server, or on a Cluster when the
+// lock keys share a slot (see AcquireSet in set.go).
 //
 // A fencing token is the server's clock in microseconds, or the counter
 // "dlock:{K}:fence" plus one when that is more: tokens keep increasing when
