@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testsupport/ordertest"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
@@ -288,4 +289,40 @@ func TestHandOverTakesNoRequest(t *testing.T) {
 		}
 	}
 	t.Errorf("scripts the waiter ran between the release and its grant, per hand-off: %v; want none in one of them", scripts)
+}
+
+// The queue's keys live two entry lifetimes after the last waiter touched
+// them (prelude.lua's keep_queue), so that a queue whose waiters all died
+// is not left behind, and no shorter, so that a live waiter's entry is not.
+func TestQueueKeysExpire(t *testing.T) {
+	c := sharedClient(t, nil)
+	holder, waiter := newTestLocker(t, c, nil), newTestLocker(t, c, nil)
+	k := testKey(t)
+	lk := lockKey(DefaultPrefix, k)
+	ctx := tctx(t, 10*time.Second)
+	held, err := holder.TryLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		lease, err := waiter.Lock(ctx, k)
+		if err == nil {
+			err = lease.Unlock(ctx)
+		}
+		done <- err
+	}()
+	waitQueued(t, c, lk, 1)
+	life := 2 * redisx.EntryLife
+	for _, name := range []string{lk + queueSuffix, lk + entriesSuffix} {
+		if p := c.PTTL(ctx, name).Val(); p <= life-time.Second || p > life {
+			t.Errorf("%s: PTTL %v; want about %v", name, p, life)
+		}
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
