@@ -72,6 +72,11 @@ func (d *etcdDriver) acquireSet(ctx context.Context, c *conn, ls []*driver.Lease
 	leases := make([]taken, len(ls))
 	var entries []string // the members' entry names, once reserved
 	clean := true        // no write on the leases has been sent: they can be spares again
+	// unheard: a try of an earlier write on these leases had no reply (it
+	// may still be on its way, and land once its compares hold again):
+	// until the leases are revoked, a later write refused at its only
+	// try does not make them clean.
+	unheard := false
 	// end ends the attempt with no grant: its leases revoked (or kept
 	// as spares), nothing of it is left, and lock's clean-up needs no
 	// round trip. When a revocation fails, its outcome is lock's to
@@ -148,7 +153,7 @@ func (d *etcdDriver) acquireSet(ctx context.Context, c *conn, ls []*driver.Lease
 			}
 			setData(ls, nil)
 			clear(leases)
-			clean = true
+			clean, unheard = true, false // the leases of any write on its way are revoked
 			entries = nil
 			continue
 		case err != nil:
@@ -158,8 +163,10 @@ func (d *etcdDriver) acquireSet(ctx context.Context, c *conn, ls []*driver.Lease
 				d.granted(l, ns[i], grantRef{name: entries[i], create: rev}, toks[i], rev, leases[i])
 			}
 			return nil
-		case sent == 1:
-			clean = true // refused by the compare at its only try: no write of it can land
+		case sent == 1 && !unheard:
+			clean = true // refused by the compare at its only try, and no earlier try unheard: no write can land
+		default:
+			unheard = true // an earlier try of this write may still land
 		}
 	}
 }
