@@ -282,3 +282,67 @@ func TestAudit42SetStress(t *testing.T) {
 		t.Error("no set was taken in one step: the stress did not reach AcquireSet's grants")
 	}
 }
+
+// A TryLockMany whose one-step EXEC loses its reply (the call is cancelled
+// while the proxy holds it) leaves none of the set held once lock's
+// clean-up ran: when the EXEC was applied (its reply held), the clean-up
+// deletes every member; when it reaches the server only after the
+// clean-up (the request held), it is aborted.
+func TestSetLostExecReply(t *testing.T) {
+	admin := standalone(t)
+	proxy := startAuditProxy(t, admin.Options().Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	l, d := newTestLocker(t, rdb, &Options{Options: lock.Options{TTL: time.Minute}})
+	ctx := testCtx(t)
+	for _, late := range []bool{false, true} {
+		t.Run(map[bool]string{false: "applied", true: "late"}[late], func(t *testing.T) {
+			ks := setKeys(t, 3)
+			if late {
+				exec := []byte("exec")
+				proxy.Late.Store(true)
+				proxy.Gate.Store(true)
+				proxy.HoldMatch.Store(&exec)
+				defer func() { proxy.HoldMatch.Store(nil); proxy.Gate.Store(false); proxy.Late.Store(false) }()
+			} else {
+				hold := func(op, lk string) { proxy.HoldReply.Store(true) }
+				d.beforeExec.Store(&hold)
+				defer d.beforeExec.Store(nil)
+			}
+			cctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() {
+				m, err := l.TryLockMany(cctx, ks)
+				if err == nil {
+					m.Unlock(ctx)
+				}
+				done <- err
+			}()
+			time.Sleep(300 * time.Millisecond)
+			cancel()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatal("granted with its EXEC or its reply held")
+				}
+			case <-time.After(2 * time.Second):
+				t.Fatal("TryLockMany did not return after its context was cancelled")
+			}
+			d.beforeExec.Store(nil)
+			proxy.HoldReply.Store(false)
+			if !late && admin.Exists(ctx, counterKey(d.LockKey(ks[0]))).Val() == 0 {
+				t.Fatal("the EXEC was not applied: the test proves nothing")
+			}
+			time.Sleep(time.Second) // the clean-up runs
+			if late {
+				before := execCalls(ctx, admin)
+				proxy.Gate.Store(false)
+				time.Sleep(500 * time.Millisecond)
+				if execCalls(ctx, admin) == before {
+					t.Fatal("the late EXEC did not reach Redis")
+				}
+			}
+			assertSetAbsent(t, admin, d, ks, "after a set's lost EXEC and its clean-up")
+		})
+	}
+}
