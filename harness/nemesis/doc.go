@@ -95,8 +95,12 @@
 // (duplicated, replayed, stale, reordered) and forged ones, for the
 // waiters it heard of or lock.Inspect shows (owner tokens are no secret),
 // for holders, and for no one; it also tries to call the schema's
-// functions, which must be refused. The target declares AllFaults: a run
-// of a minute or more must inject every kind of fault it may pick.
+// functions, which must be refused. The target declares AllFaults (so
+// do the etcd targets): a run of a minute or more must inject every kind
+// of fault it may pick, and once its first phase is over the nemesis
+// tries the kinds not injected yet before any other, those that take the
+// server (one at a time: a pause, a restart, a leader's loss) first, as
+// soon as the server is free, even past the bound of faults at once.
 //
 // The environment targets (targets_env.go, make nemesis only) vary what
 // the servers' own faults do not: postgres-isolation changes the

@@ -1,6 +1,7 @@
 package nemesis
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -31,5 +32,36 @@ func TestUnexercisedFaults(t *testing.T) {
 	}
 	if got := base.Unexercised(&Target{Name: "t"}); len(got) > 0 {
 		t.Errorf("a target without AllFaults: %q, want nothing", got)
+	}
+}
+
+// Once owed, the kinds of fault not injected yet come first, those that
+// take the server before the others (whatever their weights), even with
+// maxActive faults under way; a busy one is passed over for the next.
+func TestInjectDue(t *testing.T) {
+	for seed := range uint64(20) {
+		var got []string
+		kind := func(name string, w int, server, ok bool) fault {
+			return fault{name: name, weight: w, server: server, inject: func() bool {
+				if ok {
+					got = append(got, name)
+				}
+				return ok
+			}}
+		}
+		n := &nemesis{rng: rand.New(rand.NewPCG(seed, 7)), injected: map[string]int{"done": 1}}
+		kinds := []fault{kind("client", 100, false, true), kind("busy", 3, true, false), kind("done", 100, true, true), kind("leader", 1, true, true)}
+		if !n.injectDue(kinds, false) || !slices.Equal(got, []string{"leader"}) {
+			t.Fatalf("seed %d: injected %q, want [leader]: a due server kind first, the busy one passed over", seed, got)
+		}
+		if n.injectDue(kinds, true) || len(got) != 1 {
+			t.Fatalf("seed %d: with maxActive faults under way and no server kind to start, injected %q", seed, got)
+		}
+		if !n.injectDue(kinds, false) || !slices.Equal(got, []string{"leader", "client"}) {
+			t.Fatalf("seed %d: injected %q, want [leader client]", seed, got)
+		}
+		if n.injectDue(kinds, false) {
+			t.Fatalf("seed %d: nothing is due but busy, yet injectDue says it injected", seed)
+		}
 	}
 }

@@ -28,6 +28,10 @@ type nemesis struct {
 
 	injectedMu sync.Mutex
 	injected   map[string]int // by kind: how many times inject started one
+	// allBy is how long into the run the last kind not injected yet was
+	// injected (0 until every kind was) of the nKinds the loop may pick.
+	allBy  time.Duration
+	nKinds int
 }
 
 // maxActive bounds the faults under way at once.
@@ -39,6 +43,9 @@ type fault struct {
 	name   string
 	weight int
 	inject func() bool
+	// server: the fault takes the server (serverBusy), one such at a
+	// time.
+	server bool
 }
 
 func (n *nemesis) between(lo, hi time.Duration) time.Duration { return between(n.rng, lo, hi) }
@@ -50,6 +57,9 @@ func (n *nemesis) stopped() bool { return closed(n.stop) }
 // loop injects faults until end.
 func (n *nemesis) loop(end time.Time) {
 	kinds := n.only(n.kinds())
+	n.injectedMu.Lock()
+	n.nKinds = len(kinds)
+	n.injectedMu.Unlock()
 	total := 0
 	for _, k := range kinds {
 		total += k.weight
@@ -60,15 +70,18 @@ func (n *nemesis) loop(end time.Time) {
 		phase := time.Now().Add(n.between(4*time.Second, 8*time.Second))
 		for !n.stopped() && time.Now().Before(phase) && time.Now().Before(end) {
 			n.sleep(n.between(100*time.Millisecond, 1200*time.Millisecond))
-			if n.stopped() || n.active.Load() >= maxActive {
+			if n.stopped() {
+				continue
+			}
+			full := n.active.Load() >= maxActive
+			if n.r.tg.AllFaults && time.Since(begun) >= owedFaultsAfter && n.injectDue(kinds, full) {
+				continue
+			}
+			if full {
 				continue
 			}
 			for range 5 { // a busy target: pick another
-				k := n.choose(kinds, total, time.Since(begun) >= owedFaultsAfter)
-				if k.inject() {
-					n.injectedMu.Lock()
-					n.injected[k.name]++
-					n.injectedMu.Unlock()
+				if n.try(n.choose(kinds, total)) {
 					break
 				}
 			}
@@ -78,24 +91,68 @@ func (n *nemesis) loop(end time.Time) {
 	n.faults.Wait()
 }
 
-// choose picks a kind of fault by weight; for a target that declares
-// AllFaults, once owed, half of the time among the kinds not injected
-// yet (by weight), so that a full run injects every kind.
-func (n *nemesis) choose(kinds []fault, total int, owed bool) fault {
-	if owed && n.r.tg.AllFaults && n.rng.IntN(2) == 0 {
-		n.injectedMu.Lock()
-		var due []fault
-		dueTotal := 0
-		for _, k := range kinds {
-			if n.injected[k.name] == 0 {
-				due, dueTotal = append(due, k), dueTotal+k.weight
-			}
-		}
-		n.injectedMu.Unlock()
-		if len(due) > 0 {
-			kinds, total = due, dueTotal
+// try injects k, and counts it if it started.
+func (n *nemesis) try(k fault) bool {
+	if !k.inject() {
+		return false
+	}
+	n.injectedMu.Lock()
+	defer n.injectedMu.Unlock()
+	if n.injected[k.name]++; n.injected[k.name] == 1 && n.r != nil && len(n.injected) == n.nKinds {
+		n.allBy = time.Since(n.r.begin)
+	}
+	return true
+}
+
+// AllInjectedBy is how long into the run every kind of fault the run may
+// pick had been injected, or 0 if some never was.
+func (n *nemesis) AllInjectedBy() time.Duration {
+	n.injectedMu.Lock()
+	defer n.injectedMu.Unlock()
+	return n.allBy
+}
+
+// injectDue tries, for a target that declares AllFaults once the first
+// phase is over, the kinds not injected yet: those that take the server
+// first, then the others, each group in an order drawn by weight; it
+// reports whether one started. With full (maxActive faults under way)
+// only the server's are tried. Server faults run one at a time and last
+// long (leader-loss up to twice the target's Bound, and an election),
+// so a kind that takes the server gets it as soon as it is free, before
+// any other kind of server fault: otherwise a 60 s run of etcd-cluster,
+// with four kinds of server fault, could end without one of them (it
+// did: no leader-loss). A due server fault may so make maxActive+1.
+func (n *nemesis) injectDue(kinds []fault, full bool) bool {
+	n.injectedMu.Lock()
+	var server, other []fault
+	for _, k := range kinds {
+		switch {
+		case n.injected[k.name] > 0:
+		case k.server:
+			server = append(server, k)
+		case !full:
+			other = append(other, k)
 		}
 	}
+	n.injectedMu.Unlock()
+	for _, group := range [][]fault{server, other} {
+		for len(group) > 0 {
+			total := 0
+			for _, k := range group {
+				total += k.weight
+			}
+			k := n.choose(group, total)
+			if n.try(k) {
+				return true
+			}
+			group = slices.DeleteFunc(group, func(x fault) bool { return x.name == k.name })
+		}
+	}
+	return false
+}
+
+// choose picks a kind of fault by weight.
+func (n *nemesis) choose(kinds []fault, total int) fault {
 	x := n.rng.IntN(total)
 	for _, k := range kinds {
 		if x < k.weight {
@@ -141,7 +198,13 @@ func (n *nemesis) spawn(f func()) {
 func (n *nemesis) kinds() []fault {
 	r := n.r
 	var ks []fault
-	add := func(name string, w int, inject func() bool) { ks = append(ks, fault{name, w, inject}) }
+	add := func(name string, w int, inject func() bool) {
+		ks = append(ks, fault{name: name, weight: w, inject: inject})
+	}
+	// addServer adds a kind that takes the server (serverBusy).
+	addServer := func(name string, w int, inject func() bool) {
+		ks = append(ks, fault{name: name, weight: w, inject: inject, server: true})
+	}
 	add("churn", 3, n.churn)
 	add("stall", 2, n.stall)
 	if r.srv == nil {
@@ -155,35 +218,35 @@ func (n *nemesis) kinds() []fault {
 	n.delayKinds(add)
 	n.laneKinds(add)
 	if r.tg.members {
-		n.memberFaults(add)
+		n.memberFaults(addServer)
 		return append(ks, n.childKinds()...)
 	}
-	add("server-pause", 3, n.serverPause)
+	addServer("server-pause", 3, n.serverPause)
 	if r.bouncer != nil {
-		add("bouncer-restart", 3, n.bouncerRestart)
+		addServer("bouncer-restart", 3, n.bouncerRestart)
 	}
 	switch {
 	case r.srv.ZK != nil && len(r.srv.Nodes) > 1: // an ensemble
-		add("leader-loss", 3, n.leaderLoss)
-		add("node-pause", 2, n.nodePause)
+		addServer("leader-loss", 3, n.leaderLoss)
+		addServer("node-pause", 2, n.nodePause)
 	case r.srv.Etcd != nil && len(r.srv.Nodes) > 1: // an etcd cluster
-		add("leader-loss", 3, n.leaderLoss)
-		add("node-pause", 2, n.nodePause)
-		add("node-restart", 2, n.nodeRestart(false))
+		addServer("leader-loss", 3, n.leaderLoss)
+		addServer("node-pause", 2, n.nodePause)
+		addServer("node-restart", 2, n.nodeRestart(false))
 	case r.tg.cluster:
 		// Restarting the whole cluster waits for each node to serve the
 		// cluster, which it cannot alone: one node at a time.
-		add("node-pause", 2, n.nodePause)
-		add("node-restart", 2, n.nodeRestart(false))
+		addServer("node-pause", 2, n.nodePause)
+		addServer("node-restart", 2, n.nodeRestart(false))
 		if r.wipe != nil {
-			add("node-restart-volatile", 1, n.nodeRestart(true))
+			addServer("node-restart-volatile", 1, n.nodeRestart(true))
 		}
 	default:
 		if r.tg.Backend != chaos.MemcachedBackend {
-			add("server-restart", 2, n.serverRestart(false))
+			addServer("server-restart", 2, n.serverRestart(false))
 		}
 		if r.tg.Backend == chaos.MemcachedBackend || r.wipe != nil {
-			add("server-restart-volatile", 1, n.serverRestart(true))
+			addServer("server-restart-volatile", 1, n.serverRestart(true))
 		}
 	}
 	return append(ks, n.childKinds()...)
@@ -194,7 +257,7 @@ func (n *nemesis) childKinds() []fault {
 	if len(n.r.children) == 0 {
 		return nil
 	}
-	return []fault{{"child-freeze", 2, n.childFreeze}, {"child-kill", 1, n.childKill}}
+	return []fault{{name: "child-freeze", weight: 2, inject: n.childFreeze}, {name: "child-kill", weight: 1, inject: n.childKill}}
 }
 
 // clientSlot is a slot with proxies: one of the test process's, or a

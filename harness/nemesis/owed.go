@@ -73,9 +73,9 @@ func (r *run) awaitOwed(d time.Duration) {
 }
 
 // owedFaultsAfter is how long into a run the nemesis of a target that
-// declares AllFaults starts preferring the kinds of fault it has not
-// injected yet (see nemesis.choose): after the first phase, whose choice
-// is the weights' alone.
+// declares AllFaults starts trying the kinds of fault it has not
+// injected yet first (see nemesis.injectDue): after the first phase,
+// whose choice is the weights' alone.
 const owedFaultsAfter = 8 * time.Second
 
 // allFaultsRun is the shortest run whose faults must all have been

@@ -83,6 +83,9 @@ type Summary struct {
 	Planned    time.Duration
 	FaultKinds []string
 	Injected   map[string]int
+	// AllInjectedBy is how long into the run every kind of FaultKinds had
+	// been injected (0: some never was).
+	AllInjectedBy time.Duration
 	// Env says what the run's environment was, and when it changed: the
 	// database's default isolation level, PgBouncer's restarts, the etcd
 	// member frozen, cut off or slowed (see Target.isolation).
@@ -114,6 +117,9 @@ func (s Summary) Details() string {
 	}
 	if len(s.Injected) > 0 {
 		fmt.Fprintf(&b, "\n  injected by kind: %s", tally(s.Injected, " "))
+		if s.AllInjectedBy > 0 {
+			fmt.Fprintf(&b, " (every kind by %v)", s.AllInjectedBy.Round(100*time.Millisecond))
+		}
 	}
 	for _, e := range s.Env {
 		fmt.Fprintf(&b, "\n  environment: %s", e)
@@ -411,7 +417,7 @@ func Run(t testing.TB, cfg Config) Summary {
 		Violations: r.rec.Violations(), Excused: r.rec.Excused(), Problems: r.problems,
 		DuringUnlock: r.rec.GrantedDuringUnlock(), SharedLeases: rw, Permits: sem, OneStepSets: r.oneStep, Adversary: adv.Counts(),
 		FaultsLimited: cfg.NoFaults || len(cfg.Faults) > 0,
-		Planned:       cfg.Duration, FaultKinds: n.kindNames(), Injected: n.Injected(),
+		Planned:       cfg.Duration, FaultKinds: n.kindNames(), Injected: n.Injected(), AllInjectedBy: n.AllInjectedBy(),
 		Env: r.notes, Once: r.once,
 	}
 }

@@ -48,9 +48,10 @@ type Target struct {
 	// adversary.go, adversary_pg.go).
 	Notify bool
 	// AllFaults: a run of allFaultsRun or longer must inject every kind
-	// of fault the nemesis may pick for the target (see Unexercised); the
-	// nemesis prefers the kinds not injected yet once the first phase is
-	// over.
+	// of fault the nemesis may pick for the target (see Unexercised); once
+	// the first phase is over, the nemesis tries the kinds not injected
+	// yet first, those that take the server before the others
+	// (nemesis.injectDue).
 	AllFaults bool
 	// TTL is the Lockers' default; LockTTLs and RefreshTTLs are those the
 	// workers pick from, longer and shorter.
