@@ -1,8 +1,14 @@
 package etcd
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,4 +119,162 @@ func TestAudit43SetLateWriteAfterCleanTry(t *testing.T) {
 		t.Fatalf("another Locker's TryLockMany after the set's attempt ended: %v", err)
 	}
 	m.Unlock(f.ctx)
+}
+
+// TestAudit43SetCancelled: a TryLockMany whose set writes are all held
+// on their way returns by its context's end, and its writes, reaching
+// etcd after it returned, leave nothing: lock's clean-up revoked the
+// members' leases first, so they fail for want of them.
+func TestAudit43SetCancelled(t *testing.T) {
+	f := newSetFixture(t, 30*time.Second)
+	set := setTxn(f.prefix)
+	release := make(chan struct{})
+	var held atomic.Int64
+	hook := func(r *pb.TxnRequest) bool {
+		if !set(r) {
+			return false
+		}
+		held.Add(1)
+		<-release
+		return true
+	}
+	f.p.before.Store(&hook)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	before := f.liveLeases()
+	ctx, cancel := context.WithTimeout(f.ctx, 1500*time.Millisecond)
+	start := time.Now()
+	_, err := f.l.TryLockMany(ctx, f.keys)
+	took := time.Since(start)
+	cancel()
+	if err == nil || errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLockMany with its writes held: %v; want a failure at its context's end", err)
+	}
+	if took > 1500*time.Millisecond+300*time.Millisecond {
+		t.Errorf("TryLockMany returned %v after its start, its context lasting 1.5 s", took)
+	}
+	if held.Load() == 0 {
+		t.Fatal("no set write was held: the attack did not happen")
+	}
+	time.Sleep(time.Second) // lock's clean-up in the background
+	late := f.p.late.Load()
+	close(release)
+	released = true
+	for f.p.late.Load() < late+held.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i, q := range f.queues {
+		if got := f.entries(t, q); len(got) != 0 {
+			t.Errorf("queue of %s after the held writes of a cancelled set arrived: %v", f.keys[i], got)
+		}
+	}
+	for _, id := range f.liveLeases() {
+		if slices.Contains(before, id) {
+			continue
+		}
+		ttl, err := f.raw.TimeToLive(f.ctx, clientv3.LeaseID(id), clientv3.WithAttachedKeys())
+		if err != nil {
+			continue
+		}
+		for _, k := range ttl.Keys {
+			if strings.HasPrefix(string(k), f.prefix+"q/") { // the counter lease carries counters
+				t.Errorf("lease %x of the cancelled set is left with entry %s", id, k)
+			}
+		}
+	}
+}
+
+// TestAudit43SetMemberLeaseGone: a member's lease that is gone when the
+// set's write reaches etcd (it expired between the read and the write,
+// or a user revoked the spare) fails the write; the set is made again on
+// new leases and granted in one step, never on the lease that is gone,
+// and a waiter that queued meanwhile is not passed.
+func TestAudit43SetMemberLeaseGone(t *testing.T) {
+	f := newSetFixture(t, 30*time.Second)
+	set := setTxn(f.prefix)
+	var armed atomic.Bool
+	armed.Store(true)
+	var gone atomic.Int64
+	hook := func(r *pb.TxnRequest) bool {
+		if set(r) && armed.CompareAndSwap(true, false) {
+			id := r.Success[2].GetRequestPut().Lease
+			gone.Store(id)
+			if _, err := f.raw.Revoke(f.ctx, clientv3.LeaseID(id)); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	}
+	f.p.before.Store(&hook)
+	m, err := f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany with a member's lease gone at its write: %v", err)
+	}
+	if armed.Load() {
+		t.Fatal("no set write went through the proxy")
+	}
+	for i, q := range f.queues {
+		r, err := f.raw.Get(f.ctx, q, clientv3.WithPrefix())
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("queue of %s: %v %v", f.keys[i], r, err)
+		}
+		if r.Kvs[0].Lease == gone.Load() {
+			t.Errorf("entry of %s on the revoked lease %x", f.keys[i], gone.Load())
+		}
+		ttl, err := f.raw.TimeToLive(f.ctx, clientv3.LeaseID(r.Kvs[0].Lease))
+		if err != nil || ttl.TTL <= 0 {
+			t.Errorf("entry of %s on lease %x, which is not alive (%v %v)", f.keys[i], r.Kvs[0].Lease, ttl, err)
+		}
+	}
+	m.Unlock(f.ctx)
+}
+
+// TestAudit43SetRestrictedUsers: a user who may only read the prefix,
+// and one who may write the queues but only read the counters, are
+// refused a set (not ErrHeld: the cause), and leave no entry and no
+// lease with keys; a set of a user with read-write then takes the keys.
+func TestAudit43SetRestrictedUsers(t *testing.T) {
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	e := authEtcd(t, prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	keys := []string{"ro/a", "ro/b", "ro/c"}
+	root := userClient(t, e.Endpoints(), "root", "rootpw", nil)
+	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 10 * time.Second}}
+	for _, u := range [][2]string{{"reader", "readerpw"}, {"queueonly", "queueonlypw"}} {
+		l := authLocker(t, e, u[0], u[1], opts)
+		_, err := l.TryLockMany(ctx, keys)
+		if err == nil || errors.Is(err, lock.ErrHeld) {
+			t.Errorf("%s's TryLockMany: %v; want the refusal", u[0], err)
+		}
+		r, err := root.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range r.Kvs {
+			t.Errorf("%s's refused set left %s", u[0], kv.Key)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	ls, err := root.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ls.Leases {
+		ttl, err := root.TimeToLive(ctx, s.ID, clientv3.WithAttachedKeys())
+		if err == nil && len(ttl.Keys) > 0 {
+			t.Errorf("lease %x left with keys %q", s.ID, ttl.Keys)
+		}
+	}
+	app := authLocker(t, e, "app", "apppw", opts)
+	m, err := app.TryLockMany(ctx, keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("app's TryLockMany: %v", err)
+	}
+	m.Unlock(ctx)
 }
