@@ -278,3 +278,92 @@ func TestAudit43SetRestrictedUsers(t *testing.T) {
 	}
 	m.Unlock(ctx)
 }
+
+// TestAudit43SetLostReplyNoPass: a set's first write try is held on its
+// way (no reply: the client sends it again); meanwhile another client
+// takes a member and a waiter queues behind it. The resend fails its
+// compare, the set is refused as held, and the held try, reaching etcd
+// while the waiter holds the key and then once it left, lands nowhere:
+// the waiter is never passed, and the set leaves no entry.
+func TestAudit43SetLostReplyNoPass(t *testing.T) {
+	f := newSetFixture(t, 30*time.Second)
+	set := setTxn(f.prefix)
+	release := make(chan struct{})
+	var phase atomic.Int32
+	var x *lock.Lease
+	waiter := make(chan *lock.Lease, 1)
+	hook := func(r *pb.TxnRequest) bool {
+		if !set(r) {
+			return false
+		}
+		switch phase.Add(1) {
+		case 1:
+			<-release
+			return true
+		case 2: // the resend: b is taken, and a waiter queues behind
+			var err error
+			if x, err = f.other.TryLock(f.ctx, f.keys[1]); err != nil {
+				t.Error(err)
+				return false
+			}
+			go func() {
+				w, err := f.other.Lock(f.ctx, f.keys[1])
+				if err != nil {
+					t.Error(err)
+				}
+				waiter <- w
+			}()
+			waitEntries(t, f.raw, f.queues[1], 2)
+		}
+		return false
+	}
+	f.p.before.Store(&hook)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	_, err := f.l.TryLockMany(f.ctx, f.keys)
+	if phase.Load() < 2 || x == nil {
+		t.Fatalf("the attack did not happen (phase %d): %v", phase.Load(), err)
+	}
+	if !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLockMany with %s taken and waited for after its lost try: %v; want ErrHeld", f.keys[1], err)
+	}
+	if err := x.Unlock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := <-waiter
+	if w == nil {
+		t.FailNow()
+	}
+	late := f.p.late.Load()
+	close(release)
+	released = true
+	for f.p.late.Load() == late {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i, q := range f.queues {
+		want := 0
+		if i == 1 {
+			want = 1 // the waiter, now holder
+		}
+		if got := f.entries(t, q); len(got) != want {
+			t.Errorf("queue of %s with the waiter holding %s: %v", f.keys[i], f.keys[1], got)
+		}
+	}
+	if st, err := f.other.Inspect(f.ctx, f.keys[1]); err != nil || len(st.Holders) != 1 || st.Holders[0].Token != w.Token() {
+		t.Errorf("Inspect of %s: %+v %v; want the waiter alone (token %d)", f.keys[1], st, err, w.Token())
+	}
+	w.Unlock(f.ctx)
+	m, err := f.other.TryLockMany(f.ctx, f.keys)
+	if err != nil {
+		t.Fatalf("the set after the waiter's Unlock: %v", err)
+	}
+	if tok, _ := m.Token(f.keys[1]); tok <= w.Token() {
+		t.Errorf("set token of %s: %d after the waiter's %d", f.keys[1], tok, w.Token())
+	}
+	m.Unlock(f.ctx)
+}
