@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver/redisnx"
 	"github.com/dlock-go/dlock/driver/rediswatch"
+	"github.com/dlock-go/dlock/internal/redisx"
 	"github.com/dlock-go/dlock/internal/testsupport/redisacl"
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
@@ -29,8 +31,8 @@ func minimalRules(t *testing.T, scheme string) []string {
 // Every operation of either driver works as a user allowed only what its
 // package doc lists, on one server and on a Cluster: grants, a held key,
 // batched renewals, Refresh, a queued waiter handed the key, a waiter
-// woken by a release, Unlock and Close; and no node's ACL LOG shows a
-// refusal on the way.
+// woken by a release, a set in one step, Unlock and Close; and no node's
+// ACL LOG shows a refusal on the way.
 func TestMinimalPermissions(t *testing.T) {
 	for _, scheme := range []string{redisnx.Scheme, rediswatch.Scheme} {
 		t.Run(scheme+"/standalone", func(t *testing.T) {
@@ -201,6 +203,22 @@ func exercise(t *testing.T, u string) {
 	for _, p := range permits {
 		p.Unlock(ctx)
 	}
+	// A set in one step (its lock keys in one slot): refused over a held
+	// member, then taken.
+	ks := sameSlot("acl-set-"+randHex(8), 3)
+	held, err := a.TryLock(ctx, ks[1])
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	if _, err := b.TryLockMany(ctx, ks); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryLockMany over a held key: %v, want ErrHeld", err)
+	}
+	held.Unlock(ctx)
+	if m, err := b.TryLockMany(ctx, ks); err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany of a free set in one slot: %v, want it taken in one step", err)
+	} else {
+		m.Unlock(ctx)
+	}
 	for _, l := range []*lock.Locker{a, b} {
 		if err := l.Close(); err != nil {
 			t.Errorf("Close: %v", err)
@@ -216,6 +234,19 @@ func mustInspect(t *testing.T, ctx context.Context, l *lock.Locker, k string) *l
 		t.Fatalf("Inspect: %v", err)
 	}
 	return st
+}
+
+// sameSlot returns n keys, base's first, whose lock keys (default prefix)
+// share a Cluster slot.
+func sameSlot(base string, n int) []string {
+	slot := redisx.Slot(redisx.LockKey(redisx.DefaultPrefix, base))
+	ks := []string{base}
+	for i := 1; len(ks) < n; i++ {
+		if k := fmt.Sprintf("%s/%d", base, i); redisx.Slot(redisx.LockKey(redisx.DefaultPrefix, k)) == slot {
+			ks = append(ks, k)
+		}
+	}
+	return ks
 }
 
 func randHex(n int) string {
