@@ -27,7 +27,8 @@ const DefaultPrefix = redisx.DefaultPrefix
 // MaxAttempts is how many transactions Release and Refresh run on one call
 // when each is aborted by a concurrent change to the lock key (EXEC
 // returning nil: go-redis's TxFailedErr), before giving up with an error
-// wrapping ErrConflict.
+// wrapping ErrConflict. A set's transaction (LockMany, TryLockMany) is tried
+// as many times, and then refused as held.
 const MaxAttempts = 5
 
 // ErrConflict is wrapped by the error of a Release or Refresh that gave up

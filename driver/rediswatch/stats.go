@@ -15,7 +15,9 @@ type Stats struct {
 	// GrantAborts counts grant transactions aborted because the lock key or
 	// its counter changed between WATCH and EXEC (another client took the
 	// key first). Each is one failed attempt that lock retries like a held
-	// key.
+	// key. Aborted set transactions (LockMany, TryLockMany) count here
+	// too; a set is tried again up to MaxAttempts times, then refused as
+	// held.
 	GrantAborts uint64
 	// HandOvers counts releases that handed the key to the first waiter in
 	// line (not rare: on a busy key, nearly every release).
