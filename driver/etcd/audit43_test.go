@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // readSetTxn picks a set's read (readSet): a range per queue and per
@@ -366,4 +369,162 @@ func TestAudit43SetLostReplyNoPass(t *testing.T) {
 		t.Errorf("set token of %s: %d after the waiter's %d", f.keys[1], tok, w.Token())
 	}
 	m.Unlock(f.ctx)
+}
+
+// TestAudit43SetTokensCluster: on a three-member cluster, each Locker's
+// client balancing over every member, sets (TryLockMany, LockMany) and
+// single-key grants (Lock, TryLock) interleave on four keys, with a
+// concurrency.Mutex on one key and one key's counter pushed a day ahead
+// of the clock mid-run: at most one holder of a key at any time, and
+// every key's tokens rise in the order of its grants.
+func TestAudit43SetTokensCluster(t *testing.T) {
+	e := testserver.StartEtcdCluster(t, nil)
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 10 * time.Second}}
+	raw := rawClient(t, e.Endpoints())
+	keys := []string{"tok/a", "tok/b", "tok/c", "tok/d"}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	inUse := map[string]string{}
+	last := map[string]uint64{}
+	grants, atomicSets := map[string]int{}, 0
+	take := func(who, k string, tok uint64, fenced bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if h := inUse[k]; h != "" {
+			t.Errorf("%s granted %s while %s holds it", who, k, h)
+		}
+		inUse[k] = who
+		if fenced {
+			if tok <= last[k] {
+				t.Errorf("%s: token %d of %s after %d", who, tok, k, last[k])
+			}
+			last[k] = tok
+			grants[k]++
+		}
+	}
+	drop := func(k string) {
+		mu.Lock()
+		inUse[k] = ""
+		mu.Unlock()
+	}
+	run := time.Now().Add(8 * time.Second)
+	var wg sync.WaitGroup
+	worker := func(i int, body func(l *lock.Locker, rnd *rand.Rand)) {
+		l := newTestLocker(t, e.Endpoints(), opts, &netCut{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(i), 43))
+			for time.Now().Before(run) && ctx.Err() == nil {
+				body(l, rnd)
+			}
+		}()
+	}
+	hold := func() { time.Sleep(time.Duration(1+time.Now().UnixNano()%3) * time.Millisecond) }
+	for i := range 3 {
+		worker(i, func(l *lock.Locker, rnd *rand.Rand) {
+			perm := rnd.Perm(len(keys))
+			var ks []string
+			for _, j := range perm[:2+rnd.IntN(3)] {
+				ks = append(ks, keys[j])
+			}
+			var m *lock.MultiLease
+			var err error
+			if i == 0 {
+				m, err = l.TryLockMany(ctx, ks)
+			} else {
+				m, err = l.LockMany(ctx, ks)
+			}
+			if err != nil {
+				if !errors.Is(err, lock.ErrHeld) {
+					t.Errorf("set %v: %v", ks, err)
+				}
+				return
+			}
+			who := fmt.Sprintf("set%d", i)
+			for _, k := range m.Keys() {
+				tok, _ := m.Token(k)
+				take(who, k, tok, true)
+			}
+			if m.Atomic() {
+				mu.Lock()
+				atomicSets++
+				mu.Unlock()
+			}
+			hold()
+			for _, k := range m.Keys() {
+				drop(k)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				t.Errorf("set %v Unlock: %v", ks, err)
+			}
+		})
+	}
+	for i := 3; i < 5; i++ {
+		worker(i, func(l *lock.Locker, rnd *rand.Rand) {
+			k := keys[rnd.IntN(len(keys))]
+			var ls *lock.Lease
+			var err error
+			if i == 3 {
+				ls, err = l.TryLock(ctx, k)
+			} else {
+				ls, err = l.Lock(ctx, k)
+			}
+			if err != nil {
+				if !errors.Is(err, lock.ErrHeld) {
+					t.Errorf("single %s: %v", k, err)
+				}
+				return
+			}
+			who := fmt.Sprintf("single%d", i)
+			take(who, k, ls.Token(), true)
+			hold()
+			drop(k)
+			if err := ls.Unlock(ctx); err != nil {
+				t.Errorf("single %s Unlock: %v", k, err)
+			}
+		})
+	}
+	// a concurrency.Mutex on keys[0]
+	sess, err := concurrency.NewSession(raw, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		mx := concurrency.NewMutex(sess, MutexPrefix(prefix, keys[0]))
+		for time.Now().Before(run) && ctx.Err() == nil {
+			if err := mx.Lock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			take("mutex", keys[0], 0, false)
+			hold()
+			drop(keys[0])
+			if err := mx.Unlock(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	time.Sleep(3 * time.Second)
+	ahead := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
+	if _, err := raw.Put(ctx, prefix+"c/"+escape(keys[1]), counterValue(ahead)); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("grants per key %v, sets in one step %d, %s's last token %d (counter pushed to %d)", grants, atomicSets, keys[1], last[keys[1]], ahead)
+	if atomicSets == 0 {
+		t.Error("no set was taken in one step")
+	}
+	if last[keys[1]] <= ahead {
+		t.Errorf("%s's last token %d: none past the counter pushed to %d", keys[1], last[keys[1]], ahead)
+	}
 }
