@@ -346,3 +346,31 @@ func TestSetLostExecReply(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSetCycle: TryLockMany and Unlock of 3 free keys, in one step
+// (AcquireSet's transaction) and key by key (a note makes lock take the
+// keys one by one: a TryLock each).
+func BenchmarkSetCycle(b *testing.B) {
+	l := New(benchClient(b, "standalone"), &Options{Options: lock.Options{DisableAutoRenew: true}})
+	b.Cleanup(func() { l.Close() })
+	ctx := context.Background()
+	base := fmt.Sprintf("rediswatch-bench/%d", time.Now().UnixNano())
+	keys := []string{base + "/a", base + "/b", base + "/c"}
+	for _, bc := range []struct {
+		name   string
+		opts   []lock.Option
+		atomic bool
+	}{{"one-step", nil, true}, {"key-by-key", []lock.Option{lock.WithNote("n")}, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				m, err := l.TryLockMany(ctx, keys, bc.opts...)
+				if err != nil || m.Atomic() != bc.atomic {
+					b.Fatalf("TryLockMany: %v", err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
