@@ -528,3 +528,28 @@ func TestAudit43SetTokensCluster(t *testing.T) {
 		t.Errorf("%s's last token %d: none past the counter pushed to %d", keys[1], last[keys[1]], ahead)
 	}
 }
+
+// TestAudit43SetLargest: a set of MaxKeys keys of MaxKeyLen bytes that
+// escape to three times their length (every byte a '/') is taken in one
+// step, under etcd's default request size, and released.
+func TestAudit43SetLargest(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	l := newTestLocker(t, e.Endpoints(), &Options{Prefix: prefix, Options: lock.Options{TTL: 10 * time.Second}}, &netCut{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var keys []string
+	for i := range lock.MaxKeys {
+		keys = append(keys, strings.Repeat("/", lock.MaxKeyLen-4)+fmt.Sprintf("%04d", i))
+	}
+	m, err := l.TryLockMany(ctx, keys)
+	if err != nil {
+		t.Fatalf("TryLockMany of %d keys of %d bytes: %v", len(keys), lock.MaxKeyLen, err)
+	}
+	if !m.Atomic() {
+		t.Errorf("the largest set was not taken in one step")
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
