@@ -553,3 +553,56 @@ func TestAudit43SetLargest(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAudit43SetLateDuplicateAfterUnlock: a set's first write try is held
+// on its way; the resend grants the set; the set is released (its leases
+// kept as spares, alive) and only then does the held try reach etcd,
+// every queue empty again. It must not land: the counters moved with
+// the grant it duplicates. Then no grant is left that nobody holds.
+func TestAudit43SetLateDuplicateAfterUnlock(t *testing.T) {
+	f := newSetFixture(t, 30*time.Second)
+	set := setTxn(f.prefix)
+	release := make(chan struct{})
+	var phase atomic.Int32
+	hook := func(r *pb.TxnRequest) bool {
+		if set(r) && phase.Add(1) == 1 {
+			<-release
+			return true
+		}
+		return false
+	}
+	f.p.before.Store(&hook)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	m, err := f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany with its first try held: %v", err)
+	}
+	if phase.Load() < 2 {
+		t.Fatal("the set was granted without a resend: the attack did not happen")
+	}
+	if err := m.Unlock(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	late := f.p.late.Load()
+	close(release)
+	released = true
+	for f.p.late.Load() == late {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i, q := range f.queues {
+		if got := f.entries(t, q); len(got) != 0 {
+			t.Errorf("queue of %s after the Unlock and the held try's arrival: %v: a grant nobody holds", f.keys[i], got)
+		}
+	}
+	if m, err := f.other.TryLockMany(f.ctx, f.keys); err != nil {
+		t.Errorf("another Locker's set after the late duplicate: %v", err)
+	} else {
+		m.Unlock(f.ctx)
+	}
+}
