@@ -378,7 +378,19 @@ func TestAudit43SetLostReplyNoPass(t *testing.T) {
 // of the clock mid-run: at most one holder of a key at any time, and
 // every key's tokens rise in the order of its grants.
 func TestAudit43SetTokensCluster(t *testing.T) {
+	setTokenStress(t, testserver.StartEtcdCluster(t, nil), false)
+}
+
+// TestAudit43SetTokensFailover: TestAudit43SetTokensCluster's mix with
+// the leader killed mid-run (calls may fail meanwhile): still one holder
+// of a key at a time, and tokens rising per key across the failover.
+func TestAudit43SetTokensFailover(t *testing.T) {
 	e := testserver.StartEtcdCluster(t, nil)
+	e.RequireFaults(t)
+	setTokenStress(t, e, true)
+}
+
+func setTokenStress(t *testing.T, e *testserver.Etcd, kill bool) {
 	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
 	opts := &Options{Prefix: prefix, Options: lock.Options{TTL: 10 * time.Second}}
 	raw := rawClient(t, e.Endpoints())
@@ -438,7 +450,7 @@ func TestAudit43SetTokensCluster(t *testing.T) {
 				m, err = l.LockMany(ctx, ks)
 			}
 			if err != nil {
-				if !errors.Is(err, lock.ErrHeld) {
+				if !errors.Is(err, lock.ErrHeld) && !kill {
 					t.Errorf("set %v: %v", ks, err)
 				}
 				return
@@ -457,7 +469,7 @@ func TestAudit43SetTokensCluster(t *testing.T) {
 			for _, k := range m.Keys() {
 				drop(k)
 			}
-			if err := m.Unlock(ctx); err != nil {
+			if err := m.Unlock(ctx); err != nil && !kill {
 				t.Errorf("set %v Unlock: %v", ks, err)
 			}
 		})
@@ -473,7 +485,7 @@ func TestAudit43SetTokensCluster(t *testing.T) {
 				ls, err = l.Lock(ctx, k)
 			}
 			if err != nil {
-				if !errors.Is(err, lock.ErrHeld) {
+				if !errors.Is(err, lock.ErrHeld) && !kill {
 					t.Errorf("single %s: %v", k, err)
 				}
 				return
@@ -482,7 +494,7 @@ func TestAudit43SetTokensCluster(t *testing.T) {
 			take(who, k, ls.Token(), true)
 			hold()
 			drop(k)
-			if err := ls.Unlock(ctx); err != nil {
+			if err := ls.Unlock(ctx); err != nil && !kill {
 				t.Errorf("single %s Unlock: %v", k, err)
 			}
 		})
@@ -499,20 +511,38 @@ func TestAudit43SetTokensCluster(t *testing.T) {
 		mx := concurrency.NewMutex(sess, MutexPrefix(prefix, keys[0]))
 		for time.Now().Before(run) && ctx.Err() == nil {
 			if err := mx.Lock(ctx); err != nil {
-				t.Error(err)
-				return
+				if !kill {
+					t.Error(err)
+					return
+				}
+				time.Sleep(100 * time.Millisecond) // the failover
+				continue
 			}
 			take("mutex", keys[0], 0, false)
 			hold()
 			drop(keys[0])
-			if err := mx.Unlock(ctx); err != nil {
-				t.Error(err)
-				return
+			for err := mx.Unlock(ctx); err != nil; err = mx.Unlock(ctx) {
+				if !kill || ctx.Err() != nil {
+					t.Error(err)
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	time.Sleep(3 * time.Second)
+	time.Sleep(2 * time.Second)
+	if kill {
+		leader, err := e.KillLeader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("killed the leader, member %d", leader)
+		if _, err := e.WaitLeader(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
 	ahead := uint64(time.Now().Add(24 * time.Hour).UnixMicro())
 	if _, err := raw.Put(ctx, prefix+"c/"+escape(keys[1]), counterValue(ahead)); err != nil {
 		t.Fatal(err)
