@@ -636,3 +636,44 @@ func TestAudit43SetLateDuplicateAfterUnlock(t *testing.T) {
 		m.Unlock(f.ctx)
 	}
 }
+
+// TestAudit43SetMemberLeaseExpired: with a TTL of 1 s, the set's first
+// write is held 1.6 s on its way (within its try's bound), so every
+// member's lease expires between the read and the write: the write
+// fails for want of them, and the set is made again on new leases,
+// granted in one step on live leases, its validity within the TTL.
+func TestAudit43SetMemberLeaseExpired(t *testing.T) {
+	f := newSetFixture(t, time.Second)
+	set := setTxn(f.prefix)
+	var phase atomic.Int32
+	var first atomic.Int64
+	hook := func(r *pb.TxnRequest) bool {
+		if set(r) && phase.Add(1) == 1 {
+			first.Store(r.Success[0].GetRequestPut().Lease)
+			time.Sleep(1600 * time.Millisecond)
+		}
+		return false
+	}
+	f.p.before.Store(&hook)
+	start := time.Now()
+	m, err := f.l.TryLockMany(f.ctx, f.keys)
+	if err != nil || !m.Atomic() {
+		t.Fatalf("TryLockMany with its leases expired before its write: %v", err)
+	}
+	if phase.Load() < 2 {
+		t.Fatalf("the set was granted at its first write (phase %d): the leases did not expire first", phase.Load())
+	}
+	for i, ls := range m.Leases() {
+		if d := time.Until(ls.Deadline()); d <= 0 || d > time.Second {
+			t.Errorf("member %s: deadline in %v (validity %v, %v after the call's start); want within the 1 s lease", f.keys[i], d, ls.Validity(), time.Since(start))
+		}
+		r, err := f.raw.Get(f.ctx, f.queues[i], clientv3.WithPrefix())
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("queue of %s: %v %v", f.keys[i], r, err)
+		}
+		if r.Kvs[0].Lease == first.Load() {
+			t.Errorf("entry of %s on the expired lease", f.keys[i])
+		}
+	}
+	m.Unlock(f.ctx)
+}
