@@ -29,8 +29,10 @@ import (
 // SetAcquirer, the second elsewhere (see Unexercised); and the attempts
 // at set keys by outcome (set-keys-granted, and set-keys-held, -ctx or
 // -failed: a key held or waited for, the context ended, another error,
-// such as the backend unreachable during a fault). Each member is a lease like any other for
-// the checker (overlap, tokens, writes, Done), recorded per key. What is
+// such as the backend unreachable during a fault).
+//
+// Each member is a lease like any other for the checker (overlap,
+// tokens, writes, Done), recorded per key. What is
 // particular to sets is all or nothing: a failed or cancelled attempt
 // must leave none of its keys held. After such an attempt the worker
 // reads its keys' holders (Inspect, where the driver has it) at once and

@@ -8,8 +8,8 @@ import (
 // owed says which of the operations a target declares the run has not
 // exercised yet (see Summary.Unexercised): a live resume, a Resume racing
 // Close, a semaphore filled, a named owner's grant re-entered, a set
-// granted in one step (or key by key: see setGrant). They are rare draws of the workers' random
-// choices, and a short run can end without one. Once a run is under way
+// granted in one step (or key by key: see setGrant). They are rare draws
+// of the workers' random choices, and a short run can end without one. Once a run is under way
 // (owedAfter) and one is still owed, the workers of the test process
 // choose it far more often until the Recorder has counted one: so that
 // every run, the 10 s passes of make test included, exercises what its
