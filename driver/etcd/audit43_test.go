@@ -677,3 +677,38 @@ func TestAudit43SetMemberLeaseExpired(t *testing.T) {
 	}
 	m.Unlock(f.ctx)
 }
+
+// TestAudit43SetRequestTooLarge: over a server whose --max-request-bytes
+// (16 KiB) is below a set's write (10 keys of 1000 bytes) but above
+// each key's own grant, TryLockMany of the free keys must take them (one
+// by one: the set is not atomic here), not fail with etcd's "request is
+// too large"; nothing of the refused write is left.
+func TestAudit43SetRequestTooLarge(t *testing.T) {
+	e := testserver.StartEtcd(t, &testserver.EtcdOptions{MaxRequestBytes: 16 << 10})
+	prefix := "dlock-test/big/"
+	l := newTestLocker(t, e.Endpoints(), &Options{Prefix: prefix}, &netCut{})
+	raw := rawClient(t, e.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, strings.Repeat("k", 996)+fmt.Sprintf("%04d", i))
+	}
+	m, err := l.TryLockMany(ctx, keys)
+	if err != nil {
+		t.Fatalf("TryLockMany of 10 free keys of 1000 bytes over --max-request-bytes 16 KiB: %v", err)
+	}
+	if m.Atomic() {
+		t.Errorf("the set was taken in one step over a request limit below its write")
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := raw.Get(ctx, prefix+"q/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range r.Kvs {
+		t.Errorf("left after the Unlock: %.60s...", kv.Key)
+	}
+}

@@ -35,6 +35,10 @@ type EtcdOptions struct {
 	// branch (--max-txn-ops; etcd's default is 128). A test asking for
 	// it is skipped on external members.
 	MaxTxnOps int
+	// MaxRequestBytes, if set, is the largest request a member takes
+	// (--max-request-bytes; etcd's default is 1.5 MiB). A test asking for
+	// it is skipped on external members.
+	MaxRequestBytes int
 }
 
 // Etcd is a single etcd member or a three-member cluster. Its hooks act
@@ -75,6 +79,9 @@ func StartEtcd(tb testing.TB, opts *EtcdOptions) *Etcd {
 	}
 	if opts != nil && opts.MaxTxnOps > 0 && envAddrs(KindEtcd) != nil {
 		tb.Skipf("testserver: the test needs members with a --max-txn-ops of its own; %s names some the harness does not configure", EnvEtcdAddr)
+	}
+	if opts != nil && opts.MaxRequestBytes > 0 && envAddrs(KindEtcd) != nil {
+		tb.Skipf("testserver: the test needs members with a --max-request-bytes of its own; %s names some the harness does not configure", EnvEtcdAddr)
 	}
 	e, err := startEtcd(tb, KindEtcd, opts)
 	if err != nil {
@@ -122,6 +129,9 @@ func startEtcd(lt Lifetime, kind Kind, opts *EtcdOptions) (*Etcd, error) {
 		}
 		if opts.MaxTxnOps > 0 {
 			return nil, fmt.Errorf("testserver: EtcdOptions.MaxTxnOps on members from %s", EnvEtcdAddr)
+		}
+		if opts.MaxRequestBytes > 0 {
+			return nil, fmt.Errorf("testserver: EtcdOptions.MaxRequestBytes on members from %s", EnvEtcdAddr)
 		}
 		return &Etcd{Group: externalGroup(kind, addrs)}, nil
 	}
@@ -339,6 +349,9 @@ func etcdArgs(m etcdMember, all []etcdMember, opts *EtcdOptions, tp *tlsPaths) [
 	}
 	if opts.MaxTxnOps > 0 {
 		args = append(args, "--max-txn-ops", strconv.Itoa(opts.MaxTxnOps))
+	}
+	if opts.MaxRequestBytes > 0 {
+		args = append(args, "--max-request-bytes", strconv.Itoa(opts.MaxRequestBytes))
 	}
 	return append(args,
 		"--name", m.name,
