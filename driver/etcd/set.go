@@ -142,8 +142,14 @@ func (d *etcdDriver) acquireSet(ctx context.Context, c *conn, ls []*driver.Lease
 		}
 		clean = false
 		ok, rev, toks, sent, err := d.setWrite(ctx, c, ns, entries, sts, ls, leases)
+		if rpctypes.Error(err) == rpctypes.ErrRequestTooLarge {
+			// the server's --max-request-bytes is below this set's write
+			// (each key's grant is far smaller): refused before raft,
+			// nothing written
+			err = fmt.Errorf("etcd: a set of %d keys: %v: %w", len(ls), err, driver.ErrNotAtomic)
+		}
 		switch {
-		case err != nil && refused(err):
+		case err != nil && (refused(err) || errors.Is(err, driver.ErrNotAtomic)):
 			return end(err)
 		case err != nil && isLeaseNotFound(err):
 			// a member's lease, or the counter's, was revoked before
