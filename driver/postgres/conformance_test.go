@@ -209,7 +209,7 @@ func (h *harness) Caps() drivertest.Caps {
 	return drivertest.Caps{
 		Notify: !h.poll, Shared: true, DeletableCounter: true, Resume: true, Reentry: true, Permits: true,
 		Inspect: &drivertest.InspectCaps{Tokens: true, SharedTokens: true, Remaining: true, Since: true, Waiters: true, WaiterSince: true},
-		Outage:  h.outage,
+		Outage:  h.outage, Notes: true,
 	}
 }
 

@@ -1,6 +1,6 @@
 // Package postgres is the dlock driver for PostgreSQL (10 or later):
 // fenced, renewable leases, shared leases, semaphores, named owners,
-// Resume and Inspect, with waiters served in arrival order and woken by
+// Resume, Inspect and grant notes, with waiters served in arrival order and woken by
 // LISTEN/NOTIFY, in ordinary tables of the database a team already runs.
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app:secret@db:5432/app")
@@ -154,7 +154,16 @@
 //
 // # Upgrading the schema
 //
-// Version 6 (this one) makes lock3, unlock3 and check_turn3 check the session's
+// Version 7 (this one) adds grant notes (lock.WithNote): a note column
+// in keys and in entries, cleared by every function that grants or ends
+// a grant in the row, carried from a waiter's entry to the row by hand3
+// and check_turn3, and written by a version 7 client with a note in the
+// step's own transaction (a second statement of the wrapped step). The
+// functions keep their names, arguments and results: a version 6 client,
+// which reads version 7 and installs nothing, calls them as before,
+// stores no note and inherits none.
+//
+// Version 6 makes lock3, unlock3 and check_turn3 check the session's
 // settings themselves (see "The fast form" above), with the same names,
 // arguments and results: clients of versions 3 to 5 work with it
 // unchanged, and a version 6 client sends the fast form only once it has

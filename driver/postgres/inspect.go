@@ -31,8 +31,9 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 			left          time.Duration
 			since, joined *time.Time
 			holds         int32
+			note          *string
 		)
-		if err := rows.Scan(&owner, &mode, &limit, &granted, &token, &left, &since, &joined, &holds); err != nil {
+		if err := rows.Scan(&owner, &mode, &limit, &granted, &token, &left, &since, &joined, &holds, &note); err != nil {
 			return driver.KeyState{}, err
 		}
 		m := driver.Mode(mode)
@@ -46,6 +47,9 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 			}
 			if holds >= 0 {
 				h.Holds = int(holds)
+			}
+			if note != nil {
+				h.Note = *note
 			}
 			if token == 0 {
 				st.Unknown.Tokens = true // a row written behind dlock's back

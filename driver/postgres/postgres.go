@@ -22,7 +22,7 @@ import (
 const DefaultSchema = "dlock"
 
 // schemaVersion is what schema.sql's version() returns.
-const schemaVersion = 6
+const schemaVersion = 7
 
 //go:embed schema.sql
 var schemaSQL string
@@ -120,7 +120,7 @@ var (
 
 // queries are the statements of the driver's steps, for its schema.
 type queries struct {
-	version, acquire, fastAcquire, check, release, fastRelease, refresh, resume, sweep, inspect string
+	version, acquire, fastAcquire, check, release, fastRelease, refresh, resume, sweep, inspect, note string
 }
 
 func newQueries(s string) queries {
@@ -134,15 +134,22 @@ func newQueries(s string) queries {
 		refresh:     "SELECT " + s + ".refresh3($1, $2, $3)",
 		resume:      "SELECT " + s + ".resume3($1, $2, $3, $4, $5, $6, $7)",
 		sweep:       "SELECT " + s + ".sweep3($1, $2)",
+		// note is the second statement of a step with a note (see
+		// stepNoted): owner $2's grant at key $1 in the row, or its entry
+		// (granted, or waiting: a hand-over carries it to the row), gets
+		// note $3. A named owner's later holds have no entry of their own,
+		// and leave the first hold's note.
+		note: "WITH r AS (UPDATE " + s + ".keys x SET note = $3 WHERE x.key = $1 AND x.holder = $2)" +
+			" UPDATE " + s + ".entries e SET note = $3 WHERE e.key = $1 AND e.owner = $2",
 		// Inspect's statement is not a step: it names pg_catalog's objects
 		// itself, whatever the session's search_path (see run).
 		// The row's grant comes first (seq 0; entries' seq start at 1).
-		inspect: "SELECT owner, mode, lim, granted, token, left_, since, joined, holds FROM (" +
+		inspect: "SELECT owner, mode, lim, granted, token, left_, since, joined, holds, note FROM (" +
 			"SELECT x.holder AS owner, 0::smallint AS mode, 0 AS lim, true AS granted, x.token, x.expires OPERATOR(pg_catalog.-) c.t AS left_," +
-			" x.since, x.since AS joined, -1 AS holds, 0::bigint AS seq FROM " + s + ".keys x, (SELECT pg_catalog.clock_timestamp() AS t) c" +
+			" x.since, x.since AS joined, -1 AS holds, x.note, 0::bigint AS seq FROM " + s + ".keys x, (SELECT pg_catalog.clock_timestamp() AS t) c" +
 			" WHERE x.key OPERATOR(pg_catalog.=) $1 AND x.holder IS NOT NULL AND x.expires OPERATOR(pg_catalog.>) c.t UNION ALL " +
 			"SELECT e.owner, e.mode, e.lim, e.granted, e.token, e.expires OPERATOR(pg_catalog.-) c.t, e.since, e.joined," +
-			" coalesce(pg_catalog.cardinality(e.holds), -1), e.seq FROM " + s + ".entries e, (SELECT pg_catalog.clock_timestamp() AS t) c" +
+			" coalesce(pg_catalog.cardinality(e.holds), -1), e.note, e.seq FROM " + s + ".entries e, (SELECT pg_catalog.clock_timestamp() AS t) c" +
 			" WHERE e.key OPERATOR(pg_catalog.=) $1 AND e.expires OPERATOR(pg_catalog.>) c.t) a ORDER BY seq",
 	}
 }
@@ -178,7 +185,7 @@ func newDriver(pool *pgxpool.Pool, o *Options, owned bool) (*pgDriver, *lock.Opt
 func (d *pgDriver) Capabilities() driver.Caps {
 	return driver.Caps{Name: "postgres", ReturnsAtContextEnd: true,
 		Shared: driver.Yes, Permits: driver.Yes, Reentry: driver.Yes, Resume: driver.Yes,
-		Notes: driver.No("postgres stores no note with a grant yet")}
+		Notes: driver.Yes}
 }
 
 // As gives access to the pool: a **pgxpool.Pool target is set to it.
@@ -393,6 +400,35 @@ func (d *pgDriver) step(ctx context.Context, f *fastStep, query string, args ...
 		return step{}, err
 	}
 	d.tick()
+	return readStep(rows)
+}
+
+// stepNoted is step for l: when l has a note, the step is sent wrapped,
+// with a second statement that stores the note with what the step left
+// of l.Owner at l.Key (its grant, or its entry in the queue), in the
+// step's transaction.
+func (d *pgDriver) stepNoted(ctx context.Context, l *driver.Lease, f *fastStep, query string, args ...any) (step, error) {
+	if l.Note == "" {
+		return d.step(ctx, f, query, args...)
+	}
+	call, err := bind(query, args)
+	if err != nil {
+		return step{}, err
+	}
+	note, err := bind(d.q.note, []any{l.Key, l.Owner, l.Note})
+	if err != nil {
+		return step{}, err
+	}
+	res, err := d.runCalls(ctx, nil, nil, call+"; "+note, 2)
+	if err != nil {
+		return step{}, err
+	}
+	d.tick()
+	return readStep(res[0].Rows)
+}
+
+// readStep reads the one row of acquire3, lock3 or check_turn3.
+func readStep(rows [][][]byte) (step, error) {
 	r, err := row1(rows, 4)
 	if err != nil {
 		return step{}, err
@@ -437,7 +473,7 @@ func (d *pgDriver) acquire(ctx context.Context, l *driver.Lease, queue bool) err
 	if l.Mode == driver.Exclusive && !l.Reentry {
 		query, f = d.q.fastAcquire, d.fastLock
 	}
-	s, err := d.step(ctx, f, query, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentry, queue, micros(entryLife), d.channel())
+	s, err := d.stepNoted(ctx, l, f, query, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), l.Reentry, queue, micros(entryLife), d.channel())
 	if err != nil {
 		return err
 	}
@@ -469,7 +505,7 @@ func (d *pgDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if err := d.ready(ctx); err != nil {
 		return d.ride(ctx, l.Owner, err)
 	}
-	s, err := d.step(ctx, d.fastCheck, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife), d.channel())
+	s, err := d.stepNoted(ctx, l, d.fastCheck, d.q.check, l.Key, l.Owner, int64(l.Mode), int64(l.Limit), micros(l.TTL), micros(entryLife), d.channel())
 	if err != nil {
 		return d.ride(ctx, l.Owner, err)
 	}

@@ -1,4 +1,4 @@
--- dlock's state on PostgreSQL, version 6 (see version() below): the tables and functions of
+-- dlock's state on PostgreSQL, version 7 (see version() below): the tables and functions of
 -- driver/postgres. The driver runs this script (with {{schema}} replaced by
 -- Options.Schema, "dlock" by default) the first time a Locker finds the
 -- functions missing; a user who creates schema by hand runs the output of
@@ -45,6 +45,15 @@ ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS holder text, ADD COLUMN IF 
 -- holder's queue entry, and the holder's next step (check_turn3) sets
 -- its expiry from the holder's TTL. NULL otherwise.
 ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS pending boolean;
+-- note (version 7): the grant's note (lock.WithNote), NULL for none. A
+-- step that grants in the row clears it (grant_row, lock3), and the
+-- client that asked for a note sets it in the same transaction, after the
+-- step (a second statement of its wrapped step: queries.note in
+-- driver/postgres); a hand-over (hand3) and a waiter's turn (check_turn3)
+-- carry the waiter's entry's note to the row; every step that ends the
+-- row's grant clears it. Clients of version 6, which call the same
+-- functions, store no note and never leave one behind.
+ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS note text;
 
 -- entries: the waiters of each key, its shared grants, permits and named
 -- owners' grants (not its exclusive grant, which is in keys), in arrival
@@ -75,6 +84,10 @@ CREATE TABLE IF NOT EXISTS {{schema}}.entries (
     PRIMARY KEY (key, owner)
 );
 ALTER TABLE {{schema}}.entries ADD COLUMN IF NOT EXISTS chan text NOT NULL DEFAULT '';
+-- note (version 7): the note of the entry's grant, or of the waiter's
+-- grant to come (see keys.note), NULL for none; a named owner's grant
+-- keeps its first hold's.
+ALTER TABLE {{schema}}.entries ADD COLUMN IF NOT EXISTS note text;
 CREATE INDEX IF NOT EXISTS entries_queue ON {{schema}}.entries (key, seq);
 
 -- voids: tombstones of attempts that are over (a Release or Leave found
@@ -248,7 +261,7 @@ BEGIN
         INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
     END LOOP;
     t := clock_timestamp();
-    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL
+    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL
     WHERE x.key = k AND x.holder IS NOT NULL AND NOT (x.expires > t);
     GET DIAGNOSTICS purged = ROW_COUNT;
     DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.expires <= t;
@@ -262,7 +275,8 @@ END $$;
 -- grant_row gives k's row grant to o, for ttl µs from t, with k's next
 -- fencing token (max(counter + 1, t in µs)), which it returns.
 CREATE OR REPLACE FUNCTION {{schema}}.grant_row(k text, o text, t timestamptz, ttl bigint) RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-    UPDATE {{schema}}.keys x SET counter = c.tok, token = c.tok, holder = o, since = t, expires = t + ttl * interval '1 microsecond', pending = NULL
+    UPDATE {{schema}}.keys x SET counter = c.tok, token = c.tok, holder = o, since = t, expires = t + ttl * interval '1 microsecond', pending = NULL,
+        note = NULL
     FROM (SELECT greatest(coalesce(y.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint) AS tok FROM {{schema}}.keys y WHERE y.key = k) c
     WHERE x.key = k RETURNING x.token
 $$;
@@ -368,7 +382,7 @@ BEGIN
     UPDATE {{schema}}.keys x
     SET counter = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
         token = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
-        holder = o, since = t, expires = t + ttl * interval '1 microsecond', pending = NULL
+        holder = o, since = t, expires = t + ttl * interval '1 microsecond', pending = NULL, note = NULL
     WHERE x.key = k AND (x.holder IS NULL OR NOT x.expires > t)
       AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k)
       AND NOT EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k)
@@ -390,7 +404,7 @@ SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
 BEGIN
     PERFORM {{schema}}.step_settings();
     PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
-    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL
+    UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL
     WHERE x.key = k AND x.holder = o AND x.expires > clock_timestamp()
       AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k);
     IF FOUND THEN
@@ -403,7 +417,8 @@ END $$;
 -- come (again, extending it, if an earlier check granted it and its
 -- reply was lost), and otherwise renews o's entry; an entry removed
 -- behind the waiter's back joins again, at the end. An exclusive waiter
--- is granted in k's row, and its entry goes. As lock3, it checks the
+-- is granted in k's row (with its entry's note, version 7), and its
+-- entry goes. As lock3, it checks the
 -- session's settings (version 6).
 CREATE OR REPLACE FUNCTION {{schema}}.check_turn3(k text, o text, m bigint, lm bigint, ttl bigint, life bigint, ch text,
     OUT tok bigint, OUT retry bigint, OUT other_lim bigint, OUT voided boolean)
@@ -429,7 +444,7 @@ BEGIN
         RETURN;
     END IF;
     tok := 0;
-    SELECT x.seq, x.granted, x.token INTO e FROM {{schema}}.entries x WHERE x.key = k AND x.owner = o;
+    SELECT x.seq, x.granted, x.token, x.note INTO e FROM {{schema}}.entries x WHERE x.key = k AND x.owner = o;
     IF FOUND AND e.granted THEN
         UPDATE {{schema}}.entries x SET expires = greatest(x.expires, t + ttl * interval '1 microsecond')
         WHERE x.key = k AND x.owner = o;
@@ -446,7 +461,7 @@ BEGIN
         END IF;
         INSERT INTO {{schema}}.entries AS x (key, owner, mode, lim, expires, joined, chan)
         VALUES (k, o, m, lm, t + life * interval '1 microsecond', t, ch)
-        RETURNING x.seq, x.granted, x.token INTO e;
+        RETURNING x.seq, x.granted, x.token, x.note INTO e;
     END IF;
     SELECT count(*), coalesce(bool_and(x.mode = 1), true), coalesce(bool_and(x.mode = 2), true)
     INTO n, sh, pm FROM {{schema}}.entries x WHERE x.key = k AND x.seq < e.seq;
@@ -457,6 +472,9 @@ BEGIN
         IF m = 0 THEN
             DELETE FROM {{schema}}.entries x WHERE x.key = k AND x.owner = o;
             tok := {{schema}}.grant_row(k, o, t, ttl);
+            IF e.note IS NOT NULL THEN
+                UPDATE {{schema}}.keys x SET note = e.note WHERE x.key = k;
+            END IF;
             RETURN;
         END IF;
         tok := {{schema}}.next_token3(k, t);
@@ -474,7 +492,7 @@ END $$;
 -- hand3 hands k over, after a release, to its first waiter when that is
 -- an exclusive one that waits and k is free: the waiter's entry goes,
 -- k's row grants it (pending, until its entry's expiry, with k's next
--- token) and it is notified. Its next step (check_turn3) finds the grant
+-- token, and its entry's note) and it is notified. Its next step (check_turn3) finds the grant
 -- and confirms it: the notification only wakes, as wake3's. It returns
 -- false, changing nothing, when there is no such waiter.
 CREATE OR REPLACE FUNCTION {{schema}}.hand3(k text, t timestamptz) RETURNS boolean LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -484,12 +502,13 @@ BEGIN
     IF {{schema}}.row_held(k) THEN
         RETURN false;
     END IF;
-    SELECT e.owner, e.mode, e.granted, e.expires, e.chan INTO r FROM {{schema}}.entries e WHERE e.key = k ORDER BY e.seq LIMIT 1;
+    SELECT e.owner, e.mode, e.granted, e.expires, e.chan, e.note INTO r FROM {{schema}}.entries e WHERE e.key = k ORDER BY e.seq LIMIT 1;
     IF NOT FOUND OR r.mode <> 0 OR r.granted OR NOT r.expires > t THEN
         RETURN false;
     END IF;
     DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.owner = r.owner;
-    UPDATE {{schema}}.keys x SET counter = c.tok, token = c.tok, holder = r.owner, since = t, expires = r.expires, pending = true
+    UPDATE {{schema}}.keys x SET counter = c.tok, token = c.tok, holder = r.owner, since = t, expires = r.expires, pending = true,
+        note = r.note
     FROM (SELECT greatest(coalesce(y.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint) AS tok FROM {{schema}}.keys y WHERE y.key = k) c
     WHERE x.key = k;
     IF r.chan <> '' THEN
@@ -517,7 +536,7 @@ BEGIN
             DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.granted AND e.holds = '{}';
         END IF;
     ELSE
-        UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL WHERE x.key = k AND x.holder = o;
+        UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL WHERE x.key = k AND x.holder = o;
         IF NOT FOUND THEN
             DELETE FROM {{schema}}.entries e WHERE e.key = k AND e.owner = o;
         END IF;
@@ -671,4 +690,4 @@ BEGIN
 END $$;
 
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 6 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 7 $$;

@@ -19,7 +19,7 @@ var _ driver.SetAcquirer = (*pgDriver)(nil)
 func setQueries(s string) (prepare, undo string) {
 	prepare = "INSERT INTO " + s + ".keys (key) SELECT u.k FROM pg_catalog.unnest($1) AS u(k) ORDER BY u.k ON CONFLICT (key) DO NOTHING; " +
 		"SELECT x.key FROM " + s + ".keys x WHERE x.key = ANY ($1) ORDER BY x.key FOR UPDATE"
-	undo = "UPDATE " + s + ".keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL" +
+	undo = "UPDATE " + s + ".keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL" +
 		" FROM unnest($1, $2) AS u(k, o) WHERE x.key = u.k AND x.holder = u.o" +
 		" AND (SELECT count(*) FROM " + s + ".keys y, unnest($1, $2) AS v(k, o) WHERE y.key = v.k AND y.holder = v.o) < $3"
 	return prepare, undo
