@@ -1,0 +1,300 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
+	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Audit 43: the one-transaction set (AcquireSet) under a DBA's settings
+// and a pooler, behind a row another transaction holds, delivered late
+// after its clean-up, and in contention with other sets (in any order)
+// and single-key steps.
+
+// holdRows begins a transaction of the test's that holds the rows of
+// keys FOR SHARE (as a user's transaction that checked the leases
+// would): every step on them waits. The rows must exist.
+func holdRows(t *testing.T, ctx context.Context, url string, keys ...string) pgx.Tx {
+	t.Helper()
+	tx, err := rawPool(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 0"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM (SELECT 1 FROM dlock.keys WHERE key = ANY ($1) FOR SHARE) s", keys).Scan(&n); err != nil || n != len(keys) {
+		t.Fatalf("holding the rows of %q: %d rows, %v", keys, n, err)
+	}
+	return tx
+}
+
+// TestAudit43PGSetBehindBusyRow: a set whose first key's row is held by
+// another transaction waits for it, under the database's defaults, a
+// DBA's settings or PgBouncer's transaction pooling; once the row is
+// free it is granted in one step (no statement_timeout, lock_timeout or
+// idle timeout fails it between its keys, and no default isolation
+// lets it see an older snapshot). The same set cancelled while it waits
+// returns by its context's end, and once the row is free (its step then
+// runs on the server, its client gone) leaves none of its keys held.
+func TestAudit43PGSetBehindBusyRow(t *testing.T) {
+	for _, tc := range []struct{ name, db, setting string }{
+		{"Default", "", ""},
+		{"Serializable", "audit43_serializable", "default_transaction_isolation=serializable"},
+		{"RepeatableRead", "audit43_rr", "default_transaction_isolation=repeatable read"},
+		{"StatementTimeout", "audit43_stmt", "statement_timeout=50ms"},
+		{"LockTimeout", "audit43_lock", "lock_timeout=20ms"},
+		{"IdleInTransaction", "audit43_idle", "idle_in_transaction_session_timeout=100ms"},
+		{"PgBouncer", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := serverURL(t)
+			if tc.db != "" {
+				url = envDB(t, tc.db, tc.setting)
+			}
+			lurl, opts := url, &Options{}
+			if tc.name == "PgBouncer" {
+				lurl, opts = testserver.StartPgBouncer(t, testserver.SharedPostgres(t), "transaction").URL(), &Options{TransactionPooling: true}
+			}
+			a := newLockerWith(t, lurl, opts, &netCut{})
+			b := newLockerWith(t, lurl, opts, &netCut{})
+			ctx := tctx(t, 60*time.Second)
+			k := auditKey("a43-busy")
+			ks := []string{k + "/a", k + "/b", k + "/c"}
+			m, err := b.TryLockMany(ctx, ks) // makes the rows
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !m.Atomic() {
+				t.Fatal("a free set was not taken in one step")
+			}
+			m.Unlock(ctx)
+
+			// Waits, then is granted whole.
+			tx := holdRows(t, ctx, url, ks[1])
+			got := make(chan error, 1)
+			var set *lock.MultiLease
+			go func() {
+				var err error
+				set, err = a.TryLockMany(ctx, ks)
+				got <- err
+			}()
+			time.Sleep(400 * time.Millisecond)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("a set that waited for a busy row: %v", err)
+			}
+			if !set.Atomic() {
+				t.Error("the set was not taken in one step")
+			}
+			for i, h := range rowHolders(t, url, ks...) {
+				tok, _ := set.Token(ks[i])
+				if h == "" || tok == 0 {
+					t.Errorf("after the set, %s has holder %q, token %d", ks[i], h, tok)
+				}
+			}
+			set.Unlock(ctx)
+
+			// Cancelled while it waits: returns by its context's end,
+			// and leaves nothing once its step has run.
+			tx = holdRows(t, ctx, url, ks[0])
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err = a.TryLockMany(cctx, ks)
+			if took := time.Since(start); took > time.Second {
+				t.Errorf("a cancelled set returned %v after its start (context: 300ms)", took)
+			}
+			if err == nil || !errors.Is(err, lock.ErrNotAcquired) {
+				t.Errorf("a set cancelled behind a busy row: %v, want ErrNotAcquired", err)
+			}
+			time.Sleep(700 * time.Millisecond)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the rows free after the cancelled set", 10*time.Second, func() bool {
+				h := rowHolders(t, url, ks...)
+				return h[0] == "" && h[1] == "" && h[2] == ""
+			})
+			time.Sleep(500 * time.Millisecond) // a late grant would show now
+			if h := rowHolders(t, url, ks...); h[0] != "" || h[1] != "" || h[2] != "" {
+				t.Errorf("a cancelled set left holders %q", h)
+			}
+			after, err := b.TryLockMany(ctx, ks)
+			if err != nil {
+				t.Fatalf("the keys of a cancelled set are not free: %v", err)
+			}
+			after.Unlock(ctx)
+		})
+	}
+}
+
+// TestAudit43PGSetLateAfterCleanup: a TryLockMany whose step is held in
+// the network until after lock's clean-up (a Release per lease) ran is
+// refused when it reaches the server: it grants nothing.
+func TestAudit43PGSetLateAfterCleanup(t *testing.T) {
+	url := serverURL(t)
+	px := newPGProxy(t, serverAddr(t, url))
+	a := proxiedLocker(t, url, px, 4, nil)
+	b, _ := driverLocker(t, url, nil)
+	ctx := tctx(t, 60*time.Second)
+	k := auditKey("a43-late")
+	ks := []string{k + "/a", k + "/b"}
+	m, err := a.TryLockMany(ctx, ks) // warms the pool, makes the rows
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Unlock(ctx)
+	px.holdAll()
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := a.TryLockMany(cctx, ks); err == nil {
+		t.Fatal("a set whose step was held was granted")
+	}
+	if px.heldBytes() == 0 {
+		t.Fatal("nothing was held: the test proves nothing")
+	}
+	raw := rawPool(t, url)
+	waitFor(t, "the clean-up's tombstones", 10*time.Second, func() bool {
+		var n int
+		if err := raw.QueryRow(ctx, "SELECT count(*) FROM dlock.voids WHERE key = ANY ($1)", ks).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n >= len(ks)
+	})
+	px.deliver()
+	time.Sleep(time.Second) // the late step runs
+	if h := rowHolders(t, url, ks...); h[0] != "" || h[1] != "" {
+		t.Errorf("a set's step delivered after its clean-up left holders %q", h)
+	}
+	after, err := b.TryLockMany(ctx, ks)
+	if err != nil {
+		t.Fatalf("the keys are not free: %v", err)
+	}
+	after.Unlock(ctx)
+}
+
+// TestAudit43PGSetsAnyOrder: sets of the same keys given to AcquireSet in
+// every order, and single-key Locks of those keys, run at once, on keys
+// whose rows are new every 100 ms (so the sets also make the rows): no
+// step fails (a deadlock would: 40P01), no key has two holders, and each
+// key's tokens rise from holder to holder.
+func TestAudit43PGSetsAnyOrder(t *testing.T) {
+	url := serverURL(t)
+	ctx := tctx(t, 60*time.Second)
+	base := auditKey("a43-order")
+	start := time.Now()
+	keysNow := func() []string {
+		r := int(time.Since(start) / (100 * time.Millisecond))
+		return []string{fmt.Sprintf("%s/%d/a", base, r), fmt.Sprintf("%s/%d/b", base, r), fmt.Sprintf("%s/%d/c", base, r)}
+	}
+	var (
+		mu     sync.Mutex
+		holder = map[string]string{}
+		last   = map[string]uint64{}
+		sets   int
+	)
+	enter := func(who, key string, tok uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if h, ok := holder[key]; ok {
+			t.Errorf("%s granted %s while %s holds it", who, key, h)
+		}
+		if tok <= last[key] {
+			t.Errorf("%s granted %s with token %d after %d", who, key, tok, last[key])
+		}
+		holder[key], last[key] = who, tok
+	}
+	leave := func(key string) {
+		mu.Lock()
+		defer mu.Unlock()
+		delete(holder, key)
+	}
+	end := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		_, d := driverLocker(t, url, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("set%d", w)
+			for time.Now().Before(end) {
+				ks := keysNow()
+				rand.Shuffle(len(ks), func(i, j int) { ks[i], ks[j] = ks[j], ks[i] })
+				ls := make([]*driver.Lease, len(ks))
+				for i, k := range ks {
+					ls[i] = &driver.Lease{Key: k, Owner: auditKey("o"), Mode: driver.Exclusive, TTL: 30 * time.Second}
+				}
+				err := d.AcquireSet(ctx, ls)
+				if errors.Is(err, driver.ErrHeld) {
+					continue
+				}
+				if err != nil {
+					var pe *pgconn.PgError
+					errors.As(err, &pe)
+					t.Errorf("%s: AcquireSet of %q: %v (%+v)", who, ks, err, pe)
+					return
+				}
+				for _, l := range ls {
+					enter(who, l.Key, l.Token)
+				}
+				mu.Lock()
+				sets++
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				for _, l := range ls {
+					leave(l.Key)
+					if err := d.Release(ctx, l); err != nil {
+						t.Errorf("%s: Release of %s: %v", who, l.Key, err)
+					}
+				}
+			}
+		}()
+	}
+	for w := range 3 {
+		l, _ := driverLocker(t, url, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("single%d", w)
+			for time.Now().Before(end) {
+				k := keysNow()[rand.IntN(3)]
+				lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				ls, err := l.Lock(lctx, k)
+				cancel()
+				if err != nil {
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("%s: Lock of %s: %v", who, k, err)
+						return
+					}
+					continue
+				}
+				enter(who, k, ls.Token())
+				time.Sleep(time.Millisecond)
+				leave(k)
+				if err := ls.Unlock(ctx); err != nil {
+					t.Errorf("%s: Unlock of %s: %v", who, k, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if sets == 0 {
+		t.Error("no set was granted: the test proves nothing")
+	}
+	t.Logf("%d sets granted", sets)
+}
