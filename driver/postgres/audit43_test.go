@@ -298,3 +298,62 @@ func TestAudit43PGSetsAnyOrder(t *testing.T) {
 	}
 	t.Logf("%d sets granted", sets)
 }
+
+// TestAudit43PGSetVsHoldsGrantOrder: a user's transaction that checks the
+// leases of two keys with holds_grant (FOR KEY SHARE of each row), the
+// second key first, while another client's set of the same keys waits
+// between its two checks: the set holds the first key's row FOR UPDATE
+// and waits for the second's, the user's check of the first waits for
+// the set. Single-key steps lock one row and never wait in such a cycle;
+// here PostgreSQL breaks it after deadlock_timeout by failing one of
+// them. Neither may fail: the user's transaction must commit, and the
+// set must be refused as held (its keys are).
+func TestAudit43PGSetVsHoldsGrantOrder(t *testing.T) {
+	url := serverURL(t)
+	h, _ := driverLocker(t, url, nil)
+	s, _ := driverLocker(t, url, nil)
+	ctx := tctx(t, 60*time.Second)
+	k := auditKey("a43-fence")
+	k1, k2 := k+"/a", k+"/b"
+	l1, err := h.Lock(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := h.Lock(ctx, k2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := rawPool(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var ok bool
+	if err := tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", k2, int64(l2.Token())).Scan(&ok); err != nil || !ok {
+		t.Fatalf("holds_grant(%s): %v, %v", k2, ok, err)
+	}
+	set := make(chan error, 1)
+	go func() {
+		m, err := s.TryLockMany(ctx, []string{k1, k2})
+		if err == nil {
+			m.Unlock(ctx)
+		}
+		set <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the set holds k1's row, waits for k2's
+	var userErr error
+	if err := tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", k1, int64(l1.Token())).Scan(&ok); err != nil || !ok {
+		userErr = fmt.Errorf("holds_grant(%s): %v, %v", k1, ok, err)
+	} else {
+		userErr = tx.Commit(ctx)
+	}
+	if userErr != nil {
+		t.Errorf("the user's transaction that checked two leases failed: %v", userErr)
+	}
+	tx.Rollback(ctx)
+	if err := <-set; !errors.Is(err, lock.ErrHeld) {
+		t.Errorf("TryLockMany of two held keys: %v, want ErrHeld", err)
+	}
+	l1.Unlock(ctx)
+	l2.Unlock(ctx)
+}
