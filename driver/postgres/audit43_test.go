@@ -357,3 +357,59 @@ func TestAudit43PGSetVsHoldsGrantOrder(t *testing.T) {
 	l1.Unlock(ctx)
 	l2.Unlock(ctx)
 }
+
+// TestAudit43PGSetRestrictedRoles: an application role with only the
+// documented rights (USAGE on the schema, SELECT, INSERT, UPDATE and
+// DELETE on its tables, EXECUTE on its functions), in a database where a
+// DBA revoked the language plpgsql's USAGE from PUBLIC (which a role
+// needs for a DO block, not to call a function), takes a set in one step
+// and is refused over a held key; a role with only SELECT grants nothing.
+func TestAudit43PGSetRestrictedRoles(t *testing.T) {
+	url := envDB(t, "audit43_roles")
+	raw := rawPool(t, url)
+	ctx := tctx(t, 60*time.Second)
+	drop := func() {
+		for _, r := range []string{"audit43_app", "audit43_ro"} {
+			raw.Exec(context.Background(), "DO $$ BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '"+r+"') THEN EXECUTE 'DROP OWNED BY "+r+"'; EXECUTE 'DROP ROLE "+r+"'; END IF; END $$")
+		}
+	}
+	drop()
+	t.Cleanup(drop)
+	script, err := SchemaSQL("dlock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, raw,
+		script,
+		"CREATE ROLE audit43_app LOGIN PASSWORD '"+rolePassword+"'",
+		"CREATE ROLE audit43_ro LOGIN PASSWORD '"+rolePassword+"'",
+		"GRANT USAGE ON SCHEMA dlock TO audit43_app, audit43_ro",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA dlock TO audit43_app",
+		"GRANT SELECT ON ALL TABLES IN SCHEMA dlock TO audit43_ro",
+		"REVOKE USAGE ON LANGUAGE plpgsql FROM PUBLIC",
+	)
+	app := roleLocker(t, asRole(t, url, "audit43_app"), &Options{NoCreate: true})
+	k := auditKey("a43-roles")
+	ks := []string{k + "/a", k + "/b"}
+	m, err := app.TryLockMany(ctx, ks)
+	if err != nil {
+		t.Fatalf("TryLockMany of the application role: %v", err)
+	}
+	if !m.Atomic() {
+		t.Error("the application role's set was not taken in one step")
+	}
+	if _, err := app.TryLockMany(ctx, ks); !errors.Is(err, lock.ErrHeld) {
+		t.Errorf("TryLockMany over the role's own held set: %v, want ErrHeld", err)
+	}
+	ro := roleLocker(t, asRole(t, url, "audit43_ro"), &Options{NoCreate: true})
+	k2 := auditKey("a43-roles-ro")
+	if _, err := ro.TryLockMany(ctx, []string{k2 + "/a", k2 + "/b"}); err == nil {
+		t.Error("a role with only SELECT took a set")
+	}
+	if h := rowHolders(t, url, k2+"/a", k2+"/b"); h[0] != "" || h[1] != "" {
+		t.Errorf("a role with only SELECT left holders %q", h)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

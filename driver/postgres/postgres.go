@@ -108,6 +108,7 @@ type pgDriver struct {
 	wrapAll                         atomic.Bool  // a prepared statement failed: every step is wrapped
 	fastRuns                        atomic.Int64 // fast steps run (tests read it)
 	fastRefusals                    atomic.Int64 // fast steps refused by the session's settings
+	setRowsPlain                    atomic.Bool  // a set's DO block was refused: sets lock their rows as one SELECT (see lockRows)
 }
 
 var (

@@ -2,27 +2,67 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 var _ driver.SetAcquirer = (*pgDriver)(nil)
 
 // setQueries are the statements of a set's step (see AcquireSet), of
-// schema s: prepare makes the keys' missing rows and locks them all in
-// the order of the key column (refresh3's order); undo ends the grants
-// of owners os at keys ks (pairwise) unless every one of the n keys is
-// held by its owner.
-func setQueries(s string) (prepare, undo string) {
-	prepare = "INSERT INTO " + s + ".keys (key) SELECT u.k FROM pg_catalog.unnest($1) AS u(k) ORDER BY u.k ON CONFLICT (key) DO NOTHING; " +
-		"SELECT x.key FROM " + s + ".keys x WHERE x.key = ANY ($1) ORDER BY x.key FOR UPDATE"
+// schema s, for the keys ks (sorted): prepare makes the keys' missing rows
+// and locks them all (see lockRows); undo ends the grants of owners os at
+// keys ks (pairwise) unless every one of the n keys is held by its owner.
+func setQueries(s string, ks []string, plain bool) (prepare, undo string, err error) {
+	arr, err := literal(ks)
+	if err != nil {
+		return "", "", err
+	}
+	prepare = "INSERT INTO " + s + ".keys (key) SELECT u.k FROM pg_catalog.unnest(" + arr + ") AS u(k) ORDER BY u.k ON CONFLICT (key) DO NOTHING; " +
+		lockRows(s, arr, plain)
 	undo = "UPDATE " + s + ".keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL" +
 		" FROM unnest($1, $2) AS u(k, o) WHERE x.key = u.k AND x.holder = u.o" +
 		" AND (SELECT count(*) FROM " + s + ".keys y, unnest($1, $2) AS v(k, o) WHERE y.key = v.k AND y.holder = v.o) < $3"
-	return prepare, undo
+	return prepare, undo, nil
+}
+
+// lockRows is a DO block that locks the rows of the keys of arr (an SQL
+// array literal) FOR UPDATE, in the order of the key column, without
+// holding any of them while it waits for another: it tries them all with
+// NOWAIT, and when one is busy it waits for each row alone, in a
+// subtransaction that it rolls back (releasing the row), and tries again.
+// A set that held its first rows while it waited for a later one would
+// wait in a cycle with a user's transaction that checked the later key
+// with holds_grant and then checks an earlier one (PostgreSQL would fail
+// one of them after deadlock_timeout), and would stop the renewals of
+// the rows it held (FOR NO KEY UPDATE waits for FOR UPDATE) for as long
+// as it waited. The body is dollar-quoted with a tag that arr does not
+// contain.
+//
+// A DO block needs the language plpgsql's USAGE (PUBLIC's by default; a
+// function of it needs only EXECUTE): where a DBA revoked it, plain is
+// true, and the rows are locked as one SELECT ... ORDER BY key FOR
+// UPDATE, which holds the rows it locked while it waits for the next.
+func lockRows(s, arr string, plain bool) string {
+	if plain {
+		return "SELECT x.key FROM " + s + ".keys x WHERE x.key = ANY (" + arr + ") ORDER BY x.key FOR UPDATE"
+	}
+	tag := "$dlock$"
+	for i := 0; strings.Contains(arr, tag); i++ {
+		tag = "$dlock" + strconv.Itoa(i) + "$"
+	}
+	return "DO " + tag + " DECLARE ks text[] := " + arr + "; k text; BEGIN LOOP" +
+		" BEGIN PERFORM 1 FROM " + s + ".keys x WHERE x.key = ANY (ks) ORDER BY x.key FOR UPDATE NOWAIT; RETURN;" +
+		" EXCEPTION WHEN lock_not_available THEN NULL; END;" +
+		" FOR k IN SELECT x.key FROM " + s + ".keys x WHERE x.key = ANY (ks) ORDER BY x.key LOOP" +
+		" BEGIN PERFORM 1 FROM " + s + ".keys x WHERE x.key = k FOR UPDATE; RAISE SQLSTATE 'DL002';" +
+		" EXCEPTION WHEN SQLSTATE 'DL002' THEN NULL; END;" +
+		" END LOOP; END LOOP; END " + tag
 }
 
 // AcquireSet implements driver.SetAcquirer: one step (one transaction,
@@ -30,7 +70,7 @@ func setQueries(s string) (prepare, undo string) {
 // run):
 //
 //	BEGIN ...; SELECT set_config(...);
-//	INSERT the keys' missing rows; SELECT them FOR UPDATE, ORDER BY key;
+//	INSERT the keys' missing rows; DO: lock them all FOR UPDATE (lockRows);
 //	SELECT ... FROM lock3(key, owner, ttl, false, ...)   for each key
 //	UPDATE keys: undo the set's grants unless every key is granted;
 //	COMMIT
@@ -46,10 +86,11 @@ func setQueries(s string) (prepare, undo string) {
 // raises the floor of later tokens). No one sees the grants in between:
 // the rows stay locked until the COMMIT.
 //
-// The rows are locked before any lock3, in the order of the key column,
-// the order refresh3 locks a batch in: a set and a renewal batch (or
-// another set) never wait for each other in a cycle, whatever the
-// database's collation.
+// The rows are locked before any lock3, all at once, and never held
+// while the step waits for another (see lockRows): a set waits in no
+// cycle with another set, a renewal batch, or a user's transaction that
+// checks leases with holds_grant in any order, and does not stop the
+// renewals of its other keys while it waits for a busy one.
 //
 // A lost reply: lock releases each lease by owner (release3), which ends
 // the grant if the set committed it, and otherwise leaves a tombstone
@@ -65,28 +106,36 @@ func (d *pgDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
 		}
 		return unreachable(err)
 	}
-	prepare, undo := setQueries(d.schema)
 	keys, owners := make([]string, len(ls)), make([]string, len(ls))
-	calls := make([]string, 1, len(ls)+2)
 	for i, l := range ls {
 		keys[i], owners[i] = l.Key, l.Owner
+	}
+	plain := d.setRowsPlain.Load()
+	prepare, undo, err := setQueries(d.schema, keys, plain)
+	if err != nil {
+		return err
+	}
+	calls := make([]string, 1, len(ls)+2)
+	for _, l := range ls {
 		call, err := bind(d.q.fastAcquire, []any{l.Key, l.Owner, int64(driver.Exclusive), int64(0), micros(l.TTL), false, false, micros(entryLife), ""})
 		if err != nil {
 			return err
 		}
 		calls = append(calls, call)
 	}
-	first, err := bind(prepare, []any{keys})
-	if err != nil {
-		return err
-	}
 	last, err := bind(undo, []any{keys, owners, int64(len(ls))})
 	if err != nil {
 		return err
 	}
-	calls[0] = first
+	calls[0] = prepare
 	calls = append(calls, last)
 	res, err := d.runCalls(ctx, nil, nil, strings.Join(calls, "; "), len(ls)+3)
+	if err != nil && !plain && noLanguage(err) {
+		// Refused before it changed anything (the transaction rolled
+		// back): from now on without the DO block.
+		d.setRowsPlain.Store(true)
+		return d.AcquireSet(ctx, ls)
+	}
 	if err != nil {
 		return unreachable(err)
 	}
@@ -138,4 +187,11 @@ func (d *pgDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
 		return errAbandoned
 	}
 	return refused
+}
+
+// noLanguage: err is the server's refusal of a DO block to a role
+// without USAGE on its language.
+func noLanguage(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501" && strings.Contains(pe.Message, "language")
 }
