@@ -413,3 +413,52 @@ func TestAudit43PGSetRestrictedRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAudit43PGSetWaitKeepsRenewals: a set that waits for a busy row (a
+// user's transaction checked that key's lease for 2.5 s) holds none of
+// its other rows meanwhile: the holder of another of its keys, on a 1 s
+// TTL, keeps renewing and does not lose its lease; the set is then
+// refused as held.
+func TestAudit43PGSetWaitKeepsRenewals(t *testing.T) {
+	url := serverURL(t)
+	h, _ := driverLocker(t, url, &Options{Options: lock.Options{TTL: time.Second}})
+	g, _ := driverLocker(t, url, nil)
+	s, _ := driverLocker(t, url, nil)
+	ctx := tctx(t, 60*time.Second)
+	k := auditKey("a43-renew")
+	k1, k2 := k+"/a", k+"/b"
+	l1, err := h.Lock(ctx, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := g.Lock(ctx, k2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := rawPool(t, url).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var ok bool
+	if err := tx.QueryRow(ctx, "SELECT dlock.holds_grant($1, $2)", k2, int64(l2.Token())).Scan(&ok); err != nil || !ok {
+		t.Fatalf("holds_grant(%s): %v, %v", k2, ok, err)
+	}
+	set := make(chan error, 1)
+	go func() {
+		_, err := s.TryLockMany(ctx, []string{k1, k2})
+		set <- err
+	}()
+	time.Sleep(2500 * time.Millisecond)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.Err(); err != nil {
+		t.Errorf("the holder of %s lost its lease while a set waited for %s: %v", k1, k2, err)
+	}
+	if err := <-set; !errors.Is(err, lock.ErrHeld) {
+		t.Errorf("TryLockMany of two held keys: %v, want ErrHeld", err)
+	}
+	l1.Unlock(ctx)
+	l2.Unlock(ctx)
+}
