@@ -10,7 +10,7 @@ import (
 // Inspect implements driver.Inspector with one read-only statement (a
 // snapshot): the key's live entries in queue order, with everything the
 // table keeps of them. It never creates the schema: where there is none,
-// the key is free.
+// the key is free; where it is of an older version, Inspect fails.
 func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.KeyState, error) {
 	var st driver.KeyState
 	if there, err := d.check(ctx, false); err != nil || !there {

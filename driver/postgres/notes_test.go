@@ -230,3 +230,38 @@ func TestUpgradeFromV6(t *testing.T) {
 		t.Errorf("the version 6 grant after a noted one: Inspect %q, want no note", notes)
 	}
 }
+
+// Inspect by a client of this version, before any of its steps installed
+// this version, of a key a version 6 client holds: it must not report the
+// key free (it fails, saying the schema is older), and after an install
+// it shows the holder.
+func TestInspectOlderSchema(t *testing.T) {
+	ctx := tctx(t, time.Minute)
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	const schema = "inspect_v6"
+	if _, err := raw.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Exec(ctx, strings.ReplaceAll(schemaV6, "{{schema}}", schema)); err != nil {
+		t.Fatal(err)
+	}
+	key, owner := auditKey("inspect6"), strings.Repeat("6", 32)
+	if v6Lock(t, raw, schema, key, owner) == 0 {
+		t.Fatal("the version 6 grant")
+	}
+	l7, _ := driverLocker(t, url, &Options{Schema: schema})
+	st, err := l7.Inspect(ctx, key)
+	switch {
+	case err == nil && !st.Held():
+		t.Fatal("Inspect on a version 6 schema reports a key a version 6 client holds free")
+	case err != nil && !strings.Contains(err.Error(), "older"):
+		t.Errorf("Inspect on a version 6 schema: %v, want an error saying the schema is older", err)
+	}
+	if _, err := l7.TryLock(ctx, auditKey("inspect6-other")); err != nil {
+		t.Fatal(err) // installs this version
+	}
+	if notes := holderNotes(t, l7, key); len(notes) != 1 || notes[0] != owner+"=" {
+		t.Errorf("Inspect after the install: %q, want the version 6 holder", notes)
+	}
+}

@@ -252,6 +252,11 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	switch {
 	case err != nil && !missing:
 		return false, fmt.Errorf("postgres: reading the version of schema %s: %w%s", d.schema, err, usageHint(err, d.schema))
+	case !install && err == nil:
+		// Inspect: the tables of an older version may lack what this
+		// client reads, and reading them as none would report a held key
+		// free.
+		return false, fmt.Errorf("postgres: schema %s is at version %d, older than this client's %d: a Lock or TryLock of this client installs it (or run its SQL: %s); Inspect does not read an older one", d.schema, v, schemaVersion, schemaSource(d.schema))
 	case !install:
 		return false, nil
 	case !d.create:
