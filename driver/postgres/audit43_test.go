@@ -57,6 +57,7 @@ func TestAudit43PGSetBehindBusyRow(t *testing.T) {
 		{"StatementTimeout", "audit43_stmt", "statement_timeout=50ms"},
 		{"LockTimeout", "audit43_lock", "lock_timeout=20ms"},
 		{"IdleInTransaction", "audit43_idle", "idle_in_transaction_session_timeout=100ms"},
+		{"PlpgsqlExtraErrors", "audit43_extra", "plpgsql.extra_errors=all"},
 		{"PgBouncer", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -461,4 +462,35 @@ func TestAudit43PGSetWaitKeepsRenewals(t *testing.T) {
 	}
 	l1.Unlock(ctx)
 	l2.Unlock(ctx)
+}
+
+// TestAudit43PGSetQuotedKeys: keys that hold the set's dollar-quote tags
+// ($dlock$, $$), quotes and backslashes are carried as themselves: the
+// set grants exactly those keys in one step, and a set of other keys
+// with the same characters is not refused by it.
+func TestAudit43PGSetQuotedKeys(t *testing.T) {
+	url := serverURL(t)
+	a, _ := driverLocker(t, url, nil)
+	ctx := tctx(t, 30*time.Second)
+	k := auditKey("a43-quote")
+	ks := []string{k + "/$dlock$ END $dlock$; SELECT 1", k + "/$$'\\", k + "/$dlock0$'"}
+	m, err := a.TryLockMany(ctx, ks)
+	if err != nil {
+		t.Fatalf("TryLockMany of keys with quotes: %v", err)
+	}
+	if !m.Atomic() {
+		t.Error("the set was not taken in one step")
+	}
+	for i, h := range rowHolders(t, url, ks...) {
+		if h == "" {
+			t.Errorf("%q has no holder after the set", ks[i])
+		}
+	}
+	other := []string{k + "/$dlock$", k + "/$dlock0$"}
+	m2, err := a.TryLockMany(ctx, other)
+	if err != nil {
+		t.Fatalf("TryLockMany of other keys: %v", err)
+	}
+	m2.Unlock(ctx)
+	m.Unlock(ctx)
 }
