@@ -494,3 +494,48 @@ func TestAudit43PGSetQuotedKeys(t *testing.T) {
 	m2.Unlock(ctx)
 	m.Unlock(ctx)
 }
+
+// TestAudit43PGSetErrorMidway: a set whose second key's step fails with
+// an error (its counter at the top of bigint: the next token is out of
+// range) after the first key's step granted it commits nothing, directly
+// and through PgBouncer's transaction pooling: the first key is not
+// held (with no clean-up after the step), and the Locker's next sets
+// (on other keys) work on the same pool.
+func TestAudit43PGSetErrorMidway(t *testing.T) {
+	for _, tc := range []string{"Direct", "PgBouncer"} {
+		t.Run(tc, func(t *testing.T) {
+			url := serverURL(t)
+			lurl, opts := url, &Options{}
+			if tc == "PgBouncer" {
+				lurl, opts = testserver.StartPgBouncer(t, testserver.SharedPostgres(t), "transaction").URL(), &Options{TransactionPooling: true}
+			}
+			a, d := driverLocker(t, lurl, opts)
+			ctx := tctx(t, 30*time.Second)
+			k := auditKey("a43-midway")
+			ks := []string{k + "/a", k + "/b"}
+			l, err := a.TryLock(ctx, k+"/install") // installs the schema
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Unlock(ctx)
+			if _, err := rawPool(t, url).Exec(ctx, "INSERT INTO dlock.keys (key, counter) VALUES ($1, NULL), ($2, 9223372036854775807)", ks[0], ks[1]); err != nil {
+				t.Fatal(err)
+			}
+			// The driver's step, without lock's clean-up after it.
+			if err := d.AcquireSet(ctx, setLeases(ks...)); err == nil || errors.Is(err, driver.ErrHeld) {
+				t.Errorf("a set whose second key's step fails: %v, want its error", err)
+			}
+			if h := rowHolders(t, url, ks...); h[0] != "" || h[1] != "" {
+				t.Errorf("a set that failed midway left holders %q", h)
+			}
+			k2 := auditKey("a43-midway2")
+			for range 3 {
+				m, err := a.TryLockMany(ctx, []string{k2 + "/a", k2 + "/b"})
+				if err != nil {
+					t.Fatalf("a set after the failed one: %v", err)
+				}
+				m.Unlock(ctx)
+			}
+		})
+	}
+}
