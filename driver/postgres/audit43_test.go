@@ -539,3 +539,66 @@ func TestAudit43PGSetErrorMidway(t *testing.T) {
 		})
 	}
 }
+
+// TestAudit43PGSetBusyRowsProgress: the set's rows are kept busy in turn
+// (two transactions of the test's hold one row each FOR SHARE for 100 ms,
+// overlapping, again and again), so that every try of all of them finds
+// one busy: the set still is granted (after lockRounds rounds it locks
+// them in order, holding the first while it waits for the next) well
+// within its context.
+func TestAudit43PGSetBusyRowsProgress(t *testing.T) {
+	url := serverURL(t)
+	a, _ := driverLocker(t, url, nil)
+	raw := rawPool(t, url)
+	ctx := tctx(t, 60*time.Second)
+	k := auditKey("a43-busy-turns")
+	ks := []string{k + "/a", k + "/b"}
+	m, err := a.TryLockMany(ctx, ks) // makes the rows
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Unlock(ctx)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, key := range ks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := pgx.BeginFunc(ctx, raw, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "SELECT 1 FROM dlock.keys WHERE key = $1 FOR SHARE", key); err != nil {
+						return err
+					}
+					time.Sleep(100 * time.Millisecond)
+					return nil
+				})
+				if err != nil && ctx.Err() == nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	m, err = a.TryLockMany(cctx, ks)
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("a set on rows kept busy in turn: %v after %v", err, took)
+	}
+	t.Logf("granted after %v", took)
+	if took > 5*time.Second {
+		t.Errorf("a set on rows kept busy in turn took %v", took)
+	}
+	m.Unlock(ctx)
+}

@@ -31,6 +31,9 @@ func setQueries(s string, ks []string, plain bool) (prepare, undo string, err er
 	return prepare, undo, nil
 }
 
+// lockRounds bounds the rounds of lockRows that wait for a busy row.
+const lockRounds = 8
+
 // lockRows is a DO block that locks the rows of the keys of arr (an SQL
 // array literal) FOR UPDATE, in the order of the key column, without
 // holding any of them while it waits for another: it tries them all with
@@ -41,8 +44,13 @@ func setQueries(s string, ks []string, plain bool) (prepare, undo string, err er
 // with holds_grant and then checks an earlier one (PostgreSQL would fail
 // one of them after deadlock_timeout), and would stop the renewals of
 // the rows it held (FOR NO KEY UPDATE waits for FOR UPDATE) for as long
-// as it waited. The body is dollar-quoted with a tag that arr does not
-// contain.
+// as it waited. After lockRounds rounds that found a row busy it locks
+// them in order as one statement (holding the first while it waits for
+// the next), so that a set on keys other steps keep busy still makes
+// progress, and one transaction never opens more than about
+// 2·lockRounds subtransactions (beyond 64, every session's snapshots
+// overflow their cache). The body is dollar-quoted with a tag that arr
+// does not contain.
 //
 // A DO block needs the language plpgsql's USAGE (PUBLIC's by default; a
 // function of it needs only EXECUTE): where a DBA revoked it, plain is
@@ -56,7 +64,9 @@ func lockRows(s, arr string, plain bool) string {
 	for i := 0; strings.Contains(arr, tag); i++ {
 		tag = "$dlock" + strconv.Itoa(i) + "$"
 	}
-	return "DO " + tag + " DECLARE ks text[] := " + arr + "; k text; BEGIN LOOP" +
+	return "DO " + tag + " DECLARE ks text[] := " + arr + "; k text; n int := 0; BEGIN LOOP" +
+		" n := n + 1; IF n > " + strconv.Itoa(lockRounds) + " THEN" +
+		" PERFORM 1 FROM " + s + ".keys x WHERE x.key = ANY (ks) ORDER BY x.key FOR UPDATE; RETURN; END IF;" +
 		" BEGIN PERFORM 1 FROM " + s + ".keys x WHERE x.key = ANY (ks) ORDER BY x.key FOR UPDATE NOWAIT; RETURN;" +
 		" EXCEPTION WHEN lock_not_available THEN NULL; END;" +
 		" FOR k IN SELECT x.key FROM " + s + ".keys x WHERE x.key = ANY (ks) ORDER BY x.key LOOP" +
