@@ -200,8 +200,9 @@ func (d *pgDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
 }
 
 // noLanguage: err is the server's refusal of a DO block to a role
-// without USAGE on its language.
+// without USAGE on its language (the message names plpgsql in every
+// lc_messages; its other words are translated).
 func noLanguage(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42501" && strings.Contains(pe.Message, "language")
+	return errors.As(err, &pe) && pe.Code == "42501" && strings.Contains(pe.Message, "plpgsql")
 }
