@@ -63,3 +63,21 @@ func TestAudit43SetNoRetryWithoutWatch(t *testing.T) {
 		})
 	}
 }
+
+// TestAudit43SetDuplicateKey: a set that names a key twice (lock never
+// passes one; another caller of the driver might) is refused as invalid
+// before any I/O. The transaction would have set the key to the second
+// lease's owner and reported both leases granted, with one token.
+func TestAudit43SetDuplicateKey(t *testing.T) {
+	admin := standalone(t)
+	_, d := newTestLocker(t, admin, nil)
+	ctx := testCtx(t)
+	ks := setKeys(t, 2)
+	ls := setLeases([]string{ks[0], ks[1], ks[0]})
+	err := d.AcquireSet(ctx, ls)
+	t.Logf("AcquireSet: %v", err)
+	if !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("AcquireSet naming %q twice: %v, want ErrInvalid", ks[0], err)
+	}
+	assertSetAbsent(t, admin, d, ks, "after a set naming a key twice")
+}
