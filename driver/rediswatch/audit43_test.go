@@ -75,7 +75,6 @@ func TestAudit43SetDuplicateKey(t *testing.T) {
 	ks := setKeys(t, 2)
 	ls := setLeases([]string{ks[0], ks[1], ks[0]})
 	err := d.AcquireSet(ctx, ls)
-	t.Logf("AcquireSet: %v", err)
 	if !errors.Is(err, driver.ErrInvalid) {
 		t.Errorf("AcquireSet naming %q twice: %v, want ErrInvalid", ks[0], err)
 	}

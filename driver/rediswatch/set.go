@@ -26,11 +26,16 @@ func (d *watchDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error 
 		return fmt.Errorf("%w: empty set", driver.ErrInvalid)
 	}
 	lks := make([]string, len(ls))
+	seen := make(map[string]bool, len(ls))
 	for i, l := range ls {
 		if l == nil {
 			return fmt.Errorf("%w: nil lease in a set", driver.ErrInvalid)
 		}
 		lks[i] = d.LockKey(l.Key)
+		if seen[lks[i]] {
+			return fmt.Errorf("%w: key %s given twice in a set", driver.ErrInvalid, errtext.Quote(l.Key))
+		}
+		seen[lks[i]] = true
 	}
 	if err := redisx.OneStep(d.Client, lks); err != nil {
 		return err
