@@ -602,3 +602,37 @@ func TestAudit43PGSetBusyRowsProgress(t *testing.T) {
 	}
 	m.Unlock(ctx)
 }
+
+// TestAudit43PGSetBadInput: AcquireSet refuses, with ErrInvalid and no
+// panic, before any I/O, a set that is empty, holds a nil lease, or names
+// a key twice (lock passes none of these; another caller of the driver
+// might).
+func TestAudit43PGSetBadInput(t *testing.T) {
+	url := serverURL(t)
+	_, d := driverLocker(t, url, nil)
+	ctx := tctx(t, 30*time.Second)
+	k := auditKey("a43-bad")
+	for name, ls := range map[string][]*driver.Lease{
+		"empty":     nil,
+		"nil":       {setLeases(k + "/a")[0], nil},
+		"duplicate": setLeases(k+"/a", k+"/b", k+"/a"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var err error
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("AcquireSet panicked: %v", r)
+					}
+				}()
+				err = d.AcquireSet(ctx, ls)
+			}()
+			if !errors.Is(err, driver.ErrInvalid) {
+				t.Errorf("AcquireSet: %v, want ErrInvalid", err)
+			}
+			if h := rowHolders(t, url, k+"/a", k+"/b"); h[0] != "" || h[1] != "" {
+				t.Errorf("a refused set left holders %q", h)
+			}
+		})
+	}
+}
