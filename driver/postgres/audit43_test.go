@@ -609,9 +609,14 @@ func TestAudit43PGSetBusyRowsProgress(t *testing.T) {
 // might).
 func TestAudit43PGSetBadInput(t *testing.T) {
 	url := serverURL(t)
-	_, d := driverLocker(t, url, nil)
+	l, d := driverLocker(t, url, nil)
 	ctx := tctx(t, 30*time.Second)
 	k := auditKey("a43-bad")
+	installed, err := l.TryLock(ctx, k+"/install") // installs the schema
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed.Unlock(ctx)
 	for name, ls := range map[string][]*driver.Lease{
 		"empty":     nil,
 		"nil":       {setLeases(k + "/a")[0], nil},
