@@ -3,6 +3,7 @@ package driver
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrNotAtomic: the backend cannot take this set of keys in one step (a
@@ -33,4 +34,28 @@ type SetAcquirer interface {
 	// unknown: lock then calls Release for every lease of ls, which must
 	// remove each grant that was applied without the caller learning it.
 	AcquireSet(ctx context.Context, ls []*Lease) error
+}
+
+// CheckSet checks the leases AcquireSet is given: at least one, none nil,
+// each Exclusive and without Reentry or Note, no key twice. A
+// SetAcquirer calls it before anything else and returns its error
+// (wrapping ErrInvalid); lock never passes such a set, but other callers
+// of a driver may.
+func CheckSet(ls []*Lease) error {
+	if len(ls) == 0 {
+		return fmt.Errorf("%w: an empty set", ErrInvalid)
+	}
+	seen := make(map[string]bool, len(ls))
+	for _, l := range ls {
+		switch {
+		case l == nil:
+			return fmt.Errorf("%w: a nil lease in a set", ErrInvalid)
+		case l.Mode != Exclusive || l.Reentry || l.Note != "":
+			return fmt.Errorf("%w: a set's leases are exclusive, without re-entry or note (key %q)", ErrInvalid, l.Key)
+		case seen[l.Key]:
+			return fmt.Errorf("%w: key %q given twice in a set", ErrInvalid, l.Key)
+		}
+		seen[l.Key] = true
+	}
+	return nil
 }

@@ -36,16 +36,8 @@ var _ driver.SetAcquirer = (*etcdDriver)(nil)
 // by its reserved name and OWNER and revokes the member's leases, so a
 // write that lands later fails for want of its lease.
 func (d *etcdDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
-	for _, l := range ls {
-		if l == nil {
-			return fmt.Errorf("%w: a nil lease in the set", driver.ErrInvalid)
-		}
-		if l.Mode != driver.Exclusive || l.Reentry {
-			return fmt.Errorf("%w: a set's leases are exclusive and anonymous", driver.ErrInvalid)
-		}
-	}
-	if len(ls) == 0 {
-		return fmt.Errorf("%w: an empty set", driver.ErrInvalid)
+	if err := driver.CheckSet(ls); err != nil {
+		return err
 	}
 	if 2*len(ls) > txnOps {
 		return fmt.Errorf("etcd: a set of %d keys needs %d puts in one transaction, over etcd's default limit of %d: %w", len(ls), 2*len(ls), txnOps, driver.ErrNotAtomic)

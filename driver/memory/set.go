@@ -10,6 +10,9 @@ import (
 // it grants every lease of ls if Acquire would grant each (a key's
 // queued waiters are not passed), and none otherwise.
 func (d *memDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
+	if err := driver.CheckSet(ls); err != nil {
+		return err
+	}
 	if err := d.alive(ctx); err != nil {
 		return err
 	}

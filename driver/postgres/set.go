@@ -107,18 +107,8 @@ func lockRows(s, arr string, plain bool) string {
 // that a late copy of the step meets (lock3 then reports the attempt
 // voided, and the set undoes itself).
 func (d *pgDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
-	if len(ls) == 0 {
-		return fmt.Errorf("%w: empty set", driver.ErrInvalid)
-	}
-	seen := make(map[string]bool, len(ls))
-	for _, l := range ls {
-		if l == nil {
-			return fmt.Errorf("%w: nil lease in a set", driver.ErrInvalid)
-		}
-		if seen[l.Key] {
-			return fmt.Errorf("%w: key %q given twice in a set", driver.ErrInvalid, l.Key)
-		}
-		seen[l.Key] = true
+	if err := driver.CheckSet(ls); err != nil {
+		return err
 	}
 	for _, l := range ls {
 		l.Data, l.Token = nil, 0

@@ -32,21 +32,13 @@ var _ driver.SetAcquirer = (*redisDriver)(nil)
 // when all the lock keys share one hash slot (otherwise, and over a Ring,
 // driver.ErrNotAtomic). A grant's clean-up is Release's, per lease.
 func (d *redisDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
-	if len(ls) == 0 {
-		return fmt.Errorf("%w: empty set", driver.ErrInvalid)
+	if err := driver.CheckSet(ls); err != nil {
+		return err
 	}
 	keys := make([]string, len(ls))
 	args := make([]any, len(ls)+1)
-	seen := make(map[string]bool, len(ls))
 	for i, l := range ls {
-		if l == nil {
-			return fmt.Errorf("%w: nil lease in a set", driver.ErrInvalid)
-		}
 		keys[i], args[i] = lockKey(d.Prefix, l.Key), l.Owner
-		if seen[keys[i]] {
-			return fmt.Errorf("%w: key %q given twice in a set", driver.ErrInvalid, l.Key)
-		}
-		seen[keys[i]] = true
 	}
 	for _, l := range ls {
 		l.Data = nil

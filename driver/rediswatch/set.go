@@ -22,20 +22,12 @@ var _ driver.SetAcquirer = (*watchDriver)(nil)
 // to MaxAttempts, and then reported as held. A grant's clean-up is
 // Release's, per lease: the grant watches each lease's tombstone.
 func (d *watchDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
-	if len(ls) == 0 {
-		return fmt.Errorf("%w: empty set", driver.ErrInvalid)
+	if err := driver.CheckSet(ls); err != nil {
+		return err
 	}
 	lks := make([]string, len(ls))
-	seen := make(map[string]bool, len(ls))
 	for i, l := range ls {
-		if l == nil {
-			return fmt.Errorf("%w: nil lease in a set", driver.ErrInvalid)
-		}
 		lks[i] = d.LockKey(l.Key)
-		if seen[lks[i]] {
-			return fmt.Errorf("%w: key %s given twice in a set", driver.ErrInvalid, errtext.Quote(l.Key))
-		}
-		seen[lks[i]] = true
 	}
 	if err := redisx.OneStep(d.Client, lks); err != nil {
 		return err

@@ -43,6 +43,9 @@ var errSetNoWrite = fmt.Errorf("zookeeper: the key nodes are not writable here (
 // when held. Where the identity may not write the key nodes it returns
 // driver.ErrNotAtomic, and lock takes the keys one by one.
 func (d *zkDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
+	if err := driver.CheckSet(ls); err != nil {
+		return err
+	}
 	for _, l := range ls {
 		l.Data = nil
 	}
