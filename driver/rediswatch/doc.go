@@ -139,7 +139,8 @@
 // the key grants it with its note. A noted Lease's refreshes lengthen the
 // hash, never shortening it (PEXPIRE ... GT on Redis 7; before, its PTTL
 // read under WATCH), a resumed Lease keeps its grant's note alive, and a
-// release or Leave deletes the field. Inspect reads the holders' fields
+// release or Leave deletes the field (a Leave that was handed the key: in
+// the release that passes it on, never before). Inspect reads the holders' fields
 // (HGET, a round trip more when the hash exists). Leases without a note
 // send no command on the hash; noted ones are refreshed one at a time,
 // not in a batch.

@@ -26,7 +26,9 @@ import (
 //     WATCH otherwise. A resumed Lease learns whether its grant has a note.
 //   - A noted Lease's release, or its Leave, deletes its field (a named
 //     owner's grant: its last hold's release deletes the first hold's,
-//     always).
+//     always). A Leave that finds the key handed to it leaves the field
+//     to the release that passes the key on (the same transaction): no
+//     one sees the key held without its note.
 //
 // Attempts without a note send no command on P{K}:n.
 

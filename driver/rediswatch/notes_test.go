@@ -2,6 +2,7 @@ package rediswatch
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -84,4 +85,74 @@ func TestNoteHandedOver(t *testing.T) {
 			t.Errorf("the notes hash outlives the grants: %v", rdb.HGetAll(ctx, notesKey(lk)).Val())
 		}
 	})
+}
+
+// A waiter that leaves after a release handed it the key (an election
+// campaign cancelled as its turn came) keeps its note until the release
+// that passes the key on: no one sees the key held with no note (an
+// observer would see a term without its announcement). The next waiter
+// is handed the key with its own note, and the leaver's field is gone.
+// When the handed grant expired before Leave's release (here: the key is
+// deleted under its watch), the field is deleted all the same.
+func TestNoteLeaveAfterHandOver(t *testing.T) {
+	for _, expire := range []bool{false, true} {
+		t.Run(fmt.Sprintf("expired=%v", expire), func(t *testing.T) {
+			clients(t, func(t *testing.T, rdb redis.UniversalClient) {
+				d, seer := testDriver(rdb, ""), testDriver(rdb, "")
+				ctx := testCtx(t)
+				k := testKey(t)
+				lk := d.LockKey(k)
+				a := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second, Note: "a's"}
+				if err := d.Acquire(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+				b := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second, Note: "b's"}
+				c := &driver.Lease{Key: k, Owner: owner(), TTL: 10 * time.Second, Note: "c's"}
+				for _, w := range []*driver.Lease{b, c} {
+					if err := d.Join(ctx, w, make(chan struct{}, 1)); !errors.Is(err, driver.ErrHeld) {
+						t.Fatalf("Join of a held key: %v", err)
+					}
+				}
+				if err := d.Release(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+				var seen []driver.Holder
+				hook := func(op, _ string) {
+					if op != "release" || seen != nil {
+						return
+					}
+					st, err := seer.Inspect(ctx, k)
+					if err != nil {
+						t.Error(err)
+					}
+					seen = append([]driver.Holder{}, st.Holders...)
+					if expire {
+						rdb.Del(ctx, lk)
+					}
+				}
+				d.beforeExec.Store(&hook)
+				err := d.Leave(ctx, b)
+				d.beforeExec.Store(nil)
+				if err != nil {
+					t.Fatalf("Leave after a hand-over: %v", err)
+				}
+				if len(seen) != 1 || seen[0].Owner != b.Owner || seen[0].Note != "b's" {
+					t.Errorf("as Leave released the key handed to it: holders %+v; want %s with note %q", seen, b.Owner, "b's")
+				}
+				if rdb.HExists(ctx, notesKey(lk), b.Owner).Val() {
+					t.Errorf("the leaver's note outlives its Leave: %v", rdb.HGetAll(ctx, notesKey(lk)).Val())
+				}
+				if expire {
+					return
+				}
+				st, err := seer.Inspect(ctx, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(st.Holders) != 1 || st.Holders[0].Owner != c.Owner || st.Holders[0].Note != "c's" {
+					t.Errorf("after Leave: holders %+v; want %s with note %q", st.Holders, c.Owner, "c's")
+				}
+			})
+		})
+	}
 }

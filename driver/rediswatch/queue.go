@@ -448,8 +448,16 @@ func renewNoteCmds(ctx context.Context, p redis.Pipeliner, lk, owner string, wn 
 // at once. After a join or renewal whose reply did not come, it also sets
 // the attempt's tombstone, which aborts that join if it is still on its way
 // (see queue.go). When a release had handed the key to l (its message missed, or
-// not yet taken), it releases the key, handing it to the next waiter. An
-// entry it cannot remove dies after redisx.EntryLife.
+// not yet taken), it releases the key, handing it to the next waiter, and
+// that release deletes l's note with the grant: the key is never held
+// without its note (an election's term without its announcement). Else
+// it deletes the note once out of the queue, pipelined with the wake-up:
+//
+//	MULTI; [SET void]; GET lock; LINDEX queue 0; LREM queue (both forms); DEL entry grant; EXEC
+//	release (handed the key; then HDEL notes owner if it had expired)
+//	  or [HDEL notes owner]; [PUBLISH rel ""]
+//
+// An entry it cannot remove dies after redisx.EntryLife.
 func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 	s, ok := l.Data.(*waiting)
 	if !ok {
@@ -480,25 +488,42 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 			key = p.Get(ctx, lk)
 			first = p.LIndex(ctx, waitQueue(lk), 0)
 			leaveCmds(ctx, p, lk, l.Owner, inbox)
-			if l.Note != "" {
-				p.HDel(ctx, notesKey(lk), l.Owner) // written by its joins (keepNote)
-			}
 		})
 		if err != nil {
 			return err
 		}
 		if mine = key.Val() == l.Owner; mine {
+			return nil // its release deletes the note with the grant
+		}
+		_, err = tx.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if l.Note != "" {
+				p.HDel(ctx, notesKey(lk), l.Owner) // written by its joins (keepNote)
+			}
+			if owner, _ := splitElem(first.Val()); owner == l.Owner {
+				p.Do(ctx, wakeArgs(lk, "")...)
+			}
 			return nil
-		}
-		if owner, _ := splitElem(first.Val()); owner == l.Owner {
-			return tx.Do(ctx, wakeArgs(lk, "")...).Err()
-		}
-		return nil
+		})
+		return err
 	})
 	if err == nil && mine {
-		if err = d.release(ctx, lk, l.Owner, "", 0, "", true, false, false); errors.Is(err, driver.ErrNotHeld) {
-			err = nil // expired meanwhile
+		err = d.release(ctx, lk, l.Owner, "", 0, "", true, false, l.Note != "")
+		if errors.Is(err, driver.ErrNotHeld) {
+			// Expired meanwhile: its note is left, with no grant.
+			err = d.dropNote(ctx, lk, l)
 		}
 	}
 	return redisx.WithCtx(ctx, err)
+}
+
+// dropNote deletes l's note field on lk, if it has a note: a waiter's,
+// written by its joins, once the waiter holds no grant and is out of the
+// queue, so that no release can hand it the key any more.
+func (d *watchDriver) dropNote(ctx context.Context, lk string, l *driver.Lease) error {
+	if l.Note == "" {
+		return nil
+	}
+	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		return tx.HDel(ctx, notesKey(lk), l.Owner).Err()
+	})
 }
