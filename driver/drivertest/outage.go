@@ -107,8 +107,14 @@ func testOutageLockWaits(t *testing.T, h Harness) {
 	if !errors.Is(err, lock.ErrHeld) {
 		t.Errorf("TryLock of the granted key: err = %v, want ErrHeld", err)
 	}
-	if err := lease.Unlock(ctx(t, 10*time.Second)); err != nil {
+	// a's client too may not have redialled yet (go-redis's pool answers
+	// with its last dial error for up to a second after a run of them):
+	// Unlock then fails, and the Locker releases in the background, which
+	// the residue check below waits for. Only ErrNotHeld is wrong here.
+	if err := lease.Unlock(ctx(t, 10*time.Second)); errors.Is(err, lock.ErrNotHeld) {
 		t.Fatalf("Unlock: %v", err)
+	} else if err != nil {
+		t.Logf("Unlock: %v (released in the background)", err)
 	}
 	assertNoResidueBy(t, o.Harness, k, time.Now().Add(h.Caps().expiryBound(outageTTL)+5*time.Second))
 }
