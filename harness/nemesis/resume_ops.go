@@ -114,7 +114,9 @@ func (w *worker) liveResume(in *lockerInst, l *liveLease, keepAlive bool) {
 	ttl, renew, opts := w.resumeOpts(l)
 	total := between(w.rng, ttl, ttl+l.lease.TTL())
 	detachAt := between(w.rng, 0, total)
-	r := w.resumeOf(side, l, "live-resume", ttl, renew, opts, w.newCallCtx(tryTimeouts, 0.1))
+	// A Resume whose lease is dead on arrival (lost at once) leaves the
+	// grant to l: the side Locker is not closed meanwhile.
+	r, _ := w.resumeOf(side, l, "live-resume", ttl, renew, opts, w.newCallCtx(tryTimeouts, 0.1))
 	if r == nil {
 		// A failed Resume changed nothing: l is held on as planned.
 		w.holdLoop(in, l, total, nil, keepAlive, nil)
@@ -144,11 +146,12 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	l.pause(true)
 	var wg sync.WaitGroup
 	var r *liveLease
+	var resumed bool
 	began := time.Now()
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if r = w.resumeOf(side, l, "race-resume", ttl, renew, opts, rc); r != nil && detach {
+		if r, resumed = w.resumeOf(side, l, "race-resume", ttl, renew, opts, rc); r != nil && detach {
 			w.detachTwin(r)
 		}
 	}()
@@ -157,14 +160,14 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	side.closeAndCheck(clk, s, w.env.proc, w.env.tg.ReleaseTimeout)
 	wg.Wait()
 	switch {
-	case r != nil: // Close came after the Resume returned: aim there
+	case resumed: // Close came after the Resume returned: aim there
 		w.raceResumed = w.resumeEnd.Sub(began)
 	case w.raceResumed > 0: // Close came too early: aim later
 		w.raceResumed += w.raceResumed / 5
 	default:
 		w.raceResumed = 2*closeAfter + time.Microsecond
 	}
-	if r != nil && !errors.Is(r.lease.Err(), lock.ErrDetached) {
+	if resumeTookGrant(resumed, r) {
 		s.Stat("race-released", 1)
 		l.markUnlocking(clk, s, "its grant went with the Close of a Locker that resumed it")
 		return false
@@ -174,11 +177,27 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	return true
 }
 
+// resumeTookGrant says whether a race's Close may have released the
+// grant of the lease it resumed: when the Resume succeeded (resumed) and
+// its lease was not detached first. A lease dead on arrival (r nil, its
+// Done closed when first observed, as the Close that ends it at once
+// leaves it) counts: Resume returned it, so the Close released the grant
+// for both Leases (docs/design.md, Resume), and the first Lease's Done
+// stays open until its next renewal finds the grant gone, while another
+// client may be granted the key.
+func resumeTookGrant(resumed bool, r *liveLease) bool {
+	if !resumed {
+		return false // a failed Resume changes nothing
+	}
+	return r == nil || !errors.Is(r.lease.Err(), lock.ErrDetached)
+}
+
 // resumeOf resumes l's grant through side, records the lease it gives as
 // a second Lease of l's grant (held only while l is), and returns it, or
-// nil when Resume failed. op names the operation in the statistics ("op"
-// calls, "opd" leases got).
-func (w *worker) resumeOf(side *lockerInst, l *liveLease, op string, ttl time.Duration, renew bool, opts []lock.Option, c *callCtx) *liveLease {
+// nil when Resume failed or its lease was dead on arrival; resumed says
+// whether Resume returned a lease (dead on arrival or not). op names the
+// operation in the statistics ("op" calls, "opd" leases got).
+func (w *worker) resumeOf(side *lockerInst, l *liveLease, op string, ttl time.Duration, renew bool, opts []lock.Option, c *callCtx) (r *liveLease, resumed bool) {
 	clk, s := w.env.clk, w.env.sink
 	start, t0 := clk.Now(), time.Now()
 	lease, err := side.lk.Resume(c.ctx, l.lease.Handle(), opts...)
@@ -193,20 +212,20 @@ func (w *worker) resumeOf(side *lockerInst, l *liveLease, op string, ttl time.Du
 	w.checkReturn(op, l.key, start, end, limit, "its context ended")
 	if err != nil {
 		w.failed(op, l.key, err)
-		return nil
+		return nil, false
 	}
 	s.Stat(op+"d", 1)
 	if lease.Key() != l.key || lease.Token() != l.token || lease.Limit() != l.limit {
 		s.Violate(Violation{Kind: "resume-mismatch", At: end, From: start, Key: l.key, Proc: w.env.proc,
 			Text: fmt.Sprintf("Resume of live lease %s on key %q (token %d, limit %d) by %s gave key %q token %d limit %d", l.id, l.key, l.token, l.limit, w.name, lease.Key(), lease.Token(), lease.Limit())})
 	}
-	r := w.grantedAs(side, lease, "resume", l.key, grantMode{shared: l.shared, limit: l.limit}, ttl, renew, l.id, "", "", start)
+	r = w.grantedAs(side, lease, "resume", l.key, grantMode{shared: l.shared, limit: l.limit}, ttl, renew, l.id, "", "", start)
 	if r != nil {
 		r.mu.Lock()
 		r.within = l
 		r.mu.Unlock()
 	}
-	return r
+	return r, true
 }
 
 // detachTwin ends r, a second Lease of a grant, by Detach, which leaves
