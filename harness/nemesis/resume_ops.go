@@ -169,6 +169,9 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	}
 	if resumeTookGrant(resumed, r) {
 		s.Stat("race-released", 1)
+		if r == nil {
+			s.Stat("race-released-doa", 1) // its lease dead on arrival
+		}
 		l.markUnlocking(clk, s, "its grant went with the Close of a Locker that resumed it")
 		return false
 	}
