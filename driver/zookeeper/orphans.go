@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -52,6 +53,86 @@ func (d *zkDriver) clean(ctx context.Context, o *orphan) bool {
 	}
 	_, err := d.deleteOwned(ctx, o.keyPath, o.owner)
 	return err == nil
+}
+
+// cleanAll tries once to settle os (see clean) and returns those it did
+// not, a duplicate once. It costs a round trip or three whatever their
+// number, in requests that go together: the nodes of known path are
+// deleted; for the others one sync, then one listing per key, and the
+// owners' nodes deleted. Cleaned one after the other, each orphan by
+// owner a sync and a listing, the janitor fell far behind over a slow
+// link, where a failed set attempt adopts one per member and per release
+// attempt (lock's release by owner, which outlasts ReleaseTimeout
+// there), and a node behind them stayed at the head of its key's queue
+// for many seconds.
+func (d *zkDriver) cleanAll(ctx context.Context, os []*orphan) []*orphan {
+	seen := make(map[orphan]bool, len(os))
+	settled := make([]bool, len(os))
+	byKey := map[string][]int{}
+	var wg sync.WaitGroup
+	for i, o := range os {
+		switch {
+		case seen[*o]:
+			settled[i] = true // the same as an earlier one
+		case o.path != "":
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := deleteNode(ctx, d, o.path)
+				settled[i] = err == nil || errors.Is(err, zk.ErrNoNode)
+			}()
+		default:
+			byKey[o.keyPath] = append(byKey[o.keyPath], i)
+		}
+		seen[*o] = true
+	}
+	if len(byKey) > 0 {
+		// The sync makes the listings show a create whose reply was lost,
+		// if the leader applied it.
+		_, err := write(ctx, d, func() (string, error) { return d.conn.Sync("/") })
+		for kp, idx := range byKey {
+			if err != nil {
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.cleanOwners(ctx, kp, os, idx, settled)
+			}()
+		}
+	}
+	wg.Wait()
+	var left []*orphan
+	for i, o := range os {
+		if !settled[i] {
+			left = append(left, o)
+		}
+	}
+	return left
+}
+
+// cleanOwners deletes the nodes of the owners of os[idx] under kp, and
+// marks in settled those whose nodes are all gone.
+func (d *zkDriver) cleanOwners(ctx context.Context, kp string, os []*orphan, idx []int, settled []bool) {
+	children, err := childrenOf(ctx, d, kp)
+	if errors.Is(err, zk.ErrNoNode) {
+		children, err = nil, nil
+	}
+	if err != nil {
+		return
+	}
+	for _, i := range idx {
+		ok := true
+		for _, name := range children {
+			if !strings.HasPrefix(name, ownPrefix(os[i].owner)) {
+				continue
+			}
+			if err := deleteNode(ctx, d, kp+"/"+name); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				ok = false
+			}
+		}
+		settled[i] = ok
+	}
 }
 
 // deleteOwned deletes every node of owner under keyPath and returns how

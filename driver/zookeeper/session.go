@@ -311,15 +311,7 @@ func (m *monitor) check(held map[*driver.Lease]*grant, timeout time.Duration) {
 	}
 }
 
-// cleanAtOnce bounds how many orphans the janitor cleans at once.
-const cleanAtOnce = 32
-
-// clean runs the janitor once over the orphans, the same one once. They
-// are cleaned at once (up to cleanAtOnce), each within the timeout: one
-// by owner costs a sync and a listing before its delete, and over a slow
-// link one after the other under one deadline the janitor worked off one
-// or two a round, while a failed set attempt adopts one per member and
-// per release attempt; a node behind them stayed for many seconds. Those
+// clean runs the janitor once over the orphans (see cleanAll); those
 // left over come first in the next round, ahead of those adopted since.
 func (m *monitor) clean(timeout time.Duration) {
 	defer m.wg.Done()
@@ -327,31 +319,9 @@ func (m *monitor) clean(timeout time.Duration) {
 	todo := m.orphans
 	m.orphans = nil
 	m.mu.Unlock()
-	seen := make(map[orphan]bool, len(todo))
-	var left []*orphan
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, cleanAtOnce)
-	for _, o := range todo {
-		if seen[*o] {
-			continue
-		}
-		seen[*o] = true
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(m.ctx, timeout)
-			defer cancel()
-			if !m.d.clean(ctx, o) {
-				mu.Lock()
-				left = append(left, o)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
+	ctx, cancel := context.WithTimeout(m.ctx, timeout)
+	defer cancel()
+	left := m.d.cleanAll(ctx, todo)
 	m.mu.Lock()
 	m.orphans = append(left, m.orphans...)
 	m.cleaning = false
