@@ -48,8 +48,8 @@ var pgBroken = []struct {
 	{
 		name: "postgres-release-row-any", schema: "dlock_release_row_any",
 		breaks: "release3 clears the grant in the key's row, its owner's or not",
-		old:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL WHERE x.key = k AND x.holder = o;",
-		new:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL WHERE x.key = k AND x.holder IS NOT NULL; -- the bug",
+		old:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL WHERE x.key = k AND x.holder = o;",
+		new:    "UPDATE dlock_release_row_any.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL WHERE x.key = k AND x.holder IS NOT NULL; -- the bug",
 	},
 	{
 		name: "postgres-hand-held", schema: "dlock_hand_held",
