@@ -67,6 +67,12 @@ func (c *childSlot) spawn() error {
 	gen := c.gen
 	c.mu.Unlock()
 	r := c.r
+	// The faults the slot's last process armed and did not live to
+	// disarm (killed in a refresh with its replies delayed) end with it:
+	// else its successor's replies stay late for the rest of the run.
+	if r.parent != nil {
+		r.parent.disarmSlot(c.name)
+	}
 	child, addr, err := chaos.StartChild(proc, []string{
 		envChild + "=" + proc, envSlot + "=" + c.name, envParent + "=" + r.rpcSrv.Addr().String(),
 		envTarget + "=" + r.tg.Name, envAddrs + "=" + strings.Join(c.addrs(), ","),
@@ -191,7 +197,29 @@ type ParentRPC struct {
 	r      *run
 	mu     sync.Mutex
 	nextID int
-	arms   map[int]func()
+	arms   map[int]armed
+}
+
+// armed is a fault a child armed: on its slot's proxies, until stop.
+type armed struct {
+	slot string
+	stop func()
+}
+
+// disarmSlot ends the faults armed on slot's proxies.
+func (p *ParentRPC) disarmSlot(slot string) {
+	var stops []func()
+	p.mu.Lock()
+	for id, a := range p.arms {
+		if a.slot == slot {
+			stops = append(stops, a.stop)
+			delete(p.arms, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
 }
 
 // Item is one report of a child: the sink call it stands for.
@@ -296,10 +324,10 @@ func (p *ParentRPC) arm(slot string, id *int, arm func(c *childSlot) func()) err
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.arms == nil {
-			p.arms = map[int]func(){}
+			p.arms = map[int]armed{}
 		}
 		p.nextID++
-		p.arms[p.nextID] = stop
+		p.arms[p.nextID] = armed{slot, stop}
 		*id = p.nextID
 		return nil
 	}
@@ -309,11 +337,11 @@ func (p *ParentRPC) arm(slot string, id *int, arm func(c *childSlot) func()) err
 // Disarm ends a rule of ArmDrop.
 func (p *ParentRPC) Disarm(id int, _ *bool) error {
 	p.mu.Lock()
-	stop := p.arms[id]
+	a := p.arms[id]
 	delete(p.arms, id)
 	p.mu.Unlock()
-	if stop != nil {
-		stop()
+	if a.stop != nil {
+		a.stop()
 	}
 	return nil
 }

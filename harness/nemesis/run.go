@@ -169,16 +169,17 @@ func (s Summary) Details() string {
 
 // run is one run's parent side.
 type run struct {
-	t     testing.TB
-	cfg   Config
-	tg    *Target
-	clk   *Clock
-	rec   *Recorder
-	srv   *chaos.Server
-	store *memory.Store // the memory driver's backend
-	env   *procEnv
-	logf  func(format string, args ...any)
-	wipe  []func() error // per server: empties a killed server's data (nil: it keeps none, or cannot)
+	t      testing.TB
+	parent *ParentRPC // the children's service (listen)
+	cfg    Config
+	tg     *Target
+	clk    *Clock
+	rec    *Recorder
+	srv    *chaos.Server
+	store  *memory.Store // the memory driver's backend
+	env    *procEnv
+	logf   func(format string, args ...any)
+	wipe   []func() error // per server: empties a killed server's data (nil: it keeps none, or cannot)
 	// oneStep: the driver takes sets in one step (driver.SetAcquirer;
 	// see oneStepSets).
 	oneStep bool
@@ -776,7 +777,8 @@ func (r *run) drainDrops() {
 // listen serves the children's reports.
 func (r *run) listen() error {
 	srv := rpc.NewServer()
-	if err := srv.RegisterName("Parent", &ParentRPC{r: r}); err != nil {
+	r.parent = &ParentRPC{r: r}
+	if err := srv.RegisterName("Parent", r.parent); err != nil {
 		return err
 	}
 	rs, err := chaos.ServeRPC(srv)
