@@ -18,7 +18,7 @@ func TestAudit40Mixed(t *testing.T) {
 	var lockers []*lock.Locker
 	for range 3 {
 		conn, timeout := rawConn(t, addrs, testSessionTimeout, nil)
-		d, lo := newDriver(conn, &Options{Root: testRoot, SessionTimeout: timeout}, nil)
+		d, lo := newDriver(conn, &Options{Root: testRoot, SessionTimeout: timeout}, nil, nil)
 		l := lock.New(d, lo)
 		t.Cleanup(func() { l.Close() })
 		lockers = append(lockers, l)

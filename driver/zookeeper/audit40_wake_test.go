@@ -15,7 +15,7 @@ import (
 // woken by its watches before any Check.
 func TestAudit40HandOverWakes(t *testing.T) {
 	conn, timeout := rawConn(t, testserver.SharedZooKeeper(t).Addrs(), testSessionTimeout, nil)
-	d, lo := newDriver(conn, &Options{Root: testRoot, SessionTimeout: timeout}, nil)
+	d, lo := newDriver(conn, &Options{Root: testRoot, SessionTimeout: timeout}, nil, nil)
 	l := lock.New(d, lo)
 	t.Cleanup(func() { l.Close() })
 	cases := append(queuetest.Table, queuetest.Random(1, 20, 30)...)

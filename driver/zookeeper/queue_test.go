@@ -14,7 +14,7 @@ import (
 // ZooKeeper, through the driver's calls on one connection.
 func TestQueueRule(t *testing.T) {
 	conn, timeout := rawConn(t, testserver.SharedZooKeeper(t).Addrs(), testSessionTimeout, nil)
-	d, lo := newDriver(conn, &Options{Root: testRoot, SessionTimeout: timeout}, nil)
+	d, lo := newDriver(conn, &Options{Root: testRoot, SessionTimeout: timeout}, nil, nil)
 	l := lock.New(d, lo)
 	t.Cleanup(func() { l.Close() })
 	cases := append(queuetest.Table, queuetest.Random(1, 20, 30)...)

@@ -103,7 +103,7 @@ type Options struct {
 // the first 3 s (of a 10 s session) after New waits for that. Dial and
 // lock.Open count the session's handshake, and do not wait.
 func New(conn *zk.Conn, o *Options) *lock.Locker {
-	d, lo := newDriver(conn, o, nil)
+	d, lo := newDriver(conn, o, nil, nil)
 	if d.optsErr == nil && d.timeout.get() <= 0 {
 		d.timeout.set(AssumedSessionTimeout)
 	}
@@ -195,8 +195,7 @@ func connect(bound context.Context, servers []string, o *Options) (*zkDriver, *l
 		return nil, nil, fmt.Errorf("zookeeper: resolving %s: %w", st.list, err)
 	}
 	st.conn, st.hosts, st.ended = conn, hosts.Len(), ended
-	d, lo := newDriver(conn, o, nt) // its option checks passed above, before any I/O
-	d.start = st
+	d, lo := newDriver(conn, o, nt, st) // its option checks passed above, before any I/O
 	st.mon.Store(d.mon)
 	d.calls.Add(1)
 	go st.run(d)
@@ -240,11 +239,13 @@ var (
 // newDriver makes the driver over conn. Dial passes the timeout its
 // connections negotiate (and owns conn); New passes nil: the timeout is
 // o.SessionTimeout.
-func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout) (*zkDriver, *lock.Options) {
+// start is Dial's gate to the first session (nil for New); it is set
+// before the monitor's goroutine starts, which reads it.
+func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout, start *starter) (*zkDriver, *lock.Options) {
 	if o == nil {
 		o = &Options{}
 	}
-	d := &zkDriver{conn: conn, root: o.Root, acl: o.ACL, timeout: negotiated, owned: negotiated != nil}
+	d := &zkDriver{conn: conn, root: o.Root, acl: o.ACL, timeout: negotiated, owned: negotiated != nil, start: start}
 	if conn == nil {
 		d.optsErr = errors.New("nil *zk.Conn")
 	}
