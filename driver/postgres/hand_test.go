@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	neturl "net/url"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestHandOverGrantsInRelease: a release hands the key to its first
@@ -20,8 +22,8 @@ func TestHandOverGrantsInRelease(t *testing.T) {
 	ctx := tctx(t, 60*time.Second)
 	h := newTestLocker(t, url, nil, &netCut{})
 	cut := &netCut{}
-	w := newTestLocker(t, url, nil, cut)
 	key := auditKey("hand-over")
+	w := newTestLocker(t, withAppName(t, url, key), nil, cut)
 	held, err := h.Lock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +32,11 @@ func TestHandOverGrantsInRelease(t *testing.T) {
 	defer cancel()
 	go w.Lock(wctx, key)
 	waitFor(t, "the waiter queued", 20*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 2 })
+	// Cut the waiter off at both ends: its sockets, and its server
+	// sessions, so that no step of its already on the wire runs after the
+	// release and confirms the grant.
 	cut.setDown(true)
+	terminateApp(t, raw, key)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -89,5 +95,34 @@ func TestHandOverConfirmSetsTTL(t *testing.T) {
 		" FROM dlock.keys WHERE key = $1 AND holder IS NOT NULL", key).Scan(&pending, &life)
 	if err != nil || pending || life > 500*time.Millisecond {
 		t.Fatalf("the confirmed grant: pending %v, expires in %v (%v); want confirmed, within its TTL of 500ms", pending, life, err)
+	}
+}
+
+// withAppName is url with application_name set to name, so that a test
+// can find the sessions of the Locker that dials it.
+func withAppName(t *testing.T, raw, name string) string {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// terminateApp ends the server sessions named name and waits until they
+// are gone: a statement that was sent before its client was cut off
+// would otherwise still run.
+func terminateApp(t *testing.T, raw *pgxpool.Pool, name string) {
+	t.Helper()
+	ctx := tctx(t, 30*time.Second)
+	if _, err := raw.Exec(ctx, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = $1", name); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("sessions of %s left after their termination: %d (%v)", name, left, err)
 	}
 }
