@@ -492,7 +492,8 @@ func (d *etcdDriver) requeue(ctx context.Context, c *conn, n names, l *driver.Le
 // step decides from st whether ws's entry is granted, and either writes
 // the grant (its token, and the counter, if the entry is still the one it
 // made, on its lease, and no grant came since the read), or watches the
-// entries whose departure may be its turn, from the revision after st.
+// entries whose departure may be its turn, from the revision after st
+// (rewatch).
 // The grant's lease is ws's (its validity what is left of it: place
 // may have taken a spare), or, when its TTL is not the grant's, one
 // taken by this call: a lease's expiry must count from within the call
@@ -578,8 +579,10 @@ func before(es []entry, rev int64) []entry {
 	return es[:i]
 }
 
-// rewatch replaces ws's watches with watches, from revision from, on the
-// entries whose departure may be its turn.
+// rewatch replaces ws's watches with watches on the entries whose
+// departure may be its turn, read at revision from-1: each entry's from
+// etcd's revision when it is made, checked by stillThere; the whole
+// queue's (over maxPermitWatches entries) from revision from.
 func (d *etcdDriver) rewatch(n names, ws *waitState, ahead []entry, l *driver.Lease, from int64) {
 	d.unwatch(ws)
 	wake := ws.wake
@@ -595,11 +598,50 @@ func (d *etcdDriver) rewatch(n names, ws *waitState, ahead []entry, l *driver.Le
 		ids = append(ids, d.w.add(n.queue, clientv3.GetPrefixRangeEnd(n.queue), from, fn))
 	}
 	for _, b := range blocking {
-		ids = append(ids, d.w.add(n.queue+b, "", from, fn))
+		ids = append(ids, d.w.addNow(n.queue+b, fn, d.stillThere(n.queue+b, createOf(ahead, b), from, fn)))
 	}
 	d.mu.Lock()
 	ws.watches = ids
 	d.mu.Unlock()
+}
+
+// stillThere is a waiter's check of a watch on key made from etcd's
+// revision at its creation (watcher.addNow), where its read, at
+// revision from-1, found key created at revision create: when the
+// watch starts after from, a deletion in between would not be sent, so
+// it reads key once more, and wakes the waiter (fn) unless key is there
+// with the same create revision: etcd's own word that it was not
+// deleted since the read (a name put again is created anew). A wake is
+// only a wake: the waiter's step reads, or compares, all it acts on.
+func (d *etcdDriver) stillThere(key string, create, from int64, fn func(bool)) func(context.Context, int64) {
+	return func(ctx context.Context, rev int64) {
+		if rev < from {
+			return // the watch covers every revision after the read
+		}
+		d.cmu.Lock()
+		c := d.conn
+		d.cmu.Unlock()
+		ctx, cancel := context.WithTimeout(ctx, stillThereTimeout)
+		defer cancel()
+		kvs, _, err := c.get(ctx, key)
+		if err != nil || len(kvs) == 0 || kvs[0].CreateRevision != create {
+			fn(false)
+		}
+	}
+}
+
+// stillThereTimeout bounds stillThere's read; a read that fails wakes
+// the waiter, whose step then reads.
+const stillThereTimeout = 5 * time.Second
+
+// createOf is the create revision of the entry named name in es.
+func createOf(es []entry, name string) int64 {
+	for _, e := range es {
+		if e.name == name {
+			return e.create
+		}
+	}
+	return 0
 }
 
 func (d *etcdDriver) unwatch(ws *waitState) {

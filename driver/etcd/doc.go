@@ -9,8 +9,10 @@
 // "c/" K. The grant rule reads the queue alone: an exclusive entry is
 // granted when first, a shared one when only shared entries are ahead, a
 // permit when only permits, fewer than its limit, are ahead. A waiter
-// watches only the entries whose departure may be its turn, from the
-// revision after the read that found them, so no departure is missed and
+// watches only the entries whose departure may be its turn, from etcd's
+// revision when the watch is made (a watch from an earlier one waits for
+// etcd's 100 ms sync loop), and reads each again when that is past the
+// read that found it, so no departure is missed and
 // a release wakes only the next waiter; the watch event only wakes it:
 // the grant is the waiter's own transaction, which writes its token and
 // the counter only if its entry is still the one it made, on its lease

@@ -15,10 +15,11 @@ import (
 // watcher multiplexes every watch of one Locker over one gRPC Watch
 // stream, read by one goroutine (none per lease): a holder's watch on its
 // own entry, which ends the lease when the entry is deleted, and a
-// waiter's watches on the entries ahead of it, which only wake it. Each
-// watch starts at the revision after the read that chose it, so no
-// deletion since that read is missed; only deletions are sent (the NOPUT
-// filter). The ids are the client's (WatchCreateRequest.watch_id, etcd
+// waiter's watches on the entries ahead of it, which only wake it. A
+// watch starts at the revision after the read that chose it (add), so no
+// deletion since that read is missed, or at etcd's current revision,
+// with a check of what it may have missed (addNow); only deletions are
+// sent (the NOPUT filter). The ids are the client's (WatchCreateRequest.watch_id, etcd
 // 3.4 and later).
 //
 // When the stream fails it is opened again and every watch is created
@@ -46,9 +47,14 @@ type watcher struct {
 // watch is one watched key or range.
 type watch struct {
 	key, end  string
-	rev       int64              // the next revision to watch from
+	rev       int64              // the next revision to watch from; 0: from when etcd creates it
 	fn        func(deleted bool) // called without w.mu; must not block
 	compacted func()             // nil, or called (on a goroutine of its own) when rev was compacted
+	// created, for a watch from when etcd creates it, is called (on a
+	// goroutine of its own, with the watcher's context) with the
+	// revision its creation reply names: the watch sends every
+	// deletion after it.
+	created func(ctx context.Context, rev int64)
 }
 
 func newWatcher(c *clientv3.Client, login *login) *watcher {
@@ -65,6 +71,23 @@ func (w *watcher) add(key, end string, rev int64, fn func(deleted bool)) int64 {
 // addCompacted is add, with compacted called when the watch's revision
 // was compacted (a deletion before the compaction may have been missed).
 func (w *watcher) addCompacted(key, end string, rev int64, fn func(deleted bool), compacted func()) int64 {
+	return w.addWatch(&watch{key: key, end: end, rev: rev, fn: fn, compacted: compacted})
+}
+
+// addNow watches deletions of key from when etcd creates the watch, and
+// calls created with the revision the creation reply names (deletions
+// after it are sent). etcd sends a watch made from an earlier revision
+// than its current one (one that must catch up from its history) only
+// when its sync loop comes round, every 100 ms: on a busy key, where
+// every waiter's read is behind by the time its watch is made, that
+// bounds each waiter to a grant per 100 ms. A watch from etcd's
+// current revision is sent each event as it is committed; created then
+// covers the revisions between the waiter's read and the watch.
+func (w *watcher) addNow(key string, fn func(deleted bool), created func(ctx context.Context, rev int64)) int64 {
+	return w.addWatch(&watch{key: key, fn: fn, created: created})
+}
+
+func (w *watcher) addWatch(wt *watch) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -72,7 +95,6 @@ func (w *watcher) addCompacted(key, end string, rev int64, fn func(deleted bool)
 	}
 	w.next++
 	id := w.next
-	wt := &watch{key: key, end: end, rev: rev, fn: fn, compacted: compacted}
 	w.ws[id] = wt
 	if !w.started {
 		w.started = true
@@ -226,6 +248,13 @@ func (w *watcher) recv(s pb.Watch_WatchClient) error {
 				go wt.compacted()
 			}
 			continue
+		}
+		if resp.Created && wt.rev == 0 && resp.Header != nil {
+			wt.rev = resp.Header.Revision + 1
+			if created := wt.created; created != nil {
+				wt.created = nil
+				go created(w.ctx, resp.Header.Revision)
+			}
 		}
 		deleted := false
 		for _, ev := range resp.Events {
