@@ -53,7 +53,8 @@ func (d *zkDriver) acquire(ctx context.Context, l *driver.Lease) error {
 // waiter queues again). Leave deletes the node. Round trips: 1 when the
 // key is free (the create's reply shows the node alone); else 1 to list
 // the queue, 1 to set the watch, and after the release the server's
-// notification and 1 more listing.
+// notification and 1 more listing (none when the last listing showed one
+// node before the waiter's: see waiter.turn).
 
 // waiter is l.Data while l waits, from Join to the grant or Leave.
 type waiter struct {
@@ -68,8 +69,15 @@ type waiter struct {
 	// that have not fired are kept for the next step (go-zookeeper cannot
 	// remove a watch, and setting it again costs a round trip).
 	watches map[string]<-chan zk.Event
-	stop    chan struct{} // closed by end: the watch's goroutine stops
-	ended   sync.Once
+	// sole is the path of the one lock node before the node at the last
+	// listing, when exactly one was (see verdict.sole); firedPath and
+	// event are the watch that fired and its event, written by await
+	// before it closes fired.
+	sole      string
+	firedPath string
+	event     zk.Event
+	stop      chan struct{} // closed by end: the watch's goroutine stops
+	ended     sync.Once
 }
 
 // Join implements driver.Queuer.
@@ -80,7 +88,7 @@ func (d *zkDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- struct
 	w := &waiter{kp: d.keyPath(l.Key), wake: wake, stop: make(chan struct{})}
 	l.Data = w
 	d.mon.waiting(1) // the monitor proves the session while l waits
-	return d.step(ctx, l, w)
+	return d.step(ctx, l, w, false)
 }
 
 // Check implements driver.Queuer. While the watch has not fired, the
@@ -91,15 +99,29 @@ func (d *zkDriver) Check(ctx context.Context, l *driver.Lease) error {
 	if !ok {
 		return fmt.Errorf("zookeeper: Check of %s without Join", l.Key)
 	}
+	turn := false
 	if w.fired != nil {
 		select {
 		case <-w.fired:
 			w.fired = nil
+			turn = w.turn()
 		default:
 			return &driver.HeldError{}
 		}
 	}
-	return d.step(ctx, l, w)
+	return d.step(ctx, l, w, turn)
+}
+
+// turn reports whether the watch that fired shows that w's node is first:
+// it was the deletion of the one lock node before it at the last listing.
+// Sequence numbers only grow, so no node can have come before it since,
+// and a listing would show it first: the step grants without one, as
+// zk.Lock's and Curator's waiters cannot (they list again). The node is
+// still there unless its session ended, which the step checks, or another
+// client deleted it, which a listing made after the notification would
+// not rule out either (the deletion may come right after it).
+func (w *waiter) turn() bool {
+	return w.sole != "" && w.firedPath == w.sole && w.event.Type == zk.EventNodeDeleted && w.event.Err == nil
 }
 
 // Leave implements driver.Queuer. It may run more than once (lock retries
@@ -135,7 +157,10 @@ func (d *zkDriver) end(w *waiter) {
 // A connection or session failure leaves the node in place and is
 // reported as a wait, with the next Check, which lists the queue again,
 // due soon.
-func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
+//
+// With turn set (see waiter.turn), the node is first: the step grants
+// without a listing, provided its session is still the node's.
+func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter, turn bool) error {
 	begin := time.Now() // lock counts the validity from a moment before
 	bg := context.WithoutCancel(ctx)
 	ride := func(err error) error {
@@ -149,6 +174,10 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			return err
 		}
 		var v verdict
+		if turn && w.n.path != "" && w.n.session != 0 && w.n.session == d.conn.SessionID() {
+			v = verdict{present: true, granted: true}
+		}
+		turn = false
 		if w.n.path == "" {
 			n, err := d.join(ctx, l, w.kp, true)
 			if err != nil {
@@ -164,6 +193,10 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter) error {
 			var err error
 			if v, err = d.inspect(bg, w.kp, &w.n); err != nil {
 				return ride(err)
+			}
+			w.sole = ""
+			if v.sole != "" {
+				w.sole = w.kp + "/" + v.sole
 			}
 		}
 		switch {
@@ -215,7 +248,17 @@ func (d *zkDriver) watchAll(ctx context.Context, w *waiter, names []string) (boo
 			kept[path] = ch
 			continue
 		}
-		todo = append(todo, pending{path, start(d, false, func() (watched, error) { return d.getW(path) })})
+		todo = append(todo, pending{path: path})
+	}
+	if len(todo) == 1 {
+		// One watch to set (an exclusive waiter's): in this goroutine.
+		r, err := run(d, false, func() (watched, error) { return d.getW(todo[0].path) })
+		todo[0].fu = &future[watched]{done: closedChan, v: r, err: err}
+	} else {
+		for i := range todo {
+			path := todo[i].path
+			todo[i].fu = start(d, false, func() (watched, error) { return d.getW(path) })
+		}
 	}
 	w.watches = kept // the fired ones are dropped; new ones join below
 	gone := false
@@ -237,14 +280,23 @@ func (d *zkDriver) watchAll(ctx context.Context, w *waiter, names []string) (boo
 	if gone || len(kept) == 0 {
 		return false, nil
 	}
+	paths := make([]string, 0, len(kept))
 	chs := make([]<-chan zk.Event, 0, len(kept))
-	for _, ch := range kept {
+	for path, ch := range kept {
+		paths = append(paths, path)
 		chs = append(chs, ch)
 	}
 	w.fired = make(chan struct{})
-	go w.await(chs, w.fired, d.mon.stop)
+	go w.await(paths, chs, w.fired, d.mon.stop)
 	return true, nil
 }
+
+// closedChan is the done channel of a future made already.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // firedAlready reports whether the watch ch has fired (go-zookeeper
 // closes a watch's channel once it delivered its event).
@@ -257,21 +309,38 @@ func firedAlready(ch <-chan zk.Event) bool {
 	}
 }
 
-// await waits for one of the watches chs (a blocker deleted or changed,
-// or the watches ended with the session or the connection: the next
-// listing tells) and wakes lock. go-zookeeper cannot remove a watch, but
-// its channels are buffered: when the wait ends first (or the driver
-// closes), the goroutine just stops.
-func (w *waiter) await(chs []<-chan zk.Event, fired, closed chan struct{}) {
-	cases := []reflect.SelectCase{
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.stop)},
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(closed)},
-	}
-	for _, ch := range chs {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-	}
-	if i, _, _ := reflect.Select(cases); i < 2 {
-		return
+// await waits for one of the watches chs (of the nodes paths: a blocker
+// deleted or changed, or the watches ended with the session or the
+// connection: the next step tells), records it in w.firedPath and
+// w.event, and wakes lock. go-zookeeper cannot remove a watch, but its
+// channels are buffered: when the wait ends first (or the driver closes),
+// the goroutine just stops.
+func (w *waiter) await(paths []string, chs []<-chan zk.Event, fired, closed chan struct{}) {
+	if len(chs) == 1 { // an exclusive waiter's: no reflection
+		select {
+		case <-w.stop:
+			return
+		case <-closed:
+			return
+		case ev := <-chs[0]:
+			w.firedPath, w.event = paths[0], ev
+		}
+	} else {
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.stop)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(closed)},
+		}
+		for _, ch := range chs {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		}
+		i, v, ok := reflect.Select(cases)
+		if i < 2 {
+			return
+		}
+		w.firedPath = paths[i-2]
+		if ok {
+			w.event, _ = v.Interface().(zk.Event)
+		}
 	}
 	close(fired)
 	select {

@@ -136,9 +136,13 @@
 //     new node is alone, so no listing is sent. Otherwise a listing (1
 //     round trip) and a watch on the blocker (1); when it goes, the server
 //     notifies the waiter, which lists the children again (1) and is
-//     granted. lock drives the wait (driver.Queuer): Join creates and
-//     lists, the watch's notification wakes lock, whose Check lists again;
-//     a Check before the notification sends nothing. Each step makes its
+//     granted. A waiter whose listing showed one node before its own
+//     lists no more: sequence numbers only grow, so once that node's
+//     deletion is notified the waiter is first, and it is granted at
+//     once (zk.Lock and Curator list again). lock drives the wait
+//     (driver.Queuer): Join creates and lists, the watch's notification
+//     wakes lock, whose Check lists again (or not, as above); a Check
+//     before the notification sends nothing. Each step makes its
 //     requests in a row, so on a busy machine a hot key's throughput is
 //     bounded by the hand-offs' latency (release, notification, listing,
 //     grant).

@@ -189,6 +189,11 @@ type verdict struct {
 	// from its own (conflictNode is that node); the attempt is refused.
 	conflict     int
 	conflictNode string
+	// sole: when not granted, the name of the one lock node before it,
+	// when exactly one is (empty otherwise). Sequence numbers only grow,
+	// so no node can come before it later: once sole is deleted, the
+	// node is first, and granted (see waiter.turn).
+	sole string
 }
 
 // rule is c as internal/queue sees it.
@@ -258,6 +263,9 @@ func judge(children []string, own string) verdict {
 	}
 	for _, j := range queue.Watch(q, len(before)) {
 		v.watch = append(v.watch, before[j].name)
+	}
+	if len(before) == 1 {
+		v.sole = before[0].name
 	}
 	return v
 }
