@@ -53,10 +53,14 @@
 // token, and wakes it on its Locker's inbox (one pub/sub connection per
 // Locker, or per Ring shard); a releaser that locks again at once goes to
 // the end of the queue. The message grants nothing (anyone allowed to
-// publish on the channels could send it): the waiter's next attempt finds
-// the key its own, extends it to the TTL and takes the token the release
-// recorded, in two round trips; a forged, replayed or stale message gets
-// it nothing while another client holds the key. A Lock that gives up
+// publish on the channels could send it): the waiter named reads, in one
+// round trip of reads (MULTI/EXEC), the key its own, its PTTL (the
+// validity: the release set the waiter's TTL) and the token the release
+// recorded; otherwise (a key with less than half the TTL left, a noted
+// lease, a wake-up naming no one) its next attempt finds the key its own,
+// extends it to the TTL and takes the token, in two round trips. A forged,
+// replayed or stale message gets it nothing while another client holds
+// the key. A Lock that gives up
 // after a join whose reply was lost leaves a tombstone that aborts that
 // join if it reaches the server later.
 //

@@ -59,9 +59,9 @@ func lockLater(ctx context.Context, l *lock.Locker, k string) <-chan granted {
 }
 
 // A release hands the key to the first waiter in its own transaction, and
-// its message only wakes the waiter: the waiter's one attempt (two round
-// trips) finds the key its own and takes the grant, between the release
-// and its Lock returning. The release takes three round trips when it must
+// its message only wakes the waiter: the waiter's claim (one round trip,
+// see claim) reads the key its own and takes the grant, between the
+// release and its Lock returning. The release takes three round trips when it must
 // look up the first waiter's entry, and two when it was itself granted
 // through the queue and the waiter behind it is still first (its own
 // attempt read it). The check has teeth both ways: a waiter that took the
@@ -95,7 +95,7 @@ func TestHandOverRoundTrips(t *testing.T) {
 			t.Fatal(r1.err)
 		}
 		release, w1Trips := holderRec.take(), w1Rec.take()
-		attempt := []string{"watch get get time lrange get", "multi pexpire lrem lrem del exec"}
+		attempt := []string{"multi get pttl get lrange exec"}
 		// A heartbeat of lock may fall between the release and the grant:
 		// retry a few times before calling it a failure.
 		if !slices.Equal(w1Trips, attempt) && try < 3 {
@@ -143,6 +143,9 @@ func TestHandOverRoundTrips(t *testing.T) {
 		}
 		if s := stats(t, holder); s.HandOvers != uint64(try) {
 			t.Errorf("holder's Stats.HandOvers = %d after %d hand-overs", s.HandOvers, try)
+		}
+		if c1, c2 := stats(t, w1).Claims, stats(t, w2).Claims; c1 == 0 || c2 != 1 {
+			t.Errorf("Stats.Claims = %d and %d after the waiters' claims", c1, c2)
 		}
 		return
 	}

@@ -37,9 +37,10 @@ import (
 // other attempt is refused (see acquire). A release hands the key to the
 // first waiter in its transaction (see release) and names it on its
 // Locker's inbox. The message only wakes the waiter: anyone allowed to
-// publish on the channel could send it, so it grants nothing. The waiter's
-// attempt finds the key its own, extends it to the TTL and takes the token
-// from the grant record (see acquire). No transaction watches the queue, so
+// publish on the channel could send it, so it grants nothing. The waiter
+// named reads the key its own and takes the token from the grant record
+// (see claim), or its attempt finds the key its own, extends it to the TTL
+// and takes the token (see acquire). No transaction watches the queue, so
 // joining and leaving never abort a grant or a release: what must not
 // change under a grant is watched instead (the lock key, and the entry of
 // the waiter it goes to or of a dead waiter whose place it takes).
@@ -139,11 +140,26 @@ func (d *watchDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 // the end). That finds a release whose message was lost, a release by a
 // client that names no one (redisnx, redsync, redislock), and a dead
 // waiter in first place (the key stays free), whose place the attempt
-// takes. A message never grants: the attempt reads the grant.
+// takes. A message never grants: the attempt reads the grant. After a
+// message that named the waiter, the attempt is a claim first (one round
+// trip of reads, see claim), and the full attempt only if that finds no
+// grant.
 func (d *watchDriver) Check(ctx context.Context, l *driver.Lease) error {
 	s := l.Data.(*waiting)
 	lk := d.LockKey(l.Key)
+	named := s.w.Named() // before News: a message sets named, then news
 	try := s.w.News() || (!s.hintAt.IsZero() && !time.Now().Before(s.hintAt))
+	if try && named && l.Mode == driver.Exclusive && l.Note == "" && !l.Reentry {
+		// A release named this waiter: it likely handed it the key.
+		ok, err := d.claim(ctx, l)
+		if err != nil {
+			return redisx.WithCtx(ctx, err)
+		}
+		if ok {
+			s.stop()
+			return nil
+		}
+	}
 	for {
 		if try {
 			_, err := d.acquire(ctx, l, queued, s.w.Inbox(), "")

@@ -22,6 +22,10 @@ type Stats struct {
 	// HandOvers counts releases that handed the key to the first waiter in
 	// line (not rare: on a busy key, nearly every release).
 	HandOvers uint64
+	// Claims counts hand-overs a waiter took in one round trip, reading
+	// its grant without a transaction of writes (woken by the release's
+	// message; the others take two).
+	Claims uint64
 	// ReleaseAborts and RefreshAborts count aborted release and refresh
 	// transactions; each is retried, up to MaxAttempts per call.
 	ReleaseAborts, RefreshAborts uint64
@@ -38,13 +42,14 @@ type Stats struct {
 }
 
 type counters struct {
-	grantAborts, handOvers, releaseAborts, refreshAborts, gaveUp, batchFallbacks atomic.Uint64
+	grantAborts, handOvers, claims, releaseAborts, refreshAborts, gaveUp, batchFallbacks atomic.Uint64
 }
 
 func (c *counters) snapshot(n *redisx.Notifier) Stats {
 	return Stats{
 		GrantAborts:    c.grantAborts.Load(),
 		HandOvers:      c.handOvers.Load(),
+		Claims:         c.claims.Load(),
 		ReleaseAborts:  c.releaseAborts.Load(),
 		RefreshAborts:  c.refreshAborts.Load(),
 		GaveUp:         c.gaveUp.Load(),

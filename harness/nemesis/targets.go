@@ -344,8 +344,8 @@ func (o *ownClient) Close() error {
 // (transactions) and the Redis controls (plain commands). A queued
 // waiter's step is a "wait": redisnx's wait.lua (it names the waiter's
 // inbox), rediswatch's transactions on the queue that release no lock
-// ("wait-grant" those that take the lock key: set it, or extend the key a
-// release handed over).
+// ("wait-grant" those that take the lock key: set it, extend the key a
+// release handed over, or read it with the grant record, a claim).
 func classifyRESP(r chaos.Request) string {
 	switch r.Cmd {
 	case "EVALSHA", "EVAL":
@@ -374,7 +374,7 @@ func classifyRESP(r chaos.Request) string {
 	case "EXEC":
 		// A lock key is P{K}: it ends with the hash tag's brace.
 		lockKey := func(k string) bool { return strings.HasSuffix(k, "}") }
-		var del, delLock, queue, set, setLock, pexpire, pexpireLock bool
+		var del, delLock, queue, set, setLock, pexpire, pexpireLock, record bool
 		for _, q := range r.Queued {
 			switch q.Cmd {
 			case "DEL":
@@ -386,15 +386,19 @@ func classifyRESP(r chaos.Request) string {
 			case "PEXPIRE":
 				pexpire = true
 				pexpireLock = pexpireLock || len(q.Args) > 0 && lockKey(q.Args[0])
+			case "GET":
+				record = record || len(q.Args) > 0 && strings.Contains(q.Args[0], "}:wg:")
 			}
 			queue = queue || len(q.Args) > 0 && strings.HasSuffix(q.Args[0], ":wq")
 		}
 		switch {
 		case delLock:
 			return "release"
-		case queue && (setLock || pexpireLock):
+		case queue && (setLock || pexpireLock || record):
 			// The waiter takes the key: free (SET), or handed to it by a
-			// release (PEXPIRE to its TTL, then out of the queue).
+			// release (PEXPIRE to its TTL, then out of the queue; or a
+			// claim's reads of the key and its grant record, whose reply
+			// is the grant).
 			return "wait-grant"
 		case queue:
 			return "wait"

@@ -117,6 +117,7 @@ type Waiter struct {
 	owner string
 	wake  chan<- struct{}
 	news  atomic.Bool
+	named atomic.Bool            // a message named owner since Named last ran
 	woken atomic.Pointer[func()] // OnWake's f
 }
 
@@ -150,6 +151,12 @@ func (w *Waiter) Ready() bool { return w.h.confirmed(w.ch) && w.h.confirmed(w.h.
 // News reports whether w was woken since the last call.
 func (w *Waiter) News() bool { return w.news.Swap(false) }
 
+// Named reports whether a message named w's owner since the last call: a
+// hint that a release handed it the key (forgeable, as every message: the
+// waiter still reads its grant on the server, and a forged one costs it a
+// read).
+func (w *Waiter) Named() bool { return w.named.Swap(false) }
+
 // Stop unregisters w; it is woken no more.
 func (w *Waiter) Stop() {
 	w.h.remove(func(c *channel) {
@@ -157,6 +164,12 @@ func (w *Waiter) Stop() {
 			delete(c.queued, w.owner)
 		}
 	}, w.ch, w.h.inbox)
+}
+
+// signalNamed is signal for a message that named w's owner.
+func (w *Waiter) signalNamed() {
+	w.named.Store(true)
+	w.signal()
 }
 
 func (w *Waiter) signal() {
@@ -328,7 +341,7 @@ func (c *channel) wakeLocked(owner string) {
 	}
 	if owner != "" {
 		if w := c.queued[owner]; w != nil {
-			w.signal()
+			w.signalNamed()
 		}
 		return
 	}
@@ -504,7 +517,7 @@ func (h *hub) message(gen uint64, ch, payload string) {
 		c.wakeLocked(owner)
 	default:
 		if w := c.queued[owner]; w != nil {
-			w.signal()
+			w.signalNamed()
 		}
 	}
 }
