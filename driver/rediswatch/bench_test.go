@@ -33,7 +33,8 @@ import (
 // weigh on both alike. AcquireRelease is LockUnlock without package lock:
 // the driver's transactions alone. Handoff (from the holder's Unlock
 // returning to the waiter's Lock returning: the release message plus a
-// two-round-trip grant) is reported against one PING before each.
+// two-round-trip grant; for a queued waiter, HandoffQueued, the message
+// plus a one-round-trip claim) is reported against one PING before each.
 
 func benchClient(b *testing.B, topology string) redis.UniversalClient {
 	var r redis.UniversalClient
