@@ -262,3 +262,70 @@ func newPingingLocker(t *testing.T, c redis.UniversalClient, every time.Duration
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// An uncontended release publishes nothing on the key's channel while no
+// one listens (a bare subscriber, which wrote no listener mark, hears
+// nothing), and a waiter that retries (it subscribes and marks the key,
+// redisx.Core.Subscribe) is woken by the same release at once.
+func TestReleasePublishesToListeners(t *testing.T) {
+	admin := sharedClient(t, nil)
+	l := newTestLocker(t, sharedClient(t, nil), nil)
+	waiter := newTestLocker(t, sharedClient(t, nil), nil)
+	ctx := tctx(t, 30*time.Second)
+	key := testKey(t)
+	lk := lockKey(DefaultPrefix, key)
+	bare := admin.Subscribe(ctx, lk+channelSuffix)
+	defer bare.Close()
+	if _, err := bare.Receive(ctx); err != nil { // the confirmation
+		t.Fatal(err)
+	}
+	msgs := bare.Channel()
+
+	lease, err := l.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("the release published %q with no listener mark", m.Payload)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	lease, err = l.TryLock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := waiter.Lock(ctx, key, lock.WithRetry(lock.LinearBackoff(time.Minute)))
+		if err == nil {
+			err = w.Unlock(ctx)
+		}
+		got <- err
+	}()
+	if !eventually(5*time.Second, func() bool { return admin.Exists(ctx, lk+redisx.ListenSuffix).Val() == 1 }) {
+		t.Fatal("the waiter wrote no listener mark")
+	}
+	time.Sleep(50 * time.Millisecond) // its attempt after the mark
+	released := time.Now()
+	if err := lease.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the release did not wake the waiter")
+	}
+	t.Logf("waiter woken %v after the release", time.Since(released))
+	select {
+	case <-msgs:
+	case <-time.After(time.Second):
+		t.Fatal("the release heard by the waiter was not published")
+	}
+}

@@ -2,8 +2,8 @@
 -- shared grant (ARGV[3] "s") or its permit (ARGV[3] "pN"), and hand the
 -- key to the first live waiters of its queue when it is free (or the
 -- freed permit to the permit waiters first in line), or announce the
--- release on the key's channel when none is queued (a wake-up naming no one,
--- "": see Wake in internal/redisx/notify.go).
+-- release on the key's channel when none is queued and someone may listen
+-- (a wake-up naming no one, "": see Wake in internal/redisx/notify.go).
 --
 -- KEYS[1] lock key, the only key sent; the script makes the others from
 -- it where it needs them (scripts.go puts in the suffixes, internal/redisx's)
@@ -23,11 +23,14 @@
 local lk = KEYS[1]
 local cur = redis.call('GET', lk)
 -- The common case first: an exclusive grant of acquire.lua (no tombstone
--- to leave, no queue entry to delete) released with no one queued. It
--- makes only the names it uses.
-if cur == ARGV[1] and ARGV[3] == 'x' and not ARGV[4] and ARGV[2] ~= '1' and redis.call('EXISTS', lk .. '{{queue}}') == 0 then
+-- to leave, no queue entry to delete) released with no one waiting: no
+-- waiter queued here or in rediswatch's queue, and no listener mark
+-- (internal/redisx's Core.Subscribe: a waiter that retries, or an
+-- Observe, of either driver, subscribed to the key's channel). Nobody
+-- hears the release, so it publishes nothing. It makes only the names it
+-- uses. Otherwise the general path below publishes it.
+if cur == ARGV[1] and ARGV[3] == 'x' and not ARGV[4] and ARGV[2] ~= '1' and redis.call('EXISTS', lk .. '{{queue}}', lk .. '{{watchqueue}}', lk .. '{{listen}}') == 0 then
   redis.call('DEL', lk)
-  redis.call('PUBLISH', lk .. '{{channel}}', '')
   return 1
 end
 local channel = lk .. '{{channel}}'

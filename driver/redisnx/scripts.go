@@ -54,6 +54,8 @@ var suffixes = strings.NewReplacer(
 	"{{entries}}", entriesSuffix,
 	"{{readers}}", readersSuffix,
 	"{{channel}}", channelSuffix,
+	"{{watchqueue}}", redisx.WatchQueueSuffix,
+	"{{listen}}", redisx.ListenSuffix,
 )
 
 // compose puts the two parts of prelude.lua into script, in place of its

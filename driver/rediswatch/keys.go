@@ -14,7 +14,7 @@ const (
 	channelSuffix = redisx.ChannelSuffix
 	voidInfix     = redisx.VoidInfix
 	readersSuffix = redisx.ReadersSuffix
-	queueSuffix   = ":wq"
+	queueSuffix   = redisx.WatchQueueSuffix
 	entryInfix    = ":we:"
 	grantInfix    = ":wg:"
 )

@@ -30,8 +30,9 @@ func (n *nemesis) delayKinds(add func(name string, w int, inject func() bool)) {
 		add("delay-pubsub", 3, n.delayPubSub)
 		add("handover-late", 5, n.handoverLate)
 	}
-	n.blpopKinds(add) // faults_blpop.go
-	n.aclKinds(add)   // faults_acl.go
+	n.blpopKinds(add)  // faults_blpop.go
+	n.aclKinds(add)    // faults_acl.go
+	n.listenKinds(add) // faults_listen.go
 	if n.r.tg.Backend == chaos.EtcdBackend {
 		add("keepalive-held", 2, n.keepAliveHeld)
 	}

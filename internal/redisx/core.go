@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -120,9 +121,59 @@ func (c *Core) Validate(l *driver.Lease) error {
 	return nil
 }
 
-// Subscribe implements driver.Notifier.
+// Subscribe implements driver.Notifier. Once subscribed, it writes the
+// key's listener mark, P{K}:l (names.go), and renews it every
+// ListenLife/3 until the returned cancel: redisnx's uncontended release
+// publishes on P{K}:rel only while a mark or a queue exists. The mark is
+// written before Subscribe returns, so that every release after the
+// caller's next attempt (lock attempts once more at once) publishes. A
+// mark the server refuses costs only promptness: the waiter then polls.
 func (c *Core) Subscribe(ctx context.Context, key string) (<-chan struct{}, func(), error) {
-	return c.Notify.Subscribe(ctx, c.LockKey(key))
+	lk := c.LockKey(key)
+	w, unsub, err := c.Notify.Subscribe(ctx, lk)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := c.listen(ctx, lk+ListenSuffix)
+	if err := ctx.Err(); err != nil {
+		stop()
+		unsub()
+		return nil, nil, err
+	}
+	return w, func() { stop(); unsub() }, nil
+}
+
+// ListenLife is how long a listener mark lasts after its last write.
+const ListenLife = time.Minute
+
+// listen writes the listener mark, and again every ListenLife/3 until the
+// returned stop.
+func (c *Core) listen(ctx context.Context, mark string) (stop func()) {
+	write := func(ctx context.Context) {
+		_ = c.Lanes.Do(ctx, func(rc redis.UniversalClient) error {
+			return rc.Set(ctx, mark, "1", ListenLife).Err()
+		})
+	}
+	write(ctx)
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	t = time.AfterFunc(ListenLife/3, func() {
+		ctx, cancel := context.WithTimeout(c.Notify.ctx, ListenLife/3)
+		write(ctx)
+		cancel()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(ListenLife / 3)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // As sets a *redis.UniversalClient target to the client, and a

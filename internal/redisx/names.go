@@ -54,6 +54,13 @@ func NilClient(client redis.UniversalClient) bool {
 //	                   of owners that hold nothing are ignored. Each
 //	                   driver describes where it writes it
 //	P{K}:void:OWNER    a tombstone, after a grant whose reply was lost
+//	P{K}:l             a listener mark, "1" with a PX of ListenLife: a
+//	                   Locker's waiter or observer subscribed to P{K}:rel
+//	                   (Core.Subscribe writes it, and renews it while
+//	                   subscribed); redisnx's uncontended release publishes
+//	                   on P{K}:rel only while it, P{K}:q or P{K}:wq exists
+//	P{K}:wq            rediswatch's queue (the other queue names are each
+//	                   driver's own)
 //	Pinbox:ID          a Locker's inbox channel (ID: 32 hex digits)
 //
 // Each driver adds the names of its own queue. The braces make K the Redis
@@ -72,7 +79,11 @@ const (
 	HoldsSuffix   = ":h"
 	NotesSuffix   = ":n"
 	VoidInfix     = ":void:"
-	InboxInfix    = "inbox:"
+	ListenSuffix  = ":l"
+	// WatchQueueSuffix names rediswatch's queue, which redisnx's release
+	// also looks for (a waiter there hears releases on P{K}:rel).
+	WatchQueueSuffix = ":wq"
+	InboxInfix       = "inbox:"
 )
 
 // Readers is the value of a lock key while readers hold shares (never an

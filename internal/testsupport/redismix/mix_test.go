@@ -173,6 +173,44 @@ func TestQueuedWaiterWokenByWatchRelease(t *testing.T) {
 	}
 }
 
+// A rediswatch waiter queued (in P{K}:wq) on a key held by a redisnx
+// grant is woken by its release: redisnx's uncontended release publishes
+// on the key's channel while rediswatch's queue exists, though no listener
+// mark or queue of its own does.
+func TestQueuedWatchWaiterWokenByNxRelease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nx, watch := lockers(t)
+	const k = "redismix/queued-watch"
+	for i := range 3 {
+		held, err := nx.TryLock(ctx, k)
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		got := make(chan *lock.Lease, 1)
+		go func() {
+			l, err := watch.Lock(ctx, k) // no retry strategy: queued
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- l
+		}()
+		time.Sleep(200 * time.Millisecond) // queued, past its first renewal's reach
+		released := time.Now()
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		l := <-got
+		if l == nil {
+			t.FailNow()
+		}
+		if d := time.Since(released); d > 500*time.Millisecond {
+			t.Errorf("round %d: queued rediswatch waiter granted %v after a redisnx release; want it woken by the release, well before its renewal (1s)", i, d)
+		}
+		l.Unlock(ctx)
+	}
+}
+
 // Readers of both drivers share a key; a writer of either driver, and a
 // plain SET NX lock (redsync's, redislock's), are kept out while any of
 // them holds a share, and a writer waiting on either driver gets the key
