@@ -464,7 +464,7 @@ func (s *cslot) closeCurrent() error {
 	if in == nil {
 		return nil
 	}
-	return in.closeAndCheck(s.env.clk, s.env.sink, s.env.proc, s.env.tg.ReleaseTimeout)
+	return in.closeAndCheck(s.env)
 }
 
 // ChildRPC is a child's service for its parent.

@@ -26,7 +26,8 @@
 // held, ended before it or after, contexts that time out or are cancelled
 // at random moments (some Lock calls wait 6s, long enough to give a late
 // grant up and wait again), and Lockers closed under load (some while
-// partitioned) and replaced.
+// partitioned) and replaced, each then asked for a key of its own
+// (TryLock of closed/NAME), which it must refuse.
 //
 // Where the driver resumes leases (Target.Resume), a held lease's grant
 // is also worked on through another Locker of the process (resume_ops.go):

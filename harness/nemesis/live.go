@@ -1,6 +1,7 @@
 package nemesis
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -317,9 +318,11 @@ func (in *lockerInst) isClosing() bool {
 }
 
 // closeAndCheck closes the Locker under load, checks that Close returned
-// within its bound (bound plus slack) and that every lease granted through
-// it ended by then, and returns Close's error.
-func (in *lockerInst) closeAndCheck(clk *Clock, s sink, proc string, bound time.Duration) error {
+// within its bound (the target's ReleaseTimeout, plus slack) and that
+// every lease granted through it ended by then, then that it grants
+// nothing more (tryClosed), and returns Close's error.
+func (in *lockerInst) closeAndCheck(env *procEnv) error {
+	clk, s, proc, bound := env.clk, env.sink, env.proc, env.tg.ReleaseTimeout
 	in.mu.Lock()
 	in.closing = true
 	in.mu.Unlock()
@@ -339,13 +342,39 @@ func (in *lockerInst) closeAndCheck(clk *Clock, s sink, proc string, bound time.
 	}
 	for _, l := range leases {
 		if !closed(l.lease.Done()) {
-
 			s.Violate(Violation{Kind: "closed-open", Check: "close", At: end, From: start, Key: l.key, Proc: proc, Lease: l.id,
 				Text: fmt.Sprintf("key %q: lease %s (token %d) of %s: Done still open after Close returned (Err %v)", l.key, l.id, l.token, in.name, l.lease.Err())})
 		}
 	}
+	in.tryClosed(env)
 	if err != nil && errors.Is(err, lock.ErrClosed) {
 		err = nil
 	}
 	return err
+}
+
+// tryClosed makes a TryLock through the Locker, whose Close returned, of
+// a key of its own that nobody else takes (a Locker that goes on granting
+// finds it free): it must be refused. A lease it returns is reported
+// (register: closed-open, after-close) and unlocked. The workers' calls
+// under way when Close returned show the same only when they happen to
+// be at the right step and find their key free; this call, after every
+// Close (churn, a side Locker's, the end of the run), always does.
+func (in *lockerInst) tryClosed(env *procEnv) {
+	key := "closed/" + in.name
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	asked := env.clk.Now()
+	lease, err := in.lk.TryLock(ctx, key)
+	env.sink.Ops(1)
+	env.sink.Stat("trylock-closed", 1)
+	if err != nil {
+		return
+	}
+	w := &worker{name: "tryClosed", env: env} // granted needs no more of a worker
+	if l := w.granted(in, lease, "trylock", key, exclusive, env.tg.TTL, true, asked); l != nil {
+		l.markUnlocking(env.clk, env.sink, "unlock")
+		lease.Unlock(ctx)
+		l.observe(env.clk, env.sink)
+	}
 }

@@ -157,7 +157,7 @@ func (w *worker) race(in *lockerInst, l *liveLease, keepAlive bool) bool {
 	}()
 	go func() { defer wg.Done(); w.raceLock(side, lk) }()
 	waitPrecisely(closeAfter)
-	side.closeAndCheck(clk, s, w.env.proc, w.env.tg.ReleaseTimeout)
+	side.closeAndCheck(w.env)
 	wg.Wait()
 	switch {
 	case resumed: // Close came after the Resume returned: aim there
@@ -310,7 +310,7 @@ func (w *worker) sideLocker() *lockerInst {
 // closeSide closes the worker's side Locker, if it opened one.
 func (w *worker) closeSide() {
 	if w.side != nil {
-		w.side.closeAndCheck(w.env.clk, w.env.sink, w.env.proc, w.env.tg.ReleaseTimeout)
+		w.side.closeAndCheck(w.env)
 		w.side = nil
 	}
 }

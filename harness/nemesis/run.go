@@ -652,7 +652,7 @@ func (s *pslot) closeCurrent() {
 	if in == nil {
 		return
 	}
-	in.closeAndCheck(s.r.clk, s.r.rec, parentProc, s.r.tg.ReleaseTimeout)
+	in.closeAndCheck(s.r.env)
 	s.remove(in)
 }
 
@@ -670,7 +670,7 @@ func (s *pslot) churn(partition bool) {
 			p.Partition()
 		}
 	}
-	in.closeAndCheck(s.r.clk, s.r.rec, parentProc, s.r.tg.ReleaseTimeout)
+	in.closeAndCheck(s.r.env)
 	if partition {
 		healProxies(s.proxies)
 	}

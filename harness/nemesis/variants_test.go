@@ -342,7 +342,10 @@ var variants = []variant{
 // lockAfterClose opens the lock-after-close variant's Lockers: a TryLock
 // (which first waits 100ms, so that some are under way when Close
 // returns) refused for a closed Locker takes the key through a spare one,
-// whose unrenewed leases expire by themselves.
+// whose unrenewed leases expire by themselves. The workers' TryLocks
+// show it only when one is under way at Close and finds its key free;
+// the TryLock of a key of its own after every Close (tryClosed) always
+// does.
 func lockAfterClose(store *memory.Store, o lock.Options) Locker {
 	inner := memory.New(store, &o)
 	spare := memory.New(store, &o)
