@@ -159,7 +159,8 @@ func doUnlockLate(ctx context.Context, l Locker, key string, fn func(ctx context
 
 // doKeepCtx is lock.Do whose fn context does not end with the lease
 // (only when Do returns); its leases are short and not renewed, so that
-// they end while fn runs.
+// they end while fn runs (a random Do's seldom do: each process's first
+// Do, whose fn outlives its lease, always does).
 func doKeepCtx(ctx context.Context, l Locker, key string, fn func(ctx context.Context) error, opts ...lock.Option) error {
 	opts = append(opts, lock.WithTTL(150*time.Millisecond), lock.WithDisableAutoRenew(true))
 	lease, err := l.Lock(ctx, key, opts...)

@@ -12,7 +12,8 @@
 // shared leases, Acquire and TryAcquire of a semaphore's permits where it
 // supports permits (found by Locker.Supports, so a driver that gains
 // permits is checked with them), lock.Do (whose fn panics one time in
-// five), holds of random length that write to a fenced resource, Refresh
+// five; each process's first Do holds its short, unrenewed lease three
+// times its TTL, then panics), holds of random length that write to a fenced resource, Refresh
 // with longer and shorter TTLs (some with their reply lost on purpose),
 // Unlock, sets of 2 or 3 keys in random order (LockMany and
 // TryLockMany: multi.go), of hot keys, or of the set keys (set/N, a pool

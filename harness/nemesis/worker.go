@@ -54,6 +54,10 @@ type procEnv struct {
 	seq     atomic.Int64
 	stop    chan struct{}
 	owed    *owed // the test process's debts (see owed.go); nil in a child
+	// outlive is the process's Do that outlives its lease (see do): 0
+	// until a worker takes it on, 1 while one runs it, 2 once one had
+	// its lease.
+	outlive atomic.Int32
 }
 
 // detached is a lease a worker detached, for another worker (of another
@@ -187,6 +191,16 @@ func (w *worker) step() {
 		w.sleep(20 * time.Millisecond)
 		return
 	}
+	if w.env.outlive.CompareAndSwap(0, 1) {
+		got := w.do(in, pick(w.rng, w.env.keys), true)
+		if got {
+			w.env.outlive.Store(2)
+		} else {
+			w.env.outlive.Store(0) // another worker tries again
+			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
+		}
+		return
+	}
 	if w.chance(0.5) {
 		if d, ok := w.env.handles.take(time.Now()); ok {
 			if !w.resume(in, d) {
@@ -229,7 +243,7 @@ func (w *worker) step() {
 	var got bool
 	switch {
 	case n < 7:
-		got = w.do(in, key)
+		got = w.do(in, key, false)
 	case rw && n < 12:
 		got = w.acquire(in, "rlock", key)
 	case rw && n < 30:
@@ -858,13 +872,33 @@ func (d *doLocker) Lock(ctx context.Context, key string, opts ...lock.Option) (*
 // do runs lock.Do with an fn that holds and writes for a while, and
 // panics one time in five (recovered here): either way the lease must be
 // ended when Do returns or panics. It reports whether Do got the lease.
-func (w *worker) do(in *lockerInst, key string) bool {
+//
+// With outlive, fn outlives its lease by a wide margin: the shortest TTL,
+// not renewed (neither automatically nor by fn), held for three times
+// that, the call's context long enough and never cancelled: fn must see
+// its context end with the lease (checkCtxEnds), then it panics. Each
+// process makes one such Do early in the run (procEnv.outlive):
+// otherwise only the rare random Do whose lease ends under fn (a long
+// hold of a short lease, a late refresh, a fault) shows the first, and
+// a short run can end without a Do that panics.
+func (w *worker) do(in *lockerInst, key string, outlive bool) bool {
 	clk, s := w.env.clk, w.env.sink
 	ttl, renew, opts := w.lockOpts()
+	keepAlive := !renew
+	if outlive {
+		ttl, renew, keepAlive = slices.Min(w.env.tg.LockTTLs), false, false
+		opts = []lock.Option{lock.WithTTL(ttl), lock.WithDisableAutoRenew(true)}
+	}
 	dl := &doLocker{Locker: in.lk, w: w, in: in, key: key, ttl: ttl, renew: renew}
-	panics := w.chance(0.2)
+	panics := w.chance(0.2) || outlive
 	holdFor := w.holdTime(ttl)
-	c := w.newCallCtx(doTimeouts, 0.1)
+	timeouts, pCancel := doTimeouts, 0.1
+	if outlive {
+		holdFor = 3 * ttl
+		timeouts, pCancel = ms(slices.Max(doTimeouts)+2*holdFor), 0
+		s.Stat("do-outlive", 1)
+	}
+	c := w.newCallCtx(timeouts, pCancel)
 	fnEnd := Never
 	panicked := false
 	start := clk.Now()
@@ -878,7 +912,12 @@ func (w *worker) do(in *lockerInst, key string) bool {
 			if l == nil {
 				return errors.New("lock.Do ran fn without the lease Lock returned") // DOA: ended already
 			}
-			w.holdLoop(in, l, holdFor, nil, !renew, fctx)
+			w.holdLoop(in, l, holdFor, nil, keepAlive, fctx)
+			if fctx.Err() == nil && !closed(l.lease.Done()) && !time.Now().Before(l.lease.Deadline()) {
+				// holdLoop saw the deadline pass before Done closed: that
+				// comes within DoneSlack (done-late reports it otherwise).
+				waitClosed(l.lease.Done(), time.Until(l.lease.Deadline())+DoneSlack)
+			}
 			l.markUnlocking(clk, s, "do: fn returns")
 			if closed(l.lease.Done()) {
 				w.checkCtxEnds(l, fctx)
@@ -915,6 +954,16 @@ func (w *worker) do(in *lockerInst, key string) bool {
 		l.observe(clk, s)
 	}
 	return dl.leased != nil
+}
+
+// waitClosed waits up to d for c to close.
+func waitClosed(c <-chan struct{}, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c:
+	case <-t.C:
+	}
 }
 
 // checkCtxEnds: once the lease ended, Do's fn context must end soon.
