@@ -20,7 +20,8 @@
 // of 4 keys the sets take half of the time, and single-key operations
 // now and then: a set of hot keys is rarely free in one step), leases
 // left to expire, leases and permits detached
-// (Lease.Detach) and resumed from their handle through another Locker of
+// (Lease.Detach: each process's first lease held to its end that writes,
+// then one in eight exclusive leases or permits) and resumed from their handle through another Locker of
 // the process (Locker.Resume), most soon, some after the grant expired
 // (Resume must then refuse), named owners (lock.WithOwner, the worker's
 // name) where the driver keeps holds, with re-entries while a hold is
@@ -47,7 +48,8 @@
 // its own), whose term the winner leads as a holder does (writing to the
 // fenced resource with the term's token) and then resigns, or, unrenewed,
 // dies, leaving the term to expire; and, where the Locker stores notes
-// (lock.Notes), an Observe of the election for up to 800 ms.
+// (lock.Notes), an Observe of the election for up to 800 ms (each
+// process's first, 800 ms long, made again until it is shown a leader).
 //
 // Permits are taken on the same hot keys as the locks, so that their
 // exclusion of exclusive and shared leases is checked too: each key is a

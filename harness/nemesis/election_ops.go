@@ -27,7 +27,7 @@ func isTerm(l *LeaseRec) bool {
 func (w *worker) electionStep(in *lockerInst) bool {
 	switch n := w.rng.IntN(10); {
 	case n < 2 && in.lk.Supports(lock.Notes) == nil:
-		w.observeElection(in)
+		w.observeElection(in, between(w.rng, 100*time.Millisecond, 800*time.Millisecond))
 		return true
 	case n < 7:
 		return w.campaign(in, "campaign")
@@ -94,26 +94,27 @@ func (w *worker) lead(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 	}
 }
 
-// observeElection follows the election's leaders for a while
+// observeElection follows the election's leaders for d
 // (Election.Observe): the terms it is shown must increase (a zero Leader,
 // no leader, may come between), each with its leader's announcement, and
-// the channel must close by the end of its context.
-func (w *worker) observeElection(in *lockerInst) {
+// the channel must close by the end of its context. It reports whether it
+// was shown a leader.
+func (w *worker) observeElection(in *lockerInst, d time.Duration) bool {
 	const op = "observe"
 	e, err := in.lk.Election(electionKey)
 	if err != nil {
 		w.failed(op, electionKey, err)
-		return
+		return false
 	}
 	clk := w.env.clk
-	ctx, cancel := context.WithTimeout(context.Background(), between(w.rng, 100*time.Millisecond, 800*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	dl, _ := ctx.Deadline()
 	start := clk.Now()
 	seen, err := e.Observe(ctx)
 	if err != nil {
 		w.failed(op, electionKey, err)
-		return
+		return false
 	}
 	var last uint64
 	for ld := range seen {
@@ -131,4 +132,22 @@ func (w *worker) observeElection(in *lockerInst) {
 	w.env.sink.Ops(1)
 	w.env.sink.Stat("observed", 1)
 	w.checkReturn(op, electionKey, start, clk.Now(), clk.At(dl), "its context ended")
+	return last > 0
+}
+
+// firstObserve makes, where the Locker stores notes, the process's first
+// observation of the election (procEnv.observed), 800 ms long, tried
+// again (by one worker at a time) until it is shown a leader: a short
+// run's random observations, one step in fifty, can miss every term. It
+// reports whether it made one.
+func (w *worker) firstObserve(in *lockerInst) bool {
+	if w.env.observed.Load() != 0 || in.lk.Supports(lock.Notes) != nil || !w.env.observed.CompareAndSwap(0, 1) {
+		return false
+	}
+	if w.observeElection(in, 800*time.Millisecond) {
+		w.env.observed.Store(2)
+	} else {
+		w.env.observed.Store(0)
+	}
+	return true
 }

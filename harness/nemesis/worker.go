@@ -58,6 +58,13 @@ type procEnv struct {
 	// until a worker takes it on, 1 while one runs it, 2 once one had
 	// its lease.
 	outlive atomic.Int32
+	// detached: a writer's lease was detached by the process's first
+	// detach (see hold), resumable soon.
+	detached atomic.Bool
+	// observed: 0 until a worker takes on the process's first observation
+	// of the election, 1 while one makes it, 2 once one was shown a
+	// leader (see firstObserve).
+	observed atomic.Int32
 }
 
 // detached is a lease a worker detached, for another worker (of another
@@ -199,6 +206,9 @@ func (w *worker) step() {
 			w.env.outlive.Store(0) // another worker tries again
 			w.sleep(between(w.rng, time.Millisecond, 15*time.Millisecond))
 		}
+		return
+	}
+	if w.firstObserve(in) {
 		return
 	}
 	if w.chance(0.5) {
@@ -546,9 +556,10 @@ func (w *worker) resume(in *lockerInst, d detached) bool {
 }
 
 // detach detaches l and leaves its handle in the pool, due after a random
-// delay (up to one and a half times its TTL). It reports false, having
+// delay (up to one and a half times its TTL; with soon, up to a third of
+// it, before the grant expires). It reports false, having
 // changed nothing, when the driver cannot resume leases.
-func (w *worker) detach(l *liveLease) bool {
+func (w *worker) detach(l *liveLease, soon bool) bool {
 	clk, s := w.env.clk, w.env.sink
 	ttl := l.lease.TTL()
 	wasDone, deadline := closed(l.lease.Done()), l.lease.Deadline()
@@ -578,7 +589,7 @@ func (w *worker) detach(l *liveLease) bool {
 				Text: fmt.Sprintf("key %q: Detach of lease %s returned with Done closed %v, Err %v", l.key, l.id, closed(l.lease.Done()), l.lease.Err())})
 		}
 		wait := between(w.rng, 0, ttl/3)
-		if w.chance(0.15) {
+		if !soon && w.chance(0.15) {
 			wait = between(w.rng, ttl, ttl*3/2)
 		}
 		w.env.handles.put(detached{key: l.key, handle: h, origin: l.id, owner: l.owner, limit: l.limit, granted: l.granted, token: l.token, notBefore: time.Now().Add(wait)})
@@ -680,8 +691,15 @@ func (w *worker) hold(in *lockerInst, l *liveLease, ttl time.Duration, renew boo
 			Text: fmt.Sprintf("left to expire after %v", time.Since(start).Round(time.Millisecond))})
 		return
 	}
-	if !l.shared && w.chance(0.12) && w.detach(l) {
-		return
+	if !l.shared {
+		// The process's first lease held to its end that writes is
+		// detached, resumable soon: its resume writes (a resumed
+		// lease's token is seen there) in every run, not only in those
+		// where a detach and a resume happened to come.
+		first := l.writes() && w.env.detached.CompareAndSwap(false, true)
+		if (first || w.chance(0.12)) && w.detach(l, first) {
+			return
+		}
 	}
 	w.unlock(l)
 }
