@@ -329,3 +329,35 @@ func TestReleasePublishesToListeners(t *testing.T) {
 		t.Fatal("the release heard by the waiter was not published")
 	}
 }
+
+// Subscribe returns at its context's end over a client without lanes (a
+// Ring here) while the server answers nothing: neither the subscription's
+// confirmation (it waits redisx.ConfirmWait at most) nor the listener
+// mark's SET, which go-redis would wait on until its read timeout (3 s),
+// its context's cancellation notwithstanding.
+func TestSubscribeReturnsAtContextEndWithoutLanes(t *testing.T) {
+	p := startAuditProxy(t, testserver.SharedRedis(t).Addr())
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": p.Addr()}})
+	defer ring.Close()
+	if err := ring.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	core, _ := redisx.NewCore("redisnx", ring, nil, false)
+	d := newDriver(core)
+	defer d.Close()
+	if d.Lanes.ReturnsAtContextEnd() {
+		t.Fatal("a Ring got lanes")
+	}
+	p.HoldReq.Store(true)
+	defer p.HoldReq.Store(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(redisx.ConfirmWait+200*time.Millisecond, cancel)
+	start := time.Now()
+	_, unsub, err := d.Subscribe(ctx, testKey(t))
+	if err == nil {
+		unsub()
+	}
+	if d := time.Since(start); d > redisx.ConfirmWait+time.Second {
+		t.Fatalf("Subscribe returned %v after it began, %v after its context ended (err %v)", d, d-redisx.ConfirmWait-200*time.Millisecond, err)
+	}
+}

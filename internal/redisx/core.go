@@ -154,7 +154,21 @@ func (c *Core) listen(ctx context.Context, mark string) (stop func()) {
 			return rc.Set(ctx, mark, "1", ListenLife).Err()
 		})
 	}
-	write(ctx)
+	if c.Lanes.ReturnsAtContextEnd() {
+		write(ctx) // a lane returns at ctx's end
+	} else {
+		// go-redis stops a command at ctx's deadline only: Subscribe
+		// must return at its cancellation too (lock calls it inline).
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			write(ctx)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
