@@ -62,6 +62,9 @@ func TestHandOffToSoleWaiter(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
+		// The getData is sent: give its reply (the watch set) time to
+		// come, so that the release is not applied before it.
+		time.Sleep(300 * time.Millisecond)
 		return got
 	}
 	for _, tc := range []struct {
