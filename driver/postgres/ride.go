@@ -81,7 +81,8 @@ func unreachable(err error) error {
 // pooler's own word for it (class 08, a shutdown, too many connections).
 // A certificate that fails verification is a refusal, not a failure.
 func connFailure(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrInvalid) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, driver.ErrInvalid) ||
+		errors.Is(err, driver.ErrHeld) { // the server's answer: the key is held
 		return false
 	}
 	var pe *pgconn.PgError
