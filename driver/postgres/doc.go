@@ -154,7 +154,12 @@
 //
 // # Upgrading the schema
 //
-// Version 7 (this one) adds grant notes (lock.WithNote): a note column
+// Version 8 (this one) writes out, in the bodies of the steps, the SQL
+// helper functions they called (which PostgreSQL planned again in every
+// transaction): the same SQL, names, arguments and results, so version
+// 7 and 8 clients share keys during an upgrade.
+//
+// Version 7 adds grant notes (lock.WithNote): a note column
 // in keys and in entries, cleared by every function that grants or ends
 // a grant in the row, carried from a waiter's entry to the row by hand3
 // and check_turn3, and written by a version 7 client with a note in the

@@ -124,8 +124,9 @@ func TestEnv38FailedStepKeepsConnection(t *testing.T) {
 	}
 	before := pid()
 	// A step that fails after its BEGIN: the function raises (a named
-	// owner's attempt runs acquire3, which calls fits).
-	if _, err := raw.Exec(ctx, "CREATE OR REPLACE FUNCTION "+schema+".fits(m bigint, lim bigint, n bigint, sh boolean, pm boolean) RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'env38 failure'; END $$"); err != nil {
+	// owner's attempt runs acquire3, whose begin_key3 calls
+	// at_read_committed).
+	if _, err := raw.Exec(ctx, "CREATE OR REPLACE FUNCTION "+schema+".at_read_committed() RETURNS void LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'env38 failure'; END $$"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.TryLock(ctx, key, lock.WithOwner("env38")); err == nil || !strings.Contains(err.Error(), "env38 failure") {

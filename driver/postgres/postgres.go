@@ -22,7 +22,7 @@ import (
 const DefaultSchema = "dlock"
 
 // schemaVersion is what schema.sql's version() returns.
-const schemaVersion = 7
+const schemaVersion = 8
 
 //go:embed schema.sql
 var schemaSQL string

@@ -1,4 +1,4 @@
--- dlock's state on PostgreSQL, version 7 (see version() below): the tables and functions of
+-- dlock's state on PostgreSQL, version 8 (see version() below): the tables and functions of
 -- driver/postgres. The driver runs this script (with {{schema}} replaced by
 -- Options.Schema, "dlock" by default) the first time a Locker finds the
 -- functions missing; a user who creates schema by hand runs the output of
@@ -233,7 +233,7 @@ BEGIN
         RETURN;
     END IF;
     FOR r IN SELECT e.owner, e.mode, e.lim, e.granted, e.chan FROM {{schema}}.entries e WHERE e.key = k ORDER BY e.seq LOOP
-        EXIT WHEN NOT {{schema}}.fits(r.mode, r.lim, n, sh, pm);
+        EXIT WHEN NOT ((r.mode = 0 AND n = 0) OR (r.mode = 1 AND sh) OR (r.mode = 2 AND pm AND n < r.lim)); -- fits, inlined
         IF NOT r.granted AND r.chan <> '' THEN
             PERFORM pg_notify(r.chan, r.owner);
         END IF;
@@ -272,6 +272,12 @@ BEGIN
     RETURN t;
 END $$;
 
+-- grant_row, row_held, retry_ms3, next_token3 and fits are written out
+-- (as the same SQL) in the steps' bodies since version 8: a SQL function
+-- with a SET clause is never inlined, and a PL/pgSQL caller plans its
+-- body again in every transaction (50-150 µs a call, several a step, on
+-- a hot key's row lock). They stay for the statements that still call
+-- them; version 8 changed no function's name, arguments or results.
 -- grant_row gives k's row grant to o, for ttl µs from t, with k's next
 -- fencing token (max(counter + 1, t in µs)), which it returns.
 CREATE OR REPLACE FUNCTION {{schema}}.grant_row(k text, o text, t timestamptz, ttl bigint) RETURNS bigint LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
@@ -338,15 +344,19 @@ BEGIN
     END IF;
     SELECT count(*), coalesce(bool_and(e.mode = 1), true), coalesce(bool_and(e.mode = 2), true)
     INTO n, sh, pm FROM {{schema}}.entries e WHERE e.key = k;
-    IF {{schema}}.row_held(k) THEN
+    IF EXISTS (SELECT 1 FROM {{schema}}.keys x WHERE x.key = k AND x.holder IS NOT NULL) THEN -- row_held, inlined
         n := n + 1; sh := false; pm := false;
     END IF;
-    IF {{schema}}.fits(m, lm, n, sh, pm) THEN
+    IF (m = 0 AND n = 0) OR (m = 1 AND sh) OR (m = 2 AND pm AND n < lm) THEN -- fits, inlined
         IF m = 0 AND NOT re THEN
-            tok := {{schema}}.grant_row(k, o, t, ttl);
+            UPDATE {{schema}}.keys x SET counter = c.nt, token = c.nt, holder = o, since = t, expires = t + ttl * interval '1 microsecond',
+                pending = NULL, note = NULL
+            FROM (SELECT greatest(coalesce(y.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint) AS nt FROM {{schema}}.keys y WHERE y.key = k) c
+            WHERE x.key = k RETURNING x.token INTO tok; -- grant_row, inlined
             RETURN;
         END IF;
-        tok := {{schema}}.next_token3(k, t);
+        UPDATE {{schema}}.keys x SET counter = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint)
+        WHERE x.key = k RETURNING x.counter INTO tok; -- next_token3, inlined
         INSERT INTO {{schema}}.entries (key, owner, mode, lim, granted, token, expires, since, joined, holds)
         VALUES (k, o, m, lm, true, tok, t + ttl * interval '1 microsecond', t, t, CASE WHEN re THEN ARRAY[o] END);
         RETURN;
@@ -355,7 +365,9 @@ BEGIN
         INSERT INTO {{schema}}.entries (key, owner, mode, lim, expires, joined, chan)
         VALUES (k, o, m, lm, t + life * interval '1 microsecond', t, ch);
     END IF;
-    retry := {{schema}}.retry_ms3(k, t);
+    SELECT coalesce(ceil(extract(epoch FROM least(  -- retry_ms3, inlined
+        (SELECT min(x.expires) FROM {{schema}}.entries x WHERE x.key = k AND x.granted),
+        (SELECT y.expires FROM {{schema}}.keys y WHERE y.key = k AND y.holder IS NOT NULL)) - t) * 1000)::bigint, 0) INTO retry;
     RETURN;
 END $$;
 
@@ -465,19 +477,23 @@ BEGIN
     END IF;
     SELECT count(*), coalesce(bool_and(x.mode = 1), true), coalesce(bool_and(x.mode = 2), true)
     INTO n, sh, pm FROM {{schema}}.entries x WHERE x.key = k AND x.seq < e.seq;
-    IF {{schema}}.row_held(k) THEN
+    IF EXISTS (SELECT 1 FROM {{schema}}.keys x WHERE x.key = k AND x.holder IS NOT NULL) THEN -- row_held, inlined
         n := n + 1; sh := false; pm := false;
     END IF;
-    IF {{schema}}.fits(m, lm, n, sh, pm) THEN
+    IF (m = 0 AND n = 0) OR (m = 1 AND sh) OR (m = 2 AND pm AND n < lm) THEN -- fits, inlined
         IF m = 0 THEN
             DELETE FROM {{schema}}.entries x WHERE x.key = k AND x.owner = o;
-            tok := {{schema}}.grant_row(k, o, t, ttl);
+            UPDATE {{schema}}.keys x SET counter = c.nt, token = c.nt, holder = o, since = t, expires = t + ttl * interval '1 microsecond',
+                pending = NULL, note = NULL
+            FROM (SELECT greatest(coalesce(y.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint) AS nt FROM {{schema}}.keys y WHERE y.key = k) c
+            WHERE x.key = k RETURNING x.token INTO tok; -- grant_row, inlined
             IF e.note IS NOT NULL THEN
                 UPDATE {{schema}}.keys x SET note = e.note WHERE x.key = k;
             END IF;
             RETURN;
         END IF;
-        tok := {{schema}}.next_token3(k, t);
+        UPDATE {{schema}}.keys x SET counter = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint)
+        WHERE x.key = k RETURNING x.counter INTO tok; -- next_token3, inlined
         UPDATE {{schema}}.entries x
         SET granted = true, token = tok, since = t, expires = t + ttl * interval '1 microsecond'
         WHERE x.key = k AND x.owner = o;
@@ -485,7 +501,9 @@ BEGIN
     END IF;
     UPDATE {{schema}}.entries x SET expires = greatest(x.expires, t + life * interval '1 microsecond')
     WHERE x.key = k AND x.owner = o;
-    retry := {{schema}}.retry_ms3(k, t);
+    SELECT coalesce(ceil(extract(epoch FROM least(  -- retry_ms3, inlined
+        (SELECT min(x.expires) FROM {{schema}}.entries x WHERE x.key = k AND x.granted),
+        (SELECT y.expires FROM {{schema}}.keys y WHERE y.key = k AND y.holder IS NOT NULL)) - t) * 1000)::bigint, 0) INTO retry;
     RETURN;
 END $$;
 
@@ -499,7 +517,7 @@ CREATE OR REPLACE FUNCTION {{schema}}.hand3(k text, t timestamptz) RETURNS boole
 DECLARE
     r record;
 BEGIN
-    IF {{schema}}.row_held(k) THEN
+    IF EXISTS (SELECT 1 FROM {{schema}}.keys x WHERE x.key = k AND x.holder IS NOT NULL) THEN -- row_held, inlined
         RETURN false;
     END IF;
     SELECT e.owner, e.mode, e.granted, e.expires, e.chan, e.note INTO r FROM {{schema}}.entries e WHERE e.key = k ORDER BY e.seq LIMIT 1;
@@ -690,4 +708,4 @@ BEGIN
 END $$;
 
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 7 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 8 $$;
