@@ -27,7 +27,8 @@
 // name) where the driver keeps holds, with re-entries while a hold is
 // held, ended before it or after, contexts that time out or are cancelled
 // at random moments (some Lock calls wait 6s, long enough to give a late
-// grant up and wait again), and Lockers closed under load (some while
+// grant up and wait again; each process's first granted TryLock has the
+// longest timeout, uncancelled), and Lockers closed under load (some while
 // partitioned) and replaced, each then asked for a key of its own
 // (TryLock of closed/NAME), which it must refuse.
 //

@@ -93,7 +93,7 @@ func runVariant(t *testing.T, v variant, s uint64, caught *caughtSet) {
 			return
 		}
 		if try < 2 {
-			t.Logf("variant %s: no %s in %v (seed %d): trying again, for %v", v.name, v.detector(), d, s+uint64(try), 2*d)
+			t.Logf("variant %s: no %s in %v (seed %d): trying again, for %v\n%s\n%s", v.name, v.detector(), d, s+uint64(try), 2*d, sum.Line(), sum.Details())
 		}
 		if try == 2 {
 			t.Errorf("variant %s (%s): no %s reported in three runs (the last for %v): its detector stays silent (replay: %s)\n%s\n%s", v.name, v.breaks, v.detector(), d, cfg.Replay, sum.Line(), sum.Details())

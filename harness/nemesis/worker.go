@@ -65,6 +65,10 @@ type procEnv struct {
 	// of the election, 1 while one makes it, 2 once one was shown a
 	// leader (see firstObserve).
 	observed atomic.Int32
+	// longTry: 0 until a worker's TryLock takes on the process's first
+	// grant by a TryLock with the longest timeout, never cancelled, 1
+	// while one tries, 2 once one was granted (see acquire).
+	longTry atomic.Int32
 }
 
 // detached is a lease a worker detached, for another worker (of another
@@ -375,6 +379,14 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 	if op == "trylock" || op == "tryrlock" || op == "otrylock" || op == "tryacquire" {
 		timeouts, pCancel = tryTimeouts, 0.1
 	}
+	// The process's first granted TryLock has the longest timeout and no
+	// cancellation: a short run's might all have the short ones, and a
+	// call that returns long after its grant's deadline then shows only
+	// where its context leaves it the time (done-late, check grant).
+	longTry := op == "trylock" && w.env.longTry.CompareAndSwap(0, 1)
+	if longTry {
+		timeouts, pCancel = ms(slices.Max(tryTimeouts)), 0
+	}
 	mode := grantMode{shared: op == "rlock" || op == "tryrlock"}
 	if op == "acquire" || op == "tryacquire" {
 		mode.limit = permitLimit(key)
@@ -414,6 +426,12 @@ func (w *worker) acquire(in *lockerInst, op, key string) bool {
 	c.release()
 	w.env.sink.Ops(1)
 	w.checkReturn(op, key, start, end, limit, "its context ended")
+	switch {
+	case longTry && err != nil:
+		w.env.longTry.Store(0) // another TryLock tries again
+	case longTry:
+		w.env.longTry.Store(2)
+	}
 	if err != nil {
 		w.failed(op, key, err)
 		return false
