@@ -119,6 +119,12 @@ func (d *etcdDriver) attempt(ctx context.Context, l *driver.Lease, wake chan<- s
 		}
 		return gave
 	}
+	if wake != nil && l.Mode == driver.Exclusive && !l.Reentry && d.queued(l.Key) {
+		// a waiter of this Locker found the key queued within busyFor:
+		// a fast grant would most likely fail and read the queue,
+		// which place reads anyway (and grants from, if it is empty)
+		return d.enqueue(ctx, c, n, l, name, wake)
+	}
 	done, st, err := d.fastGrant(ctx, c, n, l, name)
 	switch {
 	case done:
@@ -518,6 +524,7 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 		}
 		ahead := before(st.entries, ws.create)
 		if !turn(ahead, l.Mode, l.Limit) {
+			d.markQueued(l.Key)
 			d.rewatch(n, ws, ahead, l, st.rev+1)
 			return &driver.HeldError{}
 		}
@@ -567,6 +574,47 @@ func (d *etcdDriver) step(ctx context.Context, c *conn, n names, l *driver.Lease
 			return d.ride(ctx, ws, err)
 		}
 	}
+}
+
+// busyFor is how long after one of its waiters found a key queued
+// behind another entry a Locker's next Join of the key skips the fast
+// grant and places its entry at once: on a hot key the fast grant fails
+// and reads the queue, one request more per grant than the place, which
+// reads it too. Once the queue empties, a grant through the place costs
+// a request more than a fast one, for busyFor at most.
+const busyFor = time.Second
+
+// maxQueuedKeys bounds the keys whose last queued wait is remembered.
+const maxQueuedKeys = 1024
+
+// markQueued notes that a waiter found key queued behind another entry.
+func (d *etcdDriver) markQueued(key string) {
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.busy[key]; !ok && len(d.busy) >= maxQueuedKeys {
+		for k, t := range d.busy {
+			if now.Sub(t) > busyFor {
+				delete(d.busy, k)
+			}
+		}
+		if len(d.busy) >= maxQueuedKeys {
+			return
+		}
+	}
+	d.busy[key] = now
+}
+
+// queued reports whether a waiter found key queued within busyFor.
+func (d *etcdDriver) queued(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.busy[key]
+	if ok && time.Since(t) > busyFor {
+		delete(d.busy, key)
+		return false
+	}
+	return ok
 }
 
 // before returns the entries of es (in create revision order) created

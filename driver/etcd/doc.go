@@ -42,8 +42,10 @@
 // below the clock (fast.go), and the release; a grant released within
 // 100 ms has had no watch made for it. A woken exclusive waiter
 // is granted in one KV/Txn on a spare the same way, when its entry is
-// still its own and none is ahead of it. Every other case reads first,
-// as before. A concurrency.Mutex made with MutexPrefix(K)
+// still its own and none is ahead of it. A Join of a key that one of
+// the Locker's waiters found queued within the last second skips the
+// fast grant, which would fail and read, and places its entry at once.
+// Every other case reads first, as before. A concurrency.Mutex made with MutexPrefix(K)
 // and dlock's locks of K exclude each other.
 //
 // An entry is named by its Locker and a slot, the lowest free one of the

@@ -77,6 +77,7 @@ type etcdDriver struct {
 	kept      map[int64]spare         // granted leases whose expiry is known, by id
 	slotUsers map[slotKey]string      // the attempt (owner) holding each slot in use (slots.go)
 	slotOf    map[string]held         // by owner
+	busy      map[string]time.Time    // when a waiter last found each key queued (markQueued)
 	closed    bool
 }
 
@@ -104,6 +105,7 @@ func newDriver(o *Options) (*etcdDriver, *lock.Options) {
 		holders:   map[string]*holderWatch{},
 		spares:    map[int64][]spare{},
 		kept:      map[int64]spare{},
+		busy:      map[string]time.Time{},
 	}
 	if d.prefix == "" {
 		d.prefix = DefaultPrefix

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -261,5 +262,67 @@ func TestDeletedBeforeItsWatch(t *testing.T) {
 	case <-h.Done():
 	case <-time.After(holderWatchDelay + 2*time.Second): // renewal comes at ~10s
 		t.Fatalf("Done still open %v after the entry was deleted, %v after the grant", holderWatchDelay+2*time.Second, holderWatchDelay)
+	}
+}
+
+// TestQueuedKeySkipsFastGrant: for busyFor after one of its waiters found
+// a key queued, a Locker's Join of the key places its entry at once (a
+// fast grant there would fail and read): a free key is then granted in
+// two KV/Txn (the place, the grant); after busyFor, in one again.
+func TestQueuedKeySkipsFastGrant(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	d, r := testDriver(t, e)
+	other, _ := testDriver(t, e)
+	other.prefix = d.prefix
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner := 0
+	lease := func() *driver.Lease {
+		owner++
+		return &driver.Lease{Key: "busy", Owner: fmt.Sprintf("%032x", owner), TTL: 10 * time.Second}
+	}
+	h := lease()
+	if err := other.Acquire(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	w, wake := lease(), make(chan struct{}, 1)
+	if err := d.Join(ctx, w, wake); !errors.Is(err, driver.ErrHeld) {
+		t.Fatalf("Join behind a holder: %v, want held", err)
+	}
+	if err := other.Release(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	for err := d.Check(ctx, w); err != nil; err = d.Check(ctx, w) {
+		if !errors.Is(err, driver.ErrHeld) {
+			t.Fatal(err)
+		}
+		select {
+		case <-wake:
+		case <-time.After(time.Second):
+		}
+	}
+	if err := d.Release(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	cycle := func() int {
+		r.reset()
+		l := lease()
+		if err := d.Join(ctx, l, make(chan struct{}, 1)); err != nil {
+			t.Fatalf("Join of a free key: %v", err)
+		}
+		got := r.reset()["/etcdserverpb.KV/Txn"]
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := cycle(); got != 2 {
+		t.Errorf("Join of a free key a waiter found queued just now: %d KV/Txn, want 2 (the place, the grant)", got)
+	}
+	d.mu.Lock()
+	d.busy["busy"] = time.Now().Add(-busyFor - time.Millisecond)
+	d.mu.Unlock()
+	if got := cycle(); got != 1 {
+		t.Errorf("Join of a free key %v after a waiter found it queued: %d KV/Txn, want 1 (the fast grant)", busyFor, got)
 	}
 }
