@@ -77,9 +77,14 @@ const linger = time.Second
 func newMonitor(d *zkDriver) *monitor {
 	m := &monitor{d: d, wake: make(chan struct{}, 1), stop: make(chan struct{}), leases: map[*driver.Lease]*grant{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m
+}
+
+// start runs the monitor's loop; it is called once d.mon is set, which
+// the loop's calls read.
+func (m *monitor) start() {
 	m.wg.Add(1)
 	go m.loop()
-	return m
 }
 
 // pollEvery is how often the monitor looks at the connection while it has

@@ -279,6 +279,7 @@ func newDriver(conn *zk.Conn, o *Options, negotiated *negotiatedTimeout, start *
 		}
 	}
 	d.mon = newMonitor(d)
+	d.mon.start()
 	lo := o.Options
 	return d, &lo
 }
