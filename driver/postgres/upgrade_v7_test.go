@@ -95,7 +95,8 @@ func TestUpgradeFromV7(t *testing.T) {
 		ls, err := l8.Lock(ctx, key)
 		got <- result{ls, err}
 	}()
-	waitFor(t, "the version 8 Lock queued", 20*time.Second, func() bool { return len(entriesOf(t, raw, schema, key)) == 2 })
+	// The row's grant, the version 7 waiter and the version 8 one.
+	waitFor(t, "the version 8 Lock queued", 20*time.Second, func() bool { return len(entriesOf(t, raw, schema, key)) == 3 })
 	if !v6Unlock(t, raw, schema, key, holder) {
 		t.Fatal("the version 7 release found nothing")
 	}
