@@ -75,9 +75,13 @@ type waiter struct {
 	// before it closes fired.
 	sole      string
 	firedPath string
-	event     zk.Event
-	stop      chan struct{} // closed by end: the watch's goroutine stops
-	ended     sync.Once
+	// own is a watch on the node itself, set with the blocker's when sole
+	// is, on the node ownPath: turn needs it not fired (see turn).
+	own     <-chan zk.Event
+	ownPath string
+	event   zk.Event
+	stop    chan struct{} // closed by end: the watch's goroutine stops
+	ended   sync.Once
 }
 
 // Join implements driver.Queuer.
@@ -120,7 +124,19 @@ func (d *zkDriver) Check(ctx context.Context, l *driver.Lease) error {
 // still there unless its session ended, which the step checks, or another
 // client deleted it, which a listing made after the notification would
 // not rule out either (the deletion may come right after it).
+//
+// The node's own watch must not have fired: a node deleted while it waited
+// (by an operator, or another recipe's clean-up) is not in the queue, and
+// a waiter that queued behind the same blocker since then is first. The
+// server sends a client's watch events in the order of the changes, so the
+// node's deletion, if it came before the blocker's, was delivered before
+// the blocker's event. A node deleted after the blocker is as a holder's
+// node deleted right after a listing granted it.
 func (w *waiter) turn() bool {
+	if w.own == nil || w.ownPath != w.n.path || firedAlready(w.own) {
+		w.own, w.ownPath = nil, ""
+		return false
+	}
 	return w.sole != "" && w.firedPath == w.sole && w.event.Type == zk.EventNodeDeleted && w.event.Err == nil
 }
 
@@ -220,7 +236,20 @@ func (d *zkDriver) step(ctx context.Context, l *driver.Lease, w *waiter, turn bo
 			d.end(w)
 			return nil
 		}
+		var own *future[watched]
+		ownPath := w.n.path
+		if w.sole != "" && (w.own == nil || w.ownPath != ownPath || firedAlready(w.own)) {
+			// The node's own watch, for turn, in the round trip of the
+			// blocker's.
+			w.own, w.ownPath = nil, ""
+			own = start(d, false, func() (watched, error) { return d.getW(ownPath) })
+		}
 		armed, err := d.watchAll(bg, w, v.watch)
+		if own != nil {
+			if r, oerr := own.wait(bg); oerr == nil {
+				w.own, w.ownPath = r.ch, ownPath
+			}
+		}
 		if err != nil {
 			return ride(err)
 		}
