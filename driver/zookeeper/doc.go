@@ -139,7 +139,9 @@
 //     granted. A waiter whose listing showed one node before its own
 //     lists no more: sequence numbers only grow, so once that node's
 //     deletion is notified the waiter is first, and it is granted at
-//     once (zk.Lock and Curator list again). lock drives the wait
+//     once, unless a watch on its own node, set with the blocker's, fired
+//     first (its node deleted while it waited: it lists again; zk.Lock
+//     and Curator always list again). lock drives the wait
 //     (driver.Queuer): Join creates and lists, the watch's notification
 //     wakes lock, whose Check lists again (or not, as above); a Check
 //     before the notification sends nothing. Each step makes its
