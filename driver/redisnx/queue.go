@@ -77,7 +77,11 @@ func (d *redisDriver) Join(ctx context.Context, l *driver.Lease, wake chan<- str
 		w.OnWake(func() { f.kick(d.Client) })
 	}
 	l.Data = s
-	if !confirmed {
+	// Not confirmed at the check: the confirmation wakes the waiter, unless
+	// it came before the registration (another registration of this
+	// Locker's, during the attempt). Then it queues now: until it is in
+	// the queue, an uncontended release publishes nothing (release.lua).
+	if !confirmed && !w.Ready() {
 		if hint <= 0 || hint > redisx.ConfirmWait {
 			hint = redisx.ConfirmWait
 		}
