@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/driver"
+	"github.com/dlock-go/dlock/internal/redisx"
+	"github.com/dlock-go/dlock/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,4 +104,48 @@ func TestAudit44JoinAfterConfirmation(t *testing.T) {
 		t.Fatalf("the woken waiter's step: %v", err)
 	}
 	d.Release(ctx, l)
+}
+
+// TestAudit44ClusterListenerWoken attacks the listener mark on a Redis
+// Cluster: the waiter (a retry strategy whose backoff is a minute) is
+// subscribed through one node and its mark lives on the key's slot's
+// node; the holder's uncontended release must see the mark there and
+// publish, and the Cluster must carry the message to the waiter's node:
+// it is granted well before its next retry.
+func TestAudit44ClusterListenerWoken(t *testing.T) {
+	admin := sharedCluster(t)
+	holder := newTestLocker(t, sharedCluster(t), nil)
+	waiter := newTestLocker(t, sharedCluster(t), nil)
+	ctx := tctx(t, 30*time.Second)
+	for i := range 3 { // keys on different slots
+		key := fmt.Sprintf("%s/%d", testKey(t), i)
+		lk := lockKey(DefaultPrefix, key)
+		held, err := holder.TryLock(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			w, err := waiter.Lock(ctx, key, lock.WithRetry(lock.LinearBackoff(time.Minute)))
+			if err == nil {
+				err = w.Unlock(ctx)
+			}
+			got <- err
+		}()
+		if !eventually(5*time.Second, func() bool { return admin.Exists(ctx, lk+redisx.ListenSuffix).Val() == 1 }) {
+			t.Fatal("the waiter wrote no listener mark")
+		}
+		time.Sleep(50 * time.Millisecond) // its attempt after the mark
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("key %d: the release did not wake the waiter on the Cluster", i)
+		}
+	}
 }
