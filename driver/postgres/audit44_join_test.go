@@ -1,0 +1,207 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+)
+
+// TestAudit44PGJoinRequestHeld: a queued Lock's Join is held in the
+// network (its reply never comes) while another holds the key. Since
+// d39828f a held Join answer is not ridden; here there is no answer at
+// all: the Lock must end with its context (not hang), and once the held
+// Join reaches the server late, it leaves no entry behind: the key is
+// free for a TryLock after the holder's release, not handed to the
+// waiter that gave up.
+func TestAudit44PGJoinRequestHeld(t *testing.T) {
+	ctx := tctx(t, time.Minute)
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	a, _ := driverLocker(t, url, nil)
+	p := newPGProxy(t, serverAddr(t, url))
+	b := proxiedLocker(t, url, p, 4, nil)
+	c, _ := driverLocker(t, url, nil)
+	for round := range 3 {
+		key := auditKey(fmt.Sprintf("audit44-joinheld-%d", round))
+		la, err := a.TryLock(ctx, key, lock.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.TryLock(ctx, key); !errors.Is(err, lock.ErrHeld) { // b's connections made
+			t.Fatalf("b's TryLock of a held key: %v", err)
+		}
+		p.holdAll()
+		bctx, cancel := context.WithTimeout(ctx, time.Second)
+		done := make(chan error, 1)
+		go func() {
+			ls, err := b.Lock(bctx, key)
+			if ls != nil {
+				ls.Unlock(ctx)
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, lock.ErrNotAcquired) {
+				t.Fatalf("b's Lock whose Join got no reply: %v; want its context's end", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("b's Lock whose Join got no reply hangs past its context's end")
+		}
+		cancel()
+		if p.heldBytes() == 0 {
+			t.Fatal("nothing of b's Join was held")
+		}
+		p.deliver() // the late Join lands
+		// Until the late step has run (its session gone), then some more.
+		waitFor(t, "the late Join to run", 20*time.Second, func() bool {
+			var n int
+			raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%lock3%' AND pid <> pg_backend_pid()").Scan(&n)
+			return n == 0
+		})
+		time.Sleep(200 * time.Millisecond)
+		if got := entriesOf(t, raw, DefaultSchema, key); len(got) != 1 {
+			t.Errorf("round %d: after b's late Join: %q; want a's grant alone", round, got)
+		}
+		if err := la.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lc, err := c.TryLock(ctx, key)
+		if err != nil {
+			t.Fatalf("round %d: a TryLock after the holder's release, b having given up: %v (entries %q)", round, err, entriesOf(t, raw, DefaultSchema, key))
+		}
+		lc.Unlock(ctx)
+	}
+}
+
+// TestAudit44PGJoinHeldWakeLost: a Lock's Join finds the key held for
+// 30 s more (its answer: free in 30 s, no longer 100 ms since d39828f);
+// the waiter's listener session is then terminated and the holder
+// releases: the waiter's wake is lost. The waiter must still get the key
+// soon (its Heartbeat Check), not after the holder's 30 s.
+func TestAudit44PGJoinHeldWakeLost(t *testing.T) {
+	for _, how := range []string{"listener-killed", "no-notify"} {
+		t.Run(how, func(t *testing.T) { joinHeldWakeLost(t, how) })
+	}
+}
+
+// joinHeldWakeLost: how the wake is lost: the listener's session is
+// terminated (it reconnects), or the waiter's entry names no channel
+// (no NOTIFY is sent at all).
+func joinHeldWakeLost(t *testing.T, how string) {
+	ctx := tctx(t, time.Minute)
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	a, _ := driverLocker(t, url, nil)
+	app := "audit44-wakelost-" + how
+	b, _ := driverLocker(t, withAppName(t, url, app), nil)
+	key := auditKey("audit44-wakelost")
+	la, err := a.TryLock(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		ls  *lock.Lease
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		ls, err := b.Lock(ctx, key)
+		got <- res{ls, err}
+	}()
+	waitFor(t, "b queued", 20*time.Second, func() bool { return len(entriesOf(t, raw, DefaultSchema, key)) == 2 })
+	if how == "no-notify" {
+		execAll(t, raw, "UPDATE dlock.entries SET chan = '' WHERE key = '"+key+"'")
+	} else if _, err := raw.Exec(ctx, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = $1", app); err != nil {
+		// b's sessions: its listener (idle, LISTENing) among them.
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("b's Lock: %v", r.err)
+		}
+		t.Logf("b granted %v after the release", time.Since(start))
+		r.ls.Unlock(ctx)
+	case <-time.After(15 * time.Second):
+		t.Fatal("b still waits 15 s after the release whose wake it lost (its Join said: free in 30 s)")
+	}
+}
+
+// TestAudit44PGTerminateHandOvers: four Lockers contend with Lock on
+// one key (grants of 1 s, so that a holder cut off loses its row grant
+// and the next waiter is handed the key on expiry), while their server
+// sessions are terminated (pg_terminate_backend) every 100-250 ms, in
+// mid-step. No grant overlaps one whose lease is still valid on its
+// holder (Done not closed), and tokens rise.
+func TestAudit44PGTerminateHandOvers(t *testing.T) {
+	ctx := tctx(t, time.Minute)
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	key := auditKey("audit44-kill")
+	x := newExcl44(t)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	apps := make([]string, 4)
+	for i := range apps {
+		apps[i] = fmt.Sprintf("audit44-kill-%d-%s", i, key[len(key)-6:])
+		l, _ := driverLocker(t, withAppName(t, url, apps[i]), nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, cancel := context.WithTimeout(ctx, 5*time.Second)
+				ls, err := l.Lock(c, key, lock.WithTTL(time.Second))
+				cancel()
+				if err != nil {
+					errs.Add(1)
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				who := fmt.Sprintf("%d #%d", i, n)
+				x.enter(who, int64(ls.Token()), ls.Done())
+				// Sometimes outlive the grant's TTL (renewals may fail under the kills).
+				d := time.Duration(rand.IntN(20)) * time.Millisecond
+				if rand.IntN(10) == 0 {
+					d = 1200 * time.Millisecond
+				}
+				select {
+				case <-time.After(d):
+				case <-ls.Done():
+				}
+				x.exit(who)
+				ls.Unlock(ctx)
+			}
+		}()
+	}
+	end := time.Now().Add(8 * time.Second)
+	kills := 0
+	for time.Now().Before(end) {
+		time.Sleep(time.Duration(100+rand.IntN(150)) * time.Millisecond)
+		raw.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", apps[rand.IntN(len(apps))])
+		kills++
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d grants, %d failed Locks, %d kills", x.grants.Load(), errs.Load(), kills)
+	if x.grants.Load() < 10 {
+		t.Errorf("only %d grants", x.grants.Load())
+	}
+}
