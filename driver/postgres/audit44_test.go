@@ -237,28 +237,53 @@ func TestAudit44PGUpgradeMidRun(t *testing.T) {
 }
 
 // TestAudit44PGInstallRace: a version 7 and a version 8 client find the
-// schema missing at once, ten times over: whichever installs first, the
-// schema ends at version 8 (a version 7 install does not replace it).
+// schema missing at once and queue on its install lock, in one order and
+// then the other (the lock held until both wait): whichever installs
+// first, the schema ends at version 8 (a version 7 install does not
+// replace it), and the version 8 client's call works.
 func TestAudit44PGInstallRace(t *testing.T) {
 	ctx := tctx(t, time.Minute)
 	url := serverURL(t)
 	raw := rawPool(t, url)
 	const s = "audit44_race"
-	for i := range 10 {
+	waiting := func(n int) {
+		waitFor(t, fmt.Sprintf("%d installs waiting", n), 20*time.Second, func() bool {
+			var w int
+			raw.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid::text::bigint = (hashtext($1)::bigint & 4294967295)", "dlock schema "+s).Scan(&w)
+			return w >= n
+		})
+	}
+	for i := range 4 {
 		execAll(t, raw, "DROP SCHEMA IF EXISTS "+s+" CASCADE")
 		l, _ := driverLocker(t, url, &Options{Schema: s})
+		gate, err := raw.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gate.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "dlock schema "+s); err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		var e7, e8 error
-		wg.Add(2)
-		go func() { defer wg.Done(); e7 = v7Install(ctx, raw, s) }()
-		go func() {
+		v7 := func() { defer wg.Done(); e7 = v7Install(ctx, raw, s) }
+		v8 := func() {
 			defer wg.Done()
 			ls, err := l.TryLock(ctx, auditKey("audit44-race"))
 			if err == nil {
 				err = ls.Unlock(ctx)
 			}
 			e8 = err
-		}()
+		}
+		first, second := v7, v8
+		if i%2 == 1 {
+			first, second = v8, v7
+		}
+		wg.Add(2)
+		go first()
+		waiting(1)
+		go second()
+		waiting(2)
+		gate.Rollback(ctx)
 		wg.Wait()
 		if e7 != nil || e8 != nil {
 			t.Fatalf("round %d: version 7 install %v, version 8 TryLock %v", i, e7, e8)
