@@ -205,3 +205,84 @@ func TestAudit44PGTerminateHandOvers(t *testing.T) {
 		t.Errorf("only %d grants", x.grants.Load())
 	}
 }
+
+// TestAudit44PGJoinReplyLost: a queued Lock's Join runs on the server
+// and commits its entry, but its reply is lost (the client's connections
+// are cut while the Join waits for the key's row, which the test then
+// frees). The Join's connection failure is ridden out (a HeldError of
+// rideRetry), unlike a held answer since d39828f. Either the network
+// comes back before the Lock's context ends (back) or after (late):
+// the Lock ends with its context, and b's entry is gone (Leave, or its
+// life), so the holder's release is not handed to a waiter that left.
+func TestAudit44PGJoinReplyLost(t *testing.T) {
+	for _, when := range []string{"back", "late"} {
+		t.Run(when, func(t *testing.T) { joinReplyLost(t, when) })
+	}
+}
+
+func joinReplyLost(t *testing.T, when string) {
+	ctx := tctx(t, time.Minute)
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	a, _ := driverLocker(t, url, nil)
+	cut := &netCut{}
+	b := newTestLocker(t, url, nil, cut)
+	c, _ := driverLocker(t, url, nil)
+	key := auditKey("audit44-replylost-" + when)
+	la, err := a.TryLock(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(ctx, key); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("b's TryLock of a held key: %v", err)
+	}
+	row, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := row.Exec(ctx, "SELECT 1 FROM dlock.keys WHERE key = $1 FOR UPDATE", key); err != nil {
+		t.Fatal(err)
+	}
+	bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		ls, err := b.Lock(bctx, key)
+		if ls != nil {
+			ls.Unlock(ctx)
+		}
+		done <- err
+	}()
+	waitFor(t, "b's Join waiting for the key's row", 20*time.Second, func() bool {
+		var n int
+		raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%lock3%'").Scan(&n)
+		return n > 0
+	})
+	cut.setDown(true)
+	row.Rollback(ctx) // the Join goes on, commits its entry, and its reply is lost
+	waitFor(t, "b's entry", 20*time.Second, func() bool { return len(entriesOf(t, raw, DefaultSchema, key)) == 2 })
+	if when == "back" {
+		time.Sleep(500 * time.Millisecond)
+		cut.setDown(false)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, lock.ErrNotAcquired) && !errors.Is(err, lock.ErrUnavailable) {
+			t.Fatalf("b's Lock whose Join reply was lost: %v; want its context's end", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("b's Lock whose Join reply was lost hangs past its context's end")
+	}
+	cut.setDown(false)
+	ended := time.Now()
+	waitFor(t, "b's entry gone", 20*time.Second, func() bool { return len(entriesOf(t, raw, DefaultSchema, key)) == 1 })
+	t.Logf("b's entry gone %v after its Lock ended", time.Since(ended))
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := c.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("a TryLock after the holder's release, b having given up: %v (entries %q)", err, entriesOf(t, raw, DefaultSchema, key))
+	}
+	lc.Unlock(ctx)
+}
