@@ -286,3 +286,62 @@ func joinReplyLost(t *testing.T, when string) {
 	}
 	lc.Unlock(ctx)
 }
+
+// TestAudit44PGExpiredRowGrantDone: a holder of a 1 s row grant is cut
+// off (its connections dropped, its server sessions terminated, so its
+// renewals fail) while a waiter is queued. The waiter is handed the key
+// once the row grant expires (begin_key3's purge, written out in
+// version 8), with a higher token, and never before the cut holder's
+// Done has closed.
+func TestAudit44PGExpiredRowGrantDone(t *testing.T) {
+	ctx := tctx(t, time.Minute)
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	for round := range 3 {
+		app := fmt.Sprintf("audit44-expire-%d", round)
+		cut := &netCut{}
+		a := newTestLocker(t, withAppName(t, url, app), nil, cut)
+		b, _ := driverLocker(t, url, nil)
+		key := auditKey("audit44-expire")
+		la, err := a.Lock(ctx, key, lock.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lock.Lease, 1)
+		go func() {
+			ls, err := b.Lock(ctx, key, lock.WithTTL(10*time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- ls
+		}()
+		waitFor(t, "b queued", 20*time.Second, func() bool { return len(entriesOf(t, raw, DefaultSchema, key)) == 2 })
+		cut.setDown(true)
+		terminateApp(t, raw, app)
+		// b is woken every 20 ms, so that it steps as soon as a step could
+		// grant it (a wake grants nothing by itself).
+		var lb *lock.Lease
+		for lb == nil {
+			raw.Exec(ctx, "SELECT pg_notify(chan, owner) FROM dlock.entries WHERE key = $1 AND chan <> ''", key)
+			select {
+			case lb = <-got:
+				if lb == nil {
+					return
+				}
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if lb == nil {
+			return
+		}
+		select {
+		case <-la.Done():
+		default:
+			t.Errorf("round %d: b granted while the cut holder's lease is still valid (deadline %v, now %v)", round, la.Deadline(), time.Now())
+		}
+		if lb.Token() <= la.Token() {
+			t.Errorf("round %d: b's token %d not above the expired holder's %d", round, lb.Token(), la.Token())
+		}
+		lb.Unlock(ctx)
+	}
+}
