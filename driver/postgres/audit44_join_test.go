@@ -345,3 +345,60 @@ func TestAudit44PGExpiredRowGrantDone(t *testing.T) {
 		lb.Unlock(ctx)
 	}
 }
+
+// TestAudit44PGJoinRequestDelayed: a queued Lock's Join is held in the
+// network for a second while the holder releases, then delivered: the
+// Lock, whose context lasts, still waits for it and is granted, with a
+// token above the holder's; the key's row holds its grant alone.
+func TestAudit44PGJoinRequestDelayed(t *testing.T) {
+	ctx := tctx(t, time.Minute)
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	a, _ := driverLocker(t, url, nil)
+	p := newPGProxy(t, serverAddr(t, url))
+	b := proxiedLocker(t, url, p, 4, nil)
+	key := auditKey("audit44-joindelay")
+	la, err := a.TryLock(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(ctx, key); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("b's TryLock of a held key: %v", err)
+	}
+	p.holdAll()
+	type res struct {
+		ls  *lock.Lease
+		err error
+	}
+	got := make(chan res, 1)
+	go func() {
+		ls, err := b.Lock(ctx, key)
+		got <- res{ls, err}
+	}()
+	waitFor(t, "b's Join held", 20*time.Second, func() bool { return p.heldBytes() > 0 })
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	select {
+	case r := <-got:
+		t.Fatalf("b's Lock returned before its Join reached the server: %v", r.err)
+	default:
+	}
+	p.deliver()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("b's Lock after its delayed Join: %v", r.err)
+		}
+		if r.ls.Token() <= la.Token() {
+			t.Errorf("b's token %d not above a's %d", r.ls.Token(), la.Token())
+		}
+		if e := entriesOf(t, raw, DefaultSchema, key); len(e) != 1 {
+			t.Errorf("entries with b granted: %q; want b's row grant alone", e)
+		}
+		r.ls.Unlock(ctx)
+	case <-time.After(20 * time.Second):
+		t.Fatal("b's Lock still waits 20 s after its delayed Join was delivered, the key free")
+	}
+}
