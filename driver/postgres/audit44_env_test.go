@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,8 +13,8 @@ import (
 )
 
 // TestAudit44PGInlinedUnderDBASettings: the version 8 step bodies, run
-// by a role without CREATE whose defaults a DBA set to serializable,
-// statement_timeout 100 ms, idle_in_transaction_session_timeout 200 ms
+// by a role without CREATE whose defaults a DBA set to serializable (or repeatable read),
+// (or repeatable read), statement_timeout 100 ms, idle_in_transaction_session_timeout 200 ms
 // and lock_timeout 10 ms, with a search_path that puts first a schema of
 // hostile functions named like the former helpers (row_held, grant_row,
 // fits, next_token3, retry_ms3) and like what their written-out SQL
@@ -21,6 +22,12 @@ import (
 // of that role contend with Lock on one key: no step fails, no hostile
 // function runs, no grants overlap, tokens rise.
 func TestAudit44PGInlinedUnderDBASettings(t *testing.T) {
+	for _, iso := range []string{"repeatable read", "serializable"} {
+		t.Run(strings.ReplaceAll(iso, " ", "-"), func(t *testing.T) { inlinedUnderDBASettings(t, iso) })
+	}
+}
+
+func inlinedUnderDBASettings(t *testing.T, iso string) {
 	ctx := tctx(t, time.Minute)
 	u := serverURL(t)
 	raw := rawPool(t, u)
@@ -55,7 +62,7 @@ func TestAudit44PGInlinedUnderDBASettings(t *testing.T) {
 		"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA "+s+" TO "+role,
 		"REVOKE CREATE ON SCHEMA public FROM "+role,
 		"ALTER ROLE "+role+" SET search_path = "+evil+", "+s+", public, pg_catalog",
-		"ALTER ROLE "+role+" SET default_transaction_isolation = 'serializable'",
+		"ALTER ROLE "+role+" SET default_transaction_isolation = '"+iso+"'",
 		"ALTER ROLE "+role+" SET statement_timeout = '100ms'",
 		"ALTER ROLE "+role+" SET idle_in_transaction_session_timeout = '200ms'",
 		"ALTER ROLE "+role+" SET lock_timeout = '10ms'",
