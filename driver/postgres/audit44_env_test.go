@@ -13,12 +13,12 @@ import (
 )
 
 // TestAudit44PGInlinedUnderDBASettings: the version 8 step bodies, run
-// by a role without CREATE whose defaults a DBA set to serializable (or repeatable read),
-// (or repeatable read), statement_timeout 100 ms, idle_in_transaction_session_timeout 200 ms
-// and lock_timeout 10 ms, with a search_path that puts first a schema of
+// by a role without CREATE whose defaults a DBA set to serializable
+// (or repeatable read), statement_timeout 100 ms,
+// idle_in_transaction_session_timeout 200 ms and lock_timeout 10 ms, with a search_path that puts first a schema of
 // hostile functions named like the former helpers (row_held, grant_row,
 // fits, next_token3, retry_ms3) and like what their written-out SQL
-// calls (ceil, coalesce-free math), each of which raises. Three Lockers
+// calls (ceil), each of which raises. Three Lockers
 // of that role contend with Lock on one key: no step fails, no hostile
 // function runs, no grants overlap, tokens rise.
 func TestAudit44PGInlinedUnderDBASettings(t *testing.T) {
