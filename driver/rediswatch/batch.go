@@ -142,7 +142,7 @@ func (d *watchDriver) refreshTx(ctx context.Context, ls []*driver.Lease, idx []i
 	keys := batchKeys(d, ls, idx)
 	ttlMS := strconv.FormatInt(ttl.Milliseconds(), 10)
 	var applied []*redis.IntCmd // for each of held, its PEXPIRE
-	err = d.onConn(ctx, keys[0], func(tx *redis.Tx) error {
+	err = d.onConn(ctx, keys[0], func(ctx context.Context, tx *redis.Tx) error {
 		var mget *redis.SliceCmd
 		err := watchAndRead(ctx, tx, keys, func(p redis.Pipeliner) { mget = p.MGet(ctx, keys...) })
 		if err != nil {
@@ -196,7 +196,7 @@ func gtRefused(cmds []*redis.IntCmd) bool {
 func (d *watchDriver) refreshTxPTTL(ctx context.Context, ls []*driver.Lease, idx []int, ttl time.Duration, errs []error) (held []int, err error) {
 	keys := batchKeys(d, ls, idx)
 	var applied []*redis.IntCmd // for each of held, its PEXPIRE, nil where the key lasts ttl already
-	err = d.onConn(ctx, keys[0], func(tx *redis.Tx) error {
+	err = d.onConn(ctx, keys[0], func(ctx context.Context, tx *redis.Tx) error {
 		var (
 			mget *redis.SliceCmd
 			pttl = make(map[int]*redis.DurationCmd, len(keys)) // by lease

@@ -38,7 +38,7 @@ func (d *watchDriver) claim(ctx context.Context, l *driver.Lease) (bool, error) 
 		pttl        *redis.DurationCmd
 		line        *redis.StringSliceCmd
 	}
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err := d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		return exec(ctx, tx, func(p redis.Pipeliner) {
 			c.get = p.Get(ctx, lk)
 			c.pttl = p.PTTL(ctx, lk)

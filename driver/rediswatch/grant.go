@@ -128,7 +128,7 @@ func (d *watchDriver) acquire(ctx context.Context, l *driver.Lease, how attempt,
 	markSent(l, false)
 	q := grantReq{how: how, lk: d.LockKey(l.Key), owner: l.Owner, ttl: px(l.TTL), inbox: inbox, entry: entry, note: l.Note}
 	var out grantOutcome
-	err = d.onConn(ctx, q.lk, func(tx *redis.Tx) error {
+	err = d.onConn(ctx, q.lk, func(ctx context.Context, tx *redis.Tx) error {
 		out = grantOutcome{}
 		return d.grantTx(ctx, tx, l, &q, &out)
 	})
@@ -556,7 +556,7 @@ func watchAlive(ctx context.Context, tx *redis.Tx, lk, entry string, read bool) 
 // unwatchPTTL releases the watch and reads lock's PTTL, in one round trip;
 // -1 when it has no expiry or cannot be read.
 func unwatchPTTL(ctx context.Context, tx *redis.Tx, lk string) time.Duration {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unwatchTimeout)
+	ctx, cancel := unwatchCtx(ctx)
 	defer cancel()
 	var pttl *redis.DurationCmd
 	if _, err := tx.Pipelined(ctx, func(p redis.Pipeliner) error {

@@ -45,7 +45,7 @@ func (d *watchDriver) acquireHold(ctx context.Context, l *driver.Lease) error {
 	ck, hk, wq := counterKey(lk), holdsKey(lk), waitQueue(lk)
 	ttl := px(l.TTL)
 	var token int64
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err := d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		var (
 			get, tok, counter *redis.StringCmd
 			pttl              *redis.DurationCmd
@@ -143,7 +143,7 @@ func keepHolds(ctx context.Context, p redis.Pipeliner, lk, hk string, pttl, ttl 
 func (d *watchDriver) extendHold(ctx context.Context, op, lk, owner string, ttl time.Duration, token uint64, note bool) error {
 	hk := holdsKey(lk)
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 			var (
 				get, tok *redis.StringCmd
 				held     *redis.BoolCmd

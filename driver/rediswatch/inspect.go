@@ -61,7 +61,7 @@ var errMoved = errors.New("rediswatch: inspect: the holders changed")
 
 // inspectOnce is one attempt of Inspect on lk, which sets st.
 func (d *watchDriver) inspectOnce(ctx context.Context, lk string, st *driver.KeyState) error {
-	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		var (
 			get, tok, fence *redis.StringCmd
 			pttl            *redis.DurationCmd

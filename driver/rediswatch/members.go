@@ -170,7 +170,7 @@ func (d *watchDriver) tryMember(ctx context.Context, k *memberKind, l *driver.Le
 	lk := d.LockKey(l.Key)
 	q := memberReq{k: k, how: how, lk: lk, set: k.set(lk), owner: l.Owner, ttl: px(l.TTL).Milliseconds(), inbox: inbox, entry: entry, note: l.Note}
 	var out grantOutcome
-	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err = d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		out = grantOutcome{}
 		return d.memberTx(ctx, tx, l, &q, &out)
 	})
@@ -433,7 +433,7 @@ func (d *watchDriver) releaseMember(ctx context.Context, k *memberKind, lk, owne
 	var out memberReleased
 	err := d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
 		out = memberReleased{}
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error { return d.releaseMemberTx(ctx, tx, &q, &out) })
+		return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error { return d.releaseMemberTx(ctx, tx, &q, &out) })
 	})
 	if err == nil && out.emptied {
 		d.dropMembers(ctx, k, lk)
@@ -611,7 +611,7 @@ func wakeCmd(lk string, line []string) []any {
 func (d *watchDriver) dropMembers(ctx context.Context, k *memberKind, lk string) {
 	set, wq := k.set(lk), waitQueue(lk)
 	for n := 1; n <= d.maxAttempts && ctx.Err() == nil; n++ {
-		err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		err := d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 			var (
 				st   memberState
 				line *redis.StringSliceCmd
@@ -689,7 +689,7 @@ func (d *watchDriver) extendMember(ctx context.Context, k *memberKind, op, lk, o
 	set := k.set(lk)
 	ttlMS := px(ttl).Milliseconds()
 	var taken bool // owner's member was taken back, though not held
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err := d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		taken = false
 		var (
 			get, counter *redis.StringCmd
@@ -769,7 +769,7 @@ var errNoExpireGT = errors.New("rediswatch: PEXPIRE GT refused")
 func (d *watchDriver) dropTaken(ctx context.Context, k *memberKind, lk, owner string) {
 	set := k.set(lk)
 	var emptied bool
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err := d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		replies, err := execUnwatched(ctx, tx, []any{"zrem", set, owner}, []any{"zrange", set, 0, 0})
 		if err == nil {
 			left, _ := replies[1].([]any)
@@ -823,7 +823,7 @@ func (d *watchDriver) extendMemberWatched(ctx context.Context, k *memberKind, op
 	set := k.set(lk)
 	ttlMS := px(ttl).Milliseconds()
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 			var (
 				st      *memberState
 				score   *redis.FloatCmd

@@ -98,7 +98,7 @@ func lengthenCmd(ctx context.Context, p doer, n string, pttl time.Duration, life
 func (d *watchDriver) keepNote(ctx context.Context, lk, owner, note string, life int64) error {
 	n := notesKey(lk)
 	return d.retryAborted(ctx, "note", lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 			var pttl *redis.DurationCmd
 			if err := watchAndRead(ctx, tx, []string{n}, func(p redis.Pipeliner) { pttl = p.PTTL(ctx, n) }); err != nil {
 				return err
@@ -119,7 +119,7 @@ func (d *watchDriver) keepNote(ctx context.Context, lk, owner, note string, life
 func (d *watchDriver) resumeNote(ctx context.Context, lk, owner string, hold bool, ttl time.Duration) (bool, error) {
 	n := notesKey(lk)
 	var has, short bool
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err := d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		has, short = false, false
 		field := owner
 		if hold {
@@ -157,7 +157,7 @@ func (d *watchDriver) resumeNote(ctx context.Context, lk, owner string, hold boo
 func (d *watchDriver) lengthenNotes(ctx context.Context, lk string, life int64) error {
 	n := notesKey(lk)
 	return d.retryAborted(ctx, "resume", lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 			var pttl *redis.DurationCmd
 			if err := watchAndRead(ctx, tx, []string{n}, func(p redis.Pipeliner) { pttl = p.PTTL(ctx, n) }); err != nil {
 				return err

@@ -293,7 +293,7 @@ func (d *watchDriver) readAndJoin(ctx context.Context, tx *redis.Tx, lk, owner, 
 //	WATCH tombstone; EXISTS tombstone
 //	MULTI; LREM queue; SET entry PX; DEL grant; RPUSH queue; PEXPIRE queue; EXEC
 func (d *watchDriver) join(ctx context.Context, lk, owner, inbox, value string, wn waitNote) error {
-	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		return d.joinTx(ctx, tx, lk, owner, inbox, value, wn)
 	})
 }
@@ -383,7 +383,7 @@ func (d *watchDriver) renew(ctx context.Context, lk, owner, inbox, value string,
 		}
 	}
 	gtRefused := false
-	err = d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err = d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		var (
 			set  *redis.Cmd
 			get  *redis.StringCmd
@@ -495,7 +495,7 @@ func (d *watchDriver) Leave(ctx context.Context, l *driver.Lease) error {
 		voidPX = max(px(l.TTL), redisx.EntryLife)
 	}
 	var mine bool
-	err := d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	err := d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		var key, first *redis.StringCmd
 		err := exec(ctx, tx, func(p redis.Pipeliner) {
 			if voidPX > 0 {
@@ -539,7 +539,7 @@ func (d *watchDriver) dropNote(ctx context.Context, lk string, l *driver.Lease) 
 	if l.Note == "" {
 		return nil
 	}
-	return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+	return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 		return tx.HDel(ctx, notesKey(lk), l.Owner).Err()
 	})
 }

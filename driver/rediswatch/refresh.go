@@ -51,7 +51,7 @@ func (d *watchDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Dur
 // An aborted EXEC is retried, up to d.maxAttempts transactions per call.
 func (d *watchDriver) extendOwned(ctx context.Context, op, lk, owner string, ttl time.Duration, minToken uint64, note bool) error {
 	return d.retryAborted(ctx, op, lk, &d.stats.refreshAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error {
+		return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error {
 			var (
 				get, counter *redis.StringCmd
 				pttl, npttl  *redis.DurationCmd

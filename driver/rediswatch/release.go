@@ -87,7 +87,7 @@ func (d *watchDriver) Release(ctx context.Context, l *driver.Lease) error {
 func (d *watchDriver) release(ctx context.Context, lk, owner, tomb string, tombLife time.Duration, guess string, viaQueue, hold, note bool) error {
 	q := releaseReq{lk: lk, owner: owner, tomb: tomb, tombLife: tombLife, guess: guess, viaQueue: viaQueue, hold: hold, note: note}
 	return d.retryAborted(ctx, "release", lk, &d.stats.releaseAborts, func() error {
-		return d.onConn(ctx, lk, func(tx *redis.Tx) error { return d.releaseTx(ctx, tx, &q) })
+		return d.onConn(ctx, lk, func(ctx context.Context, tx *redis.Tx) error { return d.releaseTx(ctx, tx, &q) })
 	})
 }
 

@@ -34,7 +34,7 @@ func (d *watchDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error 
 	}
 	var toks []int64
 	for n := 1; ; n++ {
-		err := d.onConn(ctx, lks[0], func(tx *redis.Tx) (err error) {
+		err := d.onConn(ctx, lks[0], func(ctx context.Context, tx *redis.Tx) (err error) {
 			toks, err = d.setTx(ctx, tx, ls, lks)
 			return err
 		})

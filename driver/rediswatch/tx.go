@@ -36,23 +36,32 @@ var errAborted = errors.New("rediswatch: transaction aborted by a concurrent cha
 
 // onConn runs fn on a connection to the master serving key's slot, with no
 // WATCH sent yet. fn may run again (Cluster redirection), so it must set
-// all of its results afresh on each run.
-func (d *watchDriver) onConn(ctx context.Context, key string, fn func(tx *redis.Tx) error) error {
+// all of its results afresh on each run. fn gets the context to send its
+// commands with: ctx, marked (laneCall) when the call runs on a lane.
+func (d *watchDriver) onConn(ctx context.Context, key string, fn func(ctx context.Context, tx *redis.Tx) error) error {
+	if d.Lanes.ReturnsAtContextEnd() {
+		ctx = context.WithValue(ctx, laneCall{}, true)
+	}
 	return d.Lanes.Do(ctx, func(c redis.UniversalClient) error { return watchOn(ctx, c, key, fn) })
 }
 
+// laneCall marks the context of a call on a lane (redisx.Lanes): its
+// connection is closed when the context ends, and the watch with it.
+type laneCall struct{}
+
 // watchOn is onConn on client c: a lane's, or the Locker's own client
 // when it has no lanes (redisx.Lanes).
-func watchOn(ctx context.Context, client redis.UniversalClient, key string, fn func(tx *redis.Tx) error) error {
+func watchOn(ctx context.Context, client redis.UniversalClient, key string, fn func(ctx context.Context, tx *redis.Tx) error) error {
+	txFn := func(tx *redis.Tx) error { return fn(ctx, tx) }
 	switch c := client.(type) {
 	case *redis.Client:
-		return c.Watch(ctx, fn)
+		return c.Watch(ctx, txFn)
 	case *redis.ClusterClient:
 		node, err := c.MasterForKey(ctx, key)
 		if err != nil {
 			return err
 		}
-		err = node.Watch(ctx, fn)
+		err = node.Watch(ctx, txFn)
 		if !isRedirect(err) {
 			return err
 		}
@@ -61,11 +70,11 @@ func watchOn(ctx context.Context, client redis.UniversalClient, key string, fn f
 		// go-redis's Watch follow the redirection, at the cost of its own
 		// WATCH round trip, and refresh the slot map for next time.
 		c.ReloadState(ctx)
-		return c.Watch(ctx, fn, key)
+		return c.Watch(ctx, txFn, key)
 	default:
 		// Ring and wrappers: go-redis picks the shard and sends WATCH key
 		// first; fn's own WATCH adds the other keys.
-		return client.Watch(ctx, fn, key)
+		return client.Watch(ctx, txFn, key)
 	}
 }
 
@@ -121,9 +130,23 @@ func unwatchAfter(ctx context.Context, tx *redis.Tx, err error) {
 
 // unwatch releases the connection's watch when no EXEC follows.
 func unwatch(ctx context.Context, tx *redis.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unwatchTimeout)
+	ctx, cancel := unwatchCtx(ctx)
 	defer cancel()
 	_ = tx.Unwatch(ctx).Err()
+}
+
+// unwatchCtx is the context of an UNWATCH sent under ctx: bounded by
+// unwatchTimeout, and, unless the call runs on a lane (laneCall), not
+// ended by ctx's end, so that a cancelled caller does not leave a watch
+// armed on a pooled connection. A lane's connection is closed at ctx's
+// end, and the watch with it: an UNWATCH past it would only retry, under
+// go-redis's backoff, on a connection the lane refuses to dial, and keep
+// the caller waiting past its context's end.
+func unwatchCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Value(laneCall{}) == nil {
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, unwatchTimeout)
 }
 
 // exec runs MULTI, the commands queued by writes, and EXEC, in one round
