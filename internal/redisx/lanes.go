@@ -38,7 +38,11 @@ const failoverAddr = "FailoverClient"
 // under ctx, which has ended when abort runs, so it returns ctx's error; a
 // zero backoff (MinRetryBackoff -1) would leave that to a race, so an
 // aborted lane also refuses to dial: a retry would need a new connection
-// and gets none. Nothing of an aborted call is sent after the abort. Its
+// and gets none. That holds for commands sent under the call's context:
+// one sent under a context detached from it retries past its end (with
+// go-redis's backoff, each retry refused a connection), so a driver sends
+// none on a lane (rediswatch's UNWATCH keeps the call's cancellation
+// there, unwatchCtx). Nothing of an aborted call is sent after the abort. Its
 // outcome is unknown, and the caller treats it as a lost reply (lock's
 // late call clean-up).
 //
