@@ -178,7 +178,10 @@
 //     of one of its keys that is there at once and still after Bound and
 //     Recovery, and whose owner token is no lease's of the run: a member
 //     the attempt kept (judged at the end, once every lease is reported;
-//     drivers without Inspect are not read). A set's members are leases
+//     drivers without Inspect are not read), unless another set attempt
+//     on that key, which failed, was under way all that time (a LockMany
+//     holds the keys it took while it waits for the next, by owners that
+//     no lease of the run has). A set's members are leases
 //     like any other for the other checks, overlap included;
 //   - do-panic, unexpected-error: a Do that returned when its fn
 //     panicked; a call with valid inputs refused with ErrInvalid;

@@ -43,7 +43,10 @@ import (
 // must be a lease handed to some worker. It is reported
 // as a "multi-held" event, and the Recorder, at the end of the run, finds
 // a violation (multi-partial) when no lease of the run has its owner
-// token: a set's member kept by an attempt that failed.
+// token: a set's member kept by an attempt that failed. A failed attempt
+// is recorded (set-failed) for each of its keys, with when it began and
+// returned: another attempt's holder may be its member, held while it
+// waited for its next key (see setInFlightLocked).
 
 // pMulti is the chance that a worker's step is a multi-key attempt.
 const pMulti = 0.08
@@ -136,6 +139,12 @@ func (w *worker) multi(in *lockerInst, owed bool) bool {
 	w.checkReturn(op, set[0], start, end, limit, "its context ended")
 	if err != nil {
 		w.failed(op, set[0], err)
+		for _, k := range set {
+			// Its keys taken one by one were held, by an owner no lease
+			// of the run has, from their grant until it returned: see
+			// leftoversLocked.
+			s.Event(Event{At: end, From: start, Kind: "set-failed", Key: k, Text: fmt.Sprintf("%s of %v: %s", op, set, short(err))})
+		}
 		if cold {
 			s.Stat("set-keys-"+setFailure(err), 1)
 		}

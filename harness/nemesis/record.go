@@ -111,7 +111,7 @@ type Event struct {
 	Lease string
 	Text  string
 	// From, for a multi-held event, is when the holder was first seen
-	// (see leftoversLocked).
+	// (see leftoversLocked); for a set-failed one, when the attempt began.
 	From Stamp
 }
 

@@ -23,11 +23,32 @@ func (r *Recorder) leftoversLocked() []string {
 		if e.Kind != "multi-held" || known[e.Key+"\x00"+e.Lease] || r.judged[e] || !r.calmLocked(e.From, e.At) {
 			continue
 		}
+		if r.setInFlightLocked(e) {
+			r.judged[e] = true
+			r.excused["multi-held by a set attempt under way"]++
+			continue
+		}
 		r.judged[e] = true
 		msgs = append(msgs, r.violateLocked(Violation{Kind: "multi-partial", At: e.At, From: e.At, Key: e.Key,
 			Text: fmt.Sprintf("key %q: %s; no lease of the run has that owner: a member kept by a failed set attempt", e.Key, e.Text)}))
 	}
 	return msgs
+}
+
+// setInFlightLocked reports whether a set attempt that failed (a
+// set-failed event: multi.go) on e's key was under way from before the
+// holder was first seen until after it was seen again, plus Recovery for
+// its clean-up: a LockMany that takes its keys one by one holds (and
+// renews) those it took while it waits for the next, up to its context's
+// end (6 s), and, failing, releases them as it returns; the holder may be
+// its member, whose owner no lease of the run has.
+func (r *Recorder) setInFlightLocked(e Event) bool {
+	for _, f := range r.events {
+		if f.Kind == "set-failed" && f.Key == e.Key && f.From <= e.From && f.At+Stamp(r.recovery) >= e.At {
+			return true
+		}
+	}
+	return false
 }
 
 // setLossLocked reports whether l is a set's member and the backend lost
