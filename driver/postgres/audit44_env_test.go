@@ -3,9 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,31 +73,11 @@ func inlinedUnderDBASettings(t *testing.T, iso string) {
 	}
 	key := auditKey("audit44-dba")
 	x := newExcl44(t)
-	var wg sync.WaitGroup
-	for i := range 3 {
-		l := roleLocker(t, ru, &Options{Schema: s, NoCreate: true})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := range 15 {
-				c, cancel := context.WithTimeout(ctx, 15*time.Second)
-				ls, err := l.Lock(c, key, lock.WithTTL(10*time.Second))
-				cancel()
-				if err != nil {
-					t.Errorf("Locker %d's Lock under the role's settings: %v", i, err)
-					return
-				}
-				who := fmt.Sprintf("%d #%d", i, n)
-				x.enter(who, int64(ls.Token()), ls.Done())
-				time.Sleep(time.Millisecond)
-				x.exit(who)
-				if err := ls.Unlock(ctx); err != nil {
-					t.Errorf("Locker %d's Unlock: %v", i, err)
-					return
-				}
-			}
-		}()
+	var ls []*lock.Locker
+	for range 3 {
+		ls = append(ls, roleLocker(t, ru, &Options{Schema: s, NoCreate: true}))
 	}
+	wg := x.contend(ctx, ls, key, 15, 15*time.Second, "under the role's settings")
 	// A TryLock of the role while the key is busy: held, or granted.
 	l := roleLocker(t, ru, &Options{Schema: s, NoCreate: true})
 	for range 20 {

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -68,31 +67,11 @@ func TestAudit44PGPgBouncerLeakedSettings(t *testing.T) {
 	}()
 	key := auditKey("audit44-pgb")
 	x := newExcl44(t)
-	var lwg sync.WaitGroup
-	for i := range 3 {
-		l := newLockerWith(t, b.URL(), &Options{Schema: s, TransactionPooling: true}, &netCut{})
-		lwg.Add(1)
-		go func() {
-			defer lwg.Done()
-			for n := range 6 {
-				c, cancel := context.WithTimeout(ctx, 20*time.Second)
-				ls, err := l.Lock(c, key, lock.WithTTL(10*time.Second))
-				cancel()
-				if err != nil {
-					t.Errorf("Locker %d's Lock through PgBouncer: %v", i, err)
-					return
-				}
-				who := fmt.Sprintf("%d #%d", i, n)
-				x.enter(who, int64(ls.Token()), ls.Done())
-				time.Sleep(time.Millisecond)
-				x.exit(who)
-				if err := ls.Unlock(ctx); err != nil {
-					t.Errorf("Locker %d's Unlock: %v", i, err)
-					return
-				}
-			}
-		}()
+	var ls []*lock.Locker
+	for range 3 {
+		ls = append(ls, newLockerWith(t, b.URL(), &Options{Schema: s, TransactionPooling: true}, &netCut{}))
 	}
+	lwg := x.contend(ctx, ls, key, 6, 20*time.Second, "through PgBouncer")
 	lwg.Wait()
 	close(stop)
 	wg.Wait()

@@ -30,6 +30,38 @@ type excl44 struct {
 
 func newExcl44(t *testing.T) *excl44 { return &excl44{t: t, holders: map[string]<-chan struct{}{}} }
 
+// contend runs a goroutine per Locker of ls that takes key rounds times
+// (each Lock within wait, TTL 10 s), holds it a moment under x's watch
+// and unlocks it; where says how in failures. Wait on the group returned.
+func (x *excl44) contend(ctx context.Context, ls []*lock.Locker, key string, rounds int, wait time.Duration, where string) *sync.WaitGroup {
+	t := x.t
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range rounds {
+				c, cancel := context.WithTimeout(ctx, wait)
+				le, err := l.Lock(c, key, lock.WithTTL(10*time.Second))
+				cancel()
+				if err != nil {
+					t.Errorf("Locker %d's Lock %s: %v", i, where, err)
+					return
+				}
+				who := fmt.Sprintf("%d #%d", i, n)
+				x.enter(who, int64(le.Token()), le.Done())
+				time.Sleep(time.Millisecond)
+				x.exit(who)
+				if err := le.Unlock(ctx); err != nil {
+					t.Errorf("Locker %d's Unlock: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	return &wg
+}
+
 func (x *excl44) enter(who string, tok int64, done <-chan struct{}) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
