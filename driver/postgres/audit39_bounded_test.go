@@ -73,6 +73,7 @@ func TestAudit39KeysUsedOnceBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for the sweep's minute")
 	}
+	t.Parallel() // see TestMain: its minute beside the others'
 	url := envDB(t, "audit39_once")
 	raw := rawPool(t, url)
 	ctx := tctx(t, 5*time.Minute)
@@ -148,6 +149,7 @@ func TestAudit39HotKeyDeadTuples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a minute")
 	}
+	t.Parallel() // see TestMain: its minute beside the others'
 	d := time.Minute
 	if v, err := time.ParseDuration(getenv("AUDIT39_HOT")); err == nil {
 		d = v

@@ -19,6 +19,7 @@ import (
 // the sweep's age (a minute) has passed and Lockers keep working: keys,
 // entries and voids kept a row for each of them forever.
 func TestEnv38SweepBoundsKeysUsedOnce(t *testing.T) {
+	t.Parallel() // see TestMain: its minute beside the others'
 	url := envDB(t, "env38_sweep")
 	raw := rawPool(t, url)
 	ctx := tctx(t, 5*time.Minute)
