@@ -192,7 +192,8 @@ type Recorder struct {
 	// the fenced resource, per key
 	high   map[string]uint64
 	has    map[string]bool
-	newest map[string]Stamp // latest grant with an accepted write
+	newest map[string]Stamp  // latest grant with an accepted write
+	newID  map[string]string // its lease
 
 	// permit grants already judged: full semaphore seen, over its limit
 	// reported (or excused)
@@ -269,7 +270,7 @@ func NewRecorder(clk *Clock, logf func(format string, args ...any), replay strin
 		clk: clk, logf: logf, replay: replay, maxPrinted: 3, printed: map[string]int{},
 		leases: map[string]*LeaseRec{}, byKey: map[string][]*LeaseRec{}, span: map[string]Stamp{},
 		dirty: map[*LeaseRec]bool{}, pairs: map[[2]string]bool{}, tok: map[string]*tokenState{},
-		excused: map[string]int{}, high: map[string]uint64{}, has: map[string]bool{}, newest: map[string]Stamp{},
+		excused: map[string]int{}, high: map[string]uint64{}, has: map[string]bool{}, newest: map[string]Stamp{}, newID: map[string]string{},
 		starved: map[string][][2]Stamp{}, full: map[string]bool{}, crowded: map[string]bool{}, judged: map[Event]bool{},
 		termsJudged: map[string]bool{},
 	}
@@ -623,11 +624,18 @@ func (r *Recorder) Write(key, id string, granted Stamp, token uint64) bool {
 		r.stats.Accepted++
 		r.has[key] = true
 		r.high[key] = max(r.high[key], token)
-		r.newest[key] = max(r.newest[key], granted)
+		if granted >= r.newest[key] {
+			r.newest[key], r.newID[key] = granted, id
+		}
 	}
 	var msg string
 	now := r.clk.Now()
+	newer := r.leases[r.newID[key]]
 	switch {
+	case ok && stale && newer != nil && r.setLossLocked(newer):
+		// The newer grant is a set's member whose call straddled a state
+		// loss: it may have been granted before the loss, and before id.
+		r.excused["write across a state loss"]++
 	case ok && stale:
 		msg = r.violateLocked(Violation{Kind: "stale-write", At: now, From: granted, Key: key, Lease: id,
 			Text: fmt.Sprintf("key %q: write of lease %s (token %d, granted %v) accepted after a write of a lease granted at %v",
