@@ -182,8 +182,20 @@
 // # Contexts
 //
 // gomemcache takes no contexts: each request is bounded by the client's
-// Timeout (500 ms by default) instead. The driver checks the context before
-// each round trip, so a call may outlast its context by up to one request.
+// Timeout (500 ms by default) instead. So the driver runs each call on a
+// lane (lanes.go): a client of its own, made with the client's
+// ServerSelector, Timeout and DialContext as they are when the lane is
+// made, whose connections the call's context closes when it ends. The
+// read or write in flight then fails and the call returns by its context's
+// end, on the caller's goroutine; its outcome is unknown, and lock cleans
+// it up as a lost reply (a grant is released by owner). The client itself
+// carries none of the Locker's requests; at most its MaxIdleConns lanes
+// (as it was when New was called) stay idle, each with at most one idle
+// connection per server. gomemcache keeps a client's ServerSelector in an
+// unexported field, which the driver reads (see selectorOf); should a
+// gomemcache version not have it, the Locker has no lanes, and lock runs
+// each call on a goroutine of its own instead, returning at the context's
+// end while the request goes on.
 //
 // # Named owners
 //

@@ -21,7 +21,12 @@ const maxCASAttempts = 10
 // and draws the fencing token with incr. Two round trips; three or four
 // when the counter is missing.
 func (d *mcDriver) Acquire(ctx context.Context, l *driver.Lease) error {
-	return unreachable(d.acquire(ctx, l))
+	c, ln, err := d.lanes.take(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.lanes.put(ln)
+	return unreachable(d.acquire(ctx, c, l))
 }
 
 // unreachable marks err as driver.ErrUnavailable when it says that no
@@ -35,7 +40,7 @@ func unreachable(err error) error {
 	return driver.MarkNetFailure(err)
 }
 
-func (d *mcDriver) acquire(ctx context.Context, l *driver.Lease) error {
+func (d *mcDriver) acquire(ctx context.Context, c *memcache.Client, l *driver.Lease) error {
 	secs, err := ttlSeconds(l.TTL)
 	if err != nil {
 		return err
@@ -45,9 +50,9 @@ func (d *mcDriver) acquire(ctx context.Context, l *driver.Lease) error {
 	}
 	k := d.keys(l.Key)
 	if l.Reentry {
-		return d.acquireHold(ctx, l, k, secs)
+		return d.acquireHold(ctx, c, l, k, secs)
 	}
-	err = d.c.Add(&memcache.Item{Key: k.lock, Value: withNote([]byte(l.Owner), l.Note), Flags: uint32(secs), Expiration: secs})
+	err = c.Add(&memcache.Item{Key: k.lock, Value: withNote([]byte(l.Owner), l.Note), Flags: uint32(secs), Expiration: secs})
 	switch {
 	case errors.Is(err, memcache.ErrNotStored):
 		return &driver.HeldError{}
@@ -57,7 +62,7 @@ func (d *mcDriver) acquire(ctx context.Context, l *driver.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return err // lock releases the grant by owner
 	}
-	token, err := d.nextToken(k.counter)
+	token, err := nextToken(c, k.counter)
 	if err != nil {
 		return err
 	}
@@ -79,9 +84,9 @@ const counterLife = 7 * 24 * 3600
 // made, evicted, or lost in a restart) is created with add, seeded from
 // this host's wall clock in microseconds, so that tokens keep increasing;
 // if another client created it first, its incr is retried.
-func (d *mcDriver) nextToken(counter string) (uint64, error) {
+func nextToken(c *memcache.Client, counter string) (uint64, error) {
 	for range 3 {
-		n, err := d.c.Increment(counter, 1)
+		n, err := c.Increment(counter, 1)
 		if err == nil {
 			return n, nil
 		}
@@ -89,7 +94,7 @@ func (d *mcDriver) nextToken(counter string) (uint64, error) {
 			return 0, fmt.Errorf("memcached incr: %w", err)
 		}
 		seed := uint64(time.Now().UnixMicro())
-		err = d.c.Add(&memcache.Item{Key: counter, Value: strconv.AppendUint(nil, seed, 10), Expiration: counterLife})
+		err = c.Add(&memcache.Item{Key: counter, Value: strconv.AppendUint(nil, seed, 10), Expiration: counterLife})
 		if err == nil {
 			return seed, nil
 		}
@@ -104,10 +109,15 @@ func (d *mcDriver) nextToken(counter string) (uint64, error) {
 // with l.Owner, then cas with expiration -1, which memcached applies as an
 // immediate expiry. Two round trips.
 func (d *mcDriver) Release(ctx context.Context, l *driver.Lease) error {
-	if l.Reentry {
-		return d.releaseHold(ctx, l)
+	c, ln, err := d.lanes.take(ctx)
+	if err != nil {
+		return err
 	}
-	return d.casOwned(ctx, "release", d.leaseKeys(l).lock, l.Owner, func(int32) int32 { return -1 })
+	defer d.lanes.put(ln)
+	if l.Reentry {
+		return d.releaseHold(ctx, c, l)
+	}
+	return casOwned(ctx, c, "release", d.leaseKeys(l).lock, l.Owner, func(int32) int32 { return -1 })
 }
 
 // Refresh gives the caller's grant a new expiration: gets, compare, cas.
@@ -120,10 +130,15 @@ func (d *mcDriver) Refresh(ctx context.Context, l *driver.Lease, ttl time.Durati
 	if err != nil {
 		return 0, err
 	}
+	c, ln, err := d.lanes.take(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer d.lanes.put(ln)
 	if l.Reentry {
-		err = d.extendHold(ctx, "refresh", l, secs, 0)
+		err = d.extendHold(ctx, c, "refresh", l, secs, 0)
 	} else {
-		err = d.casOwned(ctx, "refresh", d.leaseKeys(l).lock, l.Owner, func(recorded int32) int32 { return max(recorded, secs) })
+		err = casOwned(ctx, c, "refresh", d.leaseKeys(l).lock, l.Owner, func(recorded int32) int32 { return max(recorded, secs) })
 	}
 	if err != nil {
 		return 0, err
@@ -145,8 +160,8 @@ func (d *mcDriver) leaseKeys(l *driver.Lease) keys {
 // the item is unchanged since the gets that compared it. A positive
 // expiration is recorded in the flags too. It returns driver.ErrNotHeld
 // when the item is missing or belongs to another owner.
-func (d *mcDriver) casOwned(ctx context.Context, op, key, owner string, exptime func(recorded int32) int32) error {
-	return d.casItem(ctx, op, key, func(it *memcache.Item) error {
+func casOwned(ctx context.Context, c *memcache.Client, op, key, owner string, exptime func(recorded int32) int32) error {
+	return casItem(ctx, c, op, key, func(it *memcache.Item) error {
 		if v, _ := splitNote(it.Value); string(v) != owner {
 			return driver.ErrNotHeld
 		}
@@ -175,12 +190,12 @@ func recordedSecs(flags uint32) int32 {
 // change of the item, up to maxCASAttempts times. A missing item, or one
 // that expired, was evicted or was deleted since the gets, gives
 // driver.ErrNotHeld.
-func (d *mcDriver) casItem(ctx context.Context, op, key string, change func(it *memcache.Item) error) error {
+func casItem(ctx context.Context, c *memcache.Client, op, key string, change func(it *memcache.Item) error) error {
 	for range maxCASAttempts {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		it, err := d.c.Get(key)
+		it, err := c.Get(key)
 		switch {
 		case errors.Is(err, memcache.ErrCacheMiss):
 			return driver.ErrNotHeld
@@ -193,7 +208,7 @@ func (d *mcDriver) casItem(ctx context.Context, op, key string, change func(it *
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err = d.c.CompareAndSwap(it)
+		err = c.CompareAndSwap(it)
 		switch {
 		case err == nil:
 			return nil
@@ -232,22 +247,27 @@ func (d *mcDriver) Resume(ctx context.Context, l *driver.Lease) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	c, ln, err := d.lanes.take(ctx)
+	if err != nil {
+		return err
+	}
+	defer d.lanes.put(ln)
 	k := d.keys(l.Key)
-	it, err := d.c.Get(k.counter)
+	it, err := c.Get(k.counter)
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
 	case err != nil:
 		return fmt.Errorf("memcached resume: get counter: %w", err)
 	default:
-		if c, err := strconv.ParseUint(string(it.Value), 10, 64); err == nil && c < l.Token {
+		if n, err := strconv.ParseUint(string(it.Value), 10, 64); err == nil && n < l.Token {
 			return driver.ErrNotHeld
 		}
 	}
 	if l.Reentry {
 		l.Data = k
-		err = d.extendHold(ctx, "resume", l, secs, l.Token)
+		err = d.extendHold(ctx, c, "resume", l, secs, l.Token)
 	} else {
-		err = d.casOwned(ctx, "resume", k.lock, l.Owner, func(recorded int32) int32 { return max(recorded, secs) })
+		err = casOwned(ctx, c, "resume", k.lock, l.Owner, func(recorded int32) int32 { return max(recorded, secs) })
 	}
 	if err != nil {
 		return err

@@ -135,21 +135,21 @@ func (h *holdsValue) expiration() int32 {
 
 // acquireHold makes one attempt at a hold of l's named owner: add, incr
 // and cas for a first hold; add (refused), gets and cas for a re-entry.
-func (d *mcDriver) acquireHold(ctx context.Context, l *driver.Lease, k keys, secs int32) error {
-	err := d.c.Add(&memcache.Item{Key: k.lock, Value: withNote([]byte(l.Owner), l.Note), Expiration: secs})
+func (d *mcDriver) acquireHold(ctx context.Context, c *memcache.Client, l *driver.Lease, k keys, secs int32) error {
+	err := c.Add(&memcache.Item{Key: k.lock, Value: withNote([]byte(l.Owner), l.Note), Expiration: secs})
 	switch {
 	case err == nil:
 		if err := ctx.Err(); err != nil {
 			return err // lock releases the grant by owner
 		}
-		token, err := d.nextToken(k.counter)
+		token, err := nextToken(c, k.counter)
 		if err != nil {
 			return err
 		}
 		// Record the first hold. Nothing else changes a bare owner
 		// token; a miss means the grant expired meanwhile.
 		h := holdsValue{first: l.Owner, token: token, holds: []hold{{l.Owner, secs}}}
-		err = d.casHolds(ctx, "grant", k.lock, func(v []byte) (*holdsValue, error) {
+		err = casHolds(ctx, c, "grant", k.lock, func(v []byte) (*holdsValue, error) {
 			if string(v) != l.Owner {
 				return nil, driver.ErrNotHeld
 			}
@@ -168,7 +168,7 @@ func (d *mcDriver) acquireHold(ctx context.Context, l *driver.Lease, k keys, sec
 	}
 	// Held: a re-entry if the holder is a hold of the same named owner.
 	var token uint64
-	err = d.casHolds(ctx, "grant", k.lock, func(v []byte) (*holdsValue, error) {
+	err = casHolds(ctx, c, "grant", k.lock, func(v []byte) (*holdsValue, error) {
 		h, ok := parseHolds(v)
 		if !ok || !driver.SameOwner(h.first, l.Owner) {
 			return nil, driver.ErrHeld
@@ -194,8 +194,8 @@ func (d *mcDriver) acquireHold(ctx context.Context, l *driver.Lease, k keys, sec
 // releaseHold removes l's hold, and deletes the grant with its last one
 // (or when the item still holds l's bare owner token: a first hold whose
 // holds were never recorded).
-func (d *mcDriver) releaseHold(ctx context.Context, l *driver.Lease) error {
-	return d.casHolds(ctx, "release", d.leaseKeys(l).lock, func(v []byte) (*holdsValue, error) {
+func (d *mcDriver) releaseHold(ctx context.Context, c *memcache.Client, l *driver.Lease) error {
+	return casHolds(ctx, c, "release", d.leaseKeys(l).lock, func(v []byte) (*holdsValue, error) {
 		if string(v) == l.Owner {
 			return nil, nil
 		}
@@ -220,8 +220,8 @@ func (d *mcDriver) releaseHold(ctx context.Context, l *driver.Lease) error {
 // (a Resume), only if the grant's token is token. The item's expiration is
 // never shortened: another Lease of the hold (one that resumed it, or
 // whose handle was resumed) may count on it.
-func (d *mcDriver) extendHold(ctx context.Context, op string, l *driver.Lease, secs int32, token uint64) error {
-	return d.casHolds(ctx, op, d.leaseKeys(l).lock, func(v []byte) (*holdsValue, error) {
+func (d *mcDriver) extendHold(ctx context.Context, c *memcache.Client, op string, l *driver.Lease, secs int32, token uint64) error {
+	return casHolds(ctx, c, op, d.leaseKeys(l).lock, func(v []byte) (*holdsValue, error) {
 		h, ok := parseHolds(v)
 		if !ok || !driver.SameOwner(h.first, l.Owner) || (token != 0 && h.token != token) {
 			return nil, driver.ErrNotHeld
@@ -239,8 +239,8 @@ func (d *mcDriver) extendHold(ctx context.Context, op string, l *driver.Lease, s
 // of its value, the grant's note set apart (nil: delete it); change's
 // error (driver.ErrHeld, driver.ErrNotHeld) is returned as it is, with
 // the item left alone. The note is kept.
-func (d *mcDriver) casHolds(ctx context.Context, op, key string, change func(v []byte) (*holdsValue, error)) error {
-	return d.casItem(ctx, op, key, func(it *memcache.Item) error {
+func casHolds(ctx context.Context, c *memcache.Client, op, key string, change func(v []byte) (*holdsValue, error)) error {
+	return casItem(ctx, c, op, key, func(it *memcache.Item) error {
 		v, note := splitNote(it.Value)
 		h, err := change(v)
 		switch {

@@ -13,7 +13,8 @@ import (
 // expiration is the longest of its holds'. A lost-reply clean-up of a
 // re-entry removes that hold alone.
 func TestHoldsKeepTheLongestTTL(t *testing.T) {
-	d, _ := newDriverOptions(sharedClient(t), nil, false)
+	c := sharedClient(t)
+	d, _ := newDriverOptions(c, selectorOf(c), nil, false)
 	ctx := testCtx(t)
 	const name = "0123456789abcdef"
 	k := testKey(t)

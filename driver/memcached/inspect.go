@@ -25,7 +25,12 @@ func (d *mcDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 	if err := ctx.Err(); err != nil {
 		return st, err
 	}
-	it, err := d.c.Get(d.keys(key).lock)
+	c, ln, err := d.lanes.take(ctx)
+	if err != nil {
+		return st, err
+	}
+	defer d.lanes.put(ln)
+	it, err := c.Get(d.keys(key).lock)
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
 		return st, nil

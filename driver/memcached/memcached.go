@@ -66,13 +66,14 @@ func New(client *memcache.Client, o *Options) *lock.Locker {
 
 // newLocker is New for a client the Locker owns (and closes) or not.
 func newLocker(client *memcache.Client, o *Options, owns bool) *lock.Locker {
-	d, lo := newDriverOptions(client, o, owns)
+	d, lo := newDriverOptions(client, selectorOf(client), o, owns)
 	return lock.New(d, lo)
 }
 
-// newDriverOptions makes the driver over client that o describes, and the
+// newDriverOptions makes the driver over client, made with the
+// ServerSelector sel (nil: unknown, no lanes), that o describes, and the
 // lock.Options part of o, with this driver's DefaultRetry.
-func newDriverOptions(client *memcache.Client, o *Options, owns bool) (*mcDriver, *lock.Options) {
+func newDriverOptions(client *memcache.Client, sel memcache.ServerSelector, o *Options, owns bool) (*mcDriver, *lock.Options) {
 	var opts Options
 	if o != nil {
 		opts = *o
@@ -97,12 +98,14 @@ func newDriverOptions(client *memcache.Client, o *Options, owns bool) (*mcDriver
 	if client == nil {
 		d.err = fmt.Errorf("%w: nil *memcache.Client", driver.ErrInvalid)
 	}
+	d.lanes = newLanes(client, sel) // after TLS set the client's DialContext
 	return d, &opts.Options
 }
 
 // mcDriver implements driver.Driver over a gomemcache client.
 type mcDriver struct {
 	c      *memcache.Client
+	lanes  *lanes // run the calls (lanes.go)
 	owns   bool   // close c in Close: the Locker made it (Open)
 	prefix string // of every memcached key
 	err    error  // invalid options, reported by Validate
@@ -110,10 +113,12 @@ type mcDriver struct {
 
 // Capabilities implements driver.Capable: memcached grants neither shared
 // leases nor permits (see the package doc, "Not offered"); gomemcache
-// takes no context, so lock runs the driver's calls on goroutines of its
-// own. A grant's note ends the lock item's value (see noteSep).
+// takes no context, but the calls run on lanes, which return at their
+// context's end (lanes.go), so lock makes them on the caller's goroutine.
+// A grant's note ends the lock item's value (see noteSep).
 func (d *mcDriver) Capabilities() driver.Caps {
-	return driver.Caps{Name: "memcached", Shared: driver.No(noShared), Permits: driver.No(noPermits),
+	return driver.Caps{Name: "memcached", ReturnsAtContextEnd: d.lanes.returnsAtContextEnd(),
+		Shared: driver.No(noShared), Permits: driver.No(noPermits),
 		Reentry: driver.Yes, Resume: driver.Yes,
 		Notes: driver.Yes}
 }
@@ -152,9 +157,10 @@ func (d *mcDriver) Validate(l *driver.Lease) error {
 	return nil
 }
 
-// Close closes the client's idle connections if the Locker opened the
-// client.
+// Close closes the idle lanes (a busy one is closed when its call ends),
+// and the client's idle connections if the Locker opened the client.
 func (d *mcDriver) Close() error {
+	d.lanes.close()
 	if d.owns {
 		return d.c.Close()
 	}

@@ -80,7 +80,7 @@ func TestCASNegativeExpirationDeletes(t *testing.T) {
 // owner's grant, whatever the interleaving.
 func TestReleaseRaceLeavesOtherOwner(t *testing.T) {
 	c := sharedClient(t)
-	d := &mcDriver{c: c, prefix: DefaultPrefix}
+	d, _ := newDriverOptions(c, selectorOf(c), nil, false)
 	ctx := testCtx(t)
 	for i := range 200 {
 		l := &driver.Lease{Key: testKey(t), Owner: owner(i), TTL: 10 * time.Second}
@@ -114,7 +114,8 @@ func TestReleaseRaceLeavesOtherOwner(t *testing.T) {
 // a renewal) succeed: a cas lost to the other refresh is retried while the
 // item is still the caller's.
 func TestConcurrentRefreshes(t *testing.T) {
-	d := &mcDriver{c: sharedClient(t), prefix: DefaultPrefix}
+	c := sharedClient(t)
+	d, _ := newDriverOptions(c, selectorOf(c), nil, false)
 	ctx := testCtx(t)
 	l := &driver.Lease{Key: testKey(t), Owner: owner(1), TTL: 10 * time.Second}
 	if err := d.Acquire(ctx, l); err != nil {
@@ -148,7 +149,7 @@ func TestConcurrentRefreshes(t *testing.T) {
 func TestGrantOutlivesValidity(t *testing.T) {
 	c := sharedClient(t)
 	c.MaxIdleConns = 32
-	d := &mcDriver{c: c, prefix: DefaultPrefix}
+	d, _ := newDriverOptions(c, selectorOf(c), nil, false)
 	ctx := testCtx(t)
 	const trials = 8
 	var wg sync.WaitGroup
@@ -403,19 +404,27 @@ func TestCounterOnLockServer(t *testing.T) {
 	}
 }
 
-// New's Locker leaves the caller's client and its connections open.
+// New's Locker leaves the caller's client and its connections open: the
+// connection the client pooled before New (the Locker's calls run on lanes
+// of their own, which it closes, lanes.go).
 func TestNewLeavesClientOpen(t *testing.T) {
 	var closed atomic.Int32
+	var callers atomic.Bool // the client's own dials, before New
+	callers.Store(true)
 	c := memcache.New(testserver.SharedMemcached(t).Addr())
 	c.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
+		if err != nil || !callers.Load() {
+			return conn, err
 		}
 		return &closeCounter{Conn: conn, n: &closed}, nil
 	}
 	t.Cleanup(func() { c.Close() })
+	if _, err := c.Get(testKey(t)); !errors.Is(err, memcache.ErrCacheMiss) {
+		t.Fatal(err)
+	}
+	callers.Store(false)
 	l := New(c, nil)
 	ctx := testCtx(t)
 	lease, err := l.Lock(ctx, testKey(t))

@@ -97,7 +97,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 		})
 		c.DialContext = tlsDialer(tc, names)
 	}
-	d, lo := newDriverOptions(c, o, true)
+	d, lo := newDriverOptions(c, ss, o, true)
 	return d, lo, nil
 }
 

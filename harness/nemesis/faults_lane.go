@@ -9,10 +9,11 @@ import (
 	"github.com/dlock-go/dlock/harness/chaos"
 )
 
-// The Redis drivers run each call on a lane (internal/redisx, lanes.go):
-// a connection of its own that the call's context closes when it ends,
-// mid-request or not, and whose outcome is then unknown (the server may
-// have run the request). lane-abort reaches it: for a while, calls made
+// The Redis drivers (internal/redisx, lanes.go) and the memcached driver
+// (driver/memcached, lanes.go) run each call on a lane: a connection of
+// its own that the call's context closes when it ends, mid-request or
+// not, and whose outcome is then unknown (the server may have run the
+// request). lane-abort reaches it: for a while, calls made
 // in the test process are cancelled, at random, 0 to 2 ms after they
 // start, which on a local server lands while a request or its reply is
 // in flight. The worker's checks then judge that the call returned by its
@@ -26,10 +27,12 @@ var laneAbortUntil atomic.Int64
 // laneAbortP is the share of the calls cancelled in a window.
 const laneAbortP = 0.3
 
-// laneKinds adds lane-abort on the targets of the Redis drivers.
+// laneKinds adds lane-abort on the targets of the Redis drivers and of
+// the memcached driver.
 func (n *nemesis) laneKinds(add func(name string, w int, inject func() bool)) {
 	name := n.r.tg.Name
-	if n.r.tg.Backend != chaos.RedisBackend || !(strings.HasPrefix(name, "redisnx") || strings.HasPrefix(name, "rediswatch")) {
+	redis := n.r.tg.Backend == chaos.RedisBackend && (strings.HasPrefix(name, "redisnx") || strings.HasPrefix(name, "rediswatch"))
+	if !redis && n.r.tg.Backend != chaos.MemcachedBackend {
 		return
 	}
 	add("lane-abort", 3, n.laneAbort)
