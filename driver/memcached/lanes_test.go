@@ -2,7 +2,9 @@ package memcached
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"net"
 	"net/url"
 	"strconv"
 	"sync"
@@ -201,4 +203,57 @@ func TestLanesBounded(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	leakcheck.Verify(t, base)
+}
+
+// TestLaneAbortDial: a call whose connection's TLS handshake gets no
+// answer returns once its context is cancelled, although gomemcache's
+// dial waits for the client's Timeout (a minute): abort cancels the dial
+// under way. With an abort that does not, the call waits out the dial.
+func TestLaneAbortDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var held []net.Conn // accepted, never answered
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	c := memcache.New(ln.Addr().String())
+	c.Timeout = time.Minute
+	o := &Options{TLS: &tls.Config{InsecureSkipVerify: true}}
+	o.ReleaseTimeout = 300 * time.Millisecond // the lost grant's clean-up dials the silent server too
+	d, lo := newDriverOptions(c, selectorOf(c), o, false)
+	l := lock.New(d, lo)
+	t.Cleanup(func() { l.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := l.TryLock(ctx, testKey(t)); done <- err }()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("TryLock: %v; want context.Canceled", err)
+		}
+	case <-time.After(abortBound):
+		t.Fatalf("TryLock still dialling %v after its context was cancelled", abortBound)
+	}
 }
