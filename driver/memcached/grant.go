@@ -33,6 +33,9 @@ func (d *mcDriver) Acquire(ctx context.Context, l *driver.Lease) error {
 // server can be reached: a network failure, a connection that timed out,
 // no server to ask.
 func unreachable(err error) error {
+	if err == nil {
+		return nil // errors.As would move ct to the heap on every grant
+	}
 	var ct *memcache.ConnectTimeoutError
 	if errors.As(err, &ct) || errors.Is(err, memcache.ErrNoServers) {
 		return driver.Unavailable(err)
