@@ -24,34 +24,45 @@ TEST_P ?= 4
 # demo (internal/cli's demo*.go), which the dlock users build leaves out, so
 # that its tests run too; the end-to-end tests build a dlock without it as well.
 TEST_TAGS ?= demo
+# SIDE_NICE: the niceness of the cmd/dlock and bench modules' tests, which run
+# beside the race batch (see test).
+SIDE_NICE ?= 10
 
 .PHONY: test check api servers conformance unit images up down test-docker chaos bench nemesis release
 
 ## test: install missing servers, vet, and run every test against real servers:
 ## the main module's, then the harness module's (harness/: chaos's short selection,
 ## the metrics read through OpenTelemetry's SDK, the packaging check; the nemesis's
-## short pass on its own; its container tests run in test-docker), the bench module's (peer libraries on dlock's keys);
-## then the same servers in containers (test-docker: it fails without a Docker engine
+## short pass on its own; its container tests run in test-docker), the bench module's (peer libraries on dlock's keys)
+## beside the race batch; then the same servers in containers (test-docker: it fails without a Docker engine
 ## unless DLOCK_SKIP_DOCKER=1, and then says what it skipped).
 ## The nemesis runs alone: its timing checks (a call returning 200ms past its
 ## context's end) are made on a 2-core machine, and go test would run it beside
 ## two other packages' servers.
+## The cmd/dlock and bench modules' tests (mostly compiling: the command twice,
+## the peer libraries) run beside the race batch, whose last two packages (the
+## Redis drivers, 3-4 minutes) leave the cores waiting on Redis; at nice
+## SIDE_NICE, so that the race batch's tests come first for the CPU.
 test: servers check
 	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
-	$(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS)
-	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector, then the cmd/dlock module (the command, etcd included); their output follows"
-	@mkdir -p bin; ( (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); a=$$?; \
-	  (cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); b=$$?; \
-	  [ $$a = 0 ] && [ $$b = 0 ]; echo $$? > bin/etcd-test.rc) > bin/etcd-test.out 2>&1 & \
+	@echo "test: beside them, at nice $(SIDE_NICE), the cmd/dlock module (the command, etcd included), then the bench module (the peers themselves on dlock's keys: redsync, redislock); their output follows"
+	@mkdir -p bin; rm -f bin/side-test.rc; \
+	  ( nice -n $(SIDE_NICE) sh -c '(cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); a=$$?; \
+	    (cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); b=$$?; [ $$a = 0 ] && [ $$b = 0 ]'; \
+	    echo $$? > bin/side-test.rc) > bin/side-test.out 2>&1 & \
+	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS); rc=$$?; \
+	  wait; echo "test: cmd/dlock and bench modules"; cat bin/side-test.out; \
+	  [ $$rc = 0 ] && [ "$$(cat bin/side-test.rc 2>/dev/null)" = 0 ]
+	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector; its output follows"
+	@mkdir -p bin; rm -f bin/etcd-test.rc; ( (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); \
+	  echo $$? > bin/etcd-test.rc) > bin/etcd-test.out 2>&1 & \
 	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
-	  wait; echo "test: driver/etcd and cmd/dlock modules"; cat bin/etcd-test.out; \
-	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc)" = 0 ]
+	  wait; echo "test: driver/etcd module"; cat bin/etcd-test.out; \
+	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc 2>/dev/null)" = 0 ]
 	@echo "test: harness module (harness/)"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@echo "test: harness/nemesis on its own"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./nemesis/
-	@echo "test: bench module (the peers themselves on dlock's keys: redsync, redislock)"
-	cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 	@$(MAKE) --no-print-directory test-docker
 
 ## check: go vet, staticcheck and gofmt, in every module (the main one,
