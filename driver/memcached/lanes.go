@@ -85,6 +85,14 @@ func selectorOf(c *memcache.Client) memcache.ServerSelector {
 	return sel
 }
 
+// noSelector reports whether c has a ServerSelector field that is nil: a
+// client not made by memcache.New or NewFromSelector (&memcache.Client{}),
+// on which every gomemcache call panics.
+func noSelector(c *memcache.Client) bool {
+	f := reflect.ValueOf(c).Elem().FieldByName("selector")
+	return f.IsValid() && f.Kind() == reflect.Interface && f.IsNil()
+}
+
 // returnsAtContextEnd reports whether calls run on lanes.
 func (ls *lanes) returnsAtContextEnd() bool { return ls.sel != nil }
 
@@ -119,7 +127,7 @@ func (ls *lanes) take(ctx context.Context) (c *memcache.Client, ln *lane, err er
 }
 
 func (ls *lanes) newLane() *lane {
-	ln := &lane{dialer: ls.base.DialContext}
+	ln := &lane{dialer: ls.base.DialContext, own: ls.base.DialContext != nil}
 	if ln.dialer == nil {
 		var d net.Dialer // gomemcache's dial bounds ctx by its Timeout
 		ln.dialer = d.DialContext
@@ -175,6 +183,7 @@ func (ls *lanes) close() {
 type lane struct {
 	c       *memcache.Client
 	dialer  func(ctx context.Context, network, addr string) (net.Conn, error)
+	own     bool        // dialer is the client's own, which may not heed ctx
 	stop    func() bool // the armed AfterFunc's; nil when not armed
 	abortFn func()      // abort, as a value made once
 	mu      sync.Mutex
@@ -215,7 +224,13 @@ func (ln *lane) dial(ctx context.Context, network, addr string) (net.Conn, error
 	}
 	ln.cancel = cancel
 	ln.mu.Unlock()
-	c, err := ln.dialer(ctx, network, addr)
+	var c net.Conn
+	var err error
+	if ln.own {
+		c, err = dialWithin(ctx, ln.dialer, network, addr)
+	} else {
+		c, err = ln.dialer(ctx, network, addr)
+	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	ln.cancel = nil
@@ -243,4 +258,32 @@ func (ln *lane) record(addr string, c net.Conn) {
 		}
 	}
 	ln.conns = append(ln.conns, laneConn{addr, c})
+}
+
+// dialWithin runs a client's own dialer, which may not heed ctx (one that
+// calls net.Dial, or waits on something else), on a goroutine of its own,
+// and returns at ctx's end at the latest: the call on the lane must return
+// by its context's end (lock makes it on the caller's goroutine). A
+// connection that comes after is closed.
+func dialWithin(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error), network, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := dial(ctx, network, addr)
+		res <- result{c, err}
+	}()
+	select {
+	case r := <-res:
+		return r.c, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-res; r.err == nil {
+				_ = r.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }

@@ -95,8 +95,11 @@ func newDriverOptions(client *memcache.Client, sel memcache.ServerSelector, o *O
 			client.DialContext = tlsDialer(opts.TLS, nil)
 		}
 	}
-	if client == nil {
+	switch {
+	case client == nil:
 		d.err = fmt.Errorf("%w: nil *memcache.Client", driver.ErrInvalid)
+	case sel == nil && noSelector(client):
+		d.err = fmt.Errorf("%w: a *memcache.Client without servers: make it with memcache.New or memcache.NewFromSelector", driver.ErrInvalid)
 	}
 	d.lanes = newLanes(client, sel) // after TLS set the client's DialContext
 	return d, &opts.Options
