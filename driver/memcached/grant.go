@@ -117,6 +117,9 @@ func (d *mcDriver) Release(ctx context.Context, l *driver.Lease) error {
 		return err
 	}
 	defer d.lanes.put(ln)
+	if err := d.lanes.settle(ctx); err != nil {
+		return err // nothing sent
+	}
 	if l.Reentry {
 		return d.releaseHold(ctx, c, l)
 	}

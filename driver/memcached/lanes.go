@@ -3,9 +3,12 @@ package memcached
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"reflect"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -17,14 +20,16 @@ import (
 // its own, which cost about 80 µs of client CPU per Lock+Unlock.
 //
 // gomemcache takes no context: a request waits for its reply up to the
-// client's Timeout. What stops it is closing its connection: the read or
+// client's Timeout. What stops it is a past deadline on its connection: the read or
 // write in flight fails, gomemcache drops the connection, and the call
 // returns (gomemcache retries nothing). A lane is a *memcache.Client of
 // its own, made with the client's ServerSelector, Timeout and DialContext
 // (read when the lane is made), that keeps one idle connection per server
 // and whose dialer records each connection it opens. A call takes an idle
 // lane (or makes one), arms context.AfterFunc(ctx, abort) and runs inline;
-// abort closes the lane's connections, cancels a dial under way and refuses
+// abort stops the read or write in flight on the lane's connections and
+// half-closes them (see laneNetConn: they are drained before they close,
+// and a Release waits for that), cancels a dial under way and refuses
 // further dials, so nothing of the call is sent after it. After the call
 // the arm is stopped, and a lane whose abort ran is closed and discarded.
 // An aborted call's outcome is unknown (the server may have run its
@@ -49,6 +54,7 @@ type lanes struct {
 	mu     sync.Mutex
 	idle   []*lane
 	closed bool
+	drains map[chan struct{}]struct{} // of aborted lanes' connections (drain)
 }
 
 // errLaneAborted refuses a dial of a lane whose call was aborted.
@@ -127,7 +133,7 @@ func (ls *lanes) take(ctx context.Context) (c *memcache.Client, ln *lane, err er
 }
 
 func (ls *lanes) newLane() *lane {
-	ln := &lane{dialer: ls.base.DialContext, own: ls.base.DialContext != nil}
+	ln := &lane{ls: ls, dialer: ls.base.DialContext, own: ls.base.DialContext != nil}
 	if ln.dialer == nil {
 		var d net.Dialer // gomemcache's dial bounds ctx by its Timeout
 		ln.dialer = d.DialContext
@@ -181,12 +187,14 @@ func (ls *lanes) close() {
 
 // A lane is one client of its own and the connections its dialer opened.
 type lane struct {
+	ls      *lanes
 	c       *memcache.Client
 	dialer  func(ctx context.Context, network, addr string) (net.Conn, error)
 	own     bool        // dialer is the client's own, which may not heed ctx
 	stop    func() bool // the armed AfterFunc's; nil when not armed
 	abortFn func()      // abort, as a value made once
 	mu      sync.Mutex
+	dead    atomic.Bool // aborted, read without mu by the connections' Read and Write
 	aborted bool
 	conns   []laneConn         // the latest connection to each address
 	cancel  context.CancelFunc // of the dial under way, if any
@@ -203,13 +211,25 @@ func (ln *lane) abort() {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	ln.aborted = true
+	ln.dead.Store(true)
 	if ln.cancel != nil {
 		ln.cancel()
 	}
 	for _, lc := range ln.conns {
-		_ = lc.c.Close()
+		shut(lc.c)
 	}
 	ln.conns = nil
+}
+
+// shut stops the read or write in flight on c and sends the server its
+// end of the stream (c is drained and closed when gomemcache closes it,
+// see laneNetConn.Close); c is closed at once if it cannot half-close.
+func shut(c net.Conn) {
+	_ = c.SetDeadline(time.Now())
+	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		return
+	}
+	_ = c.Close()
 }
 
 // dial is the lane client's DialContext: the client's dialer, cancelled
@@ -244,7 +264,126 @@ func (ln *lane) dial(ctx context.Context, network, addr string) (net.Conn, error
 		return nil, err
 	}
 	ln.record(addr, c)
-	return c, nil
+	return &laneNetConn{Conn: c, ln: ln}, nil
+}
+
+// A laneNetConn is a lane's connection as its client sees it. Once the
+// lane is aborted it reads, writes and sets deadlines no more (gomemcache
+// sets a fresh deadline before each request, which must not undo
+// abort's), and its Close drains the connection before closing it.
+//
+// Why drain: an aborted request may have reached the server, which runs
+// it even though the client closed the connection; and memcached serves
+// each connection on its own, so a lost reply's release by owner, sent
+// on another connection, could be run before it: an add run after the
+// release that should have undone it leaves a grant that no one holds
+// until its TTL (TestAudit45AbortAnywhere). memcached runs what it read
+// on a connection before it sees the connection's end and closes it, so
+// once the server closed a connection that abort half-closed, nothing
+// sent on it is still to run; Release waits for that (lanes.settle).
+type laneNetConn struct {
+	net.Conn
+	ln      *lane
+	drained bool // guarded by ln.mu
+}
+
+func (c *laneNetConn) Read(p []byte) (int, error) {
+	if c.ln.dead.Load() {
+		return 0, errLaneAborted
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *laneNetConn) Write(p []byte) (int, error) {
+	if c.ln.dead.Load() {
+		return 0, errLaneAborted
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *laneNetConn) SetDeadline(t time.Time) error {
+	if c.ln.dead.Load() {
+		return nil
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *laneNetConn) SetReadDeadline(t time.Time) error {
+	if c.ln.dead.Load() {
+		return nil
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *laneNetConn) SetWriteDeadline(t time.Time) error {
+	if c.ln.dead.Load() {
+		return nil
+	}
+	return c.Conn.SetWriteDeadline(t)
+}
+
+// Close closes the connection, or drains it if the lane was aborted
+// (after abort, which holds ln.mu, has shut it).
+func (c *laneNetConn) Close() error {
+	c.ln.mu.Lock()
+	defer c.ln.mu.Unlock()
+	if !c.ln.aborted {
+		return c.Conn.Close()
+	}
+	if !c.drained {
+		c.drained = true
+		c.ln.ls.drain(c.Conn)
+	}
+	return nil
+}
+
+// drain reads c, which abort shut, until the server closes it (or for
+// drainFor at most), then closes it; settle waits for it.
+func (ls *lanes) drain(c net.Conn) {
+	done := make(chan struct{})
+	ls.mu.Lock()
+	if ls.drains == nil {
+		ls.drains = make(map[chan struct{}]struct{})
+	}
+	ls.drains[done] = struct{}{}
+	ls.mu.Unlock()
+	go func() {
+		_ = c.SetDeadline(time.Now().Add(max(ls.base.Timeout, drainFor)))
+		_, _ = io.Copy(io.Discard, c)
+		_ = c.Close()
+		ls.mu.Lock()
+		delete(ls.drains, done)
+		ls.mu.Unlock()
+		close(done)
+	}()
+}
+
+// drainFor is the least time a drain waits for the server's end of an
+// aborted connection (the client's Timeout when longer).
+const drainFor = time.Second
+
+// settle waits until the connections being drained now are closed, or
+// ctx's end: a release sent after them runs after whatever was sent on
+// them.
+func (ls *lanes) settle(ctx context.Context) error {
+	ls.mu.Lock()
+	if len(ls.drains) == 0 {
+		ls.mu.Unlock()
+		return nil
+	}
+	wait := make([]chan struct{}, 0, len(ls.drains))
+	for ch := range ls.drains {
+		wait = append(wait, ch)
+	}
+	ls.mu.Unlock()
+	for _, ch := range wait {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // record keeps c as the connection to addr: a lane's client keeps one
