@@ -148,3 +148,66 @@ type countCounter struct {
 
 func (c countCounter) Add(_ context.Context, n int64, _ ...metric.AddOption) { c.n.Add(n) }
 func (c countCounter) Enabled(context.Context) bool                          { return true }
+
+// blockingFake's Refresh and RefreshBatch wait until release is closed,
+// whatever their context, counting the calls under way in in.
+type blockingFake struct {
+	*fake
+	in      *atomic.Int64
+	release chan struct{}
+}
+
+func (f blockingFake) Refresh(ctx context.Context, l *driver.Lease, ttl time.Duration) (time.Duration, error) {
+	f.in.Add(1)
+	<-f.release
+	return f.fake.Refresh(ctx, l, ttl)
+}
+
+func (f blockingFake) RefreshBatch(ctx context.Context, ls []*driver.Lease, ttl time.Duration) (time.Duration, []error) {
+	f.in.Add(1)
+	<-f.release
+	return batchingFake{f.fake}.RefreshBatch(ctx, ls, ttl)
+}
+
+// A renewal still queued for a worker when its lease has half its validity
+// left is counted late (dlock.renewals.late), and so is one whose lease is
+// lost before any worker takes it: the Locker fell behind, and the count
+// must say so. Here the 4 workers of a batching driver are held by the
+// renewals of 4 leases of other TTLs (jobs of different TTLs are not
+// merged), so the last lease's renewal waits in the queue until the lease
+// is lost. (Before, only a renewal a worker had taken was watched: that
+// lease was lost uncounted.)
+func TestQueuedRenewalCountedLate(t *testing.T) {
+	f := blockingFake{fake: newFake(), in: &atomic.Int64{}, release: make(chan struct{})}
+	var late atomic.Int64
+	l := lock.New(f, &lock.Options{TTL: 3 * time.Second, MeterProvider: countMeter{n: map[string]*atomic.Int64{"dlock.renewals.late": &late}}})
+	defer l.Close()
+	defer close(f.release)
+	for i := range 4 {
+		if _, err := l.TryLock(bg(t), fmt.Sprintf("held%d", i), lock.WithTTL(time.Duration(1500+30*i)*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.in.Load() < 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d renewals under way, want 4", f.in.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	queued, err := l.TryLock(bg(t), "queued", lock.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-queued.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lease whose renewal waits for a worker was not lost")
+	}
+	if n := f.in.Load(); n != 4 {
+		t.Fatalf("%d renewals under way, want 4 (the queued one ran)", n)
+	}
+	// The 4 held renewals are late too (their leases are lost meanwhile).
+	if n := late.Load(); n != 5 {
+		t.Errorf("dlock.renewals.late = %d, want 5: the queued renewal of a lease lost before a worker took it is not counted", n)
+	}
+}

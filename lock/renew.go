@@ -21,8 +21,10 @@ import (
 // which refreshes each group of up to maxBatch leases in one call, in a
 // few round trips; when groups queue up, a worker takes up to maxMerge of
 // them in one call). A renewal not done when its lease has half its
-// validity left is counted late, and logged (watchLate): the Locker is
-// falling behind. A lease whose deadline passes before a refresh succeeds
+// validity left is counted late, and logged (watchLate, armed when the
+// renewal is queued, so that one still waiting for a worker counts too,
+// and so does a lease lost before a worker took its renewal): the Locker
+// is falling behind. A lease whose deadline passes before a refresh succeeds
 // is lost then, whatever its refresh is doing.
 type scheduler struct {
 	lk    *Locker
@@ -82,9 +84,12 @@ const (
 )
 
 // renewJob refreshes leases to ttl, which Validate said gives validity v.
+// Its late watches (watchLate, one per job merged into it) were armed when
+// it was queued; run stops them when its refresh returns.
 type renewJob struct {
-	ttl, v time.Duration
-	leases []*Lease
+	ttl, v  time.Duration
+	leases  []*Lease
+	watches []func()
 }
 
 func newScheduler(lk *Locker) *scheduler {
@@ -158,7 +163,10 @@ func (s *scheduler) loop() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		expired, next := s.collect(time.Now())
+		expired, lateNow, next := s.collect(time.Now())
+		for _, ls := range lateNow {
+			s.late(ls)
+		}
 		for _, l := range expired {
 			// The deadline is checked again under the lease's lock: a
 			// refresh may have moved it since collect looked.
@@ -177,8 +185,10 @@ func (s *scheduler) loop() {
 }
 
 // collect takes the leases due at now: expired ones are returned, renewals
-// are queued as jobs. It returns how long to sleep until the next one.
-func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration) {
+// are queued as jobs (those late already are returned in lateNow, for the
+// caller to count: late takes s.mu). It returns how long to sleep until the
+// next one.
+func (s *scheduler) collect(now time.Time) (expired []*Lease, lateNow [][]*Lease, next time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	type group struct{ ttl, v time.Duration }
@@ -220,7 +230,20 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 	for g, ls := range groups {
 		for len(ls) > 0 {
 			n := min(len(ls), size)
-			s.jobs = append(s.jobs, renewJob{ttl: g.ttl, v: g.v, leases: ls[:n:n]})
+			j := renewJob{ttl: g.ttl, v: g.v, leases: ls[:n:n]}
+			first := j.leases[0].deadlineCopy
+			for _, l := range j.leases {
+				if l.deadlineCopy.Before(first) {
+					first = l.deadlineCopy
+				}
+			}
+			stop, already := s.watchLate(j.leases, first, g.v)
+			if already {
+				lateNow = append(lateNow, j.leases)
+			} else {
+				j.watches = []func(){stop}
+			}
+			s.jobs = append(s.jobs, j)
 			ls = ls[n:]
 		}
 	}
@@ -240,7 +263,7 @@ func (s *scheduler) collect(now time.Time) (expired []*Lease, next time.Duration
 		next = max(s.h[0].due.Sub(now), 0)
 	}
 	s.wakeAt = now.Add(next)
-	return expired, next
+	return expired, lateNow, next
 }
 
 // work runs queued renewal jobs until none is left.
@@ -270,28 +293,27 @@ func (s *scheduler) takeLocked() renewJob {
 			break
 		}
 		j.leases = append(j.leases, next.leases...)
+		j.watches = append(j.watches, next.watches...)
 		s.jobs = s.jobs[1:]
 	}
 	return j
 }
 
 func (s *scheduler) run(j renewJob) {
+	defer j.stopWatches()
 	start := time.Now()
 	// Each deadline is moved to what this refresh gives (beginRefresh). No
 	// refresh is useful past the last of them; each lease whose own
 	// deadline passes meanwhile is lost then, whatever the call does.
 	var (
-		ls          []*Lease
-		first, last time.Time
+		ls   []*Lease
+		last time.Time
 	)
 	for _, l := range j.leases {
 		d, err := l.beginRefresh("renew", start, j.v)
 		if err != nil { // ended meanwhile
 			s.done(l, false, j.v)
 			continue
-		}
-		if len(ls) == 0 || d.Before(first) {
-			first = d
 		}
 		if len(ls) == 0 || d.After(last) {
 			last = d
@@ -303,7 +325,6 @@ func (s *scheduler) run(j renewJob) {
 	}
 	ctx, cancel := context.WithDeadline(s.ctx, last)
 	defer cancel()
-	defer s.watchLate(ls, first, j.v)()
 	dls := make([]*driver.Lease, len(ls))
 	for i, l := range ls {
 		dls[i] = l.dl
@@ -341,20 +362,26 @@ func (s *scheduler) run(j renewJob) {
 	}
 }
 
-// watchLate reports ls late (see late) if their refresh, which starts now,
-// has not returned by the time the first of their deadlines is less than
+func (j renewJob) stopWatches() {
+	for _, stop := range j.watches {
+		stop()
+	}
+}
+
+// watchLate reports ls late (see late) if their refresh, queued now, has
+// not returned by the time the first of their deadlines is less than
 // half their validity v away: renewals come when two thirds of it are left,
 // so the Locker is then behind its leases by a quarter of the room it has,
 // and a lease is lost if it falls behind by the rest. It returns the
-// function that ends the watch.
-func (s *scheduler) watchLate(ls []*Lease, first time.Time, v time.Duration) (stop func()) {
+// function that ends the watch; or, when they are late already, reports
+// that (now) for the caller to count them.
+func (s *scheduler) watchLate(ls []*Lease, first time.Time, v time.Duration) (stop func(), now bool) {
 	wait := time.Until(first.Add(-v / 2))
 	if wait <= 0 {
-		s.late(ls)
-		return func() {}
+		return nil, true
 	}
 	t := time.AfterFunc(wait, func() { s.late(ls) })
-	return func() { t.Stop() }
+	return func() { t.Stop() }, false
 }
 
 // late counts the renewals of ls as late (dlock.renewals.late), and logs
@@ -362,7 +389,15 @@ func (s *scheduler) watchLate(ls []*Lease, first time.Time, v time.Duration) (st
 // with the count since the last one: the Locker cannot keep up with its
 // leases (too many for its backend or its machine, or a slow backend),
 // and will lose them if it falls further behind.
+//
+// A lease unlocked meanwhile is not counted: its renewal was no longer
+// wanted. One lost is, whether or not a worker had taken its renewal: one
+// lost to its deadline was lost because the renewal came too late.
 func (s *scheduler) late(ls []*Lease) {
+	ls = stillWanted(ls)
+	if len(ls) == 0 {
+		return
+	}
 	s.lk.renewalsLate(ls)
 	now := time.Now()
 	s.mu.Lock()
@@ -378,6 +413,21 @@ func (s *scheduler) late(ls []*Lease) {
 	s.lateN, s.lateLogAt = 0, now.Add(lateLogEvery)
 	s.mu.Unlock()
 	s.lk.logLate(n, held, queued)
+}
+
+// stillWanted returns the leases of ls whose renewal is still wanted, or
+// was until they expired (see late).
+func stillWanted(ls []*Lease) []*Lease {
+	out := make([]*Lease, 0, len(ls))
+	for _, l := range ls {
+		l.mu.Lock()
+		wanted := !l.unlocking && (l.err == nil || errors.Is(l.err, ErrLost))
+		l.mu.Unlock()
+		if wanted {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // done ends the scheduler's renewal of l: the lease's refresh slot is freed
@@ -399,6 +449,9 @@ func (s *scheduler) done(l *Lease, failed bool, v time.Duration) {
 func (s *scheduler) stop() {
 	s.mu.Lock()
 	s.stopped = true
+	for _, j := range s.jobs {
+		j.stopWatches()
+	}
 	s.jobs = nil
 	s.mu.Unlock()
 	s.workers.stop()
