@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,4 +144,51 @@ func (s *cpuSamples) figures() []figure {
 		figs = append(figs, figure{name: "server command time/cycle", value: med(s.cmd), unit: duration, dir: lowerBetter, note: "INFO commandstats: a script's own commands count twice, in it and by name"})
 	}
 	return figs
+}
+
+// runQueueWait is how long the threads of process pid ("self" for the
+// bench) have waited, runnable, for a CPU (/proc/PID/task/*/schedstat, the
+// second field), and whether it could be read: when the machine is loaded,
+// a server can be short of CPU time while its own CPU figure looks small.
+func runQueueWait(pid string) (time.Duration, bool) {
+	tasks, err := filepath.Glob("/proc/" + pid + "/task/*/schedstat")
+	if err != nil || len(tasks) == 0 {
+		return 0, false
+	}
+	var wait time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, false
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		wait += time.Duration(ns)
+	}
+	return wait, true
+}
+
+// redisPID is the server's process id (INFO server), when it runs on this
+// host (its /proc entry is there and is a redis-server).
+func redisPID(ctx context.Context, rdb *redis.Client) (string, bool) {
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			comm, err := os.ReadFile("/proc/" + v + "/comm")
+			if err != nil || !strings.HasPrefix(string(comm), "redis") {
+				return "", false
+			}
+			return v, true
+		}
+	}
+	return "", false
 }

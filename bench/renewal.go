@@ -31,7 +31,10 @@ import (
 //     EVAL calls for redisnx, every command but INFO for rediswatch
 //     (commands a script runs are counted by Redis too, so they are left
 //     out for redisnx), per renewal period;
-//   - the server's CPU time (INFO cpu, user and system) per period;
+//   - the server's CPU time (INFO cpu, user and system) per period, and
+//     the time the server's and the bench's threads waited, runnable, for a
+//     CPU (/proc schedstat, when the server runs on this host): on a loaded
+//     machine a server short of CPU shows a small CPU time and a long wait;
 //   - lease refreshes per period (keys in refresh scripts, PEXPIREs), which
 //     should be N;
 //   - renewals late over the hold (dlock.renewals.late: renewals not done
@@ -44,7 +47,10 @@ import (
 //   - client heap per lease: the live heap after a GC at the end of the
 //     hold, less the live heap before the Locker existed (the client's
 //     connections open, the bench's slice of leases allocated), divided by N;
-//   - leases lost before the end (must be 0).
+//   - leases lost before the end (must be 0), and how many of them were
+//     lost while the leases were still being taken (the renewals then
+//     compete with 64 TryLock goroutines; "renewals late" counts only the
+//     hold).
 //
 // The peers have no auto-renewal (the caller runs redsync's Mutex.Extend or
 // redislock's Lock.Refresh itself, one command per lock), so their rows say
@@ -242,6 +248,12 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 		return nil, err
 	}
 	acquire := time.Since(t0)
+	lostAcq := 0
+	for _, l := range leases {
+		if l.Err() != nil {
+			lostAcq++
+		}
+	}
 
 	// Hold them for three TTLs, counting.
 	stats0, err := commandStats(ctx, admin)
@@ -249,6 +261,10 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 		return nil, err
 	}
 	usage0, cpuOK := redisUsage(ctx, admin)
+	pid, waitOK := redisPID(ctx, admin)
+	serverWait0, ok := runQueueWait(pid)
+	waitOK = waitOK && ok
+	clientWait0, clientOK := runQueueWait("self")
 	counter.on.Store(true)
 	hold := 3 * cfg.renewTTL
 	holdStart := time.Now()
@@ -265,6 +281,10 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 	}
 	usage1, ok := redisUsage(ctx, admin)
 	cpuOK = cpuOK && ok
+	serverWait1, ok := runQueueWait(pid)
+	waitOK = waitOK && ok
+	clientWait1, ok := runQueueWait("self")
+	clientOK = clientOK && ok
 	heap1 := liveHeap()
 	lost := 0
 	for _, l := range leases {
@@ -319,10 +339,12 @@ func renewal(ctx context.Context, cfg *config, addr, name string, newLocker func
 		{name: "client round trips/period", value: perPeriod(counter.roundTrips.Load()), unit: count, dir: lowerBetter},
 		{name: serverName, value: perPeriod(server), unit: count, dir: lowerBetter},
 		serverCPUFigure(cpuOK, float64(usage1.cpu-usage0.cpu)/periods),
+		runQueueFigure("server run-queue wait/period", waitOK, float64(serverWait1-serverWait0)/periods),
+		runQueueFigure("client run-queue wait/period", clientOK, float64(clientWait1-clientWait0)/periods),
 		{name: "renewals late", value: float64(late.Load()), unit: count, dir: lowerBetter, note: "dlock.renewals.late over the hold: renewals not done with half the validity left"},
 		{name: "goroutines added", value: float64(gmax - g0), unit: count, dir: lowerBetter},
 		{name: "heap/lease", value: heapPer, unit: byteSize, dir: lowerBetter},
-		{name: "leases lost", value: float64(lost), unit: count, dir: lowerBetter},
+		{name: "leases lost", value: float64(lost), unit: count, dir: lowerBetter, note: fmt.Sprintf("%d of them while the leases were being taken (%.1fs)", lostAcq, acquire.Seconds())},
 		{name: "acquire rate", value: float64(n) / acquire.Seconds(), unit: rate, note: "TryLock, 64 goroutines"},
 		{name: "Close (releases all)", value: float64(release), unit: duration},
 		{name: "Close: left to expire", value: float64(unreleased), unit: count, dir: lowerBetter, note: "leases that expired before Close released them"},
@@ -336,6 +358,16 @@ func serverCPUFigure(ok bool, perPeriod float64) figure {
 		return figure{name: "server CPU/period", na: "n/a: INFO cpu unreadable"}
 	}
 	return figure{name: "server CPU/period", value: perPeriod, unit: duration, dir: lowerBetter}
+}
+
+// runQueueFigure is the time a process's threads waited, runnable, for a
+// CPU per renewal period (runQueueWait), or why it is missing: a server
+// short of CPU on a loaded machine shows it here, not in its CPU time.
+func runQueueFigure(name string, ok bool, perPeriod float64) figure {
+	if !ok {
+		return figure{name: name, na: "n/a: /proc schedstat unreadable (not on this host)"}
+	}
+	return figure{name: name, value: perPeriod, unit: duration, dir: lowerBetter, note: "runnable, waiting for a CPU (/proc schedstat; the machine's load)"}
 }
 
 // lateMeter is a MeterProvider whose dlock.renewals.late counter adds to n
