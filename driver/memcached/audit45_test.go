@@ -119,8 +119,48 @@ func TestAudit45NoStaleGrant(t *testing.T) {
 // up).
 func TestAudit45AbortAnywhere(t *testing.T) {
 	srv := testserver.SharedMemcached(t)
-	o := &Options{}
-	o.TTL = time.Minute
+	abortAnywhere(t, func() (*memcache.Client, *Options) {
+		o := &Options{}
+		o.TTL = time.Minute
+		return memcache.New(srv.Addr()), o
+	})
+}
+
+// TestAudit45TLSAbortAnywhere: TestAudit45AbortAnywhere over TLS, where
+// abort's half-close is a close_notify alert.
+func TestAudit45TLSAbortAnywhere(t *testing.T) {
+	m := testserver.StartMemcached(t, &testserver.MemcachedOptions{TLS: &testserver.TLSOptions{}})
+	abortAnywhere(t, func() (*memcache.Client, *Options) {
+		o := &Options{TLS: m.TLS.ClientConfig()}
+		o.TTL = time.Minute
+		return memcache.New(m.Addr()), o
+	})
+}
+
+// TestAudit45SelectorAbortAnywhere: TestAudit45AbortAnywhere over two
+// servers, by a ServerSelector of the user's own (a lane's client uses
+// it too, reaching both).
+func TestAudit45SelectorAbortAnywhere(t *testing.T) {
+	m := testserver.StartMemcached(t, &testserver.MemcachedOptions{Servers: 2})
+	var ss memcache.ServerList
+	if err := ss.SetServers(m.Addrs()...); err != nil {
+		t.Fatal(err)
+	}
+	abortAnywhere(t, func() (*memcache.Client, *Options) {
+		o := &Options{}
+		o.TTL = time.Minute
+		c := memcache.NewFromSelector(userSelector{&ss})
+		if selectorOf(c) == nil {
+			t.Fatal("no lanes over a client with the user's selector")
+		}
+		return c, o
+	})
+}
+
+// userSelector is a ServerSelector of the user's own.
+type userSelector struct{ *memcache.ServerList }
+
+func abortAnywhere(t *testing.T, mk func() (*memcache.Client, *Options)) {
 	k := testKey(t)
 	var holders atomic.Int32
 	var mu sync.Mutex
@@ -129,7 +169,7 @@ func TestAudit45AbortAnywhere(t *testing.T) {
 	stop := time.Now().Add(4 * time.Second)
 	var wg sync.WaitGroup
 	for g := range 3 {
-		c := memcache.New(srv.Addr())
+		c, o := mk()
 		c.MaxIdleConns = 1
 		l := New(c, o)
 		defer c.Close()
@@ -173,7 +213,9 @@ func TestAudit45AbortAnywhere(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("%d grants, %d aborted calls", grants.Load(), aborted.Load())
-	l := New(memcache.New(srv.Addr()), o)
+	c, o := mk()
+	defer c.Close()
+	l := New(c, o)
 	defer l.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
