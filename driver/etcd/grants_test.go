@@ -1,6 +1,8 @@
 package etcd
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -160,4 +162,42 @@ func TestValueRoundTrip(t *testing.T) {
 func entryKey(d *etcdDriver, l *driver.Lease) string {
 	name, _, _ := d.entryOf(l)
 	return d.names(l.Key).queue + name
+}
+
+// TestValueString: an entry's value is the layout's fields, one space
+// apart, as written before it was built in one buffer (older clients
+// parse it so): fmt's "dlock1 %s %d %d %d", then the owner, the holds and
+// the note.
+func TestValueString(t *testing.T) {
+	for _, v := range []entryValue{
+		{},
+		{mode: driver.Exclusive, token: 1764000000000000, since: 1764000000000001, owner: "0123456789abcdef0123456789abcdef"},
+		{mode: driver.Shared, token: math.MaxUint64, since: -5, owner: "o"},
+		{mode: driver.Permit, limit: 3, token: 7, since: 9, owner: "0123456789abcdef0123456789abcdef", note: "a b%c\u00e9"},
+		{named: true, token: 12, since: 34, holds: []string{"h1", "h2"}, note: "n"},
+		{mode: driver.Permit, limit: -1, named: true, holds: []string{"h"}},
+	} {
+		m := "x"
+		switch {
+		case v.named:
+			m = "o"
+		case v.mode == driver.Shared:
+			m = "s"
+		case v.mode == driver.Permit:
+			m = "p"
+		}
+		want := fmt.Sprintf("dlock1 %s %d %d %d", m, v.limit, v.token, v.since)
+		if v.owner != "" {
+			want += " " + v.owner
+		}
+		for _, h := range v.holds {
+			want += " " + h
+		}
+		if v.note != "" {
+			want += " " + noteMark + escapeNote(v.note)
+		}
+		if got := v.String(); got != want {
+			t.Errorf("%+v: %q, want %q", v, got, want)
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package etcd
 
 import (
-	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -101,26 +100,37 @@ type entryValue struct {
 }
 
 func (v entryValue) String() string {
-	m := "x"
+	m := byte('x')
 	switch {
 	case v.named:
-		m = "o"
+		m = 'o'
 	case v.mode == driver.Shared:
-		m = "s"
+		m = 's'
 	case v.mode == driver.Permit:
-		m = "p"
+		m = 'p'
 	}
-	s := fmt.Sprintf("dlock1 %s %d %d %d", m, v.limit, v.token, v.since)
+	// "dlock1 M LIMIT TOKEN SINCE[ OWNER][ HOLD...][ #NOTE]", built in
+	// one buffer (on the stack, for a value that fits): a grant writes
+	// one per cycle
+	var buf [128]byte
+	b := buf[:0]
+	b = append(b, "dlock1 "...)
+	b = append(b, m, ' ')
+	b = strconv.AppendInt(b, int64(v.limit), 10)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, v.token, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, v.since, 10)
 	if v.owner != "" {
-		s += " " + v.owner
+		b = append(append(b, ' '), v.owner...)
 	}
 	for _, h := range v.holds {
-		s += " " + h
+		b = append(append(b, ' '), h...)
 	}
 	if v.note != "" {
-		s += " " + noteMark + escapeNote(v.note)
+		b = append(append(append(b, ' '), noteMark...), escapeNote(v.note)...)
 	}
-	return s
+	return string(b)
 }
 
 // noteMark starts a value's note field. The field is one of graphic
