@@ -29,11 +29,16 @@ import (
 // or the session was reset), the Locker sends every later step wrapped.
 // With Options.TransactionPooling nothing is prepared: every step is
 // wrapped.
+//
+// Since schema version 9 an exclusive Lock and its Unlock first send a
+// plain UPDATE of the key's row (plain, below), prepared the same way,
+// and the function only when it changes nothing.
 type fastStep struct {
-	name string   // the prepared statement's name on each connection
-	sql  string   // its text, $1, $2, ... the arguments picked by args
-	args []int    // the indexes, in the step's arguments, of its parameters
-	oids []uint32 // their types
+	name  string    // the prepared statement's name on each connection
+	sql   string    // its text, $1, $2, ... the arguments picked by args
+	args  []int     // the indexes, in the step's arguments, of its parameters
+	oids  []uint32  // their types
+	plain *fastStep // tried first: the step's row, or no row when the function is to run
 }
 
 // Parameter types of the fast steps.
@@ -45,6 +50,15 @@ const (
 
 // errRefusedFast is step_settings' SQLSTATE.
 const errRefusedFast = "DL001"
+
+// SQLSTATEs of a plain step that changed nothing: read_only_sql_transaction
+// (a session whose transactions are read-only: refused, as DL001) and
+// lock_not_available (the session's lock_timeout ran out while the key's
+// row was locked: the function, whose SET clause turns it off, runs).
+const (
+	errReadOnly    = "25006"
+	errLockTimeout = "55P03"
+)
 
 // wrappedKey, in a connection's CustomData, marks a connection whose
 // session refused a fast step: its steps are sent wrapped.
@@ -67,7 +81,66 @@ func fastSteps(s string) (lock, unlock, check *fastStep) {
 	check = &fastStep{name: "dlock." + s + ".check_turn3",
 		sql:  "SELECT tok, retry, other_lim, voided FROM " + s + ".step_settings(), " + s + ".check_turn3($1, $2, $3, $4, $5, $6, $7)",
 		args: []int{0, 1, 2, 3, 4, 5, 6}, oids: []uint32{oidText, oidText, oidInt8, oidInt8, oidInt8, oidInt8, oidText}}
+	lock.plain, unlock.plain = plainSteps(s)
 	return lock, unlock, check
+}
+
+// plainSteps are the plain statements of an uncontended Lock and Unlock
+// of schema s (version 9): one UPDATE of the key's row each, without
+// PL/pgSQL and its SET clauses (a third to a half of the server's time in
+// lock3 and unlock3), in the implicit transaction of the statement. They
+// read nothing but the row, so that a statement that waited for the row's
+// lock judges the row as the step it waited for left it (PostgreSQL
+// evaluates the WHERE again on the row's new version, while a subquery
+// would keep the statement's first snapshot): n (see schema.sql) says
+// the key has no entry and no tombstone, which the functions' fast paths
+// read from entries and voids.
+//
+// The lock grants the key (with lock3's fast path's token, times and
+// cleared note and pending) when its row holds no live grant and n = 0;
+// the unlock clears o's live grant when n = 0 (nobody to wake). A missing
+// row, an unknown n (NULL), a held key: no row, and lock3 or unlock3
+// runs. The session's settings are in the WHERE, as a filter evaluated
+// once before the row is read: at another isolation level than read
+// committed (where a statement that finds the row updated fails with
+// 40001 instead of reading it again), with synchronous_commit off or
+// local (a crash would lose a grant the client was told of) or with a
+// statement_timeout (which would fail a step waiting for a busy key) the
+// statement changes nothing, and the function refuses with DL001 as
+// before. A read-only session fails the UPDATE before it runs (25006),
+// taken as that refusal. A lock_timeout can only fail the wait for the
+// row (55P03, nothing changed): the function runs then. Every object is
+// named with its schema (OPERATOR(pg_catalog.=) and so on), so the
+// session's search_path cannot put another's operators in the statement.
+//
+// The clock is read once, when the statement starts, which may be before
+// it waits for the row: a grant is judged expired only if it was so then
+// (never too early), and the new grant's expiry counts from then, after
+// the client sent the request, from which the client counts its lease.
+// Tokens are lock3's: max(counter + 1, clock in µs).
+func plainSteps(s string) (lock, unlock *fastStep) {
+	const settings = " AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.=) 'read committed'" +
+		" AND pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) 'off'" +
+		" AND pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) 'local'" +
+		" AND pg_catalog.current_setting('statement_timeout') OPERATOR(pg_catalog.=) '0'"
+	const next = "GREATEST(COALESCE(x.counter, 0) OPERATOR(pg_catalog.+) 1, c.us)"
+	lock = &fastStep{name: "dlock." + s + ".lock9",
+		sql: "UPDATE " + s + ".keys x SET counter = " + next + ", token = " + next + ", holder = $2, since = c.t," +
+			" expires = c.t OPERATOR(pg_catalog.+) ($3 OPERATOR(pg_catalog.*) '1 microsecond'::pg_catalog.interval)," +
+			" pending = NULL, note = NULL" +
+			" FROM (SELECT a.t, (EXTRACT(epoch FROM a.t) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 AS us" +
+			" FROM (SELECT pg_catalog.clock_timestamp() AS t) a) c" +
+			" WHERE x.key OPERATOR(pg_catalog.=) $1 AND (x.holder IS NULL OR NOT x.expires OPERATOR(pg_catalog.>) c.t)" +
+			" AND x.n OPERATOR(pg_catalog.=) 0" + settings +
+			" RETURNING x.token, 0::pg_catalog.int8, 0::pg_catalog.int8, false",
+		args: []int{0, 1, 4}, oids: []uint32{oidText, oidText, oidInt8}}
+	unlock = &fastStep{name: "dlock." + s + ".unlock9",
+		sql: "UPDATE " + s + ".keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL" +
+			" WHERE x.key OPERATOR(pg_catalog.=) $1 AND x.holder OPERATOR(pg_catalog.=) $2" +
+			" AND x.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AND x.n OPERATOR(pg_catalog.=) 0" + settings +
+			" RETURNING true",
+		args: []int{0, 1}, oids: []uint32{oidText, oidText}}
+	return lock, unlock
 }
 
 // fastOn says whether a step on pc may try its fast form.
@@ -99,7 +172,7 @@ func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, 
 	var pe *pgconn.PgError
 	switch {
 	case !errors.As(err, &pe):
-	case pe.Code == errRefusedFast:
+	case pe.Code == errRefusedFast || pe.Code == errReadOnly:
 		d.fastRefusals.Add(1)
 		cd[wrappedKey] = true
 		return nil, false, nil
@@ -107,9 +180,6 @@ func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, 
 		d.wrapAll.Store(true)
 		delete(cd, f.name)
 		return nil, false, nil
-	}
-	if err == nil {
-		d.fastRuns.Add(1)
 	}
 	return rows, true, err
 }

@@ -39,16 +39,20 @@ func cycle(t *testing.T, l *lock.Locker, key string) {
 }
 
 // TestFastSteps: on a server with its default settings, a TryLock and
-// its Unlock are sent in the fast form (lock3 and unlock3 prepared, not
-// wrapped) and nothing is refused; with Options.TransactionPooling every
+// its Unlock are sent in the fast form (the plain UPDATEs, or lock3 and
+// unlock3, prepared, not wrapped) and nothing is refused; with Options.TransactionPooling every
 // step is wrapped.
 func TestFastSteps(t *testing.T) {
 	url := serverURL(t)
 	l, d := driverLocker(t, url, nil)
+	key := auditKey("fast")
+	cycle(t, l, key)
+	cycle(t, l, key)
 	cycle(t, l, auditKey("fast"))
-	cycle(t, l, auditKey("fast"))
-	if runs, refused := d.fastRuns.Load(), d.fastRefusals.Load(); runs != 4 || refused != 0 {
-		t.Errorf("%d fast steps run, %d refused; want 4 and 0", runs, refused)
+	// A new key's first Lock finds no row: lock3 makes it (and counts its
+	// n); every other step is a plain one.
+	if runs, plain, refused := d.fastRuns.Load(), d.plainRuns.Load(), d.fastRefusals.Load(); runs != 2 || plain != 4 || refused != 0 {
+		t.Errorf("%d fast steps run, %d plain, %d refused; want 2 (the new keys' lock3), 4 and 0", runs, plain, refused)
 	}
 	// A queued Lock: its joining step (lock3) and its turn (check_turn3)
 	// are fast too.

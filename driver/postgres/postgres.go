@@ -22,7 +22,7 @@ import (
 const DefaultSchema = "dlock"
 
 // schemaVersion is what schema.sql's version() returns.
-const schemaVersion = 8
+const schemaVersion = 9
 
 //go:embed schema.sql
 var schemaSQL string
@@ -107,6 +107,7 @@ type pgDriver struct {
 	fastLock, fastUnlock, fastCheck *fastStep    // lock3, unlock3, check_turn3 unwrapped (see fastStep)
 	wrapAll                         atomic.Bool  // a prepared statement failed: every step is wrapped
 	fastRuns                        atomic.Int64 // fast steps run (tests read it)
+	plainRuns                       atomic.Int64 // plain fast steps that granted or released (see plainSteps)
 	fastRefusals                    atomic.Int64 // fast steps refused by the session's settings
 	setRowsPlain                    atomic.Bool  // a set's DO block was refused: sets lock their rows as one SELECT (see lockRows)
 }

@@ -1,4 +1,4 @@
--- dlock's state on PostgreSQL, version 8 (see version() below): the tables and functions of
+-- dlock's state on PostgreSQL, version 9 (see version() below): the tables and functions of
 -- driver/postgres. The driver runs this script (with {{schema}} replaced by
 -- Options.Schema, "dlock" by default) the first time a Locker finds the
 -- functions missing; a user who creates schema by hand runs the output of
@@ -21,7 +21,10 @@
 -- check_turn3 may also be called on their own, in the implicit
 -- transaction of one statement (the driver's fast form): they check the session's settings first
 -- (step_settings) and refuse, with SQLSTATE DL001, where those are not
--- what the driver's BEGIN would have made them.
+-- what the driver's BEGIN would have made them. Since version 9 the
+-- driver sends an uncontended Lock and Unlock as plain UPDATEs of the
+-- key's row first (see keys.n and queries.plainLock in driver/postgres),
+-- and a call of lock3 or unlock3 only when they change nothing.
 
 CREATE SCHEMA IF NOT EXISTS {{schema}};
 
@@ -54,6 +57,20 @@ ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS pending boolean;
 -- row's grant clears it. Clients of version 6, which call the same
 -- functions, store no note and never leave one behind.
 ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS note text;
+-- n (version 9): how many rows of entries and voids the key has, NULL
+-- when not known (a new row, a TRUNCATE). The triggers below keep it,
+-- whoever writes entries or voids (every function of every version, a
+-- sweep, an operator's DELETE), in the writer's transaction and under
+-- the key's row lock (the trigger updates the row), so a statement that
+-- waited for that lock re-reads it with the row (EvalPlanQual) where a
+-- subquery on entries would keep its older snapshot. The driver's plain
+-- fast Lock grants only where n = 0, its plain Unlock releases only
+-- there; a NULL n is counted by the next step that locks the row
+-- (begin_key3, lock3), in a statement whose snapshot is taken under the
+-- lock. n may be above the truth (it then only sends steps to the
+-- functions), never below: an entry or tombstone needs its key's row
+-- (the trigger refuses one without it).
+ALTER TABLE {{schema}}.keys ADD COLUMN IF NOT EXISTS n bigint;
 
 -- entries: the waiters of each key, its shared grants, permits and named
 -- owners' grants (not its exclusive grant, which is in keys), in arrival
@@ -101,6 +118,58 @@ CREATE TABLE IF NOT EXISTS {{schema}}.voids (
     PRIMARY KEY (key, owner)
 );
 
+-- count_entries is the row trigger of entries and voids that keeps
+-- keys.n: +1 for a row of the key inserted (or moved to it), -1 for one
+-- deleted (or moved away). A row whose key has no row in keys is
+-- refused: counted nowhere, it would be missed when the key's row is
+-- made. No SET clause (it would be paid on every entry): the body names
+-- pg_catalog's operators itself.
+CREATE OR REPLACE FUNCTION {{schema}}.count_entries() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP OPERATOR(pg_catalog.<>) 'INSERT' THEN
+        UPDATE {{schema}}.keys x SET n = x.n OPERATOR(pg_catalog.-) 1 WHERE x.key OPERATOR(pg_catalog.=) OLD.key;
+    END IF;
+    IF TG_OP OPERATOR(pg_catalog.<>) 'DELETE' THEN
+        UPDATE {{schema}}.keys x SET n = x.n OPERATOR(pg_catalog.+) 1 WHERE x.key OPERATOR(pg_catalog.=) NEW.key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'dlock: a row of %.% for key %, which has no row in %.keys', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key, TG_TABLE_SCHEMA
+                USING HINT = 'dlock makes the key''s row first; a key''s entries and tombstones count in its row (keys.n)';
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- forget_counts makes every n unknown after a TRUNCATE of entries or
+-- voids (which fires no row trigger): the next step on each key counts
+-- again.
+CREATE OR REPLACE FUNCTION {{schema}}.forget_counts() RETURNS trigger LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE {{schema}}.keys SET n = NULL WHERE n IS NOT NULL;
+    RETURN NULL;
+END $$;
+
+-- The triggers and the count of every existing row are made in this
+-- script's transaction, with entries and voids locked against writers
+-- (the ALTER TABLEs above already hold keys and entries): a step of an
+-- older client cannot add an entry between the count and the trigger.
+-- Steps that started before wait for the script (they lock keys first)
+-- and run after it commits, with the triggers.
+LOCK TABLE {{schema}}.entries, {{schema}}.voids IN SHARE ROW EXCLUSIVE MODE;
+DROP TRIGGER IF EXISTS count_entries ON {{schema}}.entries;
+CREATE TRIGGER count_entries AFTER INSERT OR DELETE OR UPDATE OF key ON {{schema}}.entries
+    FOR EACH ROW EXECUTE FUNCTION {{schema}}.count_entries();
+DROP TRIGGER IF EXISTS count_voids ON {{schema}}.voids;
+CREATE TRIGGER count_voids AFTER INSERT OR DELETE OR UPDATE OF key ON {{schema}}.voids
+    FOR EACH ROW EXECUTE FUNCTION {{schema}}.count_entries();
+DROP TRIGGER IF EXISTS forget_counts ON {{schema}}.entries;
+CREATE TRIGGER forget_counts AFTER TRUNCATE ON {{schema}}.entries
+    FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.forget_counts();
+DROP TRIGGER IF EXISTS forget_counts ON {{schema}}.voids;
+CREATE TRIGGER forget_counts AFTER TRUNCATE ON {{schema}}.voids
+    FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.forget_counts();
+UPDATE {{schema}}.keys x SET n = (SELECT count(*) FROM {{schema}}.entries e WHERE e.key = x.key)
+    + (SELECT count(*) FROM {{schema}}.voids v WHERE v.key = x.key);
+
 -- The three tables are small and churn: vacuum them after a few hundred
 -- changed rows, not a fifth of the table (a backstop: grants and
 -- releases update keys in place).
@@ -113,12 +182,19 @@ ALTER TABLE {{schema}}.voids SET (autovacuum_vacuum_scale_factor = 0, autovacuum
 -- level (a client older than version 2 under a database's or role's
 -- default_transaction_isolation, or a call by hand): there a step's
 -- snapshot is taken before it waits for the key's row, and it would not
--- see the entries the steps it waited for committed.
+-- see the entries the steps it waited for committed. Since version 9
+-- it also refuses a session whose session_replication_role is not
+-- origin (a superuser's, or a replication tool's): there the triggers
+-- that count a key's entries in its row (keys.n) do not fire.
 CREATE OR REPLACE FUNCTION {{schema}}.at_read_committed() RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'dlock: a step must run at transaction isolation read committed, not %', current_setting('transaction_isolation')
             USING HINT = 'dlock clients of schema version 2 or later begin their steps so; an older client runs at the default of the database or role';
+    END IF;
+    IF current_setting('session_replication_role') <> 'origin' THEN
+        RAISE EXCEPTION 'dlock: a step must run with session_replication_role origin, not %', current_setting('session_replication_role')
+            USING HINT = 'the triggers that count each key''s entries in keys.n fire only there';
     END IF;
 END $$;
 
@@ -251,15 +327,21 @@ CREATE OR REPLACE FUNCTION {{schema}}.begin_key3(k text) RETURNS timestamptz LAN
 DECLARE
     t      timestamptz;
     purged bigint;
+    c      bigint;
 BEGIN
     PERFORM {{schema}}.at_read_committed();
     -- The row may be deleted (an operator, a restore, sweep) between the
     -- INSERT and the lock: lock it only once it is seen.
     LOOP
-        PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
+        SELECT x.n INTO c FROM {{schema}}.keys x WHERE x.key = k FOR UPDATE;
         EXIT WHEN FOUND;
         INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
     END LOOP;
+    IF c IS NULL THEN -- count_n, inlined: see keys.n
+        UPDATE {{schema}}.keys x SET n = (SELECT count(*) FROM {{schema}}.entries e WHERE e.key = k)
+            + (SELECT count(*) FROM {{schema}}.voids v WHERE v.key = k)
+        WHERE x.key = k;
+    END IF;
     t := clock_timestamp();
     UPDATE {{schema}}.keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL
     WHERE x.key = k AND x.holder IS NOT NULL AND NOT (x.expires > t);
@@ -373,7 +455,9 @@ END $$;
 
 -- lock3 is acquire3 for an exclusive grant of an owner that is not a
 -- named one's hold, with a fast path for a free key: a key whose row
--- holds no live grant and that has no entry nor tombstone at all is
+-- holds no live grant and that has no entry nor tombstone at all (n = 0,
+-- counted first if unknown: since version 9, so that the driver's plain
+-- fast Lock finds the key's next grants) is
 -- granted by one UPDATE of its row (a HOT update). Otherwise it runs
 -- acquire3 (which purges what expired). Since version 6 it checks the
 -- session's settings (step_settings) and sets lock_timeout, so that the
@@ -383,21 +467,28 @@ CREATE OR REPLACE FUNCTION {{schema}}.lock3(k text, o text, ttl bigint, q boolea
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = 0 AS $$
 DECLARE
     t timestamptz;
+    c bigint;
 BEGIN
     PERFORM {{schema}}.step_settings();
     LOOP
-        PERFORM 1 FROM {{schema}}.keys WHERE key = k FOR UPDATE;
+        SELECT x.n INTO c FROM {{schema}}.keys x WHERE x.key = k FOR UPDATE;
         EXIT WHEN FOUND;
         INSERT INTO {{schema}}.keys (key) VALUES (k) ON CONFLICT (key) DO NOTHING;
     END LOOP;
+    IF c IS NULL THEN -- count_n, inlined: see keys.n
+        UPDATE {{schema}}.keys x SET n = (SELECT count(*) FROM {{schema}}.entries e WHERE e.key = k)
+            + (SELECT count(*) FROM {{schema}}.voids v WHERE v.key = k)
+        WHERE x.key = k;
+    END IF;
     t := clock_timestamp();
+    -- Under the row's lock, n is the key's entries and tombstones (see
+    -- keys.n): none, and the key is free unless the row holds a live
+    -- grant.
     UPDATE {{schema}}.keys x
     SET counter = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
         token = greatest(coalesce(x.counter, 0) + 1, (extract(epoch FROM t) * 1000000)::bigint),
         holder = o, since = t, expires = t + ttl * interval '1 microsecond', pending = NULL, note = NULL
-    WHERE x.key = k AND (x.holder IS NULL OR NOT x.expires > t)
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.entries e WHERE e.key = k)
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.voids v WHERE v.key = k)
+    WHERE x.key = k AND (x.holder IS NULL OR NOT x.expires > t) AND x.n = 0
     RETURNING x.token INTO tok;
     IF FOUND THEN
         retry := 0; other_lim := 0; voided := false;
@@ -708,4 +799,4 @@ BEGIN
 END $$;
 
 -- version says which version of this script made the schema.
-CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 8 $$;
+CREATE OR REPLACE FUNCTION {{schema}}.version() RETURNS integer LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$ SELECT 9 $$;
