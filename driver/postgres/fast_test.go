@@ -57,7 +57,7 @@ func TestFastSteps(t *testing.T) {
 	// A queued Lock: its joining step (lock3) and its turn (check_turn3)
 	// are fast too.
 	ctx := tctx(t, 30*time.Second)
-	key := auditKey("fast-queued")
+	key = auditKey("fast-queued")
 	held, err := l.Lock(ctx, key)
 	if err != nil {
 		t.Fatal(err)
