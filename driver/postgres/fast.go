@@ -100,8 +100,19 @@ func fastSteps(s string) (lock, unlock, check *fastStep) {
 // cleared note and pending) when its row holds no live grant and n = 0;
 // the unlock clears o's live grant when n = 0 (nobody to wake). A missing
 // row, an unknown n (NULL), a held key: no row, and lock3 or unlock3
-// runs. The session's settings are in the WHERE, as a filter evaluated
-// once before the row is read: at another isolation level than read
+// runs.
+//
+// Each first locks the row FOR UPDATE (the CTE r), as every step does,
+// and then updates it: a user's transaction at repeatable read whose
+// holds_grant (FOR KEY SHARE) meets a grant made or ended since its
+// snapshot then fails (40001). A plain UPDATE of these columns alone is a
+// no-key update, which FOR KEY SHARE lets by: holds_grant would read the
+// released grant from its snapshot and say true
+// (TestEnv38HoldsGrantRepeatableRead).
+//
+// The session's settings are in r's WHERE, as a filter evaluated
+// once before the row is read (without r's row the UPDATE changes
+// nothing): at another isolation level than read
 // committed (where a statement that finds the row updated fails with
 // 40001 instead of reading it again), with synchronous_commit off or
 // local (a crash would lose a grant the client was told of) or with a
@@ -124,20 +135,21 @@ func plainSteps(s string) (lock, unlock *fastStep) {
 		" AND pg_catalog.current_setting('synchronous_commit') OPERATOR(pg_catalog.<>) 'local'" +
 		" AND pg_catalog.current_setting('statement_timeout') OPERATOR(pg_catalog.=) '0'"
 	const next = "GREATEST(COALESCE(x.counter, 0) OPERATOR(pg_catalog.+) 1, c.us)"
+	row := "WITH r AS MATERIALIZED (SELECT 1 FROM " + s + ".keys y WHERE y.key OPERATOR(pg_catalog.=) $1" + settings + " FOR UPDATE) "
 	lock = &fastStep{name: "dlock." + s + ".lock9",
-		sql: "UPDATE " + s + ".keys x SET counter = " + next + ", token = " + next + ", holder = $2, since = c.t," +
+		sql: row + "UPDATE " + s + ".keys x SET counter = " + next + ", token = " + next + ", holder = $2, since = c.t," +
 			" expires = c.t OPERATOR(pg_catalog.+) ($3 OPERATOR(pg_catalog.*) '1 microsecond'::pg_catalog.interval)," +
 			" pending = NULL, note = NULL" +
 			" FROM (SELECT a.t, (EXTRACT(epoch FROM a.t) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8 AS us" +
-			" FROM (SELECT pg_catalog.clock_timestamp() AS t) a) c" +
+			" FROM (SELECT pg_catalog.clock_timestamp() AS t) a) c, r" +
 			" WHERE x.key OPERATOR(pg_catalog.=) $1 AND (x.holder IS NULL OR NOT x.expires OPERATOR(pg_catalog.>) c.t)" +
-			" AND x.n OPERATOR(pg_catalog.=) 0" + settings +
+			" AND x.n OPERATOR(pg_catalog.=) 0" +
 			" RETURNING x.token, 0::pg_catalog.int8, 0::pg_catalog.int8, false",
 		args: []int{0, 1, 4}, oids: []uint32{oidText, oidText, oidInt8}}
 	unlock = &fastStep{name: "dlock." + s + ".unlock9",
-		sql: "UPDATE " + s + ".keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL" +
+		sql: row + "UPDATE " + s + ".keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL FROM r" +
 			" WHERE x.key OPERATOR(pg_catalog.=) $1 AND x.holder OPERATOR(pg_catalog.=) $2" +
-			" AND x.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AND x.n OPERATOR(pg_catalog.=) 0" + settings +
+			" AND x.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AND x.n OPERATOR(pg_catalog.=) 0" +
 			" RETURNING true",
 		args: []int{0, 1}, oids: []uint32{oidText, oidText}}
 	return lock, unlock

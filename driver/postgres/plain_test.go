@@ -91,7 +91,7 @@ func TestPlainLockWaitsForTheRow(t *testing.T) {
 	}()
 	waitFor(t, "the plain Lock waiting for the row", 20*time.Second, func() bool {
 		var n int
-		raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "+schema+".keys x SET counter%'").Scan(&n)
+		raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH r AS%UPDATE "+schema+".keys x SET counter%'").Scan(&n)
 		return n == 1
 	})
 	if tok := sharedGrant(t, tx, schema, key, strings.Repeat("s", 32)); tok == 0 {
