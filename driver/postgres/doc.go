@@ -84,6 +84,14 @@
 // statement goes missing (SQLSTATE 26000 or 42P05: a pooler the Locker
 // was not told of, a reset session) wraps every step from then on.
 //
+// Since schema version 9 the Lock and Unlock first send a plain UPDATE
+// of the key's row (see plainSteps), which grants or releases an
+// uncontended key without PL/pgSQL, and the function only when it
+// changes nothing. It reads only the key's row, where keys.n counts the
+// key's entries and tombstones (kept by triggers on entries and voids,
+// whoever writes them), and its WHERE carries the same session checks:
+// a session the functions would refuse gets no row from it.
+//
 // # Waiting through failures
 //
 // A queued Lock rides out connection failures (a restart of PostgreSQL
@@ -167,6 +175,12 @@
 // functions keep their names, arguments and results: a version 6 client,
 // which reads version 7 and installs nothing, calls them as before,
 // stores no note and inherits none.
+//
+// Version 9 adds keys.n and its triggers (made, and every existing row
+// counted, in the install's transaction with entries and voids locked
+// against writers), so that version 8 clients, which call the same
+// functions, share keys with version 9 ones: their writes are counted
+// by the triggers whatever function body runs them.
 //
 // Version 6 makes lock3, unlock3 and check_turn3 check the session's
 // settings themselves (see "The fast form" above), with the same names,
