@@ -87,3 +87,127 @@ func TestAudit47RetriedDeleteLandsLate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAudit47RetriedGrantLandsLate: the same retry of clientv3 on a
+// grant's write (KV/Txn, put if the name is empty). The first try lands
+// after the grant, made by the second try, was released: it writes an
+// entry with a token, on the grant's lease, which the release kept as a
+// spare; the Locker's later grants renew that spare, so the entry no
+// one holds keeps the key from every other client.
+func TestAudit47RetriedGrantLandsLate(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	var armed atomic.Bool
+	late := make(chan func(), 1)
+	c, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method != "/etcdserverpb.KV/Txn" || readOnly(req.(*pb.TxnRequest)) || !armed.CompareAndSwap(true, false) {
+				return inv(ctx, method, req, reply, cc, opts...)
+			}
+			late <- func() { inv(context.Background(), method, req, new(pb.TxnResponse), cc) }
+			dead, kill := context.WithCancel(ctx)
+			kill()
+			return inv(dead, method, req, reply, cc, opts...)
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	prefix := fmt.Sprintf("dlock-test/%d/", time.Now().UnixNano())
+	d, _ := newDriver(&Options{Prefix: prefix})
+	d.c = c
+	defer d.Close()
+	d2, _ := testDriver(t, e)
+	d2.prefix = d.prefix
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Second)
+	defer cancel()
+	k := "audit47-grant"
+	a := &driver.Lease{Key: k, Owner: slotOwner(1), TTL: 2 * time.Second}
+	armed.Store(true)
+	if err := d.Acquire(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if armed.Load() {
+		t.Skip("the grant sent no write KV/Txn")
+	}
+	if err := d.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	(<-late)() // the first try of a's write lands
+	if got, err := c.Get(ctx, d.names(k).queue, clientv3.WithPrefix()); err == nil {
+		for _, kv := range got.Kvs {
+			t.Logf("after the late try: %s = %q (lease %x)", kv.Key, kv.Value, kv.Lease)
+		}
+	}
+	// the Locker goes on with grants of another key (renewing its spares)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+		l := &driver.Lease{Key: "audit47-other", Owner: newOwnerForTest(), TTL: 2 * time.Second}
+		if err := d.Acquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := &driver.Lease{Key: k, Owner: slotOwner(3), TTL: 2 * time.Second}
+	tctx, tcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer tcancel()
+	if err := d2.Acquire(tctx, o); err != nil {
+		t.Fatalf("5 s after the only grant of %s was released, another client cannot take it: %v", k, err)
+	}
+	d2.Release(ctx, o)
+}
+
+var testOwnerN atomic.Int64
+
+func newOwnerForTest() string { return fmt.Sprintf("%032x", 0x4747000+testOwnerN.Add(1)) }
+
+// TestAudit47ResumedElsewhere: a grant resumed and released by another
+// Locker, then a later grant of the first Locker on the key; the first
+// Locker's stale handle of the released grant, released now, must not
+// delete the later grant (whether or not the holder watch freed the
+// slot and the later grant took the name).
+func TestAudit47ResumedElsewhere(t *testing.T) {
+	e := testserver.SharedEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, watched := range []bool{false, true} {
+		da, _ := testDriver(t, e)
+		db, rb := testDriver(t, e)
+		db.prefix = da.prefix
+		k := fmt.Sprintf("audit47-resumed-%v", watched)
+		a := &driver.Lease{Key: k, Owner: newOwnerForTest(), TTL: 10 * time.Second}
+		if watched {
+			a.Lost = func(error) {}
+		}
+		if err := da.Acquire(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		b := &driver.Lease{Key: k, Owner: a.Owner, Mode: a.Mode, Limit: a.Limit, Token: a.Token, TTL: 10 * time.Second}
+		if err := db.Resume(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		rb.reset()
+		if err := db.Release(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if got := rb.reset(); got["/etcdserverpb.KV/DeleteRange"] != 0 {
+			t.Errorf("a release of a grant resumed from another Locker sent a plain delete: %v", got)
+		}
+		time.Sleep(300 * time.Millisecond) // a's holder watch, if any, sees the deletion
+		a2 := &driver.Lease{Key: k, Owner: newOwnerForTest(), TTL: 10 * time.Second}
+		if err := da.Acquire(ctx, a2); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("watched=%v: a's name %s, a2's %s", watched, a.Data.(grantRef).name, a2.Data.(grantRef).name)
+		if err := da.Release(ctx, a); err == nil {
+			t.Errorf("watched=%v: the stale handle's release went through", watched)
+		}
+		if _, errs := da.RefreshBatch(ctx, []*driver.Lease{a2}, 10*time.Second); errs[0] != nil {
+			t.Fatalf("watched=%v: the later grant was deleted by the stale handle's release: %v", watched, errs[0])
+		}
+		if err := da.Release(ctx, a2); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
