@@ -70,9 +70,8 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 // compare. etcd 3.4 copies its write buffer for the read view of every
 // KV/Txn, not for a KV/DeleteRange: this costs it about a fifth less
 // CPU per cycle (docs/performance.md). The slot is pinned meanwhile; it
-// is burnt if the delete's outcome is unknown (a lost reply, or a try
-// that failed before clientv3 sent it again: a copy may land later, when
-// the name is another grant's). Without the slot
+// is burnt if the delete's outcome is unknown (a lost reply: the delete
+// may land later, when the name is another grant's). Without the slot
 // (a grant resumed by another Locker, or whose entry its holder watch
 // saw deleted, which gave the slot back), deleteOwn compares the create
 // revision.
