@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -100,26 +99,13 @@ func (c *conn) txn(ctx context.Context, req *pb.TxnRequest) (*clientv3.TxnRespon
 }
 
 // deleteKey deletes key (one KV/DeleteRange, made once) and returns
-// what it deleted, and whether no copy of the request can land later:
-// clientv3's retry interceptor sends a mutating request again when a try
-// fails with gRPC's Canceled or DeadlineExceeded status while ctx is
-// live (a proxy resetting the stream), and the failed try may still
-// land, after the reply of the one that went through. A try that failed
-// (seen by grpc.OnFinish, called once per try) makes the reply not
-// definite.
-func (c *conn) deleteKey(ctx context.Context, key string) ([]*mvccpb.KeyValue, bool, error) {
-	var tries, failed atomic.Int32
-	seen := grpc.OnFinish(func(err error) {
-		tries.Add(1)
-		if err != nil {
-			failed.Add(1)
-		}
-	})
-	resp, err := c.pkv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(key), PrevKv: true}, seen)
+// what it deleted.
+func (c *conn) deleteKey(ctx context.Context, key string) ([]*mvccpb.KeyValue, error) {
+	resp, err := c.pkv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(key), PrevKv: true})
 	if err != nil {
-		return nil, false, ctxErr(ctx, err)
+		return nil, ctxErr(ctx, err)
 	}
-	return resp.PrevKvs, tries.Load() == 1 && failed.Load() == 0, nil
+	return resp.PrevKvs, nil
 }
 
 // Grant makes a lease of sec seconds (one Lease/LeaseGrant, sent again

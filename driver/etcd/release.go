@@ -79,8 +79,8 @@ func (d *etcdDriver) deleteGrant(ctx context.Context, c *conn, key string, l *dr
 	if create == 0 || !d.pin(l.Owner, l.Key, name) {
 		return deleteOwn(ctx, c, key, l.Owner, create)
 	}
-	prev, definite, err := c.deleteKey(ctx, key)
-	d.unpin(l.Owner, err == nil && definite)
+	prev, err := c.deleteKey(ctx, key)
+	d.unpin(l.Owner, err == nil)
 	if err != nil {
 		return nil, err
 	}
