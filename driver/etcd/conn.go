@@ -98,16 +98,6 @@ func (c *conn) txn(ctx context.Context, req *pb.TxnRequest) (*clientv3.TxnRespon
 	return (*clientv3.TxnResponse)(resp), nil
 }
 
-// deleteKey deletes key (one KV/DeleteRange, made once) and returns
-// what it deleted.
-func (c *conn) deleteKey(ctx context.Context, key string) ([]*mvccpb.KeyValue, error) {
-	resp, err := c.pkv.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: []byte(key), PrevKv: true})
-	if err != nil {
-		return nil, ctxErr(ctx, err)
-	}
-	return resp.PrevKvs, nil
-}
-
 // Grant makes a lease of sec seconds (one Lease/LeaseGrant, sent again
 // when a try times out: a lease the first try made goes unused, and
 // expires after sec seconds).

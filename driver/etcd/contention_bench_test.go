@@ -109,7 +109,7 @@ func BenchmarkContention(b *testing.B) {
 // contender is one client's Lock and Unlock of key.
 type contender func(ctx context.Context, key string) (unlock func(context.Context) error, err error)
 
-func contenders(b testing.TB, eps []string, lib string, n int, prefix string, rc *rpcCount) ([]contender, func()) {
+func contenders(b *testing.B, eps []string, lib string, n int, prefix string, rc *rpcCount) ([]contender, func()) {
 	var cs []contender
 	var closers []func()
 	for range n {
@@ -153,7 +153,7 @@ func contenders(b testing.TB, eps []string, lib string, n int, prefix string, rc
 
 // contendFor runs the contenders for dur, on one key (hot) or one each,
 // and returns the grants; it fails b on an overlap or an error.
-func contendFor(b testing.TB, cs []contender, hot bool, dur time.Duration) int {
+func contendFor(b *testing.B, cs []contender, hot bool, dur time.Duration) int {
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
 	defer cancel()
 	var grants, inside atomic.Int64

@@ -38,7 +38,7 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 	d.mu.Unlock()
 	var prev []*mvccpb.KeyValue
 	if name, create, ok := d.entryOf(l); ok {
-		if prev, err = d.deleteGrant(ctx, c, n.queue+name, l, name, create); err != nil {
+		if prev, err = deleteOwn(ctx, c, n.queue+name, l.Owner, create); err != nil {
 			return err
 		}
 	}
@@ -60,36 +60,6 @@ func (d *etcdDriver) Release(ctx context.Context, l *driver.Lease) error {
 	d.settled(l.Owner)
 	d.unreserve(l.Owner)
 	return nil
-}
-
-// deleteGrant deletes key, the entry named name of l's grant, made at
-// revision create (0: unknown). While l's attempt holds the slot of the
-// name (slots.go), no other attempt of the Locker writes under it, nor
-// does any other client (names carry the Locker's id), so the entry
-// there, if any, is the grant's: one KV/DeleteRange deletes it, with no
-// compare. etcd 3.4 copies its write buffer for the read view of every
-// KV/Txn, not for a KV/DeleteRange: this costs it about a fifth less
-// CPU per cycle (docs/performance.md). The slot is pinned meanwhile; it
-// is burnt if the delete's outcome is unknown (a lost reply: the delete
-// may land later, when the name is another grant's). Without the slot
-// (a grant resumed by another Locker, or whose entry its holder watch
-// saw deleted, which gave the slot back), deleteOwn compares the create
-// revision.
-func (d *etcdDriver) deleteGrant(ctx context.Context, c *conn, key string, l *driver.Lease, name string, create int64) ([]*mvccpb.KeyValue, error) {
-	if create == 0 || !d.pin(l.Owner, l.Key, name) {
-		return deleteOwn(ctx, c, key, l.Owner, create)
-	}
-	prev, err := c.deleteKey(ctx, key)
-	d.unpin(l.Owner, err == nil)
-	if err != nil {
-		return nil, err
-	}
-	if len(prev) == 1 && prev[0].CreateRevision != create {
-		// not the grant's entry (the slot says it cannot be): the
-		// grant's is gone, as a compare would have found
-		return nil, nil
-	}
-	return prev, nil
 }
 
 // deleteOwn deletes key, an anonymous entry of owner's: the generation

@@ -434,8 +434,8 @@ func TestSetCycleRequests(t *testing.T) {
 		if granted["/etcdserverpb.KV/Txn"] != 2 || granted["/etcdserverpb.Lease/LeaseGrant"] != 0 || granted["/etcdserverpb.Lease/LeaseRevoke"] != 0 {
 			t.Errorf("set %d granted with %v; want 2 KV/Txn and no lease request", i, granted)
 		}
-		if released["/etcdserverpb.KV/DeleteRange"] != 3 || released["/etcdserverpb.KV/Txn"] != 0 || released["/etcdserverpb.Lease/LeaseRevoke"] != 0 {
-			t.Errorf("set %d released with %v; want 3 KV/DeleteRange and no LeaseRevoke", i, released)
+		if released["/etcdserverpb.KV/Txn"] != 3 || released["/etcdserverpb.Lease/LeaseRevoke"] != 0 {
+			t.Errorf("set %d released with %v; want 3 KV/Txn and no LeaseRevoke", i, released)
 		}
 	}
 	h := &driver.Lease{Key: "set/2", Owner: fmt.Sprintf("%032x", 99), TTL: 10 * time.Second}

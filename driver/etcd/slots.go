@@ -28,12 +28,10 @@ type slotKey struct {
 	slot uint32
 }
 
-// held is the slot an attempt holds, and its name; pinned while its
-// release's delete is under way (pin).
+// held is the slot an attempt holds, and its name.
 type held struct {
 	slotKey
-	name   string
-	pinned bool
+	name string
 }
 
 // burnt marks a slot taken by no attempt that is never given out again:
@@ -86,7 +84,7 @@ func (d *etcdDriver) take(key, owner string) string {
 	}
 	name := d.slotName(sk.slot)
 	d.slotUsers[sk] = owner
-	d.slotOf[owner] = held{slotKey: sk, name: name}
+	d.slotOf[owner] = held{sk, name}
 	return name
 }
 
@@ -118,48 +116,12 @@ func (d *etcdDriver) unreserve(owner string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h, ok := d.slotOf[owner]
-	if !ok || h.pinned {
-		return // pinned: its release gives it back (unpin)
+	if !ok {
+		return
 	}
 	delete(d.slotOf, owner)
 	if d.slotUsers[h.slotKey] == owner {
 		delete(d.slotUsers, h.slotKey)
-	}
-}
-
-// pin reports whether owner's attempt holds the slot of key named name,
-// and keeps it held (unreserve does nothing) until unpin: while it is
-// held, no other attempt writes under the name, and its holder watch,
-// which gives the slot back when it sees the entry deleted, must not
-// give it back while a delete of the name is under way.
-func (d *etcdDriver) pin(owner, key, name string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h, ok := d.slotOf[owner]
-	if !ok || h.key != key || h.name != name || h.pinned || d.slotUsers[h.slotKey] != owner {
-		return false
-	}
-	h.pinned = true
-	d.slotOf[owner] = h
-	return true
-}
-
-// unpin ends pin. When the delete's outcome is unknown (it may land
-// later, after the name was taken again), the slot is burnt: never
-// given out again, and no longer owner's, so that owner's next release
-// compares the entry's create revision.
-func (d *etcdDriver) unpin(owner string, settled bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	h, ok := d.slotOf[owner]
-	if !ok {
-		return
-	}
-	h.pinned = false
-	d.slotOf[owner] = h
-	if !settled {
-		delete(d.slotOf, owner)
-		d.slotUsers[h.slotKey] = burnt
 	}
 }
 
