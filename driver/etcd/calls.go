@@ -15,7 +15,7 @@ import (
 )
 
 // The driver's requests, one gRPC method each: KV/Txn (reads and every
-// write but one), KV/DeleteRange (a release, deleteGrant), Lease/LeaseGrant, Lease/LeaseRevoke, Lease/LeaseKeepAlive (one
+// write), Lease/LeaseGrant, Lease/LeaseRevoke, Lease/LeaseKeepAlive (one
 // stream per batch), and the Locker's one Watch/Watch stream.
 
 // read gets a lock key's queue (by create revision) and counter in one

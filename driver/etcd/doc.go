@@ -37,12 +37,10 @@
 // A released grant's lease is kept, with no key on it, for the Locker's
 // next grant of the same TTL (a spare, spares.go), whose validity is then
 // what is left of it (at least three quarters of the TTL); so an
-// uncontended Lock+Unlock is two requests: the grant, one KV/Txn
-// written with no read before it when the queue is empty and the
-// counter is below the clock (fast.go), and the release, one
-// KV/DeleteRange while the grant's Locker still holds its entry's name
-// (release.go: deleteGrant), else a KV/Txn comparing the entry's create
-// revision; a grant released within 100 ms has had no watch made for it. A woken exclusive waiter
+// uncontended Lock+Unlock is two KV/Txn requests: the grant, written
+// with no read before it when the queue is empty and the counter is
+// below the clock (fast.go), and the release; a grant released within
+// 100 ms has had no watch made for it. A woken exclusive waiter
 // is granted in one KV/Txn on a spare the same way, when its entry is
 // still its own and none is ahead of it. A Join of a key that one of
 // the Locker's waiters found queued within the last second skips the
