@@ -14,11 +14,14 @@ func init() {
 	// (driver/postgres, schema.sql), as a statement pgx prepares once per
 	// connection: the requests that run acquire (lock3), release (unlock3) and refresh are
 	// the grants, releases and refreshes (a "prepare" request runs
-	// nothing).
+	// nothing). Since version 9 an uncontended Lock and Unlock are first
+	// plain UPDATEs of the key's row (plainSteps in driver/postgres):
+	// the one that sets the counter grants, the one that clears the
+	// holder releases.
 	register(&target{
 		name: "postgres", backend: PostgresBackend, ttl: time.Second, open: openURL(PostgresURLFormat),
-		grantReq:   pgCalls(".acquire(", ".acquire3(", ".lock3("),
-		releaseReq: pgCalls(".release(", ".release3(", ".unlock3("),
+		grantReq:   pgCalls(".acquire(", ".acquire3(", ".lock3(", ".keys x SET counter = "),
+		releaseReq: pgCalls(".release(", ".release3(", ".unlock3(", ".keys x SET holder = NULL"),
 		refreshReq: pgCalls(".refresh(", ".refresh3("),
 	})
 }

@@ -28,3 +28,23 @@ func TestClassifyRediswatchSteps(t *testing.T) {
 		}
 	}
 }
+
+// driver/postgres's steps as the faults aim them: the plain UPDATEs of
+// schema version 9 (plainSteps) grant and release as lock3 and unlock3 do.
+// The chaos suite's lost-reply scenarios match the same text on the
+// driver's real traffic, and fail if it no longer appears.
+func TestClassifyPostgresSteps(t *testing.T) {
+	for _, c := range []struct {
+		sql, want string
+	}{
+		{"WITH r AS MATERIALIZED (SELECT 1 FROM dlock.keys y WHERE ...) UPDATE dlock.keys x SET counter = GREATEST(...)", "grant"},
+		{"WITH r AS MATERIALIZED (SELECT 1 FROM dlock.keys y WHERE ...) UPDATE dlock.keys x SET holder = NULL, since = NULL", "release"},
+		{"SELECT a.tok, a.retry FROM dlock.lock3($1, $2, $3)", "grant"},
+		{"SELECT dlock.unlock3($1, $2, $3)", "release"},
+		{"SELECT * FROM dlock.check_turn3($1)", "wait"},
+	} {
+		if got := classifyPG(chaos.Request{Cmd: "execute", SQL: c.sql}); got != c.want {
+			t.Errorf("%.40s...: classified %q, want %q", c.sql, got, c.want)
+		}
+	}
+}

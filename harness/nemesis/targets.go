@@ -442,10 +442,19 @@ var pgCall = regexp.MustCompile(`\b[a-z_][a-z0-9_]*\.(acquire|check_turn|release
 // check_turn3 is a queued waiter's step, release3 and unlock3 release
 // (release3 also a waiter's Leave), refresh3 and resume3 extend. A
 // request that only prepares the statement (pgx's statement cache) runs
-// nothing.
+// nothing. Since schema version 9 an uncontended Lock and Unlock are
+// first plain UPDATEs of the key's row (plainSteps in driver/postgres):
+// the one that sets the counter grants, the one that clears the holder
+// releases.
 func classifyPG(r chaos.Request) string {
 	if r.Cmd != "execute" && r.Cmd != "query" {
 		return ""
+	}
+	switch {
+	case strings.Contains(r.SQL, ".keys x SET counter = "):
+		return "grant"
+	case strings.Contains(r.SQL, ".keys x SET holder = NULL"):
+		return "release"
 	}
 	m := pgCall.FindStringSubmatch(r.SQL)
 	if m == nil {
