@@ -3,6 +3,7 @@ package redisnx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,32 +61,53 @@ func waitWake(wake <-chan struct{}, d time.Duration) bool {
 // returns the grant with no request (its token is the counter's), and the
 // second waiter's Check finds the key held. A release that pushed to the
 // second waiter's list would grant both.
+//
+// blockedOn cannot tell which client the shared server has blocked: a
+// push that lands before the first waiter's follow-up sent its LLEN is
+// not trusted (the list was not empty when the wait began), and the
+// waiter is only woken, as it should be. Such a try is inconclusive, and
+// the test tries again with a new key.
 func TestGrantListReachesTheFirstWaiterOnly(t *testing.T) {
 	c := sharedClient(t, nil)
 	d, other := testDriver(c), testDriver(c)
 	t.Cleanup(func() { d.Close(); other.Close() })
-	ctx := tctx(t, 20*time.Second)
-	k := testKey(t)
-	lk := lockKey(DefaultPrefix, k)
-	h, w1, w2 := listLease(k), listLease(k), listLease(k)
-	if err := other.Acquire(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	wake1, wake2 := make(chan struct{}, 1), make(chan struct{}, 1)
-	joinQueued(t, d, w1, wake1)
-	joinQueued(t, d, w2, wake2)
-	blockedOn(t, c, w1)
-	blockedOn(t, c, w2)
-	drain(wake1)
-	drain(wake2)
-	if err := other.Release(ctx, h); err != nil {
-		t.Fatal(err)
-	}
-	if !waitWake(wake1, 5*time.Second) {
-		t.Fatal("the hand-over did not reach the first waiter")
-	}
-	if w1.Data.(*waiting).f.got.Load() == nil {
-		t.Fatal("the first waiter was woken without its grant")
+	ctx := tctx(t, 60*time.Second)
+	var k, lk string
+	var h, w1, w2 *driver.Lease
+	var wake2 chan struct{}
+	for try := 1; ; try++ {
+		k = fmt.Sprintf("%s-%d", testKey(t), try)
+		lk = lockKey(DefaultPrefix, k)
+		h, w1, w2 = listLease(k), listLease(k), listLease(k)
+		if err := other.Acquire(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		var wake1 chan struct{}
+		wake1, wake2 = make(chan struct{}, 1), make(chan struct{}, 1)
+		joinQueued(t, d, w1, wake1)
+		joinQueued(t, d, w2, wake2)
+		blockedOn(t, c, w1)
+		blockedOn(t, c, w2)
+		drain(wake1)
+		drain(wake2)
+		if err := other.Release(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+		if !waitWake(wake1, 5*time.Second) {
+			t.Fatal("the hand-over did not reach the first waiter")
+		}
+		if w1.Data.(*waiting).f.got.Load() != nil {
+			break
+		}
+		if try == 5 {
+			t.Fatal("the first waiter was woken without its grant in 5 tries")
+		}
+		t.Logf("try %d: the first waiter was woken without its grant (pushed before its wait began?); again", try)
+		d.Leave(ctx, w2)
+		if err := d.Check(ctx, w1); err != nil {
+			t.Fatalf("the first waiter's Check: %v", err)
+		}
+		d.Release(ctx, w1)
 	}
 	if err := d.Check(ctx, w1); err != nil {
 		t.Fatalf("the first waiter's Check: %v", err)
