@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -64,15 +67,24 @@ func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) e
 			return fmt.Errorf("%s: %w", l.name, err)
 		}
 		defer c.Close()
-		if mp, ok := ownMemcachedProbe(c); ok {
+		key := cfg.key("uncontended", l.name)
+		if mp, ok := laneMemcachedProbe(c); ok {
 			// memcached hands each connection to one of its worker threads
 			// in turn, and a round trip's cost depends on the thread (on
-			// two cores, 26µs on one and 60-70µs on the other): time the
-			// baseline on the driver's own client, so that both go through
-			// the same connection.
+			// two cores, 26µs on one and 60-70µs on the other, or three
+			// times that when the threads are pinned apart): time the
+			// baseline on the connection the driver's calls go through,
+			// its lane's (lanes.go in driver/memcached), which one cycle
+			// makes; the client's own connection is another.
+			h, err := c.Lock(ctx, key)
+			if err == nil {
+				err = h.Unlock(ctx)
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", l.name, err)
+			}
 			pr = mp
 		}
-		key := cfg.key("uncontended", l.name)
 		kind := l.kind()
 		cs = append(cs, &cycler{name: l.name, kind: kind, run: func(ctx context.Context) error {
 			h, err := c.Lock(ctx, key)
@@ -148,9 +160,12 @@ func uncontendedOn(ctx context.Context, cfg *config, t *table, backend string) e
 	return nil
 }
 
-// ownMemcachedProbe returns a probe on the memcache.Client of a dlock
-// memcached client, if c is one.
-func ownMemcachedProbe(c client) (probe, bool) {
+// laneMemcachedProbe returns a probe whose version round trips go over
+// the connection that a dlock memcached client's calls last dialled, if c
+// is one: its lane's, as long as one call at a time is made. It must be
+// called before c's first call: it wraps the client's DialContext, which
+// the driver reads when it makes a lane.
+func laneMemcachedProbe(c client) (probe, bool) {
 	dc, ok := c.(*dlockClient)
 	if !ok {
 		return nil, false
@@ -159,5 +174,61 @@ func ownMemcachedProbe(c client) (probe, bool) {
 	if !dc.l.As(&mc) {
 		return nil, false
 	}
-	return memcachedProbe{mc}, true
+	p := &laneProbe{dial: mc.DialContext}
+	if p.dial == nil {
+		var d net.Dialer
+		p.dial = d.DialContext
+	}
+	mc.DialContext = p.dialContext
+	return p, true
 }
+
+// A laneProbe records the connections a client dials, and sends
+// gomemcache's version ("Ping") on the latest, through a memcache.Client
+// of its own over it. The two clients take turns on the connection (the
+// uncontended scenario makes one call at a time), and each reads its
+// whole reply, so neither reads the other's.
+type laneProbe struct {
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	mu     sync.Mutex
+	latest net.Conn
+
+	bound net.Conn         // the connection mc uses
+	mc    *memcache.Client // over bound
+}
+
+func (p *laneProbe) dialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := p.dial(ctx, network, addr)
+	if err == nil {
+		p.mu.Lock()
+		p.latest = c
+		p.mu.Unlock()
+	}
+	return c, err
+}
+
+func (p *laneProbe) roundTrip(context.Context) error {
+	p.mu.Lock()
+	c := p.latest
+	p.mu.Unlock()
+	if c == nil {
+		return errors.New("memcached lane probe: the driver has dialled no connection yet")
+	}
+	if c != p.bound {
+		p.bound = c
+		p.mc = memcache.New(c.RemoteAddr().String())
+		p.mc.MaxIdleConns = 1
+		p.mc.DialContext = func(context.Context, string, string) (net.Conn, error) { return sharedConn{c}, nil }
+	}
+	return p.mc.Ping()
+}
+
+// Close leaves the connection to the client that dialled it.
+func (p *laneProbe) Close() error { return nil }
+
+// sharedConn is a connection the probe borrows: closing it is its
+// owner's business.
+type sharedConn struct{ net.Conn }
+
+func (sharedConn) Close() error { return nil }
