@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
+	"unsafe"
 
 	"github.com/dlock-go/dlock/internal/errtext"
 )
@@ -41,16 +42,34 @@ type keys struct {
 }
 
 // mapKey maps a user key to its memcached keys. It is deterministic and
-// injective: distinct user keys never share a memcached key.
+// injective: distinct user keys never share a memcached key. Both keys are
+// cut from one string, built in one allocation: this runs on every grant.
 func mapKey(prefix, key string) keys {
-	body := "=" + key
-	if !legal(key) || len(prefix)+len("c")+len(body)+suffixLen > maxKeyLen {
+	var hashed [2 * sha256.Size]byte
+	mark, bodyLen := byte('='), len(key)
+	hash := !legal(key) || len(prefix)+len("c=")+len(key)+suffixLen > maxKeyLen
+	if hash {
 		sum := sha256.Sum256([]byte(key))
-		body = "#" + hex.EncodeToString(sum[:])
+		hex.Encode(hashed[:], sum[:])
+		mark, bodyLen = '#', len(hashed)
 	}
-	lock := prefix + "l" + body
-	base := prefix + "c" + body + "."
-	return keys{lock: lock, counter: base + forge(base, crc32.ChecksumIEEE([]byte(lock)))}
+	lockLen := len(prefix) + len("l=") + bodyLen
+	b := make([]byte, 0, 2*lockLen+suffixLen)
+	for _, marker := range [...]byte{'l', 'c'} {
+		b = append(b, prefix...)
+		b = append(b, marker, mark)
+		if hash {
+			b = append(b, hashed[:]...)
+		} else {
+			b = append(b, key...)
+		}
+	}
+	b = append(b, '.')
+	suffix := forge(b[lockLen:], crc32.ChecksumIEEE(b[:lockLen]))
+	b = append(b, suffix[:]...)
+	// b is not written after this: the string may share its bytes.
+	all := unsafe.String(unsafe.SliceData(b), len(b))
+	return keys{lock: all[:lockLen], counter: all[lockLen:]}
 }
 
 // legal reports whether memcached's text protocol can carry s in a key: no
@@ -111,15 +130,16 @@ var forgeBasis, forgeRank = func() (basis [32]basisRow, rank int) {
 	return basis, rank
 }()
 
+// unforged is the suffix with no free bit set (a variable, which crc32
+// reads without a copy to the heap).
+var unforged = [forgeLen]byte{'@', '@', '@', '@', '@', '@', '@', '@'}
+
 // forge returns the 8 bytes that, appended to base, give a string whose
 // CRC-32 (IEEE) is target. If that were impossible (it is not: a test checks
 // the rank) it returns "@@@@@@@@", which only costs the co-location.
-func forge(base string, target uint32) string {
-	var s [forgeLen]byte
-	for i := range s {
-		s[i] = '@'
-	}
-	diff := crc32.Update(crc32.ChecksumIEEE([]byte(base)), crc32.IEEETable, s[:]) ^ target
+func forge(base []byte, target uint32) [forgeLen]byte {
+	s := unforged
+	diff := crc32.Update(crc32.ChecksumIEEE(base), crc32.IEEETable, unforged[:]) ^ target
 	var mask uint64
 	for bit := 31; bit >= 0; bit-- {
 		if diff>>bit&1 != 0 {
@@ -127,11 +147,10 @@ func forge(base string, target uint32) string {
 			mask ^= forgeBasis[bit].mask
 		}
 	}
-	if diff != 0 {
-		return string(s[:])
+	if diff == 0 {
+		for j := range s {
+			s[j] |= byte(mask >> (5 * j) & 31)
+		}
 	}
-	for j := range s {
-		s[j] |= byte(mask >> (5 * j) & 31)
-	}
-	return string(s[:])
+	return s
 }

@@ -118,3 +118,32 @@ func TestCheckPrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestMapKeyNames pins the memcached keys of a few user keys: processes of
+// different versions exclude each other only if they map a key alike.
+func TestMapKeyNames(t *testing.T) {
+	for _, c := range []struct{ prefix, key, lock, counter string }{
+		{"dlock:", "orders/42", "dlock:l=orders/42", "dlock:c=orders/42.M@ZA_VB@"},
+		{"dlock:", "a b", "dlock:l#c8687a08aa5d6ed2044328fa6a697ab8e96dc34291e8c2034ae8c38e6fcc6d65",
+			"dlock:c#c8687a08aa5d6ed2044328fa6a697ab8e96dc34291e8c2034ae8c38e6fcc6d65._REP@IB@"},
+		{"dlock:", "unicodé ключ 鍵 🔒", "dlock:l#ed9c630f1e80de0a777220946f82e56830c1c68548594fed23a30cf54405a692",
+			"dlock:c#ed9c630f1e80de0a777220946f82e56830c1c68548594fed23a30cf54405a692.CEUOOPC@"},
+		{"dlock:", strings.Repeat("x", 233), "dlock:l=" + strings.Repeat("x", 233), "dlock:c=" + strings.Repeat("x", 233) + ".[ZYO_GB@"},
+		{"dlock:", strings.Repeat("x", 234), "dlock:l#5e49947899449e853405aa8c52d35998bcc003fd1299e721f6990b38a698ca6c",
+			"dlock:c#5e49947899449e853405aa8c52d35998bcc003fd1299e721f6990b38a698ca6c.VUOZKGA@"},
+		{"dlock:", "", "dlock:l=", "dlock:c=.W_VK]E@@"},
+		{"p", "k", "pl=k", `pc=k.CL^\OXA@`},
+	} {
+		if got := mapKey(c.prefix, c.key); got.lock != c.lock || got.counter != c.counter {
+			t.Errorf("prefix %q, key %q: keys %q, %q; want %q, %q", c.prefix, c.key, got.lock, got.counter, c.lock, c.counter)
+		}
+	}
+}
+
+// TestMapKeyAllocs: mapping a key that is used as it is costs one
+// allocation (it runs on every grant).
+func TestMapKeyAllocs(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { _ = mapKey(DefaultPrefix, "orders/42") }); n > 1 {
+		t.Errorf("mapKey: %v allocations, want 1", n)
+	}
+}
