@@ -18,7 +18,8 @@ import (
 // Per backend, the baseline (two round trips back to back: the floor of a
 // lock and an unlock) and every library take turns, one cycle each per
 // round, in a fresh random order per round, each on its own connection and
-// key: load from elsewhere on the machine weighs on all of them alike.
+// key (on memcached, the baseline on dlock's: see laneMemcachedProbe): load
+// from elsewhere on the machine weighs on all of them alike.
 // Allocations and CPU time are counted in a separate pass (a cycle's
 // mallocs, from runtime.MemStats, and CPU time, client and server; see
 // cpu.go), so that reading the counters does not slow the timed loop: in
