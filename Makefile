@@ -24,9 +24,21 @@ TEST_P ?= 4
 # demo (internal/cli's demo*.go), which the dlock users build leaves out, so
 # that its tests run too; the end-to-end tests build a dlock without it as well.
 TEST_TAGS ?= demo
-# SIDE_NICE: the niceness of the cmd/dlock and bench modules' tests, which run
-# beside the race batch (see test).
+# SIDE_NICE: the niceness of make check and of the cmd/dlock and bench
+# modules' tests, which run beside the race batch (see test).
 SIDE_NICE ?= 10
+# ETCD_SPLIT: the processes the driver/etcd module's tests are dealt to
+# (scripts/split-test.sh): one after another they took 641 s with the race
+# detector, the longest lane of make test, beside the other packages' 464 s.
+# ETCD_SPLIT_FIRST: its longest tests (the two conformance suites, the
+# failover and lost-reply tests), dealt first so that they go to different
+# processes. ETCD_SPLIT_ALONE: tests a busier machine starves (etcd's
+# auth-revision churn, a member cut off), run after the others in one
+# process, beside the other packages only, as before the split.
+ETCD_SPLIT ?= 2
+ETCD_SPLIT_FIRST ?= TestConformanceCluster TestConformance TestAudit38LostGrantReply TestFailover \
+  TestAudit38FrozenLeader TestAudit38FrozenFollower TestAudit38RenewalRepliesLost TestAudit38LostPlaceReply
+ETCD_SPLIT_ALONE ?= TestAudit32AuthChurn TestAudit38MemberCutOff
 
 .PHONY: test check api servers conformance unit images up down test-docker chaos bench nemesis release
 
@@ -36,25 +48,39 @@ SIDE_NICE ?= 10
 ## short pass on its own; its container tests run in test-docker), the bench module's (peer libraries on dlock's keys)
 ## beside the race batch; then the same servers in containers (test-docker: it fails without a Docker engine
 ## unless DLOCK_SKIP_DOCKER=1, and then says what it skipped).
-## The nemesis runs alone: its timing checks (a call returning 200ms past its
-## context's end) are made on a 2-core machine, and go test would run it beside
-## two other packages' servers.
-## The cmd/dlock and bench modules' tests (mostly compiling: the command twice,
-## the peer libraries) run beside the race batch, whose last two packages (the
-## Redis drivers, 3-4 minutes) leave the cores waiting on Redis; at nice
-## SIDE_NICE, so that the race batch's tests come first for the CPU.
-test: servers check
-	@echo "test: $(PKGS) with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set); $(RACE_PKGS) with the race detector"
-	@echo "test: beside them, at nice $(SIDE_NICE), the cmd/dlock module (the command, etcd included), then the bench module (the peers themselves on dlock's keys: redsync, redislock); their output follows"
-	@mkdir -p bin; rm -f bin/side-test.rc; \
+## Stages run one after another; within a stage, lanes run at once (docs/testing.md):
+## 1. the race batch; beside it, at nice SIDE_NICE (so that its tests come first for
+##    the CPU), make check and the container helper, and the cmd/dlock then bench
+##    modules' tests (mostly compiling: the command twice, the peer libraries), and
+##    the Docker images (mostly I/O); the batch's last two packages (the Redis
+##    drivers, minutes) leave the cores waiting on Redis.
+## 2. the other packages, and beside them the driver/etcd module's tests with the
+##    race detector, in ETCD_SPLIT processes (scripts/split-test.sh).
+## 3. the harness module's tests; 4. the nemesis's short pass, alone: its timing
+##    checks (a call returning 200ms past its context's end) are made on a 2-core
+##    machine, and go test would run it beside two other packages' servers;
+## 5. test-docker (its images and helper are up to date by then).
+test: servers
+	@echo "test: $(RACE_PKGS) with the race detector, with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set)"
+	@echo "test: beside them, at nice $(SIDE_NICE): make check and the container helper; the cmd/dlock module (the command, etcd included), then the bench module (the peers themselves on dlock's keys: redsync, redislock); the Docker images; their output follows"
+	@mkdir -p bin; rm -f bin/side-test.rc bin/check.rc bin/images.rc; \
+	  ( nice -n $(SIDE_NICE) sh -c 'make --no-print-directory check && make --no-print-directory bin/dlock-containers'; \
+	    echo $$? > bin/check.rc) > bin/check.out 2>&1 & \
 	  ( nice -n $(SIDE_NICE) sh -c '(cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); a=$$?; \
 	    (cd bench && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); b=$$?; [ $$a = 0 ] && [ $$b = 0 ]'; \
 	    echo $$? > bin/side-test.rc) > bin/side-test.out 2>&1 & \
+	  ( if [ "$$DLOCK_SKIP_DOCKER" != 1 ] && docker info >/dev/null 2>&1; then bash docker/build-images.sh; \
+	    else echo "images: not built here (no Docker engine, or DLOCK_SKIP_DOCKER=1): test-docker says why"; fi; \
+	    echo $$? > bin/images.rc) > bin/images.out 2>&1 & \
 	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -race $(RACE_PKGS); rc=$$?; \
-	  wait; echo "test: cmd/dlock and bench modules"; cat bin/side-test.out; \
-	  [ $$rc = 0 ] && [ "$$(cat bin/side-test.rc 2>/dev/null)" = 0 ]
-	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector; its output follows"
-	@mkdir -p bin; rm -f bin/etcd-test.rc; ( (cd driver/etcd && $(GO) test -count=1 -timeout $(TIMEOUT) -race ./...); \
+	  wait; echo "test: make check"; cat bin/check.out; \
+	  echo "test: cmd/dlock and bench modules"; cat bin/side-test.out; \
+	  echo "test: the Docker images"; cat bin/images.out; \
+	  [ $$rc = 0 ] && [ "$$(cat bin/check.rc 2>/dev/null)" = 0 ] && [ "$$(cat bin/side-test.rc 2>/dev/null)" = 0 ] && \
+	  [ "$$(cat bin/images.rc 2>/dev/null)" = 0 ]
+	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector in $(ETCD_SPLIT) processes; its output follows"
+	@mkdir -p bin; rm -f bin/etcd-test.rc; ( SPLIT_FIRST='$(ETCD_SPLIT_FIRST)' SPLIT_ALONE='$(ETCD_SPLIT_ALONE)' SPLIT_TIMEOUT=$(TIMEOUT) GO='$(GO)' \
+	  bash scripts/split-test.sh driver/etcd $(ETCD_SPLIT) -race; \
 	  echo $$? > bin/etcd-test.rc) > bin/etcd-test.out 2>&1 & \
 	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
 	  wait; echo "test: driver/etcd module"; cat bin/etcd-test.out; \
