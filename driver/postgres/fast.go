@@ -164,11 +164,9 @@ func (d *pgDriver) fastOn(pc *pgconn.PgConn) bool {
 // was not run and is to be sent wrapped (a refusal, nothing changed);
 // otherwise rows and err are the step's.
 func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, args []any) (rows [][][]byte, done bool, err error) {
-	vals := make([][]byte, len(f.args))
-	for i, a := range f.args {
-		if vals[i], err = textValue(args[a]); err != nil {
-			return nil, true, err
-		}
+	vals, err := textValues(f.args, args)
+	if err != nil {
+		return nil, true, err
 	}
 	cd := pc.CustomData()
 	if cd[f.name] == nil {
@@ -178,8 +176,10 @@ func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, 
 		}
 	}
 	if err == nil {
-		res := pc.ExecPrepared(ctx, f.name, vals, nil, nil).Read()
-		rows, err = res.Rows, res.Err
+		rows, err = readRows(pc.ExecPrepared(ctx, f.name, vals, nil, nil))
+	}
+	if err == nil {
+		return rows, true, nil
 	}
 	var pe *pgconn.PgError
 	switch {
@@ -196,15 +196,61 @@ func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, 
 	return rows, true, err
 }
 
-// textValue is a step argument in PostgreSQL's text format.
-func textValue(a any) ([]byte, error) {
-	switch v := a.(type) {
-	case string:
-		return []byte(v), nil
-	case int64:
-		return strconv.AppendInt(nil, v, 10), nil
-	case bool:
-		return []byte(strconv.FormatBool(v)), nil
+// readRows reads rr's rows, each column as text (NULL as nil), into one
+// buffer a row, and closes rr: what rr.Read().Rows holds, without the
+// result's field descriptions and a copy of each value.
+func readRows(rr *pgconn.ResultReader) ([][][]byte, error) {
+	var rows [][][]byte
+	for rr.NextRow() {
+		vs := rr.Values()
+		n := 0
+		for _, v := range vs {
+			n += len(v)
+		}
+		buf := make([]byte, n) // not nil: an empty value is not NULL
+		row := make([][]byte, len(vs))
+		n = 0
+		for i, v := range vs {
+			if v != nil {
+				row[i] = buf[n : n+len(v) : n+len(v)]
+				n += copy(row[i], v)
+			}
+		}
+		rows = append(rows, row)
 	}
-	return nil, fmt.Errorf("postgres: a fast step's argument of type %T", a)
+	_, err := rr.Close()
+	return rows, err
+}
+
+// textValues are the arguments of args at idx in PostgreSQL's text format,
+// in one buffer.
+func textValues(idx []int, args []any) ([][]byte, error) {
+	n := 0
+	for _, a := range idx {
+		switch v := args[a].(type) {
+		case string:
+			n += len(v)
+		case int64:
+			n += 20
+		case bool:
+			n += 5
+		default:
+			return nil, fmt.Errorf("postgres: a fast step's argument of type %T", v)
+		}
+	}
+	buf := make([]byte, 0, n)
+	vals := make([][]byte, len(idx))
+	for i, a := range idx {
+		start := len(buf)
+		switch v := args[a].(type) {
+		case string:
+			buf = append(buf, v...)
+		case int64:
+			buf = strconv.AppendInt(buf, v, 10)
+		case bool:
+			buf = strconv.AppendBool(buf, v)
+		}
+		vals[i] = buf[start:len(buf):len(buf)]
+	}
+	return vals, nil
 }

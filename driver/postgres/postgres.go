@@ -426,7 +426,7 @@ func (d *pgDriver) stepNoted(ctx context.Context, l *driver.Lease, f *fastStep, 
 	if err != nil {
 		return step{}, err
 	}
-	res, err := d.runCalls(ctx, nil, nil, call+"; "+note, 2)
+	res, err := d.runCalls(ctx, call+"; "+note, 2)
 	if err != nil {
 		return step{}, err
 	}

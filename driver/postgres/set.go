@@ -142,7 +142,7 @@ func (d *pgDriver) AcquireSet(ctx context.Context, ls []*driver.Lease) error {
 	}
 	calls[0] = prepare
 	calls = append(calls, last)
-	res, err := d.runCalls(ctx, nil, nil, strings.Join(calls, "; "), len(ls)+3)
+	res, err := d.runCalls(ctx, strings.Join(calls, "; "), len(ls)+3)
 	if err != nil && !plain && noLanguage(err) {
 		// Refused before it changed anything (the transaction rolled
 		// back): from now on without the DO block.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // A step runs as one simple-protocol query, whatever the database's, the
@@ -63,13 +64,25 @@ func (d *pgDriver) run(ctx context.Context, query string, args ...any) ([][][]by
 	return d.runStep(ctx, nil, query, args)
 }
 
-// runStep is run, trying f's fast form first when f is not nil.
+// runStep is run, trying f's fast form first when f is not nil. The
+// wrapped query is built (its literals bound) only when the step is sent
+// wrapped.
 func (d *pgDriver) runStep(ctx context.Context, f *fastStep, query string, args []any) ([][][]byte, error) {
+	c, pc, err := d.acquireConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Release()
+	if f != nil {
+		if rows, done, err := d.tryFast(ctx, pc, f, args); done {
+			return rows, err
+		}
+	}
 	call, err := bind(query, args)
 	if err != nil {
 		return nil, err
 	}
-	res, err := d.runCalls(ctx, f, args, call, 1+strings.Count(query, "; ")) // query has no literals yet
+	res, err := d.runWrapped(ctx, pc, call, 1+strings.Count(query, "; ")) // query has no literals yet
 	if err != nil {
 		return nil, err
 	}
@@ -77,42 +90,67 @@ func (d *pgDriver) runStep(ctx context.Context, f *fastStep, query string, args 
 }
 
 // runCalls runs calls, n statements with their literals bound, as one
-// step (see above), or f's fast form with args when f is not nil and the
-// connection allows it, and returns the calls' results.
-func (d *pgDriver) runCalls(ctx context.Context, f *fastStep, args []any, calls string, n int) ([]*pgconn.Result, error) {
-	c, err := d.pool.Acquire(ctx)
+// step (see above), and returns the calls' results.
+func (d *pgDriver) runCalls(ctx context.Context, calls string, n int) ([]*pgconn.Result, error) {
+	c, pc, err := d.acquireConn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Release()
+	return d.runWrapped(ctx, pc, calls, n)
+}
+
+// acquireConn takes a connection from the pool for a step, refusing one
+// whose client_encoding is not UTF8.
+func (d *pgDriver) acquireConn(ctx context.Context) (*pgxpool.Conn, *pgconn.PgConn, error) {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	pc := c.Conn().PgConn()
 	if enc := pc.ParameterStatus("client_encoding"); enc != "UTF8" {
-		return nil, fmt.Errorf("%w: postgres: the connection's client_encoding is %s; dlock's steps need UTF8 (their arguments are escaped as UTF-8 in the query's text)", driver.ErrInvalid, enc)
+		c.Release()
+		return nil, nil, fmt.Errorf("%w: postgres: the connection's client_encoding is %s; dlock's steps need UTF8 (their arguments are escaped as UTF-8 in the query's text)", driver.ErrInvalid, enc)
 	}
-	if f != nil && f.plain != nil && d.fastOn(pc) {
+	return c, pc, nil
+}
+
+// tryFast runs f's plain form, then f, on pc when the connection allows
+// it. done is false when neither ran to an answer and the step is to be
+// sent wrapped; otherwise rows and err are the step's.
+func (d *pgDriver) tryFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, args []any) (rows [][][]byte, done bool, err error) {
+	if f.plain != nil && d.fastOn(pc) {
 		rows, done, err := d.runFast(ctx, pc, f.plain, args)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == errLockTimeout {
-			done = false // the wait for the row timed out, nothing changed: the function runs
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == errLockTimeout {
+				done = false // the wait for the row timed out, nothing changed: the function runs
+			}
 		}
 		if done && (err != nil || len(rows) > 0) {
 			if err = d.failed(ctx, pc, err); err != nil {
-				return nil, err
+				return nil, true, err
 			}
 			d.plainRuns.Add(1)
-			return []*pgconn.Result{{Rows: rows}}, nil
+			return rows, true, nil
 		}
 	}
-	if f != nil && d.fastOn(pc) {
+	if d.fastOn(pc) {
 		rows, done, err := d.runFast(ctx, pc, f, args)
 		if done {
 			if err = d.failed(ctx, pc, err); err != nil {
-				return nil, err
+				return nil, true, err
 			}
 			d.fastRuns.Add(1)
-			return []*pgconn.Result{{Rows: rows}}, nil
+			return rows, true, nil
 		}
 	}
+	return nil, false, nil
+}
+
+// runWrapped runs calls, n statements with their literals bound, on pc
+// in the wrapper's transaction (see above).
+func (d *pgDriver) runWrapped(ctx context.Context, pc *pgconn.PgConn, calls string, n int) ([]*pgconn.Result, error) {
 	res, err := pc.Exec(ctx, stepBegin+"; "+stepSettings+"; "+calls+"; "+stepCommit).ReadAll()
 	if err == nil {
 		for _, r := range res {
