@@ -209,3 +209,39 @@ func TestFastStepPgBouncerSession(t *testing.T) {
 		t.Error("fast steps run with TransactionPooling")
 	}
 }
+
+// TestFastTextNotNull: the fast path's buffers keep an empty text apart
+// from NULL, both ways: an empty argument is sent as an empty text (not
+// NULL), and an empty column is read as an empty value (not nil, which
+// the steps' readers take for NULL).
+func TestFastTextNotNull(t *testing.T) {
+	ctx := tctx(t, 30*time.Second)
+	pc, err := pgconn.Connect(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	vals, err := textValues([]int{0, 1, 2}, []any{"", int64(-12), false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := readRows(pc.ExecParams(ctx, "SELECT $1::text IS NULL, $1::text, NULL::text, $2::int8, $3::bool, ''::text", vals, nil, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || len(rows[0]) != 6 {
+		t.Fatalf("rows %q, want one of 6 columns", rows)
+	}
+	r := rows[0]
+	if string(r[0]) != "f" || r[1] == nil || len(r[1]) != 0 || r[2] != nil || string(r[3]) != "-12" || string(r[4]) != "f" || r[5] == nil || len(r[5]) != 0 {
+		t.Errorf("row %q (nil: %v %v %v); want f, empty, NULL, -12, f, empty", r, r[1] == nil, r[2] == nil, r[5] == nil)
+	}
+	// Alone, an empty value leaves its buffer empty.
+	if vals, err = textValues([]int{0}, []any{""}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = readRows(pc.ExecParams(ctx, "SELECT CASE WHEN $1::text IS NULL THEN NULL ELSE $1::text END", vals, nil, nil, nil))
+	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || len(rows[0][0]) != 0 {
+		t.Errorf("rows %q, %v; want one empty value, not NULL", rows, err)
+	}
+}
