@@ -43,9 +43,31 @@ type Clock struct {
 }
 
 // NewClock returns a clock for the run that started at origin.
-func NewClock(origin int64) *Clock {
-	t0 := time.Now()
-	return &Clock{t0: t0, base: Stamp(monotonic() - origin), orig: origin}
+func NewClock(origin int64) *Clock { return newClock(origin, time.Now, monotonic) }
+
+// pairSlack is how far apart the two CLOCK_MONOTONIC reads around
+// time.Now may be for newClock to take the pair.
+const pairSlack = 20 * time.Microsecond
+
+// newClock pairs a time.Now reading with CLOCK_MONOTONIC, read before and
+// after it, and takes the middle. A process preempted between two reads
+// would otherwise stamp everything it records late (or early) by the
+// preemption, on a machine loaded enough for the nemesis to matter a
+// millisecond or more: a child's release stamped after the parent's next
+// grant reads as an overlap. It retries until the reads are within
+// pairSlack, and keeps the tightest of 100 tries.
+func newClock(origin int64, now func() time.Time, mono func() int64) *Clock {
+	var t0 time.Time
+	var mid, gap int64 = 0, math.MaxInt64
+	for i := 0; i < 100 && gap > int64(pairSlack); i++ {
+		before := mono()
+		t := now()
+		after := mono()
+		if after-before < gap {
+			t0, mid, gap = t, before+(after-before)/2, after-before
+		}
+	}
+	return &Clock{t0: t0, base: Stamp(mid - origin), orig: origin}
 }
 
 // origin is the run's origin, for child processes.
