@@ -16,7 +16,13 @@ func (d *pgDriver) Inspect(ctx context.Context, key string) (driver.KeyState, er
 	if there, err := d.check(ctx, false); err != nil || !there {
 		return st, err // no schema: nobody holds or waits for anything
 	}
-	rows, err := d.pool.Query(ctx, d.q.inspect, d.args(key)...)
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return st, err
+	}
+	defer c.Release()
+	defer dropIfEnded(ctx, c.Conn().PgConn()) // before Release (see dropIfEnded)
+	rows, err := c.Query(ctx, d.q.inspect, d.args(key)...)
 	if err != nil {
 		return st, err
 	}

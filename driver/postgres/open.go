@@ -12,6 +12,7 @@ import (
 	"github.com/dlock-go/dlock/internal/redact"
 	"github.com/dlock-go/dlock/internal/tlsconf"
 	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -96,12 +97,25 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 		cfg.ConnConfig.TLSConfig = tc
 		cfg.ConnConfig.Fallbacks = nil
 	}
+	cfg.BeforeClose = closeDrained
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, nil, bad("%s", errtext.Bound(scrub(err.Error(), pgxURL.String())))
 	}
 	d, lo := newDriver(pool, o, true)
 	return d, lo, nil
+}
+
+// closeDrained closes the socket of a connection the pool destroys after
+// pgx closed it (a query or the pool's own ping ended by its context, a
+// failed read): pgx (v5.11 and later) drains such a socket for up to 15 s
+// and the pool's slot stays taken until it is closed (see dropIfEnded).
+// The pool destroys a connection no call holds; one pgx did not close is
+// closed as usual.
+func closeDrained(c *pgx.Conn) {
+	if c.IsClosed() {
+		c.PgConn().Conn().Close()
+	}
 }
 
 // scrub hides raw's secrets in text: pgx's messages quote the connection

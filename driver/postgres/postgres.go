@@ -238,8 +238,7 @@ func (d *pgDriver) check(ctx context.Context, install bool) (bool, error) {
 	if d.installed.Load() {
 		return true, nil
 	}
-	var v int
-	err := d.pool.QueryRow(ctx, d.q.version, d.mode...).Scan(&v)
+	v, err := d.readVersion(ctx)
 	// After a step found part of the schema gone, the script runs again
 	// (it makes only what is missing) unless a later version made it.
 	redo := d.damaged.Load() && install && d.create && v == schemaVersion
@@ -657,4 +656,17 @@ func (d *pgDriver) Close() error {
 		d.pool.Close()
 	}
 	return nil
+}
+
+// readVersion reads the schema's version on a connection of the pool.
+func (d *pgDriver) readVersion(ctx context.Context) (int, error) {
+	c, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Release()
+	var v int
+	err = c.QueryRow(ctx, d.q.version, d.mode...).Scan(&v)
+	dropIfEnded(ctx, c.Conn().PgConn())
+	return v, err
 }

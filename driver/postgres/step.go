@@ -178,17 +178,23 @@ func (d *pgDriver) failed(ctx context.Context, pc *pgconn.PgConn, err error) err
 	if pc.TxStatus() != 'I' && !pc.IsClosed() && ctx.Err() == nil {
 		pc.Exec(ctx, "ROLLBACK").Close() // on failure the pool drops the connection
 	}
-	if pc.IsClosed() && ctx.Err() != nil {
-		// The call's end closed the connection. pgx (v5.11 and later)
-		// then drains its socket for up to 15 s before closing it, and the
-		// pool's slot stays taken until it does: behind a network that
-		// holds the server's replies, the clean-up of this very call (a
-		// Leave, a lost reply's release) would wait for the drain. The
-		// cancel request pgx sends the server is not affected.
-		pc.Conn().Close()
-	}
+	dropIfEnded(ctx, pc)
 	d.forgetSchema(err)
 	return err
+}
+
+// dropIfEnded closes pc's socket when ctx's end closed the connection.
+// pgx (v5.11 and later) then drains the socket for up to 15 s before
+// closing it, and the pool's slot stays taken until it does: behind a
+// network that holds the server's replies, the clean-up of this very call
+// (a Leave, a lost reply's release) or the next call on a small pool would
+// wait for the drain. The cancel request pgx sends the server is not
+// affected. A connection pgx closed is never handed out again, so no
+// other call uses the socket.
+func dropIfEnded(ctx context.Context, pc *pgconn.PgConn) {
+	if pc.IsClosed() && ctx.Err() != nil {
+		pc.Conn().Close()
+	}
 }
 
 // forgetSchema makes the next call read (and install) the schema again

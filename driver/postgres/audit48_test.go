@@ -1,0 +1,227 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net"
+	neturl "net/url"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestAudit48CancelledInspectFreesSlot: an Inspect whose context ends
+// while the network holds its query leaves its connection closed by pgx,
+// which (v5.11 and later) drains the socket for up to 15 s before closing
+// it; the pool's slot stays taken until then, so on a one-connection pool
+// the next Lock of another key waited for the drain.
+func TestAudit48CancelledInspectFreesSlot(t *testing.T) {
+	url := serverURL(t)
+	ctx := context.Background()
+	px := newPGProxy(t, serverAddr(t, url))
+	l := proxiedLocker(t, url, px, 1, nil)
+	warm, err := l.Lock(ctx, auditKey("audit48-warm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	px.holdAll()
+	ictx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	start := time.Now()
+	_, err = l.Inspect(ictx, auditKey("audit48-inspect"))
+	cancel()
+	if err == nil {
+		t.Fatal("Inspect through a held network answered")
+	}
+	t.Logf("Inspect returned after %v", time.Since(start))
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("a cancelled Inspect returned after %v", d)
+	}
+
+	// Connections made from now on pass.
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer lcancel()
+	start = time.Now()
+	ls, err := l.Lock(lctx, auditKey("audit48-after-inspect"))
+	if err != nil {
+		t.Fatalf("a Lock on a healthy path after a cancelled Inspect: %v after %v (the pool's only slot still taken)", err, time.Since(start))
+	}
+	t.Logf("the next Lock took %v", time.Since(start))
+	ls.Unlock(ctx)
+	px.deliver()
+}
+
+// TestAudit48ManyCancelledLocks: 50 Locks of a held key on a pool of 2,
+// each cancelled while the network holds what the pool's open
+// connections send (the hold is renewed before each Lock, so the
+// connections a Lock's clean-up opened are held for the next one). Each
+// returns promptly; then, the held bytes still on the network, a Lock of
+// another key on new connections succeeds promptly (no slot waits for
+// pgx's 15 s drain); once the held bytes reach the server late and the
+// holder unlocks, nothing of the cancelled calls is left on the key.
+func TestAudit48ManyCancelledLocks(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	holder := newTestLocker(t, url, nil, &netCut{})
+	px := newPGProxy(t, serverAddr(t, url))
+	// The clean-ups (Leaves) the hold catches give up after 300 ms.
+	l := proxiedLocker(t, url, px, 2, &Options{Options: lock.Options{ReleaseTimeout: 300 * time.Millisecond}})
+	key := auditKey("audit48-many")
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lh.Unlock(ctx)
+	warm, err := l.Lock(ctx, auditKey("audit48-many-warm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Unlock(ctx)
+
+	for i := 0; i < 50; i++ {
+		px.holdAll()
+		d := time.Duration(10+i%7*15) * time.Millisecond
+		cctx, cancel := context.WithTimeout(ctx, d)
+		start := time.Now()
+		ll, err := l.Lock(cctx, key)
+		cancel()
+		if err == nil {
+			ll.Unlock(ctx)
+			t.Fatalf("Lock %d: granted a held key", i)
+		}
+		if !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("Lock %d: %v, want ErrNotAcquired", i, err)
+		}
+		if took := time.Since(start); took > d+2*time.Second {
+			t.Errorf("Lock %d returned %v after its deadline", i, took-d)
+		}
+	}
+
+	// What the cancelled calls sent stays held (their connections' drains
+	// would last); the connections made from now on pass.
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer lcancel()
+	start := time.Now()
+	other, err := l.Lock(lctx, auditKey("audit48-many-other"))
+	if err != nil {
+		t.Fatalf("a Lock of another key on new connections after 50 cancelled Locks: %v after %v", err, time.Since(start))
+	}
+	t.Logf("the Lock of another key took %v; %d bytes held", time.Since(start), px.heldBytes())
+	other.Unlock(ctx)
+
+	px.deliver()
+	time.Sleep(300 * time.Millisecond)
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	waitFor(t, "the cancelled Locks' entries to go", 10*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 0 })
+	lc, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("the key is free (its holder unlocked, its waiters gave up), yet TryLock: %v", err)
+	}
+	lc.Unlock(ctx)
+}
+
+// TestAudit48CancelledFirstCallFreesSlot: a Locker's first call reads the
+// schema's version; when its context ends while the network holds that
+// query, the pool's slot stayed taken for pgx's 15 s drain, and the next
+// call on a one-connection pool waited for it.
+func TestAudit48CancelledFirstCallFreesSlot(t *testing.T) {
+	url := serverURL(t)
+	ctx := context.Background()
+	px := newPGProxy(t, serverAddr(t, url))
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(px.addr())
+	pn, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(pn)
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Ping(ctx); err != nil { // the pool's connection, open before the hold
+		t.Fatal(err)
+	}
+	d, lo := newDriver(pool, &Options{}, true)
+	l := lock.New(d, lo)
+	t.Cleanup(func() { l.Close() })
+
+	px.holdAll()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = l.Lock(cctx, auditKey("audit48-first"))
+	cancel()
+	if err == nil {
+		t.Fatal("a Lock through a held network was granted")
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer lcancel()
+	start := time.Now()
+	ls, err := l.Lock(lctx, auditKey("audit48-first-next"))
+	if err != nil {
+		t.Fatalf("a Lock on a healthy path after a cancelled first call: %v after %v", err, time.Since(start))
+	}
+	ls.Unlock(ctx)
+	px.deliver()
+}
+
+// TestAudit48CancelledPingFreesSlot: the pool pings a connection idle for
+// more than a second before handing it out; a Lock whose context ends
+// while the network holds that ping leaves the connection to pgx's 15 s
+// drain, its pool slot taken until then.
+func TestAudit48CancelledPingFreesSlot(t *testing.T) {
+	url := serverURL(t)
+	ctx := context.Background()
+	px := newPGProxy(t, serverAddr(t, url))
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = px.addr()
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	l, err := lock.Open(ctx, u.String()) // the pool Open makes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	warm, err := l.Lock(ctx, auditKey("audit48-ping-warm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond) // idle long enough to be pinged
+
+	px.holdAll()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	start := time.Now()
+	_, err = l.Lock(cctx, auditKey("audit48-ping"))
+	cancel()
+	if err == nil {
+		t.Fatal("a Lock through a held network was granted")
+	}
+	t.Logf("the cancelled Lock returned after %v: %v", time.Since(start), err)
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer lcancel()
+	start = time.Now()
+	ls, err := l.Lock(lctx, auditKey("audit48-ping-next"))
+	if err != nil {
+		t.Fatalf("a Lock on a healthy path after a Lock cancelled in the pool's ping: %v after %v", err, time.Since(start))
+	}
+	ls.Unlock(ctx)
+	px.deliver()
+}
