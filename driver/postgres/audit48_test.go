@@ -6,6 +6,7 @@ import (
 	"net"
 	neturl "net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,4 +225,44 @@ func TestAudit48CancelledPingFreesSlot(t *testing.T) {
 	}
 	ls.Unlock(ctx)
 	px.deliver()
+}
+
+// TestAudit48URLSpaces: Open takes the URL's query apart with net/url and
+// hands pgx the rest re-encoded, a space as "+". pgx before v5.11 read "+"
+// in a query value as a space; v5.11 and later read it as a plus sign
+// (libpq's rule), so a value with a space (%20 in the URL: a path, an
+// options string, an application name) reached the server with "+"
+// instead.
+func TestAudit48URLSpaces(t *testing.T) {
+	ctx := context.Background()
+	base := serverURL(t)
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	for _, c := range []struct{ param, setting, want string }{
+		{"application_name=dlock%20audit%2048", "application_name", "dlock audit 48"},
+		{"options=-c%20lock_timeout%3D4321", "lock_timeout", "4321ms"},
+		{"application_name=a%2Bb", "application_name", "a+b"},
+	} {
+		l, err := lock.Open(ctx, base+sep+c.param)
+		if err != nil {
+			t.Errorf("%s: Open: %v", c.param, err)
+			continue
+		}
+		var pool *pgxpool.Pool
+		if !l.As(&pool) {
+			t.Fatal("As(**pgxpool.Pool) refused")
+		}
+		var got string
+		err = pool.QueryRow(ctx, "SELECT current_setting($1)", c.setting).Scan(&got)
+		l.Close()
+		if err != nil {
+			t.Errorf("%s: %v", c.param, err)
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s: the server's %s is %q, want %q", c.param, c.setting, got, c.want)
+		}
+	}
 }

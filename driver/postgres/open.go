@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/errtext"
@@ -85,7 +86,10 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, *lock.Options, error)
 	}
 	pgxURL := *u
 	pgxURL.Scheme = "postgres"
-	pgxURL.RawQuery = pgxq.Encode()
+	// A space as %20: pgx (v5.11 and later, as libpq) reads "+" in a
+	// query value as a plus sign. Encode writes a plus sign as %2B, so
+	// every "+" it writes is a space.
+	pgxURL.RawQuery = strings.ReplaceAll(pgxq.Encode(), "+", "%20")
 	cfg, err := pgxpool.ParseConfig(pgxURL.String())
 	if err != nil {
 		return nil, nil, bad("%s", errtext.Bound(scrub(err.Error(), pgxURL.String())))
