@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	mrand "math/rand/v2"
 	"net"
 	neturl "net/url"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -72,8 +74,7 @@ func TestAudit48ManyCancelledLocks(t *testing.T) {
 	ctx := context.Background()
 	holder := newTestLocker(t, url, nil, &netCut{})
 	px := newPGProxy(t, serverAddr(t, url))
-	// The clean-ups (Leaves) the hold catches give up after 300 ms.
-	l := proxiedLocker(t, url, px, 2, &Options{Options: lock.Options{ReleaseTimeout: 300 * time.Millisecond}})
+	l := openProxied(t, url, px, 2)
 	key := auditKey("audit48-many")
 	lh, err := holder.Lock(ctx, key)
 	if err != nil {
@@ -106,7 +107,11 @@ func TestAudit48ManyCancelledLocks(t *testing.T) {
 	}
 
 	// What the cancelled calls sent stays held (their connections' drains
-	// would last); the connections made from now on pass.
+	// would last 15 s); the connections made from now on pass. The
+	// clean-ups (Leaves) a hold caught give up after ReleaseTimeout and
+	// go again on new connections: wait for that first, well within the
+	// drains.
+	time.Sleep(lock.DefaultReleaseTimeout + 500*time.Millisecond)
 	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer lcancel()
 	start := time.Now()
@@ -185,19 +190,7 @@ func TestAudit48CancelledPingFreesSlot(t *testing.T) {
 	url := serverURL(t)
 	ctx := context.Background()
 	px := newPGProxy(t, serverAddr(t, url))
-	u, err := neturl.Parse(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = px.addr()
-	q := u.Query()
-	q.Set("pool_max_conns", "1")
-	u.RawQuery = q.Encode()
-	l, err := lock.Open(ctx, u.String()) // the pool Open makes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := openProxied(t, url, px, 1)
 	warm, err := l.Lock(ctx, auditKey("audit48-ping-warm"))
 	if err != nil {
 		t.Fatal(err)
@@ -265,4 +258,229 @@ func TestAudit48URLSpaces(t *testing.T) {
 			t.Errorf("%s: the server's %s is %q, want %q", c.param, c.setting, got, c.want)
 		}
 	}
+}
+
+// TestAudit48PgBouncerCancelled: through PgBouncer in transaction mode,
+// Locks of a held key cancelled at random points (the hard close of a
+// cancelled step's socket lands inside a PgBouncer transaction) leave
+// nothing behind: a Lock of another key succeeds promptly, and once the
+// holder unlocks, the key has no entries and another client takes it.
+func TestAudit48PgBouncerCancelled(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	b := testserver.StartPgBouncer(t, pg, "transaction")
+	ctx := context.Background()
+	raw := rawPool(t, pg.URL())
+	holder := newTestLocker(t, pg.URL(), nil, &netCut{})
+	u := b.URL()
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	l, err := lock.Open(ctx, u+sep+"pooling=transaction&pool_max_conns=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	key := auditKey("audit48-pgb")
+	lh, err := holder.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 60; i++ {
+		d := time.Duration(1+mrand.IntN(40)) * time.Millisecond
+		cctx, cancel := context.WithTimeout(ctx, d)
+		start := time.Now()
+		ll, err := l.Lock(cctx, key)
+		cancel()
+		if err == nil {
+			ll.Unlock(ctx)
+			t.Fatalf("Lock %d: granted a held key", i)
+		}
+		if took := time.Since(start); took > d+time.Second {
+			t.Errorf("Lock %d (%v) returned %v after its deadline", i, d, took-d)
+		}
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer lcancel()
+	other, err := l.Lock(lctx, auditKey("audit48-pgb-other"))
+	if err != nil {
+		t.Fatalf("a Lock of another key after 60 cancelled Locks: %v", err)
+	}
+	other.Unlock(ctx)
+	if err := lh.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the cancelled Locks' entries to go", 10*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 0 })
+	lc, err := holder.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("the key is free, yet TryLock: %v", err)
+	}
+	lc.Unlock(ctx)
+}
+
+// TestAudit48CancelledUnlockHeld: an Unlock whose step the network holds
+// returns when its context ends; the pool's only slot comes back at once
+// (the next Lock on new connections succeeds), the release is finished
+// in the background, and the held step, reaching the server after
+// another client took the key, leaves that client's grant alone.
+func TestAudit48CancelledUnlockHeld(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	px := newPGProxy(t, serverAddr(t, url))
+	l := proxiedLocker(t, url, px, 1, nil)
+	other := newTestLocker(t, url, nil, &netCut{})
+	key := auditKey("audit48-unlock")
+	la, err := l.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.holdAll()
+	uctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	start := time.Now()
+	err = la.Unlock(uctx)
+	cancel()
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("a cancelled Unlock returned after %v (%v)", took, err)
+	}
+	t.Logf("the cancelled Unlock: %v", err)
+	lctx, lcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer lcancel()
+	ln, err := l.Lock(lctx, auditKey("audit48-unlock-next"))
+	if err != nil {
+		t.Fatalf("a Lock on new connections after a cancelled Unlock: %v", err)
+	}
+	ln.Unlock(ctx)
+	waitFor(t, "the background release", 10*time.Second, func() bool { return len(entriesOf(t, raw, "dlock", key)) == 0 })
+	lo, err := other.TryLock(ctx, key)
+	if err != nil {
+		t.Fatalf("the key was released, yet TryLock: %v", err)
+	}
+	defer lo.Unlock(ctx)
+	px.deliver()
+	time.Sleep(500 * time.Millisecond)
+	if got := entriesOf(t, raw, "dlock", key); len(got) != 1 {
+		t.Fatalf("after the held Unlock reached the server, the key's state is %q, want the other client's grant", got)
+	}
+	if err := lo.Refresh(ctx, 30*time.Second); err != nil {
+		t.Fatalf("the other client's grant after the late Unlock: %v", err)
+	}
+}
+
+// TestAudit48CancelledRefreshHeld: a Refresh whose step the network
+// holds returns when its context ends; the lease's Unlock then goes
+// through on new connections, and the held Refresh, reaching the server
+// after the Unlock, does not bring the grant back.
+func TestAudit48CancelledRefreshHeld(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	px := newPGProxy(t, serverAddr(t, url))
+	l := proxiedLocker(t, url, px, 1, nil)
+	key := auditKey("audit48-refresh")
+	la, err := l.Lock(ctx, key, lock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.holdAll()
+	rctx, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	start := time.Now()
+	err = la.Refresh(rctx, time.Minute)
+	cancel()
+	if err == nil {
+		t.Fatal("a Refresh through a held network succeeded")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("a cancelled Refresh returned after %v (%v)", took, err)
+	}
+	uctx, ucancel := context.WithTimeout(ctx, 3*time.Second)
+	defer ucancel()
+	if err := la.Unlock(uctx); err != nil {
+		t.Fatalf("Unlock on new connections after a cancelled Refresh: %v", err)
+	}
+	if got := entriesOf(t, raw, "dlock", key); len(got) != 0 {
+		t.Fatalf("after Unlock: %q", got)
+	}
+	px.deliver()
+	time.Sleep(500 * time.Millisecond)
+	if got := entriesOf(t, raw, "dlock", key); len(got) != 0 {
+		t.Fatalf("the held Refresh, reaching the server after the Unlock, left %q", got)
+	}
+}
+
+// TestAudit48URLVariants: URLs users pass (sslmode variants, pool_*
+// parameters, a host list whose first host refuses) still open and lock.
+func TestAudit48URLVariants(t *testing.T) {
+	ctx := context.Background()
+	base := serverURL(t)
+	u, err := neturl.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Del("sslmode")
+	dead, err := net.Listen("tcp", "127.0.0.1:0") // a port that refuses once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	for _, extra := range []string{
+		"sslmode=disable", "sslmode=allow", "sslmode=prefer",
+		"pool_max_conns=3&pool_min_conns=1&pool_max_conn_lifetime=1h&pool_max_conn_idle_time=5m&pool_health_check_period=1m",
+		"pool_ping_timeout=2s&connect_timeout=5",
+		"sslmode=disable&target_session_attrs=read-write",
+		"HOSTS",
+	} {
+		v := *u
+		qq := neturl.Values{}
+		for k, vs := range q {
+			qq[k] = vs
+		}
+		if extra == "HOSTS" {
+			v.Host = deadAddr + "," + u.Host
+			qq.Set("sslmode", "disable")
+		} else {
+			more, _ := neturl.ParseQuery(extra)
+			for k, vs := range more {
+				qq[k] = vs
+			}
+		}
+		v.RawQuery = qq.Encode()
+		l, err := lock.Open(ctx, v.String())
+		if err != nil {
+			t.Errorf("%s: Open: %v", extra, err)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ls, err := l.Lock(cctx, auditKey("audit48-url"))
+		if err == nil {
+			err = ls.Unlock(cctx)
+		}
+		cancel()
+		l.Close()
+		if err != nil {
+			t.Errorf("%s: %v", extra, err)
+		}
+	}
+}
+
+// openProxied is a Locker Open makes (its pool of at most maxConns
+// connections) reaching the server through p.
+func openProxied(t testing.TB, url string, p *pgProxy, maxConns int) *lock.Locker {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.addr()
+	q := u.Query()
+	q.Set("pool_max_conns", strconv.Itoa(maxConns))
+	u.RawQuery = q.Encode()
+	l, err := lock.Open(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
