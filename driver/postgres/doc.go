@@ -104,6 +104,13 @@
 // at the end of the queue. A TryLock fails at once, with
 // lock.ErrUnavailable.
 //
+// A call its context ends drops its connection's socket at once, where
+// pgx (v5.11 and later) would drain it for up to 15 s with the pool's
+// slot taken. The pool's own health-check ping, run by Acquire with the
+// caller's context, is covered only in pools lock.Open makes (through
+// pgxpool.Config.BeforeClose); a pool given to New can do the same:
+// BeforeClose closing c.PgConn().Conn() when c.IsClosed().
+//
 // # Sweep
 //
 // A key's expired entries and tombstones go at the key's next step, and
