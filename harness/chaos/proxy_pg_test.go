@@ -74,7 +74,7 @@ func TestPostgresRequests(t *testing.T) {
 	if _, _, _, err := (&pgFramer{started: true}).readRequest(reader("?\x00\x00\x00\x04")); !isParseError(err) {
 		t.Errorf("unknown message type: err = %v, want a parse error", err)
 	}
-	if _, req, reply, err := (&pgFramer{}).readRequest(reader(pgBytes(t, &pgproto3.CancelRequest{ProcessID: 1, SecretKey: 2}))); err != nil || req.Cmd != "cancel" || reply {
+	if _, req, reply, err := (&pgFramer{}).readRequest(reader(pgBytes(t, &pgproto3.CancelRequest{ProcessID: 1, SecretKey: []byte{0, 0, 0, 2}}))); err != nil || req.Cmd != "cancel" || reply {
 		t.Errorf("CancelRequest: %+v reply=%v err=%v", req, reply, err)
 	}
 }
@@ -95,7 +95,7 @@ func TestPostgresReplies(t *testing.T) {
 		{ssl, "N", true},
 		{startup, pgBytes(t, &pgproto3.AuthenticationSASL{AuthMechanisms: []string{"SCRAM-SHA-256"}}), false},
 		{startup, pgBytes(t, &pgproto3.AuthenticationSASLFinal{Data: []byte("v=x")}), false},
-		{startup, pgBytes(t, &pgproto3.AuthenticationOk{}, &pgproto3.ParameterStatus{Name: "a", Value: "b"}, &pgproto3.BackendKeyData{ProcessID: 1, SecretKey: 2}, &pgproto3.ReadyForQuery{TxStatus: 'I'}), true},
+		{startup, pgBytes(t, &pgproto3.AuthenticationOk{}, &pgproto3.ParameterStatus{Name: "a", Value: "b"}, &pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 2}}, &pgproto3.ReadyForQuery{TxStatus: 'I'}), true},
 		{query, notify, false},
 		{query, pgBytes(t, &pgproto3.BindComplete{}, &pgproto3.DataRow{Values: [][]byte{{0, 0, 0, 0, 0, 0, 0, 9}, []byte("0"), nil}}, &pgproto3.CommandComplete{CommandTag: []byte("SELECT 1")}, &pgproto3.ReadyForQuery{TxStatus: 'I'}), true},
 		{nil, notify, false},
