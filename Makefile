@@ -56,11 +56,10 @@ ETCD_SPLIT_ALONE ?= TestAudit32AuthChurn TestAudit38MemberCutOff
 ##    drivers, minutes) leave the cores waiting on Redis.
 ## 2. the other packages, and beside them the driver/etcd module's tests with the
 ##    race detector, in ETCD_SPLIT processes (scripts/split-test.sh).
-## 3. the harness module's tests (chaos's, mostly waiting on faults), and beside
-##    them test-docker (its images and helper are up to date by then);
-## 4. the nemesis's short pass, alone: its timing checks (a call returning 200ms
-##    past its context's end) are made on a 2-core machine, and go test would run
-##    it beside two other packages' servers.
+## 3. the harness module's tests; 4. the nemesis's short pass, alone: its timing
+##    checks (a call returning 200ms past its context's end) are made on a 2-core
+##    machine, and go test would run it beside two other packages' servers;
+## 5. test-docker (its images and helper are up to date by then).
 test: servers
 	@echo "test: $(RACE_PKGS) with the race detector, with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set)"
 	@echo "test: beside them, at nice $(SIDE_NICE): make check and the container helper; the cmd/dlock module (the command, etcd included), then the bench module (the peers themselves on dlock's keys: redsync, redislock); the Docker images; their output follows"
@@ -86,14 +85,11 @@ test: servers
 	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
 	  wait; echo "test: driver/etcd module"; cat bin/etcd-test.out; \
 	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc 2>/dev/null)" = 0 ]
-	@echo "test: harness module (harness/), and beside it make test-docker; its output follows"
-	@mkdir -p bin; rm -f bin/docker-test.rc; ( make --no-print-directory test-docker; \
-	  echo $$? > bin/docker-test.rc) > bin/docker-test.out 2>&1 & \
-	  (cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')); rc=$$?; \
-	  wait; echo "test: make test-docker"; cat bin/docker-test.out; \
-	  [ $$rc = 0 ] && [ "$$(cat bin/docker-test.rc 2>/dev/null)" = 0 ]
+	@echo "test: harness module (harness/)"
+	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
 	@echo "test: harness/nemesis on its own"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./nemesis/
+	@$(MAKE) --no-print-directory test-docker
 
 ## check: go vet, staticcheck and gofmt, in every module (the main one,
 ## driver/etcd/, cmd/dlock/, harness/, bench/), no replace directive in a published
