@@ -192,15 +192,29 @@ func TestAudit39HotKeyDeadTuples(t *testing.T) {
 	wg.Wait()
 	st := tableStats(t, raw)
 	t.Logf("%d cycles; rates %v; stats %v", cycles.Load(), rates, st)
+	// The bounds scale with the updates made: a loaded machine makes
+	// fewer of them, a fast one more, and a waiter's statement blocked on
+	// the row holds back pruning for a moment (a make test run made
+	// 325,000 updates in a minute: 138 pages, 264 updates not HOT). Without HOT updates
+	// every update leaves a version behind until autovacuum: about one
+	// page per 40 updates, and a dead tuple each.
 	k := st["keys"]
-	if k[3] > 64 { // without HOT updates, one page per ~100 updates
-		t.Errorf("keys has %d pages after %v of one hot key", k[3], d)
+	updates, hot := k[2], k[1]
+	if cold := updates - hot; cold > updates/100 {
+		t.Errorf("keys: %d of %d updates were not HOT after %v of one hot key", cold, updates, d)
 	}
-	if k[0] > 2000 {
-		t.Errorf("keys has %d dead tuples after %v of one hot key", k[0], d)
+	if k[3] > 64+updates/1000 {
+		t.Errorf("keys has %d pages after %d updates (%v of one hot key)", k[3], updates, d)
 	}
-	if e := st["entries"]; e[3] > 200 {
-		t.Errorf("entries has %d pages after %v of one hot key", e[3], d)
+	if k[0] > 2000+updates/200 {
+		t.Errorf("keys has %d dead tuples after %d updates (%v of one hot key)", k[0], updates, d)
+	}
+	// A queued waiter's entry is inserted and deleted: its dead tuples
+	// wait for autovacuum (once a naptime, a minute by default), so
+	// entries grows with the cycles until then (164 pages in the run
+	// above), and far faster if an entry stayed behind.
+	if e, n := st["entries"], cycles.Load(); e[3] > 64+n/500 {
+		t.Errorf("entries has %d pages after %d cycles (%v of one hot key)", e[3], n, d)
 	}
 	// The rates are logged, not judged: a test on a shared machine is no
 	// measure of speed (see the benchmarks).
