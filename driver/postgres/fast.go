@@ -168,15 +168,19 @@ func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, 
 	if err != nil {
 		return nil, true, err
 	}
+	// The statement's description, kept from its Prepare, gives its
+	// result's columns: Bind, Execute and Sync go without a Describe, and
+	// no RowDescription comes back with each run.
 	cd := pc.CustomData()
-	if cd[f.name] == nil {
-		_, err = pc.Prepare(ctx, f.name, f.sql, f.oids)
+	sd, _ := cd[f.name].(*pgconn.StatementDescription)
+	if sd == nil {
+		sd, err = pc.Prepare(ctx, f.name, f.sql, f.oids)
 		if err == nil {
-			cd[f.name] = true
+			cd[f.name] = sd
 		}
 	}
 	if err == nil {
-		rows, err = readRows(pc.ExecPrepared(ctx, f.name, vals, nil, nil))
+		rows, err = readRows(pc.ExecStatement(ctx, sd, vals, nil, nil))
 	}
 	if err == nil {
 		return rows, true, nil

@@ -3,12 +3,14 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -243,5 +245,49 @@ func TestFastTextNotNull(t *testing.T) {
 	rows, err = readRows(pc.ExecParams(ctx, "SELECT CASE WHEN $1::text IS NULL THEN NULL ELSE $1::text END", vals, nil, nil, nil))
 	if err != nil || len(rows) != 1 || len(rows[0]) != 1 || rows[0][0] == nil || len(rows[0][0]) != 0 {
 		t.Errorf("rows %q, %v; want one empty value, not NULL", rows, err)
+	}
+}
+
+// TestFastNoDescribe: once its statements are prepared on a connection,
+// a fast step is Bind, Execute and Sync, without a Describe (its
+// statement's description, kept from the Prepare, gives the result's
+// columns), and the server sends no RowDescription back.
+func TestFastNoDescribe(t *testing.T) {
+	ctx := tctx(t, 30*time.Second)
+	cfg, err := pgxpool.ParseConfig(serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // every step on the connection traced below
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, lo := newDriver(pool, &Options{Options: lock.Options{DisableAutoRenew: true}}, true)
+	l := lock.New(d, lo)
+	defer l.Close()
+	key := auditKey("fast-describe")
+	cycle(t, l, key) // makes the key's row, and prepares lock3, lock9 and unlock9
+	cycle(t, l, key)
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trace strings.Builder
+	fe := c.Conn().PgConn().Frontend()
+	fe.Trace(&trace, pgproto3.TracerOptions{SuppressTimestamps: true})
+	c.Release()
+	plain := d.plainRuns.Load()
+	cycle(t, l, key)
+	fe.Untrace()
+	if n := d.plainRuns.Load() - plain; n != 2 {
+		t.Fatalf("%d plain steps; want the Lock's and the Unlock's", n)
+	}
+	got := trace.String()
+	if !strings.Contains(got, "\tBind\t") || !strings.Contains(got, "\tExecute\t") {
+		t.Fatalf("no Bind and Execute traced:\n%s", got)
+	}
+	if strings.Contains(got, "Describe") {
+		t.Errorf("a Describe sent or a RowDescription received with the steps:\n%s", got)
 	}
 }
