@@ -202,7 +202,8 @@ func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, 
 
 // readRows reads rr's rows, each column as text (NULL as nil), into one
 // buffer a row, and closes rr: what rr.Read().Rows holds, without the
-// result's field descriptions and a copy of each value.
+// result's field descriptions and a copy of each value. A step's one
+// short row (every fast step's) takes one allocation, a rowBuf.
 func readRows(rr *pgconn.ResultReader) ([][][]byte, error) {
 	var rows [][][]byte
 	for rr.NextRow() {
@@ -211,8 +212,15 @@ func readRows(rr *pgconn.ResultReader) ([][][]byte, error) {
 		for _, v := range vs {
 			n += len(v)
 		}
-		buf := make([]byte, n) // not nil: an empty value is not NULL
-		row := make([][]byte, len(vs))
+		var buf []byte
+		var row [][]byte
+		if rows == nil && len(vs) <= len(rowBuf{}.vals) && n <= len(rowBuf{}.buf) {
+			rb := new(rowBuf)
+			rows, row, buf = rb.rows[:0:1], rb.vals[:len(vs):len(vs)], rb.buf[:n:n]
+		} else {
+			buf = make([]byte, n) // not nil: an empty value is not NULL
+			row = make([][]byte, len(vs))
+		}
 		n = 0
 		for i, v := range vs {
 			if v != nil {
@@ -226,8 +234,17 @@ func readRows(rr *pgconn.ResultReader) ([][][]byte, error) {
 	return rows, err
 }
 
+// rowBuf holds a result's first row, when it is short: the rows' slice,
+// the row's values and their bytes in one allocation.
+type rowBuf struct {
+	rows [1][][]byte
+	vals [4][]byte
+	buf  [48]byte
+}
+
 // textValues are the arguments of args at idx in PostgreSQL's text format,
-// in one buffer.
+// in one buffer, which a step's usual arguments share with the values'
+// slice (one allocation, an argBuf).
 func textValues(idx []int, args []any) ([][]byte, error) {
 	n := 0
 	for _, a := range idx {
@@ -239,11 +256,17 @@ func textValues(idx []int, args []any) ([][]byte, error) {
 		case bool:
 			n += 5
 		default:
-			return nil, fmt.Errorf("postgres: a fast step's argument of type %T", v)
+			return nil, fmt.Errorf("postgres: a fast step's argument of type %s", typeName(v))
 		}
 	}
-	buf := make([]byte, 0, n)
-	vals := make([][]byte, len(idx))
+	var buf []byte
+	var vals [][]byte
+	if len(idx) <= len(argBuf{}.vals) && n <= len(argBuf{}.buf) {
+		ab := new(argBuf)
+		buf, vals = ab.buf[:0:n], ab.vals[:len(idx):len(idx)]
+	} else {
+		buf, vals = make([]byte, 0, n), make([][]byte, len(idx))
+	}
 	for i, a := range idx {
 		start := len(buf)
 		switch v := args[a].(type) {
@@ -257,4 +280,11 @@ func textValues(idx []int, args []any) ([][]byte, error) {
 		vals[i] = buf[start:len(buf):len(buf)]
 	}
 	return vals, nil
+}
+
+// argBuf holds a step's arguments in text, when they are short (keys
+// of up to about 50 bytes): the values' slice and their bytes.
+type argBuf struct {
+	vals [8][]byte
+	buf  [128]byte
 }

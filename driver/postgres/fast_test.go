@@ -7,12 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/driver"
 	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// driverCycleAllocs bounds the allocations of a driver's Acquire and
+// Release on a free key, under a context that never ends (pgx's context
+// watcher adds its own under one that can).
+const driverCycleAllocs = 6
 
 // driverLocker is a Locker over a pool of its own on url, and its driver.
 func driverLocker(t testing.TB, url string, o *Options) (*lock.Locker, *pgDriver) {
@@ -289,5 +295,77 @@ func TestFastNoDescribe(t *testing.T) {
 	}
 	if strings.Contains(got, "Describe") {
 		t.Errorf("a Describe sent or a RowDescription received with the steps:\n%s", got)
+	}
+}
+
+// TestFastStepAllocs: a fast step's arguments take one allocation
+// (textValues), their boxes in the step's ...any stay on the caller's
+// stack, and reading its one row takes one more than pgx's own
+// (readRows). A driver's Acquire and Release of a free key, which the
+// plain steps grant and release, take driverCycleAllocs together.
+func TestFastStepAllocs(t *testing.T) {
+	key, owner, ttl := auditKey("fast-allocs"), "d00bb303036775c7f2c5d38be1301fc6", int64(30000000)
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := textValues([]int{0, 1, 2}, []any{key, owner, ttl}); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 1 {
+		t.Errorf("textValues: %v allocations; want 1", n)
+	}
+	ctx := context.Background() // no context watcher: its allocations are pgx's
+	url := serverURL(t)
+	pc, err := pgconn.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(ctx)
+	sd, err := pc.Prepare(ctx, "allocs", "SELECT $1::int8, 0::int8, 0::int8, false", []uint32{oidInt8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := [][]byte{[]byte("1764861234567890")}
+	pgx := testing.AllocsPerRun(100, func() {
+		if _, err := pc.ExecStatement(ctx, sd, vals, nil, nil).Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	read := testing.AllocsPerRun(100, func() {
+		if rows, err := readRows(pc.ExecStatement(ctx, sd, vals, nil, nil)); err != nil || len(rows) != 1 || string(rows[0][0]) != "1764861234567890" {
+			t.Fatalf("rows %q, %v", rows, err)
+		}
+	})
+	if read-pgx != 1 {
+		t.Errorf("readRows: %v allocations beyond pgx's %v; want 1", read-pgx, pgx)
+	}
+
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := newDriver(pool, nil, true)
+	defer d.Close()
+	d.sweep.close() // no sweep's allocations in the count
+	l := &driver.Lease{Key: key, Mode: driver.Exclusive, TTL: 30 * time.Second}
+	cycle := func() {
+		l.Owner = owner
+		if err := d.Acquire(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle() // makes the key's row, prepares the steps
+	plain := d.plainRuns.Load()
+	if n := testing.AllocsPerRun(100, cycle); n > driverCycleAllocs {
+		t.Errorf("Acquire and Release: %v allocations; want at most %d", n, driverCycleAllocs)
+	}
+	if n := d.plainRuns.Load() - plain; n != 202 {
+		t.Errorf("%d plain steps; want 202", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -258,7 +259,17 @@ func literal(a any) (string, error) {
 		}
 		return "ARRAY[" + strings.Join(lits, ", ") + "]::text[]", nil
 	}
-	return "", fmt.Errorf("postgres: a step argument of type %T", a)
+	return "", fmt.Errorf("postgres: a step argument of type %s", typeName(a))
+}
+
+// typeName is %T of a, without a escaping to the heap (as it would
+// through fmt): the steps' arguments, boxed in an ...any at each call,
+// then stay on the caller's stack.
+func typeName(a any) string {
+	if a == nil {
+		return "<nil>"
+	}
+	return reflect.TypeOf(a).String()
 }
 
 var escape = strings.NewReplacer(`\`, `\\`, `'`, `''`)
