@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/dlock-go/dlock/lock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -38,6 +40,116 @@ func BenchmarkTryLockUnlock(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCycleFloors times an uncontended cycle four ways, under a
+// context that can end (as the bench's): lock, a Locker's Lock and
+// Unlock as the bench makes them (New's defaults, auto-renewal on);
+// statements, the plain steps that make that cycle (lock9, unlock9)
+// alone on one connection of pgconn, prepared, no Locker, no pool;
+// pair, the least a durable lock in a row needs (an UPDATE that takes
+// the row's lock column, one that clears it); advisory, the bench's
+// advisory loop (pg_try_advisory_lock, pg_advisory_unlock on a pgx.Conn).
+// lock against statements is the Go client's share of the cycle,
+// statements against pair dlock's SQL, pair against advisory a commit's.
+// Run each in a process of its own, interleaved (-bench
+// 'CycleFloors/lock$' and so on), with -benchtime 4000x or more.
+func BenchmarkCycleFloors(b *testing.B) {
+	url := serverURL(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const owner = "d00bb303036775c7f2c5d38be1301fc6"
+	conn := func(b *testing.B) *pgconn.PgConn {
+		pc, err := pgconn.Connect(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { pc.Close(context.Background()) })
+		return pc
+	}
+	// pairLoop runs lock and unlock, each returning one row, b.N times on pc.
+	pairLoop := func(b *testing.B, pc *pgconn.PgConn, lock, unlock string, oids []uint32, lv, uv [][]byte) {
+		sl, err := pc.Prepare(ctx, "l", lock, oids)
+		if err != nil {
+			b.Fatal(err)
+		}
+		su, err := pc.Prepare(ctx, "u", unlock, oids[:len(uv)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			for _, s := range []struct {
+				sd   *pgconn.StatementDescription
+				vals [][]byte
+			}{{sl, lv}, {su, uv}} {
+				c, cancel := context.WithCancel(ctx)
+				rows, err := readRows(pc.ExecStatement(c, s.sd, s.vals, nil, nil))
+				cancel()
+				if err != nil || len(rows) != 1 {
+					b.Fatalf("%d rows, %v; want one", len(rows), err)
+				}
+			}
+		}
+	}
+	b.Run("lock", func(b *testing.B) {
+		pool, err := pgxpool.New(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := New(pool, nil)
+		b.Cleanup(func() { l.Close(); pool.Close() })
+		key := auditKey("floors-lock")
+		for b.Loop() {
+			ls, err := l.Lock(ctx, key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ls.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("statements", func(b *testing.B) {
+		l, _ := benchLocker(b)
+		key := auditKey("floors-statements")
+		ls, err := l.TryLock(ctx, key) // makes the key's row (and the schema)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ls.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lock, unlock := plainSteps(DefaultSchema)
+		lv := [][]byte{[]byte(key), []byte(owner), []byte("30000000")}
+		pairLoop(b, conn(b), lock.sql, unlock.sql, lock.oids, lv, lv[:2])
+	})
+	b.Run("pair", func(b *testing.B) {
+		pc := conn(b)
+		if _, err := pc.Exec(ctx, "CREATE TABLE IF NOT EXISTS dlock_floor_pair (key text PRIMARY KEY, h text) WITH (fillfactor = 50);"+
+			" INSERT INTO dlock_floor_pair VALUES ('k', NULL) ON CONFLICT DO NOTHING").ReadAll(); err != nil {
+			b.Fatal(err)
+		}
+		v := [][]byte{[]byte("k"), []byte(owner)}
+		pairLoop(b, pc, "UPDATE dlock_floor_pair SET h = $2 WHERE key = $1 AND h IS NULL RETURNING true",
+			"UPDATE dlock_floor_pair SET h = NULL WHERE key = $1 AND h = $2 RETURNING true", []uint32{oidText, oidText}, v, v)
+	})
+	b.Run("advisory", func(b *testing.B) {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { c.Close(context.Background()) })
+		var ok bool
+		for b.Loop() {
+			// The bench's try is not cancellable (see bench/postgres.go).
+			if err := c.QueryRow(context.WithoutCancel(ctx), "SELECT pg_try_advisory_lock($1)", int64(42)).Scan(&ok); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(42)).Scan(&ok); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		}
+	})
 }
 
 // benchLocker is a Locker without auto-renewal on a pool of its own, and
