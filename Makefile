@@ -39,6 +39,15 @@ ETCD_SPLIT ?= 2
 ETCD_SPLIT_FIRST ?= TestConformanceCluster TestConformance TestAudit38LostGrantReply TestFailover \
   TestAudit38FrozenLeader TestAudit38FrozenFollower TestAudit38RenewalRepliesLost TestAudit38LostPlaceReply
 ETCD_SPLIT_ALONE ?= TestAudit32AuthChurn TestAudit38MemberCutOff
+# PG_SPLIT: the processes driver/postgres's tests are dealt to, beside the
+# other packages (466 s in one process, the second stage's longest lane).
+# PG_SPLIT_FIRST: dealt first, in turn: the three minute-long tests that
+# call t.Parallel land in the first process (positions 1, 3 and 5), where
+# they run together, and the conformance suite (a minute) and the next
+# longest (15-20 s) in the second.
+PG_SPLIT ?= 2
+PG_SPLIT_FIRST ?= TestAudit39KeysUsedOnceBounded TestConformance TestAudit39HotKeyDeadTuples TestEnv38DefaultIsolation \
+  TestEnv38SweepBoundsKeysUsedOnce TestEnv38RideOutBounded TestAudit43PGSetBehindBusyRow
 
 .PHONY: test check api servers conformance unit images up down test-docker chaos bench nemesis release
 
@@ -49,21 +58,26 @@ ETCD_SPLIT_ALONE ?= TestAudit32AuthChurn TestAudit38MemberCutOff
 ## beside the race batch; then the same servers in containers (test-docker: it fails without a Docker engine
 ## unless DLOCK_SKIP_DOCKER=1, and then says what it skipped).
 ## Stages run one after another; within a stage, lanes run at once (docs/testing.md):
-## 1. the race batch; beside it, at nice SIDE_NICE (so that its tests come first for
-##    the CPU), make check and the container helper, and the cmd/dlock then bench
-##    modules' tests (mostly compiling: the command twice, the peer libraries), and
-##    the Docker images (mostly I/O); the batch's last two packages (the Redis
-##    drivers, minutes) leave the cores waiting on Redis.
-## 2. the other packages, and beside them the driver/etcd module's tests with the
-##    race detector, in ETCD_SPLIT processes (scripts/split-test.sh).
-## 3. the harness module's tests; 4. the nemesis's short pass, alone: its timing
-##    checks (a call returning 200ms past its context's end) are made on a 2-core
-##    machine, and go test would run it beside two other packages' servers;
-## 5. test-docker (its images and helper are up to date by then).
+## 1. the race batch; beside it the harness module's tests but the nemesis (chaos's
+##    short selection, 4 minutes of faults on servers of its own), and at nice
+##    SIDE_NICE (so that the tests come first for the CPU) make check and the
+##    container helper, and the cmd/dlock then bench modules' tests (mostly
+##    compiling: the command twice, the peer libraries), and the Docker images
+##    (mostly I/O); the batch's last two packages (the Redis drivers, minutes)
+##    leave the cores waiting on Redis.
+## 2. the other packages, and beside them driver/postgres's tests in PG_SPLIT
+##    processes and the driver/etcd module's with the race detector in
+##    ETCD_SPLIT processes (scripts/split-test.sh).
+## 3. the nemesis's short pass, alone: its timing checks (a call returning 200ms
+##    past its context's end) are made on a 2-core machine, and go test would run
+##    it beside two other packages' servers;
+## 4. test-docker (its images and helper are up to date by then).
 test: servers
 	@echo "test: $(RACE_PKGS) with the race detector, with installed servers (local provider, or DLOCK_*_ADDR / DLOCK_TEST_BACKEND if set)"
-	@echo "test: beside them, at nice $(SIDE_NICE): make check and the container helper; the cmd/dlock module (the command, etcd included), then the bench module (the peers themselves on dlock's keys: redsync, redislock); the Docker images; their output follows"
-	@mkdir -p bin; rm -f bin/side-test.rc bin/check.rc bin/images.rc; \
+	@echo "test: beside them: the harness module's tests but the nemesis; at nice $(SIDE_NICE): make check and the container helper; the cmd/dlock module (the command, etcd included), then the bench module (the peers themselves on dlock's keys: redsync, redislock); the Docker images; their output follows"
+	@mkdir -p bin; rm -f bin/side-test.rc bin/check.rc bin/images.rc bin/harness-test.rc; \
+	  ( cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$'); \
+	    echo $$? > ../bin/harness-test.rc) > bin/harness-test.out 2>&1 & \
 	  ( nice -n $(SIDE_NICE) sh -c 'make --no-print-directory check && make --no-print-directory bin/dlock-containers'; \
 	    echo $$? > bin/check.rc) > bin/check.out 2>&1 & \
 	  ( nice -n $(SIDE_NICE) sh -c '(cd cmd/dlock && $(GO) test -count=1 -timeout $(TIMEOUT) ./...); a=$$?; \
@@ -76,17 +90,20 @@ test: servers
 	  wait; echo "test: make check"; cat bin/check.out; \
 	  echo "test: cmd/dlock and bench modules"; cat bin/side-test.out; \
 	  echo "test: the Docker images"; cat bin/images.out; \
+	  echo "test: the harness module (harness/) but the nemesis"; cat bin/harness-test.out; \
 	  [ $$rc = 0 ] && [ "$$(cat bin/check.rc 2>/dev/null)" = 0 ] && [ "$$(cat bin/side-test.rc 2>/dev/null)" = 0 ] && \
-	  [ "$$(cat bin/images.rc 2>/dev/null)" = 0 ]
-	@echo "test: the other packages, and beside them the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector in $(ETCD_SPLIT) processes; its output follows"
-	@mkdir -p bin; rm -f bin/etcd-test.rc; ( SPLIT_FIRST='$(ETCD_SPLIT_FIRST)' SPLIT_ALONE='$(ETCD_SPLIT_ALONE)' SPLIT_TIMEOUT=$(TIMEOUT) GO='$(GO)' \
+	  [ "$$(cat bin/images.rc 2>/dev/null)" = 0 ] && [ "$$(cat bin/harness-test.rc 2>/dev/null)" = 0 ]
+	@echo "test: the other packages, and beside them driver/postgres in $(PG_SPLIT) processes and the driver/etcd module (a module of its own: etcd's client reaches only its users) with the race detector in $(ETCD_SPLIT) processes; its output follows"
+	@mkdir -p bin; rm -f bin/etcd-test.rc bin/pg-test.rc; ( SPLIT_FIRST='$(ETCD_SPLIT_FIRST)' SPLIT_ALONE='$(ETCD_SPLIT_ALONE)' SPLIT_TIMEOUT=$(TIMEOUT) GO='$(GO)' \
 	  bash scripts/split-test.sh driver/etcd $(ETCD_SPLIT) -race; \
 	  echo $$? > bin/etcd-test.rc) > bin/etcd-test.out 2>&1 & \
-	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
-	  wait; echo "test: driver/etcd module"; cat bin/etcd-test.out; \
-	  [ $$rc = 0 ] && [ "$$(cat bin/etcd-test.rc 2>/dev/null)" = 0 ]
-	@echo "test: harness module (harness/)"
-	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) $$($(GO) list ./... | grep -v -e '/nemesis$$' -e '/containers$$' -e '/cmd/dlock-containers$$')
+	  ( SPLIT_FIRST='$(PG_SPLIT_FIRST)' SPLIT_SKIP='$(TEST_SKIP)' SPLIT_TIMEOUT=$(TIMEOUT) GO='$(GO)' \
+	  bash scripts/split-test.sh driver/postgres $(PG_SPLIT) -tags '$(TEST_TAGS)'; \
+	  echo $$? > bin/pg-test.rc) > bin/pg-test.out 2>&1 & \
+	  $(GO) test -count=1 -timeout $(TIMEOUT) -p $(TEST_P) -tags '$(TEST_TAGS)' -skip '$(TEST_SKIP)' $$($(GO) list $(PKGS) | grep -v -x -e github.com/dlock-go/dlock/driver/postgres $(foreach p,$(RACE_PKGS),-e 'github.com/dlock-go/dlock/$(patsubst ./%/,%,$(p))')); rc=$$?; \
+	  wait; echo "test: driver/postgres"; cat bin/pg-test.out; \
+	  echo "test: driver/etcd module"; cat bin/etcd-test.out; \
+	  [ $$rc = 0 ] && [ "$$(cat bin/pg-test.rc 2>/dev/null)" = 0 ] && [ "$$(cat bin/etcd-test.rc 2>/dev/null)" = 0 ]
 	@echo "test: harness/nemesis on its own"
 	cd harness && $(GO) test -count=1 -timeout $(TIMEOUT) ./nemesis/
 	@$(MAKE) --no-print-directory test-docker

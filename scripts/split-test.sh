@@ -16,6 +16,9 @@
 # runs in each process. The shares' output is printed one after another;
 # it fails if any share fails, or if a name was dealt to no share.
 #
+# SPLIT_SKIP, if set, is each process's -test.skip (go test -skip): the
+# tests it names are dealt but do not run.
+#
 # SPLIT_TIMEOUT is each process's -test.timeout (default 20m); SPLIT_BIN
 # where the binary goes (default bin/split-<dir>.test at the repository's
 # root).
@@ -59,6 +62,9 @@ dealt=${#alone[@]}
 for s in "${!shares[@]}"; do dealt=$((dealt + $(tr '|' '\n' <<<"${shares[$s]}" | wc -l))); done
 [ "$dealt" = ${#names[@]} ] || { echo "split-test: dealt $dealt of ${#names[@]} names"; exit 1; }
 
+skip=()
+[ -z "${SPLIT_SKIP:-}" ] || skip=(-test.skip "$SPLIT_SKIP")
+
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 start=$(date +%s)
@@ -66,7 +72,7 @@ pids=()
 for s in "${!shares[@]}"; do
 	(
 		rc=0
-		(cd "$dir" && exec "$bin" -test.count=1 -test.timeout="${SPLIT_TIMEOUT:-20m}" -test.run "^(${shares[$s]})\$") >"$out/$s" 2>&1 || rc=$?
+		(cd "$dir" && exec "$bin" -test.count=1 -test.timeout="${SPLIT_TIMEOUT:-20m}" "${skip[@]}" -test.run "^(${shares[$s]})\$") >"$out/$s" 2>&1 || rc=$?
 		echo "$rc $(($(date +%s) - start))" >"$out/$s.rc"
 	) &
 	pids[$s]=$!
@@ -81,7 +87,7 @@ for s in "${!shares[@]}"; do
 done
 if [ ${#alone[@]} -gt 0 ]; then
 	rc=0
-	(IFS='|'; cd "$dir" && exec "$bin" -test.count=1 -test.timeout="${SPLIT_TIMEOUT:-20m}" -test.run "^(${alone[*]})\$") >"$out/alone" 2>&1 || rc=$?
+	(IFS='|'; cd "$dir" && exec "$bin" -test.count=1 -test.timeout="${SPLIT_TIMEOUT:-20m}" "${skip[@]}" -test.run "^(${alone[*]})\$") >"$out/alone" 2>&1 || rc=$?
 	echo "split-test: $dir, after the shares, alone: ${alone[*]}: exit $rc at $(($(date +%s) - start))s"
 	cat "$out/alone"
 	[ $rc = 0 ] || status=1
