@@ -23,7 +23,11 @@ import (
 // is caught as well as a role's defaults.
 //
 // On DL001 the driver sends the step again, wrapped, on the same
-// connection, and sends every later step of that connection wrapped. When
+// connection, and sends every later step of that connection wrapped; so
+// it does on 0A000, which Bind returns, before anything runs, once the
+// statement's plan would return other types than its Prepare described
+// (a table's column or a function's result changed by hand or an
+// install): the statement fails so on the connection until it is gone. When
 // a prepared statement is missing or already there under its name
 // (26000, 42P05: a transaction pooler lent another server connection,
 // or the session was reset), the Locker sends every later step wrapped.
@@ -59,6 +63,10 @@ const (
 	errReadOnly    = "25006"
 	errLockTimeout = "55P03"
 )
+
+// errResultChanged is feature_not_supported, which Bind of a prepared
+// statement returns for "cached plan must not change result type".
+const errResultChanged = "0A000"
 
 // wrappedKey, in a connection's CustomData, marks a connection whose
 // session refused a fast step: its steps are sent wrapped.
@@ -195,6 +203,9 @@ func (d *pgDriver) runFast(ctx context.Context, pc *pgconn.PgConn, f *fastStep, 
 	case pe.Code == "26000" || pe.Code == "42P05": // invalid_sql_statement_name, duplicate_prepared_statement
 		d.wrapAll.Store(true)
 		delete(cd, f.name)
+		return nil, false, nil
+	case pe.Code == errResultChanged:
+		cd[wrappedKey] = true
 		return nil, false, nil
 	}
 	return rows, true, err
