@@ -2,10 +2,14 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/testsupport/testserver"
 	"github.com/dlock-go/dlock/lock"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -175,5 +179,274 @@ func TestAudit49SessionReset(t *testing.T) {
 			t.Errorf("after %s: %v", reset, errs)
 		}
 		t.Logf("%s: wrapAll %v, errors %v", reset, d.wrapAll.Load(), errs)
+	}
+}
+
+// TestAudit49HeldReplyLock: a Lock of a free key whose plain step ran
+// (the grant made) but whose reply the network holds returns when its
+// context ends; the grant is released in the background, and the next
+// Lock of the Locker, on a new connection, gets its own token (above
+// the lost grant's, the one its row holds), not the held reply's. The
+// held reply, delivered late, reaches a connection the client closed.
+func TestAudit49HeldReplyLock(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	px := newPGProxy(t, serverAddr(t, url))
+	l := proxiedLocker(t, url, px, 1, &Options{Options: lock.Options{DisableAutoRenew: true}})
+	key := auditKey("audit49-held-reply")
+	var last uint64
+	var err error
+	for range 2 { // the key's row made, the plain steps prepared
+		if last, err = checkedCycle(t, l, raw, "dlock", key, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	px.holdReplies()
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	start := time.Now()
+	ls, err := l.Lock(cctx, key, lock.WithTTL(30*time.Second))
+	cancel()
+	if err == nil {
+		t.Fatalf("granted through a held reply: token %d", ls.Token())
+	}
+	if took := time.Since(start); took > 2*time.Second || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Lock with its reply held: %v after %v", err, took)
+	}
+	lost, holder := rowToken(t, raw, "dlock", key)
+	if holder == nil {
+		t.Fatalf("the held Lock's step did not grant (row token %s): the test would prove nothing", lost)
+	}
+	waitFor(t, "the lost grant's release", 5*time.Second, func() bool {
+		_, h := rowToken(t, raw, "dlock", key)
+		return h == nil
+	})
+	lostTok, _ := strconv.ParseUint(lost, 10, 64)
+	tok, err := checkedCycle(t, l, raw, "dlock", key, lostTok)
+	if err != nil {
+		t.Fatalf("the Lock after the held one: %v", err)
+	}
+	px.deliverReplies()
+	if _, err := checkedCycle(t, l, raw, "dlock", key, tok); err != nil {
+		t.Fatalf("after the held reply was delivered: %v", err)
+	}
+}
+
+// TestAudit49ManyGoroutines: 16 goroutines on one Locker (a pool of 4)
+// lock and unlock 3 keys for 2 s, a third of the calls under a context
+// of 1 to 20 ms that ends mid-step. Run with -race: a step's argument
+// and row buffers are its own. A grant is never beside another of its
+// key, and each grant's token is above every earlier grant's of the key.
+func TestAudit49ManyGoroutines(t *testing.T) {
+	url := serverURL(t)
+	l := newTestLocker(t, url, &lock.Options{DisableAutoRenew: true}, &netCut{})
+	keys := []string{auditKey("audit49-many"), auditKey("audit49-many"), auditKey("audit49-many")}
+	var mu [3]sync.Mutex // the last token of each key, read and set by its holder
+	var lastTok [3]uint64
+	var holders [3]atomic.Int32
+	var grants, cancels atomic.Int64
+	end := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Now().Before(end); i++ {
+				k := (g + i) % 3
+				d := 5 * time.Second
+				if i%3 == 0 {
+					d = time.Duration(1+(g*7+i)%20) * time.Millisecond
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				ls, err := l.Lock(ctx, keys[k], lock.WithTTL(10*time.Second))
+				if err != nil {
+					cancel()
+					if !errors.Is(err, lock.ErrNotAcquired) || ctx.Err() == nil {
+						t.Errorf("Lock: %v", err)
+						return
+					}
+					cancels.Add(1)
+					continue
+				}
+				if n := holders[k].Add(1); n != 1 {
+					t.Errorf("%d holders of key %d", n, k)
+				}
+				mu[k].Lock()
+				if ls.Token() <= lastTok[k] {
+					t.Errorf("key %d: token %d after %d", k, ls.Token(), lastTok[k])
+				}
+				lastTok[k] = ls.Token()
+				mu[k].Unlock()
+				grants.Add(1)
+				holders[k].Add(-1)
+				ls.Unlock(context.Background())
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d grants, %d Locks ended by their context", grants.Load(), cancels.Load())
+	other := newTestLocker(t, url, nil, &netCut{})
+	for _, k := range keys {
+		freeWithin(t, other, k, 5*time.Second)
+	}
+}
+
+// TestAudit49HeldPlainLockLate: a Lock of a free key whose row exists
+// (its plain step would grant) is held in the network until its context
+// ends; its clean-up runs on a new connection, and then the held step
+// reaches the server. It must grant nothing: the key stays free.
+func TestAudit49HeldPlainLockLate(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	px := newPGProxy(t, serverAddr(t, url))
+	l := proxiedLocker(t, url, px, 1, &Options{Options: lock.Options{DisableAutoRenew: true}})
+	key := auditKey("audit49-held-late")
+	var last uint64
+	var err error
+	for range 2 {
+		if last, err = checkedCycle(t, l, raw, "dlock", key, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	px.holdAll()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	ls, err := l.Lock(cctx, key, lock.WithTTL(30*time.Second))
+	cancel()
+	if err == nil {
+		t.Fatalf("granted through a held request: token %d", ls.Token())
+	}
+	if px.heldBytes() == 0 {
+		t.Fatal("nothing held: the test would prove nothing")
+	}
+	start := time.Now()
+	waitFor(t, "the clean-up's tombstone", 8*time.Second, func() bool {
+		var n int
+		raw.QueryRow(ctx, "SELECT count(*) FROM dlock.voids WHERE key = $1", key).Scan(&n)
+		return n > 0
+	})
+	t.Logf("the clean-up's tombstone after %v", time.Since(start))
+	px.deliver()
+	time.Sleep(300 * time.Millisecond)
+	if tok, holder := rowToken(t, raw, "dlock", key); holder != nil {
+		t.Fatalf("the held step, landing after its clean-up, granted the key to %s (token %s)", *holder, tok)
+	}
+	if _, err := checkedCycle(t, l, raw, "dlock", key, last); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAudit49PlainStepSearchPath: an application role whose search_path
+// puts a schema another role controls before pg_catalog, where that
+// role made exact-match operators (bigint * interval giving an hour ago,
+// timestamptz > timestamptz always true, text = text always true) and a
+// table named keys. The plain steps, prepared under that search_path,
+// name every object with its schema: a second Locker's TryLock of a key
+// the first holds (granted by the plain step) is refused.
+func TestAudit49PlainStepSearchPath(t *testing.T) {
+	u := serverURL(t)
+	raw := rawPool(t, u)
+	ctx := tctx(t, 30*time.Second)
+	const schema, evilSchema = "audit49_sp", "audit49_evil"
+	t.Cleanup(func() { raw.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	auditRoles(t, u, "audit49_app", "audit49_evil")
+	script, err := SchemaSQL(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	execAll(t, raw, script,
+		"GRANT USAGE ON SCHEMA "+schema+" TO audit49_app",
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "+schema+" TO audit49_app",
+		"CREATE SCHEMA "+evilSchema+" AUTHORIZATION audit49_evil",
+		"GRANT USAGE ON SCHEMA "+evilSchema+" TO audit49_app",
+		"ALTER ROLE audit49_app SET search_path = "+evilSchema+", pg_catalog, public")
+	evil := rawPool(t, asRole(t, u, "audit49_evil"))
+	execAll(t, evil,
+		"CREATE FUNCTION "+evilSchema+".mul(bigint, interval) RETURNS interval LANGUAGE sql IMMUTABLE AS $$ SELECT interval '-1 hour' $$",
+		"CREATE OPERATOR "+evilSchema+".* (LEFTARG = bigint, RIGHTARG = interval, FUNCTION = "+evilSchema+".mul)",
+		"CREATE FUNCTION "+evilSchema+".gt(timestamptz, timestamptz) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$ SELECT false $$",
+		"CREATE OPERATOR "+evilSchema+".> (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = "+evilSchema+".gt)",
+		"CREATE FUNCTION "+evilSchema+".eq(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$ SELECT true $$",
+		"CREATE OPERATOR "+evilSchema+".= (LEFTARG = text, RIGHTARG = text, FUNCTION = "+evilSchema+".eq)",
+		"CREATE TABLE "+evilSchema+".keys (key text, token bigint)",
+		"GRANT ALL ON "+evilSchema+".keys TO PUBLIC")
+	app := asRole(t, u, "audit49_app")
+	o := &Options{Schema: schema, NoCreate: true, Options: lock.Options{DisableAutoRenew: true}}
+	a1, d1 := driverLocker(t, app, o)
+	a2 := roleLocker(t, app, o)
+	key := auditKey("audit49-sp")
+	cycle(t, a1, key) // the key's row
+	plain := d1.plainRuns.Load()
+	l1, err := a1.Lock(ctx, key, lock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l1.Unlock(ctx)
+	if d1.plainRuns.Load() == plain {
+		t.Fatal("the Lock did not run the plain step: the test would prove nothing")
+	}
+	if tok, holder := rowToken(t, raw, schema, key); holder == nil || tok != strconv.FormatUint(l1.Token(), 10) {
+		t.Fatalf("granted token %d; the row holds %s (holder %v)", l1.Token(), tok, holder)
+	}
+	l2, err := a2.TryLock(ctx, key)
+	if err == nil {
+		l2.Unlock(ctx)
+		t.Fatalf("two holders of %s: tokens %d and %d", key, l1.Token(), l2.Token())
+	}
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryLock of a held key: %v", err)
+	}
+}
+
+// TestAudit49PgBouncer: through PgBouncer 1.18 in transaction mode
+// without Options.TransactionPooling (a step's Bind may reach a server
+// connection its Prepare never did, or one another client prepared on),
+// and in session mode, two Lockers cycle one key; PgBouncer then
+// restarts under them (their connections drop). Every grant's token is
+// the one its row holds, above the last; at most one call of each
+// Locker fails across the restart.
+func TestAudit49PgBouncer(t *testing.T) {
+	pg := testserver.SharedPostgres(t)
+	raw := rawPool(t, pg.URL())
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			b := testserver.StartPgBouncer(t, pg, mode)
+			s := "audit49_pgb_" + mode
+			t.Cleanup(func() { raw.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+s+" CASCADE") })
+			o := &Options{Schema: s, Options: lock.Options{DisableAutoRenew: true}}
+			l1, d1 := driverLocker(t, b.URL(), o)
+			l2, d2 := driverLocker(t, b.URL(), o)
+			key := auditKey("audit49-pgb")
+			var last uint64
+			run := func(n int) (errs []error) {
+				for i := range n {
+					l := l1
+					if i%2 == 1 {
+						l = l2
+					}
+					tok, err := checkedCycle(t, l, raw, s, key, last)
+					if tok > last {
+						last = tok
+					}
+					if err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errs
+			}
+			if errs := run(20); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			if err := b.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			errs := run(20)
+			if len(errs) > 2 {
+				t.Errorf("after PgBouncer's restart: %v", errs)
+			}
+			t.Logf("errors %v; plain %d+%d, fast %d+%d, wrapAll %v %v", errs, d1.plainRuns.Load(), d2.plainRuns.Load(),
+				d1.fastRuns.Load(), d2.fastRuns.Load(), d1.wrapAll.Load(), d2.wrapAll.Load())
+		})
 	}
 }

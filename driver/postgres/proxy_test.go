@@ -34,6 +34,8 @@ type proxyConn struct {
 	hold       bool
 	pending    []byte
 	clientGone bool
+	holdDown   bool   // replies held back (holdReplies)
+	pendDown   []byte // what the server sent while held
 }
 
 func newPGProxy(t testing.TB, target string) *pgProxy {
@@ -109,6 +111,12 @@ func (c *proxyConn) down() {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := c.server.Read(buf)
+		c.p.mu.Lock()
+		if n > 0 && c.holdDown {
+			c.pendDown = append(c.pendDown, buf[:n]...)
+			n = 0
+		}
+		c.p.mu.Unlock()
 		if n > 0 {
 			c.client.Write(buf[:n]) // an error: the client is gone, drain on
 		}
@@ -126,6 +134,25 @@ func (p *pgProxy) holdAll() {
 	defer p.mu.Unlock()
 	for _, c := range p.conns {
 		c.hold = true
+	}
+}
+
+// holdReplies holds back what the server sends on every connection
+// open now, from now on (the requests pass); deliverReplies sends it on.
+func (p *pgProxy) holdReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.holdDown = true
+	}
+}
+
+func (p *pgProxy) deliverReplies() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.client.Write(c.pendDown)
+		c.pendDown, c.holdDown = nil, false
 	}
 }
 
