@@ -82,7 +82,10 @@
 // wrapped form (see docs/performance.md). With Options.TransactionPooling
 // nothing is prepared and every step is wrapped; a Locker whose prepared
 // statement goes missing (SQLSTATE 26000 or 42P05: a pooler the Locker
-// was not told of, a reset session) wraps every step from then on.
+// was not told of, a reset session) wraps every step from then on; one
+// whose plan would return other types than its Prepare described
+// (SQLSTATE 0A000: a column's or a function's result type changed) wraps
+// its connection's steps.
 //
 // Since schema version 9 the Lock and Unlock first send a plain UPDATE
 // of the key's row (see plainSteps), which grants or releases an
