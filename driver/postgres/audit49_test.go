@@ -450,3 +450,73 @@ func TestAudit49PgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// TestAudit49CancelledWhileRowLocked: a user's transaction holds the
+// key's row FOR KEY SHARE (holds_grant's lock, a fencing check in the
+// application's transaction) while a Lock's plain step waits for the
+// row; the Lock's context ends mid-step. Once the transaction ends, the
+// step (its backend still waiting) may grant the key to the owner that
+// gave up; the Lock's clean-up must leave the key free well within its
+// TTL, and nothing of the call attributed to the Locker's next one.
+func TestAudit49CancelledWhileRowLocked(t *testing.T) {
+	url := serverURL(t)
+	raw := rawPool(t, url)
+	ctx := context.Background()
+	l, d := driverLocker(t, url, &Options{Options: lock.Options{DisableAutoRenew: true}})
+	other := newTestLocker(t, url, nil, &netCut{})
+	key := auditKey("audit49-rowlocked")
+	var last uint64
+	var err error
+	for range 2 {
+		if last, err = checkedCycle(t, l, raw, "dlock", key, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := raw.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM dlock.keys WHERE key = $1 FOR KEY SHARE", key); err != nil {
+		t.Fatal(err)
+	}
+	plain := d.plainRuns.Load()
+	cctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res := make(chan error, 1)
+	go func() {
+		ls, err := l.Lock(cctx, key, lock.WithTTL(30*time.Second))
+		if err == nil {
+			ls.Unlock(ctx)
+			err = errors.New("granted while the row was locked")
+		}
+		res <- err
+	}()
+	waitFor(t, "the plain step waiting for the row", 500*time.Millisecond, func() bool {
+		var n int
+		raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH r AS MATERIALIZED%'").Scan(&n)
+		return n > 0
+	})
+	err = <-res
+	if took := time.Since(start); took > 2*time.Second || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Lock returned %v after its start: %v", took, err)
+	}
+	var waiting int
+	raw.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH r AS MATERIALIZED%'").Scan(&waiting)
+	t.Logf("Lock: %v; plain steps still waiting on the server: %d", err, waiting)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	tok, holder := rowToken(t, raw, "dlock", key)
+	h := "none"
+	if holder != nil {
+		h = *holder
+	}
+	t.Logf("after the transaction: row token %s, holder %s; %d plain steps", tok, h, d.plainRuns.Load()-plain)
+	freeWithin(t, other, key, 5*time.Second)
+	if _, err := checkedCycle(t, l, raw, "dlock", key, 0); err != nil {
+		t.Fatal(err)
+	}
+}
