@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -518,5 +519,61 @@ func TestAudit49CancelledWhileRowLocked(t *testing.T) {
 	freeWithin(t, other, key, 5*time.Second)
 	if _, err := checkedCycle(t, l, raw, "dlock", key, 0); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAudit49LongSchemaStatementNames: PostgreSQL keeps a prepared
+// statement's name to its first 63 bytes. Under a schema of 50 bytes
+// (the most Options.Schema takes) unlock3's and the plain unlock's names
+// were one name: on a connection that had prepared one, the other's
+// Prepare failed (42P05) and the Locker sent every step wrapped from then
+// on; through a transaction pooler a Bind of one could reach the other.
+// Each fast statement's name is distinct in its first 63 bytes, and a
+// contended Unlock (unlock3, after the plain unlock found a waiter) on
+// such a schema keeps the fast form.
+func TestAudit49LongSchemaStatementNames(t *testing.T) {
+	s := "audit49_" + strings.Repeat("s", 42)
+	if !schemaName.MatchString(s) || len(s) != 50 {
+		t.Fatalf("schema %q (%d bytes) is not the longest Options.Schema takes", s, len(s))
+	}
+	lk, ul, ck := fastSteps(s)
+	seen := map[string]string{}
+	for _, f := range []*fastStep{lk, ul, ck, lk.plain, ul.plain} {
+		n := f.name[:min(len(f.name), 63)]
+		if o, ok := seen[n]; ok {
+			t.Errorf("%s and %s are one statement on the server, %s", o, f.name, n)
+		}
+		seen[n] = f.name
+	}
+	url := serverURL(t)
+	l, d, _ := oneConnLocker(t, url, s)
+	key := auditKey("audit49-long")
+	cycle(t, l, key)
+	cycle(t, l, key) // the plain lock and unlock prepared
+	ctx := tctx(t, 10*time.Second)
+	la, err := l.Lock(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newLockerWith(t, url, &Options{Schema: s}, &netCut{})
+	got := make(chan error, 1)
+	go func() {
+		lw, err := w.Lock(ctx, key)
+		if err == nil {
+			err = lw.Unlock(ctx)
+		}
+		got <- err
+	}()
+	raw := rawPool(t, url)
+	waitFor(t, "the waiter's entry", 3*time.Second, func() bool { return len(entriesOf(t, raw, s, key)) > 1 })
+	fast := d.fastRuns.Load()
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if d.fastRuns.Load() == fast || d.wrapAll.Load() {
+		t.Errorf("the contended Unlock on schema %s: %d fast steps, every step wrapped from now on: %v", s, d.fastRuns.Load()-fast, d.wrapAll.Load())
 	}
 }

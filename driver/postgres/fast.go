@@ -38,7 +38,10 @@ import (
 // plain UPDATE of the key's row (plain, below), prepared the same way,
 // and the function only when it changes nothing.
 type fastStep struct {
-	name  string    // the prepared statement's name on each connection
+	// name is the prepared statement's name on each connection. The
+	// server keeps a name's first 63 bytes: each is distinct from the
+	// others' there under any schema Options.Schema takes (50 bytes).
+	name  string
 	sql   string    // its text, $1, $2, ... the arguments picked by args
 	args  []int     // the indexes, in the step's arguments, of its parameters
 	oids  []uint32  // their types
@@ -154,7 +157,7 @@ func plainSteps(s string) (lock, unlock *fastStep) {
 			" AND x.n OPERATOR(pg_catalog.=) 0" +
 			" RETURNING x.token, 0::pg_catalog.int8, 0::pg_catalog.int8, false",
 		args: []int{0, 1, 4}, oids: []uint32{oidText, oidText, oidInt8}}
-	unlock = &fastStep{name: "dlock." + s + ".unlock9",
+	unlock = &fastStep{name: "dlock." + s + ".unlk9", // not .unlock9: see fastStep.name
 		sql: row + "UPDATE " + s + ".keys x SET holder = NULL, since = NULL, expires = NULL, pending = NULL, note = NULL FROM r" +
 			" WHERE x.key OPERATOR(pg_catalog.=) $1 AND x.holder OPERATOR(pg_catalog.=) $2" +
 			" AND x.expires OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AND x.n OPERATOR(pg_catalog.=) 0" +
