@@ -164,8 +164,17 @@ func TestPostgresReplica(t *testing.T) {
 	if got, err := p.ExecNode(1, "SELECT pg_is_in_recovery();"); err != nil || got != "t" {
 		t.Fatalf("replica in recovery: %q, %v", got, err)
 	}
-	if got := pgQuery(t, p, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming';"); got != "1" {
-		t.Fatalf("streaming replicas on the primary: %q", got)
+	// The standby accepts reads once it replayed the base backup; its WAL
+	// receiver connects a moment later (over a second on a loaded machine).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got := pgQuery(t, p, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming';")
+		if got == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("streaming replicas on the primary: %q", got)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	pgQuery(t, p, "CREATE TABLE t (v int); INSERT INTO t VALUES (7);")
 	waitReplica(t, p, "SELECT v FROM t;", "7")
