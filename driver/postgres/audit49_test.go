@@ -52,6 +52,20 @@ func rowToken(t *testing.T, raw *pgxpool.Pool, schema, key string) (string, *str
 // checkedCycle locks key with TryLock and unlocks it; a grant's token
 // must be the one its row holds, and above last. It returns the token,
 // or the error of the TryLock or Unlock.
+// warmCycles runs two checked cycles of key (its row made, the plain
+// steps prepared on l's connection) and returns the last token.
+func warmCycles(t *testing.T, l *lock.Locker, raw *pgxpool.Pool, schema, key string) uint64 {
+	t.Helper()
+	var last uint64
+	for range 2 {
+		var err error
+		if last, err = checkedCycle(t, l, raw, schema, key, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return last
+}
+
 func checkedCycle(t *testing.T, l *lock.Locker, raw *pgxpool.Pool, schema, key string, last uint64) (uint64, error) {
 	t.Helper()
 	ctx := tctx(t, 10*time.Second)
@@ -88,13 +102,7 @@ func TestAudit49OperatorAltersKeys(t *testing.T) {
 	const s = "audit49_alter"
 	l, d, _ := oneConnLocker(t, url, s)
 	key := auditKey("audit49-alter")
-	var last uint64
-	var err error
-	for range 2 { // the row, and lock9 and unlock9 prepared
-		if last, err = checkedCycle(t, l, raw, s, key, last); err != nil {
-			t.Fatal(err)
-		}
-	}
+	last := warmCycles(t, l, raw, s, key)
 	for _, alter := range []string{
 		"ALTER TABLE " + s + ".keys ADD COLUMN audit49 text DEFAULT 'x'",
 		"ALTER TABLE " + s + ".keys DROP COLUMN audit49",
@@ -158,13 +166,7 @@ func TestAudit49SessionReset(t *testing.T) {
 		s := "audit49_reset" + strconv.Itoa(i)
 		l, d, pool := oneConnLocker(t, url, s)
 		key := auditKey("audit49-reset")
-		var last uint64
-		var err error
-		for range 2 {
-			if last, err = checkedCycle(t, l, raw, s, key, last); err != nil {
-				t.Fatal(err)
-			}
-		}
+		last := warmCycles(t, l, raw, s, key)
 		onConn(t, pool, reset)
 		var errs []error
 		for range 3 {
@@ -196,13 +198,8 @@ func TestAudit49HeldReplyLock(t *testing.T) {
 	px := newPGProxy(t, serverAddr(t, url))
 	l := proxiedLocker(t, url, px, 1, &Options{Options: lock.Options{DisableAutoRenew: true}})
 	key := auditKey("audit49-held-reply")
-	var last uint64
+	warmCycles(t, l, raw, "dlock", key)
 	var err error
-	for range 2 { // the key's row made, the plain steps prepared
-		if last, err = checkedCycle(t, l, raw, "dlock", key, last); err != nil {
-			t.Fatal(err)
-		}
-	}
 	px.holdReplies()
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	start := time.Now()
@@ -304,13 +301,8 @@ func TestAudit49HeldPlainLockLate(t *testing.T) {
 	px := newPGProxy(t, serverAddr(t, url))
 	l := proxiedLocker(t, url, px, 1, &Options{Options: lock.Options{DisableAutoRenew: true}})
 	key := auditKey("audit49-held-late")
-	var last uint64
+	last := warmCycles(t, l, raw, "dlock", key)
 	var err error
-	for range 2 {
-		if last, err = checkedCycle(t, l, raw, "dlock", key, last); err != nil {
-			t.Fatal(err)
-		}
-	}
 	px.holdAll()
 	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	ls, err := l.Lock(cctx, key, lock.WithTTL(30*time.Second))
@@ -466,13 +458,8 @@ func TestAudit49CancelledWhileRowLocked(t *testing.T) {
 	l, d := driverLocker(t, url, &Options{Options: lock.Options{DisableAutoRenew: true}})
 	other := newTestLocker(t, url, nil, &netCut{})
 	key := auditKey("audit49-rowlocked")
-	var last uint64
+	warmCycles(t, l, raw, "dlock", key)
 	var err error
-	for range 2 {
-		if last, err = checkedCycle(t, l, raw, "dlock", key, last); err != nil {
-			t.Fatal(err)
-		}
-	}
 	tx, err := raw.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
